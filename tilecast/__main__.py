@@ -1,0 +1,5 @@
+import sys
+
+from tilecast.cli import main
+
+sys.exit(main())

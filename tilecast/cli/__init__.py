@@ -1,0 +1,55 @@
+"""The ``tilecast`` command: argument parsing and dispatch only.
+
+Each subcommand lives in its own module of this package with two functions:
+``add_parser(subparsers)`` declares its flags, ``run(args)`` calls the library
+and returns the exit status (0 success, 1 a check or target failed, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand name -> module under tilecast.cli. Order is the order of --help.
+COMMANDS = {
+    "graph": "graph_cmd",
+    "verify": "verify_cmd",
+}
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on standard error, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tilecast",
+        description="Forecast, then run, tiled training of GPT language models.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(f"tilecast.cli.{module}")
+        p = mod.add_parser(sub)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as e:
+        print(f"tilecast {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tilecast {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

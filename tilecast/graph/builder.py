@@ -1,0 +1,171 @@
+"""Incremental, vectorised construction of a task graph.
+
+Model builders add whole operations at once: each :meth:`GraphBuilder.add`
+call appends a batch of tasks of one kernel whose tiles and parameters are
+numpy arrays, so building costs numpy time per operation, not Python time per
+task.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from tilecast.graph.graph import Graph
+from tilecast.graph.tensor import KINDS, Tensor
+from tilecast.graph.tiling import Tiling
+from tilecast.kernels import get
+from tilecast.kernels.registry import RW, W
+
+
+class GraphBuilder:
+    def __init__(self, tiling: Tiling, meta: dict | None = None):
+        self.tiling = tiling
+        self.meta = dict(meta or {})
+        self.tensors: list[Tensor] = []
+        self._names: set[str] = set()
+        self._n_tiles = 0
+        self._written = np.zeros(0, dtype=bool)
+        self._batches: list[tuple] = []
+        self._tags: dict[str, int] = {}
+        self._tag = self._tag_id("")
+
+    # --- tensors -----------------------------------------------------------
+    def tensor(self, name: str, shape, dims, kind: str, dtype=np.float32) -> Tensor:
+        """Declare a tensor; ``dims`` gives each axis's tiling dimension or None."""
+        if name in self._names:
+            raise ValueError(f"tensor {name!r} declared twice")
+        if kind not in KINDS:
+            raise ValueError(f"unknown tensor kind {kind!r}")
+        shape = tuple(int(s) for s in shape)
+        tile = tuple(self.tiling.tile(d, n) if d else n for d, n in zip(dims, shape))
+        t = Tensor(name, shape, tuple(dims), tile, np.dtype(dtype), kind, self._n_tiles, len(self.tensors))
+        self.tensors.append(t)
+        self._names.add(name)
+        self._n_tiles += t.n_tiles
+        if kind in ("input", "param", "optim"):
+            self._mark_written(np.arange(t.first_tile, t.first_tile + t.n_tiles))
+        return t
+
+    def _mark_written(self, tiles: np.ndarray) -> None:
+        if len(self._written) < self._n_tiles:
+            grown = np.zeros(max(self._n_tiles, 2 * len(self._written)), dtype=bool)
+            grown[: len(self._written)] = self._written
+            self._written = grown
+        self._written[tiles] = True
+
+    # --- tags --------------------------------------------------------------
+    def _tag_id(self, tag: str) -> int:
+        if tag not in self._tags:
+            self._tags[tag] = len(self._tags)
+        return self._tags[tag]
+
+    @contextmanager
+    def tagged(self, tag: str):
+        """Tasks added inside the block carry ``tag`` (layer/phase)."""
+        old = self._tag
+        self._tag = self._tag_id(tag)
+        try:
+            yield
+        finally:
+            self._tag = old
+
+    # --- tasks -------------------------------------------------------------
+    def accumulate(self, tiles) -> tuple[np.ndarray, np.ndarray]:
+        """(beta, mode) for a batch that accumulates into ``tiles``, in batch order.
+
+        A tile's first contribution overwrites (beta 0, mode W); later ones add
+        (beta 1, mode RW). Tiles already written earlier in the graph only add.
+        """
+        tiles = np.asarray(tiles, dtype=np.int64)
+        self._mark_written(np.zeros(0, dtype=np.int64))
+        _, first_idx = np.unique(tiles, return_index=True)
+        first = np.zeros(len(tiles), dtype=bool)
+        first[first_idx] = True
+        first &= ~self._written[tiles]
+        self._written[tiles] = True
+        return np.where(first, 0.0, 1.0), np.where(first, W, RW).astype(np.int8)
+
+    def unwritten(self, tensor: Tensor) -> np.ndarray:
+        """Tile ids of a tensor that no task has written yet."""
+        self._mark_written(np.zeros(0, dtype=np.int64))
+        ids = np.arange(tensor.first_tile, tensor.first_tile + tensor.n_tiles)
+        return ids[~self._written[ids]]
+
+    def add(self, kernel: str, tiles, params: dict, modes=None) -> int:
+        """Append a batch of tasks of one kernel; returns the number added.
+
+        ``tiles`` lists one tile-id array (or scalar) per kernel buffer,
+        ``params`` maps every kernel parameter to an array or scalar, and
+        ``modes`` optionally overrides buffers' access modes (a mode or an
+        array per buffer, None to keep the registry's).
+        """
+        k = get(kernel)
+        if len(tiles) != len(k.buffers):
+            raise ValueError(f"{kernel}: {len(k.buffers)} buffers expected, got {len(tiles)}")
+        missing = set(k.params) - set(params)
+        extra = set(params) - set(k.params)
+        if missing or extra:
+            raise ValueError(f"{kernel}: parameters missing {sorted(missing)}, unexpected {sorted(extra)}")
+        arrays = [np.asarray(t, dtype=np.int64) for t in tiles]
+        pvals = [np.asarray(params[name], dtype=np.float64) for name in k.params]
+        mode_list = [k.modes[j] if modes is None or modes[j] is None else modes[j] for j in range(len(arrays))]
+        mode_arrays = [np.asarray(m, dtype=np.int8) for m in mode_list]
+        sizes = {int(np.size(a)) for a in arrays + pvals + mode_arrays}
+        n = max(sizes)
+        if sizes - {1, n}:
+            raise ValueError(f"{kernel}: batch arrays of different lengths {sorted(sizes)}")
+        if n == 0:
+            return 0
+        tile_mat = np.empty((n, len(arrays)), dtype=np.int32)
+        for j, a in enumerate(arrays):
+            tile_mat[:, j] = np.broadcast_to(a.ravel() if a.ndim else a, (n,))
+        mode_mat = np.empty((n, len(arrays)), dtype=np.int8)
+        for j, m in enumerate(mode_arrays):
+            mode_mat[:, j] = np.broadcast_to(m.ravel() if m.ndim else m, (n,))
+        param_mat = np.empty((n, len(pvals)), dtype=np.float64)
+        for j, v in enumerate(pvals):
+            param_mat[:, j] = np.broadcast_to(v.ravel() if v.ndim else v, (n,))
+        self._batches.append((k.id, self._tag, tile_mat, mode_mat, param_mat))
+        return n
+
+    # --- result ------------------------------------------------------------
+    def build(self) -> Graph:
+        batches = self._batches
+        counts = np.array([b[2].shape[0] for b in batches], dtype=np.int64)
+        n_acc = np.array([b[2].shape[1] for b in batches], dtype=np.int64)
+        n_par = np.array([b[4].shape[1] for b in batches], dtype=np.int64)
+        kernel = np.repeat(np.array([b[0] for b in batches], dtype=np.int16), counts)
+        tag = np.repeat(np.array([b[1] for b in batches], dtype=np.int32), counts)
+        acc_ptr = np.zeros(len(kernel) + 1, dtype=np.int64)
+        np.cumsum(np.repeat(n_acc, counts), out=acc_ptr[1:])
+        param_ptr = np.zeros(len(kernel) + 1, dtype=np.int64)
+        np.cumsum(np.repeat(n_par, counts), out=param_ptr[1:])
+        acc_tile = np.concatenate([b[2].ravel() for b in batches]) if batches else np.zeros(0, np.int32)
+        acc_mode = np.concatenate([b[3].ravel() for b in batches]) if batches else np.zeros(0, np.int8)
+        params = np.concatenate([b[4].ravel() for b in batches]) if batches else np.zeros(0)
+        self._batches = []
+        tile_tensor = np.concatenate(
+            [np.full(t.n_tiles, t.id, dtype=np.int32) for t in self.tensors]
+        ) if self.tensors else np.zeros(0, np.int32)
+        tile_nbytes = np.concatenate(
+            [np.prod(t.tile_shapes(), axis=1) * t.dtype.itemsize for t in self.tensors]
+        ).astype(np.int64) if self.tensors else np.zeros(0, np.int64)
+        tags = [None] * len(self._tags)
+        for name, i in self._tags.items():
+            tags[i] = name
+        return Graph(
+            tensors=self.tensors,
+            tile_tensor=tile_tensor,
+            tile_nbytes=tile_nbytes,
+            kernel=kernel,
+            tag=tag,
+            tags=tags,
+            param_ptr=param_ptr,
+            params=params,
+            acc_ptr=acc_ptr,
+            acc_tile=acc_tile,
+            acc_mode=acc_mode,
+            meta=self.meta,
+        )

@@ -1,0 +1,86 @@
+"""Tensors of a task graph and their split into tiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecast.graph.tiling import tile_extents
+
+# What a tensor is for; persistent kinds live for the whole step.
+KINDS = ("input", "param", "grad", "optim", "activation", "loss")
+PERSISTENT = {"input", "param", "grad", "optim", "loss"}
+
+
+@dataclass
+class Tensor:
+    """A tensor split into a grid of tiles; each tile is one contiguous row-major buffer.
+
+    ``dims`` names, for each axis, the tiling dimension it follows (``None``:
+    never tiled); ``tile`` gives the tile size actually used on each axis.
+    Tiles are numbered row-major over the grid, from ``first_tile``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dims: tuple[str | None, ...]
+    tile: tuple[int, ...]
+    dtype: np.dtype
+    kind: str
+    first_tile: int
+    id: int
+
+    def __post_init__(self):
+        self.extents = [tile_extents(n, t) for n, t in zip(self.shape, self.tile)]
+        self.grid = tuple(len(e) for e in self.extents)
+        self.starts = [np.concatenate(([0], np.cumsum(e)[:-1])) for e in self.extents]
+
+    @property
+    def n_tiles(self) -> int:
+        return int(np.prod(self.grid, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def tile_ids(self, *coords) -> np.ndarray:
+        """Global tile ids for (broadcast) per-axis tile coordinates."""
+        coords = np.broadcast_arrays(*[np.asarray(c, dtype=np.int64) for c in coords])
+        return self.first_tile + np.ravel_multi_index(coords, self.grid)
+
+    def extent(self, axis: int, coord) -> np.ndarray:
+        """Tile size along ``axis`` of the tiles at coordinate(s) ``coord``."""
+        return self.extents[axis][coord]
+
+    def start(self, axis: int, coord) -> np.ndarray:
+        return self.starts[axis][coord]
+
+    def tile_slices(self, index: int) -> tuple[slice, ...]:
+        """The region of the full tensor held by local tile ``index``."""
+        coords = np.unravel_index(index, self.grid)
+        return tuple(
+            slice(int(s[c]), int(s[c] + e[c])) for s, e, c in zip(self.starts, self.extents, coords)
+        )
+
+    def tile_shapes(self) -> np.ndarray:
+        """(n_tiles, ndim) array of tile shapes, row-major over the grid."""
+        mesh = np.meshgrid(*self.extents, indexing="ij")
+        return np.stack([m.ravel() for m in mesh], axis=1) if mesh else np.zeros((1, 0), np.int64)
+
+    def split(self, full: np.ndarray) -> list[np.ndarray]:
+        """Cut a full array into flat, contiguous tile buffers."""
+        if tuple(full.shape) != self.shape:
+            raise ValueError(f"{self.name}: expected shape {self.shape}, got {tuple(full.shape)}")
+        return [
+            np.ascontiguousarray(full[self.tile_slices(i)], dtype=self.dtype).ravel()
+            for i in range(self.n_tiles)
+        ]
+
+    def join(self, tiles: list[np.ndarray]) -> np.ndarray:
+        """Assemble flat tile buffers into the full array."""
+        full = np.empty(self.shape, dtype=self.dtype)
+        for i in range(self.n_tiles):
+            sl = self.tile_slices(i)
+            full[sl] = tiles[i].reshape([s.stop - s.start for s in sl])
+        return full
