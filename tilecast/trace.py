@@ -1,0 +1,142 @@
+"""The trace schema shared by predicted (simulated) and measured (StarPU) runs.
+
+A trace is a pandas DataFrame with one row per task execution or data transfer:
+
+============  =========  ==========================================================
+column        dtype      meaning
+============  =========  ==========================================================
+task          int64      graph task id, or -1 for a data transfer
+kernel        str        kernel name ("transfer" for a transfer)
+worker        int64      worker index (for a transfer: the link index)
+node          int64      memory node the work ran on (transfer: destination node)
+start_s       float64    start, seconds from the start of the step
+end_s         float64    end, seconds from the start of the step
+bytes         int64      bytes read and written (transfer: bytes moved)
+flops         float64    floating-point operations (0 for a transfer)
+source        str        "sim" or "real"
+tag           str        layer/phase label of the task
+============  =========  ==========================================================
+
+Files: Parquet (``.parquet``) or CSV (``.csv``) for the table, and Chrome Trace
+Event JSON (``.json``) that opens in Perfetto: complete events (``ph: "X"``) in
+microseconds, pid = memory node, tid = worker, and flow events for dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = {
+    "task": "int64",
+    "kernel": "object",
+    "worker": "int64",
+    "node": "int64",
+    "start_s": "float64",
+    "end_s": "float64",
+    "bytes": "int64",
+    "flops": "float64",
+    "source": "object",
+    "tag": "object",
+}
+SOURCES = ("sim", "real")
+
+
+class TraceError(ValueError):
+    """A table that does not follow the trace schema."""
+
+
+def make_trace(**columns) -> pd.DataFrame:
+    """Build a trace from column arrays (scalars broadcast), in schema order and dtypes."""
+    missing = [c for c in COLUMNS if c not in columns]
+    if missing:
+        raise TraceError(f"trace: missing columns {missing}")
+    n = max((np.size(v) for v in columns.values() if np.ndim(v) > 0), default=1)
+    data = {}
+    for name, dtype in COLUMNS.items():
+        v = columns[name]
+        data[name] = np.broadcast_to(np.asarray(v), (n,)) if np.ndim(v) == 0 else np.asarray(v)
+    df = pd.DataFrame(data)
+    return validate(df)
+
+
+def validate(df: pd.DataFrame) -> pd.DataFrame:
+    """Check columns, dtypes and basic sanity; return the frame with schema dtypes."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceError(f"trace: missing columns {missing}")
+    df = df[list(COLUMNS)].astype(COLUMNS)
+    bad_src = set(df["source"].unique()) - set(SOURCES)
+    if bad_src:
+        raise TraceError(f"trace: source must be one of {SOURCES}, got {sorted(bad_src)}")
+    if len(df) and (df["end_s"] < df["start_s"]).any():
+        raise TraceError("trace: some rows end before they start")
+    return df
+
+
+def save(df: pd.DataFrame, path: str, graph=None) -> str:
+    """Write a trace by extension: .parquet, .csv, or .json (Chrome trace)."""
+    ext = os.path.splitext(path)[1].lower()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if ext == ".parquet":
+        df.to_parquet(path, index=False)
+    elif ext == ".csv":
+        df.to_csv(path, index=False)
+    elif ext == ".json":
+        with open(path, "w") as f:
+            json.dump(to_chrome(df, graph), f)
+    else:
+        raise TraceError(f"trace: unknown file type {ext!r} (use .parquet, .csv or .json)")
+    return path
+
+
+def load(path: str) -> pd.DataFrame:
+    """Read a trace table written by :func:`save` (.parquet or .csv)."""
+    ext = os.path.splitext(path)[1].lower()
+    if not os.path.exists(path):
+        raise TraceError(f"trace: no file {path}")
+    if ext == ".parquet":
+        df = pd.read_parquet(path)
+    elif ext == ".csv":
+        df = pd.read_csv(path)
+    else:
+        raise TraceError(f"trace: cannot read {ext!r} (use .parquet or .csv)")
+    return validate(df)
+
+
+def to_chrome(df: pd.DataFrame, graph=None, max_flows: int = 200_000) -> dict:
+    """Chrome Trace Event JSON: one complete event per row; flow arrows for dependencies.
+
+    Flow events need the graph's dependencies; they are drawn from each task's
+    predecessors to the task (at most ``max_flows`` of them, to keep files small).
+    """
+    events = []
+    for node in sorted(df["node"].unique().tolist()):
+        events.append({"ph": "M", "name": "process_name", "pid": int(node), "args": {"name": f"memory node {node}"}})
+    ts = (df["start_s"].to_numpy() * 1e6).tolist()
+    dur = ((df["end_s"] - df["start_s"]).to_numpy() * 1e6).tolist()
+    for row, t, d in zip(df.itertuples(index=False), ts, dur):
+        events.append({
+            "ph": "X", "name": row.kernel, "cat": row.source, "pid": int(row.node), "tid": int(row.worker),
+            "ts": t, "dur": d, "args": {"task": int(row.task), "tag": row.tag, "flops": float(row.flops),
+                                        "bytes": int(row.bytes)},
+        })
+    if graph is not None:
+        tasks = df[df["task"] >= 0]
+        where = {int(t): (int(n), int(w), s, e) for t, n, w, s, e in zip(
+            tasks["task"], tasks["node"], tasks["worker"], tasks["start_s"] * 1e6, tasks["end_s"] * 1e6)}
+        ptr, pred = graph.dependencies
+        flow_id = 0
+        for t, (n, w, s, _) in where.items():
+            for p in pred[ptr[t]:ptr[t + 1]].tolist():
+                if p not in where or flow_id >= max_flows:
+                    continue
+                pn, pw, _, pe = where[p]
+                events.append({"ph": "s", "id": flow_id, "name": "dep", "cat": "dep", "pid": pn, "tid": pw, "ts": pe})
+                events.append({"ph": "f", "bp": "e", "id": flow_id, "name": "dep", "cat": "dep", "pid": n, "tid": w,
+                               "ts": s})
+                flow_id += 1
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
