@@ -1,0 +1,44 @@
+"""Tile buffers for executing a graph: one flat, contiguous numpy array per tile.
+
+Executors (the sequential numpy reference and StarPU) share this store, so a
+graph's inputs are split and its results gathered the same way for both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecast.graph import Graph
+
+
+class TileStore:
+    """``buffers[tile_id]`` is a flat array of the tile's dtype and size, or None if not allocated."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.buffers: list[np.ndarray | None] = [None] * graph.n_tiles
+
+    def set_tensor(self, name: str, full: np.ndarray) -> None:
+        """Split a full array into the tiles of tensor ``name``."""
+        t = self.graph.tensor(name)
+        for i, buf in enumerate(t.split(np.asarray(full))):
+            self.buffers[t.first_tile + i] = buf
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Gather tensor ``name`` from its tiles (all must be allocated)."""
+        t = self.graph.tensor(name)
+        tiles = self.buffers[t.first_tile:t.first_tile + t.n_tiles]
+        if any(b is None for b in tiles):
+            raise ValueError(f"tensor {name!r} has tiles that were never written")
+        return t.join(tiles)
+
+    def allocate_all(self) -> None:
+        """Allocate (uninitialised) every tile not allocated yet, e.g. before a StarPU run."""
+        for t in self.graph.tensors:
+            for i, shape in enumerate(t.tile_shapes()):
+                tid = t.first_tile + i
+                if self.buffers[tid] is None:
+                    self.buffers[tid] = np.empty(int(np.prod(shape)), dtype=t.dtype)
+
+    def tensors(self, names) -> dict[str, np.ndarray]:
+        return {n: self.tensor(n) for n in names}
