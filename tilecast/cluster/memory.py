@@ -62,7 +62,7 @@ class Memory:
 def stage_params(shape, strat) -> float:
     """Parameters held by one tensor-parallel rank of the heaviest pipeline stage."""
     layers = shape.n_layer // strat.pp
-    p = layers * shape.layer_params() + shape.embedding_params()
+    p = layers * shape.layer_params() + shape.embedding_params() + 2 * shape.d_model  # + final layer norm
     if strat.pp == 1 and not shape.tied_embeddings:
         p += shape.vocab * shape.d_model
     return p / strat.tp
