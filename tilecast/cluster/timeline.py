@@ -28,7 +28,6 @@ stage's gradients; ZeRO-3 layers wait for their all-gather.
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 
@@ -64,138 +63,142 @@ class Timeline:
 
 
 class _Builder:
+    """Collects tasks in an order where every predecessor comes first (as the engine wants)."""
+
     def __init__(self):
-        self.dur, self.stream, self.stage, self.kind, self.tp, self.preds = [], [], [], [], [], []
+        self.dur, self.stream, self.stage, self.kind, self.tp = [], [], [], [], []
+        self.ptr, self.pred = [0], []
         self.names = {}
 
     def add(self, stage, stream, kind, dur, preds=(), tp=0.0) -> int:
         i = len(self.dur)
-        self.dur.append(float(dur))
+        self.dur.append(dur)
         self.stream.append(stage * STREAMS_PER_STAGE + stream)
         self.stage.append(stage)
         self.kind.append(kind)
-        self.tp.append(float(tp))
-        self.preds.append([q for q in preds if q is not None])
+        self.tp.append(tp)
+        for q in preds:
+            if q is not None:
+                self.pred.append(q if isinstance(q, int) else self.names[q])
+        self.ptr.append(len(self.pred))
         return i
 
     def finish(self, n_stages) -> Timeline:
-        n = len(self.dur)
-        resolved = [[q if isinstance(q, int) else self.names[q] for q in ps] for ps in self.preds]
-        # Stable topological order (by creation index) that keeps each stream's order:
-        # the engine wants predecessors before their tasks.
-        succ = [[] for _ in range(n)]
-        indeg = np.zeros(n, dtype=np.int64)
-        last_on = {}
-        for i in range(n):
-            deps = set(resolved[i])
-            prev = last_on.get(self.stream[i])
-            if prev is not None:
-                deps.add(prev)
-            last_on[self.stream[i]] = i
-            resolved[i] = deps
-            for q in deps:
-                succ[q].append(i)
-            indeg[i] = len(deps)
-        ready = [i for i in range(n) if indeg[i] == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(i)
-            for j in succ[i]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heapq.heappush(ready, j)
-        if len(order) != n:
-            raise RuntimeError("timeline: the schedule has a dependency cycle")
-        order = np.asarray(order, dtype=np.int64)
-        new = np.empty(n, dtype=np.int64)
-        new[order] = np.arange(n)
-        counts = np.array([len(resolved[i]) for i in order], dtype=np.int64)
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        pred = np.fromiter((new[q] for i in order for q in sorted(resolved[i])), dtype=np.int64, count=int(ptr[-1]))
-        arr = lambda a, dt: np.asarray(a, dtype=dt)[order]  # noqa: E731
-        return Timeline(duration=arr(self.dur, np.float64), stream=arr(self.stream, np.int64),
-                        stage=arr(self.stage, np.int64), kind=arr(self.kind, np.int8), tp=arr(self.tp, np.float64),
-                        pred_ptr=ptr, pred=pred, n_streams=n_stages * STREAMS_PER_STAGE)
+        return Timeline(duration=np.asarray(self.dur, dtype=np.float64), stream=np.asarray(self.stream, dtype=np.int64),
+                        stage=np.asarray(self.stage, dtype=np.int64), kind=np.asarray(self.kind, dtype=np.int8),
+                        tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
+                        pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE)
+
+
+class _Stage:
+    """Emits the tasks of one pipeline rank, one schedule entry at a time."""
+
+    def __init__(self, s, b, shape, strat, c):
+        p, v = strat.pp, strat.virtual_stages
+        self.s, self.b, self.c, self.strat = s, b, c, strat
+        self.p, self.v, self.n_virtual = p, v, p * v
+        self.L = shape.n_layer // (p * v)
+        self.order = stage_order(strat.schedule, p, strat.micro_batches, v, s)
+        self.next = 0
+        self.last_b = {ch: idx for idx, (ph, j, ch) in enumerate(self.order) if ph == "B"}
+        self.comp_hist, self.dp_tasks = [], []
+        self.n_buckets = max(1, min(self.L, math.ceil(c.grad_bytes / v / strat.bucket_bytes)))
+        self.reduce_total = c.grad_reduce if strat.zero <= 1 else c.grad_scatter
+        self.fwd_layer = c.fwd_compute + c.fwd_tp
+        self.bwd_layer = c.bwd_compute + c.recompute + c.bwd_tp
+
+    def ready(self) -> bool:
+        """Whether the next schedule entry's cross-stage inputs have been emitted."""
+        ph, j, ch = self.order[self.next]
+        vs = ch * self.p + self.s
+        if ph == "F":
+            return vs == 0 or ("sendF", vs - 1, j) in self.b.names
+        return vs == self.n_virtual - 1 or ("sendB", vs + 1, j) in self.b.names
+
+    def compute(self, dur, preds, tp=0.0):
+        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp)
+        self.comp_hist.append(i)
+        return i
+
+    def gather(self):
+        k = self.strat.fsdp_prefetch + 1
+        pred = self.comp_hist[-k] if len(self.comp_hist) >= k else None
+        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, [pred])
+
+    def emit(self):
+        b, c, s, L, strat = self.b, self.c, self.s, self.L, self.strat
+        idx = self.next
+        ph, j, ch = self.order[idx]
+        self.next += 1
+        vs = ch * self.p + s
+        is_last_vs = vs == self.n_virtual - 1
+        zero = strat.zero
+        if ph == "F":
+            head = c.head_fwd if is_last_vs else 0.0
+            pre = [("sendF", vs - 1, j)] if vs > 0 else []
+            if zero == 3:
+                for layer in range(L):
+                    ag = self.gather()
+                    last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
+                                        [ag] + (pre if layer == 0 else []), c.fwd_tp)
+            else:
+                last = self.compute(L * self.fwd_layer + head, pre, L * c.fwd_tp)
+            b.names[("lastF", vs, j)] = last
+            if not is_last_vs:
+                b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last])
+            return
+        head = c.head_bwd if is_last_vs else 0.0
+        pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
+        if zero == 3:
+            for layer in range(L):
+                ag = self.gather()
+                last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
+                                    [ag] + (pre if layer == 0 else []), c.bwd_tp)
+                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last]))
+        elif zero == 2 or (strat.overlap_grad_reduce and self.last_b[ch] == idx):
+            n = self.n_buckets
+            for k in range(n):
+                last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
+                                    L * c.bwd_tp / n)
+                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last]))
+        else:
+            last = self.compute(L * self.bwd_layer + head, pre, L * c.bwd_tp)
+        if vs > 0:
+            b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last])
+
+    def close(self):
+        """Gradient reduction after the flush (if not overlapped), optimizer, ZeRO-1/2 parameter gather."""
+        b, c, s, strat = self.b, self.c, self.s, self.strat
+        if strat.zero <= 1 and not strat.overlap_grad_reduce:
+            self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]]))
+        opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:])
+        if strat.zero in (1, 2):
+            b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt])
 
 
 def build_timeline(shape, strat, c) -> Timeline:
-    """Tasks of one pipeline for one step; ``c`` is a :class:`~tilecast.cluster.costs.LayerCosts`."""
-    p, m, v = strat.pp, strat.micro_batches, strat.virtual_stages
-    n_virtual = p * v
-    L = shape.n_layer // n_virtual
-    zero, overlap = strat.zero, strat.overlap_grad_reduce
-    chunk_grad = c.grad_bytes / v
-    n_buckets = max(1, min(L, math.ceil(chunk_grad / strat.bucket_bytes)))
-    reduce_total = c.grad_reduce if zero <= 1 else c.grad_scatter
+    """Tasks of one pipeline for one step; ``c`` is a :class:`~tilecast.cluster.costs.LayerCosts`.
+
+    Stages emit their schedule entries round-robin, each as soon as its inputs
+    from the neighbouring stages exist, so every task comes after its
+    predecessors and each stream keeps its schedule order.
+    """
     b = _Builder()
-    fwd_layer = c.fwd_compute + c.fwd_tp
-    bwd_layer = c.bwd_compute + c.recompute + c.bwd_tp
-
-    for s in range(p):
-        order = stage_order(strat.schedule, p, m, v, s)
-        last_b = {}
-        for idx, (ph, j, ch) in enumerate(order):
-            if ph == "B":
-                last_b[ch] = idx
-        comp_hist = []
-        dp_tasks = []
-
-        def compute(dur, preds, tp=0.0):
-            i = b.add(s, 0, COMPUTE, dur, preds, tp)
-            comp_hist.append(i)
-            return i
-
-        def gather_pred():
-            k = strat.fsdp_prefetch + 1
-            return comp_hist[-k] if len(comp_hist) >= k else None
-
-        for idx, (ph, j, ch) in enumerate(order):
-            vs = ch * p + s
-            is_last_vs = vs == n_virtual - 1
-            head_f = c.head_fwd if is_last_vs else 0.0
-            head_b = c.head_bwd if is_last_vs else 0.0
-            if ph == "F":
-                pre = [("sendF", vs - 1, j)] if vs > 0 else []
-                if zero == 3:
-                    last = None
-                    for layer in range(L):
-                        ag = b.add(s, 4, GATHER, c.layer_param_gather, [gather_pred()])
-                        extra = head_f if layer == L - 1 else 0.0
-                        last = compute(fwd_layer + extra, [ag] + (pre if layer == 0 else []), c.fwd_tp)
-                else:
-                    last = compute(L * fwd_layer + head_f, pre, L * c.fwd_tp)
-                b.names[("lastF", vs, j)] = last
-                if not is_last_vs:
-                    b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last])
-            else:
-                pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
-                if zero == 3:
-                    last = None
-                    for layer in range(L):
-                        ag = b.add(s, 4, GATHER, c.layer_param_gather, [gather_pred()])
-                        extra = head_b if layer == 0 else 0.0
-                        last = compute(bwd_layer + extra, [ag] + (pre if layer == 0 else []), c.bwd_tp)
-                        dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last]))
-                elif zero == 2 or (overlap and last_b[ch] == idx):
-                    last = None
-                    for k in range(n_buckets):
-                        extra = head_b if k == 0 else 0.0
-                        last = compute(L * bwd_layer / n_buckets + extra, pre if k == 0 else [],
-                                       L * c.bwd_tp / n_buckets)
-                        dp_tasks.append(b.add(s, 3, DATA_PARALLEL, reduce_total / v / n_buckets, [last]))
-                else:
-                    last = compute(L * bwd_layer + head_b, pre, L * c.bwd_tp)
-                if vs > 0:
-                    b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last])
-        if zero <= 1 and not overlap:
-            dp_tasks.append(b.add(s, 3, DATA_PARALLEL, reduce_total, [comp_hist[-1]]))
-        opt = b.add(s, 0, OPTIMIZER, c.optimizer, [comp_hist[-1]] + dp_tasks[-1:])
-        if zero in (1, 2):
-            b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt])
-    return b.finish(p)
+    stages = [_Stage(s, b, shape, strat, c) for s in range(strat.pp)]
+    open_ = list(stages)
+    while open_:
+        progress = False
+        for st in open_:
+            while st.next < len(st.order) and st.ready():
+                st.emit()
+                progress = True
+        done = [st for st in open_ if st.next == len(st.order)]
+        for st in done:
+            st.close()
+        open_ = [st for st in open_ if st.next < len(st.order)]
+        if not progress and open_:
+            raise RuntimeError("timeline: the pipeline schedule deadlocks")
+    return b.finish(strat.pp)
 
 
 def _union(start, end) -> float:
