@@ -16,6 +16,7 @@ COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
     "whatif": "whatif_cmd",
+    "validate": "validate_cmd",
 }
 
 
