@@ -90,3 +90,18 @@ def test_validate_rejects_excluded_publications(capsys, tmp_path):
                    " seq: 2048, global_batch: 8, micro_batch: 1, metric: step_s, published: 1, role: validation}\n")
     assert main(["validate", "--table", str(bad)]) == 2
     assert "kept out" in capsys.readouterr().err
+
+
+def test_whatif_trace_uses_the_trace_schema(capsys, tmp_path):
+    from tilecast.trace import load
+
+    path = tmp_path / "step.parquet"
+    rc, obj = run_json(capsys, ["whatif", "--model", "gpt3-175b", "--gpus", "256", "--tp", "8", "--pp", "4",
+                                "--global-batch", "64", "--trace", str(path), "--json"])
+    assert rc == 0
+    df = load(str(path))
+    assert len(df) == obj["n_tasks"] and set(df["node"]) == {0, 1, 2, 3}
+    assert df["end_s"].max() == pytest.approx(obj["step_s"])
+    # stage 0 runs 8 micro-batches forward and backward on its compute stream
+    s0 = df[(df.node == 0) & (df.kernel == "compute")]
+    assert sum(t.startswith("F") for t in s0.tag) == 8 and sum(t.startswith("B") for t in s0.tag) >= 8

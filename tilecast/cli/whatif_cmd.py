@@ -34,6 +34,8 @@ def add_parser(sub):
     p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
                    help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved")
     p.add_argument("--plot", metavar="FILE.png", help="with --sweep: plot tokens/s and the breakdown")
+    p.add_argument("--trace", metavar="FILE", help="write the simulated timeline (.parquet, .csv, or .json Chrome "
+                                                   "trace: one process per pipeline stage, one thread per stream)")
     p.add_argument("--search", action="store_true", help="search the fastest layout that fits for --gpus")
     p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
@@ -216,6 +218,14 @@ def run(args):
         return 0
     st = _strategy(args, shape, cluster)
     base = evaluate(shape, st, cluster)
+    if args.trace:
+        from tilecast.cluster.timeline import to_trace
+        from tilecast.trace import TraceError, save
+
+        try:
+            save(to_trace(base.timeline), args.trace)
+        except (TraceError, OSError) as e:
+            raise UsageError(f"--trace: {e}") from None
     sweeps = _run_sweeps(args, shape, st, cluster) if args.sweep else []
     if args.json:
         obj = base.to_dict()

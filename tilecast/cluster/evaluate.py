@@ -26,6 +26,7 @@ class Result:
     memory_capacity_bytes: float
     fits: bool
     n_tasks: int
+    timeline: object = None  # the simulated Timeline (not serialised)
 
     def to_dict(self) -> dict:
         return {
@@ -59,5 +60,5 @@ def evaluate(shape, strat, cluster) -> Result:
         mfu=flops_per_gpu / cluster.gpu.peak_flops[strat.dtype],
         breakdown=bd, memory=mem.to_dict(), memory_per_gpu_bytes=mem.total,
         memory_capacity_bytes=cluster.gpu.memory_bytes, fits=mem.total <= cluster.gpu.memory_bytes,
-        n_tasks=tl.n_tasks,
+        n_tasks=tl.n_tasks, timeline=tl,
     )

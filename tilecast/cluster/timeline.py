@@ -50,6 +50,7 @@ class Timeline:
     pred_ptr: np.ndarray
     pred: np.ndarray
     n_streams: int
+    tag: list = None  # what each task is: "F<micro-batch>.<chunk>", "B...", "send-F...", "grad", "optimizer", ...
     start: np.ndarray = None
     end: np.ndarray = None
 
@@ -66,12 +67,13 @@ class _Builder:
     """Collects tasks in an order where every predecessor comes first (as the engine wants)."""
 
     def __init__(self):
-        self.dur, self.stream, self.stage, self.kind, self.tp = [], [], [], [], []
+        self.dur, self.stream, self.stage, self.kind, self.tp, self.tag = [], [], [], [], [], []
         self.ptr, self.pred = [0], []
         self.names = {}
 
-    def add(self, stage, stream, kind, dur, preds=(), tp=0.0) -> int:
+    def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="") -> int:
         i = len(self.dur)
+        self.tag.append(tag)
         self.dur.append(dur)
         self.stream.append(stage * STREAMS_PER_STAGE + stream)
         self.stage.append(stage)
@@ -87,7 +89,8 @@ class _Builder:
         return Timeline(duration=np.asarray(self.dur, dtype=np.float64), stream=np.asarray(self.stream, dtype=np.int64),
                         stage=np.asarray(self.stage, dtype=np.int64), kind=np.asarray(self.kind, dtype=np.int8),
                         tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
-                        pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE)
+                        pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE,
+                        tag=self.tag)
 
 
 class _Stage:
@@ -115,15 +118,15 @@ class _Stage:
             return vs == 0 or ("sendF", vs - 1, j) in self.b.names
         return vs == self.n_virtual - 1 or ("sendB", vs + 1, j) in self.b.names
 
-    def compute(self, dur, preds, tp=0.0):
-        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp)
+    def compute(self, dur, preds, tp=0.0, tag=""):
+        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag)
         self.comp_hist.append(i)
         return i
 
     def gather(self):
         k = self.strat.fsdp_prefetch + 1
         pred = self.comp_hist[-k] if len(self.comp_hist) >= k else None
-        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, [pred])
+        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, [pred], tag="gather")
 
     def emit(self):
         b, c, s, L, strat = self.b, self.c, self.s, self.L, self.strat
@@ -140,12 +143,12 @@ class _Stage:
                 for layer in range(L):
                     ag = self.gather()
                     last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
-                                        [ag] + (pre if layer == 0 else []), c.fwd_tp)
+                                        [ag] + (pre if layer == 0 else []), c.fwd_tp, f"F{j}.{ch}")
             else:
-                last = self.compute(L * self.fwd_layer + head, pre, L * c.fwd_tp)
+                last = self.compute(L * self.fwd_layer + head, pre, L * c.fwd_tp, f"F{j}.{ch}")
             b.names[("lastF", vs, j)] = last
             if not is_last_vs:
-                b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last])
+                b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last], tag=f"send-F{j}.{ch}")
             return
         head = c.head_bwd if is_last_vs else 0.0
         pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
@@ -153,27 +156,27 @@ class _Stage:
             for layer in range(L):
                 ag = self.gather()
                 last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
-                                    [ag] + (pre if layer == 0 else []), c.bwd_tp)
-                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last]))
+                                    [ag] + (pre if layer == 0 else []), c.bwd_tp, f"B{j}.{ch}")
+                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
         elif zero == 2 or (strat.overlap_grad_reduce and self.last_b[ch] == idx):
             n = self.n_buckets
             for k in range(n):
                 last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
-                                    L * c.bwd_tp / n)
-                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last]))
+                                    L * c.bwd_tp / n, f"B{j}.{ch}")
+                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last], tag="grad"))
         else:
-            last = self.compute(L * self.bwd_layer + head, pre, L * c.bwd_tp)
+            last = self.compute(L * self.bwd_layer + head, pre, L * c.bwd_tp, f"B{j}.{ch}")
         if vs > 0:
-            b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last])
+            b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last], tag=f"send-B{j}.{ch}")
 
     def close(self):
         """Gradient reduction after the flush (if not overlapped), optimizer, ZeRO-1/2 parameter gather."""
         b, c, s, strat = self.b, self.c, self.s, self.strat
         if strat.zero <= 1 and not strat.overlap_grad_reduce:
-            self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]]))
-        opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:])
+            self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]], tag="grad"))
+        opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:], tag="optimizer")
         if strat.zero in (1, 2):
-            b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt])
+            b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt], tag="param-gather")
 
 
 def build_timeline(shape, strat, c) -> Timeline:
@@ -199,6 +202,22 @@ def build_timeline(shape, strat, c) -> Timeline:
         if not progress and open_:
             raise RuntimeError("timeline: the pipeline schedule deadlocks")
     return b.finish(strat.pp)
+
+
+KIND_NAMES = {COMPUTE: "compute", OPTIMIZER: "optimizer", P2P: "p2p", DATA_PARALLEL: "dp-collective",
+              GATHER: "zero3-gather"}
+
+
+def to_trace(tl: Timeline):
+    """The simulated timeline in tilecast's trace schema: node = pipeline stage,
+    worker = stream of that stage, tag = what the task is (e.g. ``F3.0``: forward of
+    micro-batch 3, chunk 0)."""
+    from tilecast.trace import make_trace
+
+    kernel = np.array([KIND_NAMES[int(k)] for k in tl.kind], dtype=object)
+    return make_trace(task=np.arange(tl.n_tasks), kernel=kernel, worker=tl.stream % STREAMS_PER_STAGE,
+                      node=tl.stage, start_s=tl.start, end_s=tl.end, bytes=0, flops=0.0, source="sim",
+                      tag=np.asarray(tl.tag, dtype=object))
 
 
 def _union(start, end) -> float:
