@@ -77,3 +77,15 @@ def test_scaled_multiplies_only_what_is_asked():
     assert s.inter_node.bandwidth == 2 * c.inter_node.bandwidth
     assert s.gpu.peak_flops["bf16"] == 0.5 * c.gpu.peak_flops["bf16"]
     assert s.intra_node == c.intra_node
+
+
+def test_attention_efficiency_per_kernel():
+    h100 = load_cluster("dgx-h100")
+    assert set(h100.gpu.attention_efficiency) == {"flash", "cudnn"}
+    assert h100.gpu.attention_fraction("cudnn") != h100.gpu.attention_fraction("flash")
+    a100 = load_cluster("dgx-a100")
+    assert a100.gpu.attention_fraction("cudnn") == a100.gpu.attention_fraction("flash")  # falls back
+    d = copy.deepcopy(_raw())
+    d["gpu"]["attention_efficiency"] = {"warp": 0.5}
+    with pytest.raises(ClusterError, match="attention_efficiency.warp"):
+        from_dict(d)

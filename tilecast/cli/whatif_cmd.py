@@ -29,7 +29,10 @@ def add_parser(sub):
     p.add_argument("--recompute", default="none", help="none | selective | full")
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 | tf32 | fp32")
-    p.add_argument("--attention", default="flash", help="flash | unfused")
+    p.add_argument("--attention", default="flash", help="flash (FlashAttention-2) | cudnn (cuDNN fused attention) | unfused")
+    p.add_argument("--tp-comm-overlap", action="store_true", help="overlap tensor-parallel collectives with GEMMs")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="ZeRO-1/2: gather updated parameters during the next forward")
     p.add_argument("--no-overlap-grad-reduce", action="store_true", help="reduce gradients after the pipeline flush")
     p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
                    help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved")
@@ -85,7 +88,8 @@ def _strategy(args, shape, cluster):
     st = Strategy(tp=tp, pp=pp, dp=dp, seq=args.seq, global_batch=gb, micro_batch=args.micro_batch, zero=args.zero,
                   schedule=args.schedule, virtual_stages=v, recompute=args.recompute,
                   sequence_parallel=args.sequence_parallel, dtype=args.dtype, attention=args.attention,
-                  overlap_grad_reduce=not args.no_overlap_grad_reduce)
+                  overlap_grad_reduce=not args.no_overlap_grad_reduce, tp_comm_overlap=args.tp_comm_overlap,
+                  overlap_param_gather=args.overlap_param_gather)
     try:
         st.check(shape, cluster)
     except StrategyError as e:

@@ -48,19 +48,22 @@ class LayerCosts:
 def layer_costs(shape, strat, cluster) -> LayerCosts:
     gpu = cluster.gpu
     t, b, s = strat.tp, strat.micro_batch, strat.seq
-    e = DTYPE_BYTES[strat.dtype]
+    # Activations, collectives and attention stay in 16 bits when the GEMMs run in fp8
+    # (Transformer Engine keeps attention and communication in bf16).
+    e = max(2, DTYPE_BYTES[strat.dtype])
     tokens = b * s
     h, f = shape.d_model, shape.ff
     dt = strat.dtype
+    attn_dt = "bf16" if dt == "fp8" else dt
 
     gemms = F.layer_gemm_flops(shape, tokens, s, t)
     gemm_t = float(sum(gpu.matmul_time(v, dt) for v in gemms.values()))
     attn_flops = F.layer_attention_flops(shape, tokens, s, t)
-    if strat.attention == "flash":
-        attn_t = float(gpu.matmul_time(attn_flops, dt)) / gpu.attention_efficiency
+    if strat.attention != "unfused":
+        attn_t = float(gpu.matmul_time(attn_flops, attn_dt)) / gpu.attention_fraction(strat.attention)
         attn_mem = 0.0
     else:
-        attn_t = float(gpu.matmul_time(attn_flops / (2 * b * shape.n_head / t), dt)) * 2 * b * shape.n_head / t
+        attn_t = float(gpu.matmul_time(attn_flops / (2 * b * shape.n_head / t), attn_dt)) * 2 * b * shape.n_head / t
         # scores written and read by softmax, probabilities written, dropout mask and output: ~(4e + 2) bytes/element
         attn_mem = float(gpu.memory_time(b * shape.n_head / t * s * s * (4 * e + 2)))
     repl = 12.0 * tokens * h * e  # two layer norms, two dropout + residual adds

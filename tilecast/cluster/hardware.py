@@ -16,6 +16,7 @@ import yaml
 
 CLUSTER_DIR = os.path.join(os.path.dirname(__file__), "clusters")
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+ATTENTION_KERNELS = ("flash", "cudnn")  # FlashAttention-2 style kernels; cuDNN fused attention (Transformer Engine)
 
 
 class ClusterError(ValueError):
@@ -46,7 +47,7 @@ class GPU:
     memory_bytes: float
     memory_bandwidth: float  # bytes/s
     memory_efficiency: float  # achievable fraction of memory_bandwidth for elementwise kernels
-    attention_efficiency: float = 1.0  # fused (flash) attention speed relative to the matmul curve
+    attention_efficiency: dict = field(default_factory=dict)  # kernel -> fused attention speed vs. the matmul curve
     reserved_bytes: float = 0.0  # context, workspaces, fragmentation: not available to the model
 
     def matmul_time(self, flops, dtype: str):
@@ -54,6 +55,11 @@ class GPU:
         peak = self.peak_flops[dtype]
         f = np.asarray(flops, dtype=float)
         return f / (peak * self.matmul_efficiency[dtype](f))
+
+    def attention_fraction(self, kernel: str) -> float:
+        """Speed of a fused attention kernel relative to a GEMM of the same flops (1.0 when unknown)."""
+        eff = self.attention_efficiency
+        return eff.get(kernel, eff.get("flash", 1.0))
 
     def memory_time(self, nbytes):
         return np.asarray(nbytes, dtype=float) / (self.memory_bandwidth * self.memory_efficiency)
@@ -171,6 +177,21 @@ def _curve(points, where) -> EfficiencyCurve:
     return EfficiencyCurve(tuple(xs), tuple(ys))
 
 
+def _attention(v, where) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        x = _num({"attention_efficiency": v}, "attention_efficiency", f"{where}: gpu", at_most=1.0)
+        return {k: x for k in ATTENTION_KERNELS}
+    out = {}
+    for k in v:
+        if k not in ATTENTION_KERNELS:
+            raise ClusterError(f"cluster {where}: gpu.attention_efficiency.{k} is not a known kernel "
+                               f"({', '.join(ATTENTION_KERNELS)})")
+        out[k] = _num(v, k, f"{where}: gpu.attention_efficiency", at_most=1.0)
+    return out
+
+
 def _fabric(data, key, where, bandwidth) -> Fabric:
     w = f"{where}: {key}"
     return Fabric(
@@ -212,7 +233,7 @@ def from_dict(data, where: str = "custom") -> Cluster:
         memory_bytes=_num(g, "memory_bytes", f"{name}: gpu"),
         memory_bandwidth=_num(g, "memory_bandwidth", f"{name}: gpu"),
         memory_efficiency=_num(g, "memory_efficiency", f"{name}: gpu", at_most=1.0),
-        attention_efficiency=_num(g, "attention_efficiency", f"{name}: gpu", at_most=1.0) if "attention_efficiency" in g else 1.0,
+        attention_efficiency=_attention(g.get("attention_efficiency"), name),
         reserved_bytes=_num(g, "reserved_bytes", f"{name}: gpu", positive=False) if "reserved_bytes" in g else 0.0,
     )
     gpn = _num(data, "gpus_per_node", name, integer=True)

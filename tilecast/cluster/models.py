@@ -78,6 +78,9 @@ PRESETS = {
     # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (vocabulary: GPT-2 BPE).
     "gpt3-6.7b": dict(n_layer=32, d_model=4096, n_head=32, vocab=50257, learned_positions=2048),
     "gpt3-175b": dict(n_layer=96, d_model=12288, n_head=96, vocab=50257, learned_positions=2048),
+    # NVIDIA NeMo-Megatron-Launcher conf/training/gpt3/{5b,20b}.yaml (GPT-2 BPE padded to a multiple of 128).
+    "gpt3-5b": dict(n_layer=24, d_model=4096, n_head=32, vocab=50304, learned_positions=2048),
+    "gpt3-20b": dict(n_layer=44, d_model=6144, n_head=48, vocab=50304, learned_positions=2048),
     # Smith et al. 2022, "Using DeepSpeed and Megatron to Train Megatron-Turing NLG 530B", Sec. 2.
     "mt-nlg-530b": dict(n_layer=105, d_model=20480, n_head=128, vocab=50257, learned_positions=2048),
     # BigScience, Le Scao et al. 2022, "BLOOM", Table 3 (ALiBi: no position table).
@@ -89,6 +92,13 @@ PRESETS = {
     "mpt-13b": dict(n_layer=40, d_model=5120, n_head=40, vocab=50368),
     "mpt-30b": dict(n_layer=48, d_model=7168, n_head=64, vocab=50368),
     "mpt-70b": dict(n_layer=80, d_model=8192, n_head=64, vocab=50368),
+    # Touvron et al. 2023, "Llama 2", Table 1 and the released configs (SwiGLU, untied head; GQA for 70B).
+    "llama2-7b": dict(n_layer=32, d_model=4096, n_head=32, d_ff=11008, vocab=32000, gated_mlp=True,
+                      tied_embeddings=False),
+    "llama2-13b": dict(n_layer=40, d_model=5120, n_head=40, d_ff=13824, vocab=32000, gated_mlp=True,
+                       tied_embeddings=False),
+    "llama2-70b": dict(n_layer=80, d_model=8192, n_head=64, n_kv_head=8, d_ff=28672, vocab=32000, gated_mlp=True,
+                       tied_embeddings=False),
     # Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 (GQA, SwiGLU, untied head).
     "llama3-8b": dict(n_layer=32, d_model=4096, n_head=32, n_kv_head=8, d_ff=14336, vocab=128256,
                       gated_mlp=True, tied_embeddings=False),

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, replace
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "cudnn", "unfused")  # FlashAttention-2, cuDNN fused attention, scores materialised
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 
 
@@ -37,6 +37,8 @@ class Strategy:
     attention: str = "flash"
     overlap_grad_reduce: bool = True  # gradient reduction in buckets during the last backward
     grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
+    tp_comm_overlap: bool = False  # tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers)
+    overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters during the next forward
     bucket_bytes: float = 25e6  # gradient bucket size in bytes (PyTorch DDP's default bucket_cap_mb = 25)
     fsdp_prefetch: int = 1  # layers of all-gather issued ahead (ZeRO-3)
 

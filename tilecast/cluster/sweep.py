@@ -14,11 +14,15 @@ HARDWARE = {
     "memory": "memory",
     "network_latency": "network_latency",
 }
+def _flag(s: str) -> bool:
+    return s.lower() in ("1", "true", "yes", "on")
+
+
 # Strategy what-ifs: Strategy fields, parsed as these types.
 STRATEGY = {
     "tp": int, "pp": int, "dp": int, "micro_batch": int, "global_batch": int, "seq": int, "zero": int,
-    "virtual_stages": int, "schedule": str, "recompute": str, "sequence_parallel": lambda s: s.lower() in ("1", "true", "yes", "on"),
-    "dtype": str, "attention": str,
+    "virtual_stages": int, "schedule": str, "recompute": str, "sequence_parallel": _flag, "dtype": str,
+    "attention": str, "tp_comm_overlap": _flag, "overlap_grad_reduce": _flag, "overlap_param_gather": _flag,
 }
 PARAMS = sorted(HARDWARE) + sorted(STRATEGY)
 

@@ -105,10 +105,20 @@ class _Stage:
         self.next = 0
         self.last_b = {ch: idx for idx, (ph, j, ch) in enumerate(self.order) if ph == "B"}
         self.comp_hist, self.dp_tasks = [], []
+        self.param_pieces = {}  # chunk -> all-gather task its first forward waits for (overlapped ZeRO-1/2)
+        if strat.zero in (1, 2) and strat.overlap_param_gather:
+            # the previous step's parameter all-gather, bucket by bucket in the order chunks run
+            for ch in range(v):
+                self.param_pieces[ch] = b.add(s, 3, DATA_PARALLEL, c.param_gather / v, [], tag="param-gather")
         self.n_buckets = max(1, min(self.L, math.ceil(c.grad_bytes / v / strat.bucket_bytes)))
         self.reduce_total = c.grad_reduce if strat.zero <= 1 else c.grad_scatter
-        self.fwd_layer = c.fwd_compute + c.fwd_tp
-        self.bwd_layer = c.bwd_compute + c.recompute + c.bwd_tp
+        if strat.tp_comm_overlap:  # only the part of a collective longer than the GEMMs it hides behind shows
+            self.fwd_tp = max(0.0, c.fwd_tp - c.fwd_compute)
+            self.bwd_tp = max(0.0, c.bwd_tp - c.bwd_compute - c.recompute)
+        else:
+            self.fwd_tp, self.bwd_tp = c.fwd_tp, c.bwd_tp
+        self.fwd_layer = c.fwd_compute + self.fwd_tp
+        self.bwd_layer = c.bwd_compute + c.recompute + self.bwd_tp
 
     def ready(self) -> bool:
         """Whether the next schedule entry's cross-stage inputs have been emitted."""
@@ -139,13 +149,15 @@ class _Stage:
         if ph == "F":
             head = c.head_fwd if is_last_vs else 0.0
             pre = [("sendF", vs - 1, j)] if vs > 0 else []
+            if j == 0 and ch in self.param_pieces:
+                pre.append(self.param_pieces.pop(ch))
             if zero == 3:
                 for layer in range(L):
                     ag = self.gather()
                     last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
-                                        [ag] + (pre if layer == 0 else []), c.fwd_tp, f"F{j}.{ch}")
+                                        [ag] + (pre if layer == 0 else []), self.fwd_tp, f"F{j}.{ch}")
             else:
-                last = self.compute(L * self.fwd_layer + head, pre, L * c.fwd_tp, f"F{j}.{ch}")
+                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}")
             b.names[("lastF", vs, j)] = last
             if not is_last_vs:
                 b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last], tag=f"send-F{j}.{ch}")
@@ -156,16 +168,16 @@ class _Stage:
             for layer in range(L):
                 ag = self.gather()
                 last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
-                                    [ag] + (pre if layer == 0 else []), c.bwd_tp, f"B{j}.{ch}")
+                                    [ag] + (pre if layer == 0 else []), self.bwd_tp, f"B{j}.{ch}")
                 self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
         elif zero == 2 or (strat.overlap_grad_reduce and self.last_b[ch] == idx):
             n = self.n_buckets
             for k in range(n):
                 last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
-                                    L * c.bwd_tp / n, f"B{j}.{ch}")
+                                    L * self.bwd_tp / n, f"B{j}.{ch}")
                 self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last], tag="grad"))
         else:
-            last = self.compute(L * self.bwd_layer + head, pre, L * c.bwd_tp, f"B{j}.{ch}")
+            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, f"B{j}.{ch}")
         if vs > 0:
             b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last], tag=f"send-B{j}.{ch}")
 
@@ -175,7 +187,7 @@ class _Stage:
         if strat.zero <= 1 and not strat.overlap_grad_reduce:
             self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]], tag="grad"))
         opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:], tag="optimizer")
-        if strat.zero in (1, 2):
+        if strat.zero in (1, 2) and not strat.overlap_param_gather:
             b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt], tag="param-gather")
 
 

@@ -16,7 +16,8 @@ from tilecast.cluster.strategy import Strategy
 RUNS = os.path.join(os.path.dirname(__file__), "validation", "runs.yaml")
 METRICS = ("step_s", "tokens_per_s", "tflops_per_gpu")
 STRATEGY_FIELDS = ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "zero", "schedule", "virtual_stages",
-                   "recompute", "sequence_parallel", "attention", "overlap_grad_reduce", "grad_reduce_bytes", "dtype")
+                   "recompute", "sequence_parallel", "attention", "overlap_grad_reduce", "overlap_param_gather",
+                   "tp_comm_overlap", "grad_reduce_bytes", "dtype")
 REQUIRED = ("id", "source", "cluster", "model", "gpus", "dp", "seq", "global_batch", "micro_batch", "metric",
             "published", "role")
 # Publications that must stay out of the table and of every calibration.
