@@ -344,7 +344,8 @@ def parse_machine(doc, where: str = "<machine>", text: str = "") -> Machine:
 def _routes(m: Machine) -> list[list]:
     """Directed routes between memory nodes, as lists of link indices (None: unreachable).
 
-    Fewest hops first, then the highest bottleneck bandwidth, then description
+    Fewest hops first, then the highest bottleneck bandwidth, then the fewest
+    stops in host memory (a direct peer path beats staging), then description
     order. Data may pass through switches and the host memory (node 0, where
     StarPU stages copies between devices without a direct path), never through
     another device.
@@ -353,7 +354,7 @@ def _routes(m: Machine) -> list[list]:
     relay = set(m.switches) | {names[0]}
     routes = []
     for s, src in enumerate(names):
-        best: dict[str, tuple] = {src: (0, -np.inf, ())}
+        best: dict[str, tuple] = {src: (0, -np.inf, 0, ())}
         changed = True
         while changed:
             changed = False
@@ -361,12 +362,13 @@ def _routes(m: Machine) -> list[list]:
                 at = best.get(link.src)
                 if at is None or (link.src != src and link.src not in relay) or link.dst == src:
                     continue
-                hops, neg_bw, path = at
-                cand = (hops + 1, max(neg_bw, -link.bandwidth), path + (i,))
+                hops, neg_bw, staged, path = at
+                cand = (hops + 1, max(neg_bw, -link.bandwidth), staged + (link.src == names[0] and link.src != src),
+                        path + (i,))
                 old = best.get(link.dst)
-                if old is None or cand[:2] < old[:2]:
+                if old is None or cand[:3] < old[:3]:
                     best[link.dst] = cand
                     changed = True
-        routes.append([[] if d == s else (list(best[n][2]) if n in best else None)
+        routes.append([[] if d == s else (list(best[n][3]) if n in best else None)
                        for d, n in enumerate(names)])
     return routes

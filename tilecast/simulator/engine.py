@@ -71,6 +71,7 @@ class Engine:
         self.policy = policy
         self.env = simpy.Environment()
         self.busy = [False] * self.n_workers
+        self.idle = set(range(self.n_workers))
         self.start = [0.0] * n
         self.end = [0.0] * n
         self.where = [-1] * n
@@ -109,6 +110,7 @@ class Engine:
                 begin = ready
         end = begin + self.duration[self.worker_kind[w]][t]
         self.busy[w] = True
+        self.idle.discard(w)
         self.start[t] = begin
         self.end[t] = end
         self.where[t] = w
@@ -119,9 +121,11 @@ class Engine:
         t = ev._value
         w = self.where[t]
         self.busy[w] = False
+        self.idle.add(w)
         self.n_done += 1
         if self.memory is not None:
             self.memory.release(t, self.worker_node[w], self.env._now)
+        self.policy.finished(t, w)
         missing = self.missing
         push = self.policy.push
         succ = self.succ
@@ -130,7 +134,6 @@ class Engine:
             missing[s] -= 1
             if missing[s] == 0:
                 push(s, w)
-        self.policy.finished(t, w)
         self.wake(w)
 
     # --- results ------------------------------------------------------------
