@@ -55,8 +55,8 @@ class FittedKernel:
 
     def describe(self) -> dict:
         c = self.coef
-        return {"fixed_us": c[0] * 1e6, "gflops": (1e-9 / c[1]) if c[1] > 0 else float("inf"),
-                "GBps": (1e-9 / c[2]) if c[2] > 0 else float("inf")}
+        return {"fixed_us": float(c[0] * 1e6), "gflops": float(1e-9 / c[1]) if c[1] > 0 else float("inf"),
+                "GBps": float(1e-9 / c[2]) if c[2] > 0 else float("inf")}
 
 
 class DurationModel:
