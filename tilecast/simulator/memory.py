@@ -8,11 +8,14 @@
 - A write makes the writer's replica the only valid one: the others are
   dropped and their memory freed.
 - A node that is full evicts its least recently used replica that no running
-  task holds; if that replica is the only valid copy (dirty) it is first written
+  task uses; if that replica is the only valid copy (dirty) it is first written
   back to the host. Capacity is never exceeded on device nodes; the host is
   not limited (its peak is reported).
 - Transfers come from the host when it holds a valid copy, else from the
   lowest-numbered node that does, and are reserved on :class:`~tilecast.simulator.links.Links`.
+
+Hot paths avoid per-access bookkeeping: the tiles in use on a node are found
+from the tasks running there only when an eviction needs them.
 """
 
 from __future__ import annotations
@@ -36,35 +39,49 @@ class Memory:
         self.used = [0] * n_nodes
         self.used[0] = int(graph.tile_nbytes[persistent].sum())
         self.peak = list(self.used)
-        self.pins: list[dict] = [dict() for _ in range(n_nodes)]
+        self.running: list[set] = [set() for _ in range(n_nodes)]  # tasks holding data on each node
         ptr = graph.acc_ptr.tolist()
         tiles = graph.acc_tile.astype(np.int64).tolist()
         modes = graph.acc_mode.astype(np.int64).tolist()
-        # per task: accesses as a tuple of (tile, mode)
-        self.accesses = [tuple(zip(tiles[ptr[i]:ptr[i + 1]], modes[ptr[i]:ptr[i + 1]])) for i in range(graph.n_tasks)]
+        pairs = list(zip(tiles, modes))
+        self.accesses = [tuple(pairs[ptr[i]:ptr[i + 1]]) for i in range(graph.n_tasks)]
+        reads = [t for t, m in pairs if m & 1]
+        rptr = np.zeros(graph.n_tasks + 1, dtype=np.int64)
+        np.cumsum(np.add.reduceat((graph.acc_mode & 1).astype(np.int64), graph.acc_ptr[:-1])
+                  if graph.n_tasks else np.zeros(0, np.int64), out=rptr[1:])
+        rptr = rptr.tolist()
+        self.reads = [tuple(reads[rptr[i]:rptr[i + 1]]) for i in range(graph.n_tasks)]
+        self._cost: dict = {}
         self.n_evictions = 0
         self.n_writebacks = 0
 
     # --- estimates (no state change) ----------------------------------------
+    def _tile_cost(self, v: int, b: int) -> list:
+        """Per node, time to bring a tile of ``b`` bytes held on nodes ``v`` there (0 where held)."""
+        src = 0 if v & 1 else (v & -v).bit_length() - 1
+        est = self.links.estimate
+        c = [0.0 if (v >> d) & 1 else est(src, d, b) for d in range(self.n_nodes)]
+        self._cost[(v, b)] = c
+        return c
+
     def penalty(self, task: int) -> list[float]:
         """Per node, the uncontended time to bring the task's missing inputs there."""
-        n = self.n_nodes
-        pen = [0.0] * n
-        valid = self.valid
-        size = self.size
-        est = self.links.estimate
-        for tile, mode in self.accesses[task]:
-            if not mode & 1:
-                continue
+        valid, size, cache = self.valid, self.size, self._cost
+        vecs = []
+        for tile in self.reads[task]:
             v = valid[tile]
-            if v == 0:
-                continue
-            src = 0 if v & 1 else (v & -v).bit_length() - 1
-            b = size[tile]
-            for d in range(n):
-                if not (v >> d) & 1:
-                    pen[d] += est(src, d, b)
-        return pen
+            if v:
+                key = (v, size[tile])
+                vecs.append(cache.get(key) or self._tile_cost(*key))
+        if not vecs:
+            return [0.0] * self.n_nodes
+        if len(vecs) == 1:
+            return vecs[0]
+        if len(vecs) == 2:
+            return [a + b for a, b in zip(*vecs)]
+        if len(vecs) == 3:
+            return [a + b + c for a, b, c in zip(*vecs)]
+        return [sum(x) for x in zip(*vecs)]
 
     # --- state changes --------------------------------------------------------
     def _make_room(self, node: int, nbytes: int, now: float) -> None:
@@ -72,11 +89,11 @@ class Memory:
         if self.used[node] + nbytes <= cap:
             return
         held = self.avail[node]
-        pins = self.pins[node]
+        in_use = {tile for t in self.running[node] for tile, _ in self.accesses[t]}
         victims = []
         need = self.used[node] + nbytes - cap
         for tile in held:
-            if tile in pins:
+            if tile in in_use:
                 continue
             victims.append(tile)
             need -= self.size[tile]
@@ -101,16 +118,11 @@ class Memory:
             else:
                 self.valid[tile] &= ~bit
 
-    def _bring(self, tile: int, node: int, now: float, fetch: bool = True) -> float:
-        """Make a replica of ``tile`` valid on ``node``; return when it is there.
+    def _bring(self, tile: int, node: int, now: float, fetch: int = 1) -> float:
+        """Make a replica of ``tile`` valid on ``node`` (not held there yet); return when it is there.
 
-        With ``fetch`` False (a write-only access) the space is allocated but no data is copied.
+        With ``fetch`` 0 (a write-only access) the space is allocated but no data is copied.
         """
-        held = self.avail[node]
-        if tile in held:
-            ready = held.pop(tile)
-            held[tile] = ready  # most recently used
-            return ready
         size = self.size[tile]
         self._make_room(node, size, now)
         v = self.valid[tile]
@@ -118,8 +130,8 @@ class Memory:
             src = 0 if v & 1 else (v & -v).bit_length() - 1
             ready = self.links.transfer(src, node, size, max(now, self.avail[src][tile]))
         else:
-            ready = now  # nothing to copy: first write allocates
-        held[tile] = ready
+            ready = now  # nothing to copy
+        self.avail[node][tile] = ready
         self.valid[tile] = v | (1 << node)
         self.used[node] += size
         if self.used[node] > self.peak[node]:
@@ -128,45 +140,45 @@ class Memory:
 
     def prefetch(self, task: int, node: int, now: float) -> None:
         """Start bringing the task's inputs to ``node`` (done when a task is assigned early)."""
-        for tile, mode in self.accesses[task]:
-            if mode & 1 and not (self.valid[tile] >> node) & 1:
+        valid = self.valid
+        for tile in self.reads[task]:
+            if not (valid[tile] >> node) & 1:
                 try:
                     self._bring(tile, node, now)
                 except SimulationError:
                     return  # no room now: the fetch at start will retry
 
     def acquire(self, task: int, node: int, now: float) -> float:
-        """Pin the task's data on ``node``, fetching what is missing; return when all is there."""
+        """Hold the task's data on ``node``, fetching what is missing; return when all is there."""
+        self.running[node].add(task)
         ready = now
-        pins = self.pins[node]
+        held = self.avail[node]
+        valid = self.valid
         bit = 1 << node
         for tile, mode in self.accesses[task]:
-            pins[tile] = pins.get(tile, 0) + 1
-        for tile, mode in self.accesses[task]:
-            t = self._bring(tile, node, now, mode & 1)
+            if tile in held:
+                t = held.pop(tile)
+                held[tile] = t  # most recently used
+            else:
+                t = self._bring(tile, node, now, mode & 1)
             if t > ready:
                 ready = t
-            if mode & 2:
-                v = self.valid[tile] & ~bit
+            if mode & 2 and valid[tile] != bit:
+                v = valid[tile] & ~bit
                 d = 0
                 while v:
                     if v & 1:
-                        self.avail[d].pop(tile, None)
+                        del self.avail[d][tile]
                         self.used[d] -= self.size[tile]
                     v >>= 1
                     d += 1
-                self.valid[tile] = bit
+                valid[tile] = bit
         return ready
 
     def release(self, task: int, node: int, now: float) -> None:
-        """Unpin the task's data; written replicas are ready from now."""
-        pins = self.pins[node]
+        """The task ended: its data may be evicted again; written replicas are ready from now."""
+        self.running[node].discard(task)
         held = self.avail[node]
         for tile, mode in self.accesses[task]:
-            c = pins[tile] - 1
-            if c:
-                pins[tile] = c
-            else:
-                del pins[tile]
             if mode & 2:
                 held[tile] = now

@@ -10,7 +10,8 @@ worker's queue sorted by priority. All three prefetch a task's inputs to the
 chosen node as soon as it is assigned. Ties go to the lowest worker id.
 
 A worker's expected end is tracked as StarPU does: ``exp_start`` (moved to
-now when the worker finishes a task) plus ``exp_len`` (predicted work queued).
+now when the worker finishes a task) plus ``exp_len`` (predicted work queued),
+kept here as their sum ``exp_end``.
 """
 
 from __future__ import annotations
@@ -32,47 +33,48 @@ class DequeModel(Policy):
     def attach(self, engine) -> None:
         super().attach(engine)
         n = engine.n_workers
-        self.exp_start = [0.0] * n
+        self.exp_end = [0.0] * n  # exp_start + exp_len
         self.exp_len = [0.0] * n
         self.queues = [[] if self.sorted_queues else deque() for _ in range(n)]
         self.neg = None if self.priority is None else [-float(p) for p in self.priority]
         self.assigned_len = [0.0] * engine.n_tasks
-        self.workers = list(zip(range(n), engine.worker_kind, engine.worker_node))
+        rows = engine.duration
+        self.workers = [(w, rows[k], node) for w, (k, node) in enumerate(zip(engine.worker_kind, engine.worker_node))]
+        self.no_penalty = [0.0] * (max(engine.worker_node) + 1)
 
     def push(self, task: int, by: int) -> None:
         eng = self.engine
         now = eng.env._now
-        dur = eng.duration
-        exp_start, exp_len = self.exp_start, self.exp_len
+        exp_end = self.exp_end
         memory = eng.memory
-        pen = memory.penalty(task) if (self.data_aware and memory is not None) else None
-        best_w, best_f, best_d, best_p = -1, float("inf"), 0.0, 0.0
-        for w, kind, node in self.workers:
-            s = exp_start[w]
-            if s < now:
-                s = exp_start[w] = now
-            d = dur[kind][task]
-            f = s + exp_len[w] + d
-            p = 0.0
-            if pen is not None:
-                p = pen[node]
-                f += p
+        pen = memory.penalty(task) if (self.data_aware and memory is not None) else self.no_penalty
+        best_w, best_f = -1, float("inf")
+        for w, row, node in self.workers:
+            e = exp_end[w]
+            if e < now:
+                e = now
+            f = e + row[task] + pen[node]
             if f < best_f:
-                best_w, best_f, best_d, best_p = w, f, d, p
+                best_w, best_f = w, f
         w = best_w
         if w < 0:
             raise RuntimeError(f"task {task}: no worker can run it")
+        _, row, node = self.workers[w]
+        e = exp_end[w]
+        if e < now:
+            e = now
         # the worker cannot start before the data arrives
-        wait = now + best_p - (exp_start[w] + exp_len[w])
-        length = best_d + eng.overhead + (wait if wait > 0 else 0.0)
-        exp_len[w] += length
+        arrival = now + pen[node]
+        length = row[task] + eng.overhead + (arrival - e if arrival > e else 0.0)
+        exp_end[w] = e + length
+        self.exp_len[w] += length
         self.assigned_len[task] = length
         if self.sorted_queues:
             heapq.heappush(self.queues[w], (self.neg[task] if self.neg else 0.0, task))
         else:
             self.queues[w].append(task)
         if memory is not None:
-            memory.prefetch(task, eng.worker_node[w], now)
+            memory.prefetch(task, node, now)
         if not eng.busy[w]:
             eng.wake(w)
 
@@ -83,10 +85,11 @@ class DequeModel(Policy):
         return heapq.heappop(q)[1] if self.sorted_queues else q.popleft()
 
     def finished(self, task: int, worker: int) -> None:
-        self.exp_len[worker] -= self.assigned_len[task]
-        if self.exp_len[worker] < 1e-15:
-            self.exp_len[worker] = 0.0
-        self.exp_start[worker] = self.engine.env._now
+        left = self.exp_len[worker] - self.assigned_len[task]
+        if left < 1e-15:
+            left = 0.0
+        self.exp_len[worker] = left
+        self.exp_end[worker] = self.engine.env._now + left
 
 
 class DequeModelDataAware(DequeModel):
