@@ -50,3 +50,17 @@ def test_bad_input_exits_2_with_one_line(argv, word, capsys):
     assert main(["simulate", *SMALL, "--no-trace", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) >= 1 and word in err[-1]
+
+
+def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
+                 "--tiles", "16", "--repeats", "2", "--per-kernel", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kernels"] >= 10 and doc["timer"] in ("c-kernels", "numpy-reference")
+    assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
+    assert main(["simulate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
+                 "--no-trace", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["calibration"] == "stored"
+    assert sim["duration_sources"]["measured"] > 0  # the same shapes were timed

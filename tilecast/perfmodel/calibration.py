@@ -128,10 +128,28 @@ def calibrate(machine, cases, repeats: int = 7, timer=None, timer_name: str | No
     return cal
 
 
-def cases_from_shapes(shapes) -> list[tuple[str, np.ndarray]]:
-    """Calibration cases from :func:`tilecast.perfmodel.shapes.graph_shapes` (one per distinct shape)."""
+def cases_from_shapes(shapes, per_kernel: int | None = None) -> list[tuple[str, np.ndarray]]:
+    """Calibration cases from :func:`tilecast.perfmodel.shapes.graph_shapes`: one per distinct shape.
+
+    With ``per_kernel``, at most that many per kernel, spread evenly over the
+    kernel's shapes sorted by bytes then flops (many shapes differ only in an
+    offset parameter that does not change the cost).
+    """
+    from tilecast.perfmodel.shapes import shape_bytes, shape_flops
+
     ks = all_kernels()
-    return [(ks[s.kernel].name, row) for s in shapes for row in s.shapes]
+    merged: dict[int, list] = {}
+    for s in shapes:
+        merged.setdefault(s.kernel, []).append(s.shapes)
+    out = []
+    for kid, mats in merged.items():
+        rows = np.unique(np.concatenate(mats), axis=0)
+        n_params = len(ks[kid].params)
+        if per_kernel is not None and len(rows) > per_kernel:
+            order = np.lexsort((shape_flops(kid, rows[:, :n_params]), shape_bytes(kid, rows[:, n_params:])))
+            rows = rows[order[np.unique(np.linspace(0, len(rows) - 1, per_kernel).round().astype(int))]]
+        out += [(ks[kid].name, row) for row in rows]
+    return out
 
 
 def gemm_cases(sizes, trans=((0, 0),)) -> list[tuple[str, np.ndarray]]:

@@ -10,6 +10,8 @@ references (:func:`numpy_reference_timer`, always available).
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 
 import numpy as np
@@ -49,13 +51,22 @@ def numpy_reference_timer(kernel_id: int, params: np.ndarray, buffers: list, rep
 
 
 def c_kernel_timer():
-    """The timer of the native C kernels (the code StarPU's CPU workers run), or None if unavailable."""
+    """The timer of the native C kernels (the code StarPU's CPU workers run), or None if they cannot be built."""
     try:
-        from tilecast.kernels import native  # provided by the StarPU executor's kernel library
-    except ImportError:
+        from tilecast.kernels import native
+
+        with contextlib.redirect_stdout(sys.stderr):  # a first build reports to stdout; keep --json clean
+            native.library()
+    except Exception:  # no compiler, no OpenBLAS, or an older tree without the C kernels
         return None
-    fn = getattr(native, "time_kernel", None)
-    return fn
+
+    def time_c(kernel_id: int, params: np.ndarray, buffers: list, repeats: int) -> np.ndarray:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1, user_api="blas"):
+            return native.time_kernel(kernel_id, params, buffers, repeats + 1)[1:]  # first run warms up
+
+    return time_c
 
 
 def default_timer():
