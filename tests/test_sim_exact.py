@@ -88,8 +88,9 @@ def test_transfer_bound_pair_on_two_memory_nodes():
     assert eng.start[0] == pytest.approx(0.0)  # a first write needs no transfer
     assert eng.start[1] == pytest.approx(1e-3 + move)
     assert eng.end[1] == pytest.approx(2e-3 + move)
-    assert sorted(zip(links.log_src, links.log_dst)) == [(0, 2), (1, 2)]
-    assert links.log_bytes == [nbytes, nbytes]
+    assert sorted((src, dst, b) for src, dst, b, _, _ in links.log) == [(0, 2, nbytes), (1, 2, nbytes)]
+    per_link = {m.links[i].name: int(b) for i, b in enumerate(links.bytes_per_link()) if b}
+    assert per_link == {"pcie:host->dev1": nbytes, "p2p:dev0->sw": nbytes, "p2p:sw->dev1": nbytes}
     assert mem.valid[g.tensor("y").first_tile] == 1 << 2  # the write left one valid copy, on device 2
 
 

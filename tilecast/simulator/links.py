@@ -33,12 +33,7 @@ class Links:
         self.latency = lat.tolist()
         self.inv_bw = inv_bw.tolist()
         self.first_link = first.tolist()
-        # record of transfers: (src, dst, bytes, start, end)
-        self.log_src: list[int] = []
-        self.log_dst: list[int] = []
-        self.log_bytes: list[int] = []
-        self.log_start: list[float] = []
-        self.log_end: list[float] = []
+        self.log: list[tuple] = []  # (src, dst, bytes, start, end) per transfer
 
     def estimate(self, src: int, dst: int, nbytes: int) -> float:
         """Uncontended duration of a transfer (what a scheduler's bus model predicts)."""
@@ -55,10 +50,27 @@ class Links:
         end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
         for i in route:
             free_at[i] = end
-            self.bytes[i] += nbytes
-        self.log_src.append(src)
-        self.log_dst.append(dst)
-        self.log_bytes.append(nbytes)
-        self.log_start.append(start)
-        self.log_end.append(end)
+        self.log.append((src, dst, nbytes, start, end))
         return end
+
+    def arrays(self) -> dict:
+        """The transfers as arrays: src, dst, bytes, start, end."""
+        if not self.log:
+            z = np.zeros(0, dtype=np.int64)
+            return {"src": z, "dst": z, "bytes": z, "start": np.zeros(0), "end": np.zeros(0)}
+        a = np.array(self.log, dtype=np.float64)  # bytes and node ids are exact in float64
+        return {"src": a[:, 0].astype(np.int64), "dst": a[:, 1].astype(np.int64), "bytes": a[:, 2].astype(np.int64),
+                "start": a[:, 3].copy(), "end": a[:, 4].copy()}
+
+    def bytes_per_link(self, arrays: dict | None = None) -> np.ndarray:
+        """Bytes carried by each link (a transfer counts on every link of its route)."""
+        out = np.zeros(self.n_links, dtype=np.int64)
+        a = arrays if arrays is not None else self.arrays()
+        if not len(a["bytes"]):
+            return out
+        n = len(self.route)
+        per_pair = np.bincount(a["src"] * n + a["dst"], weights=a["bytes"], minlength=n * n)
+        for pair in np.flatnonzero(per_pair):
+            for i in self.route[pair // n][pair % n]:
+                out[i] += int(per_pair[pair])
+        return out

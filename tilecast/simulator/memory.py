@@ -124,7 +124,8 @@ class Memory:
         With ``fetch`` 0 (a write-only access) the space is allocated but no data is copied.
         """
         size = self.size[tile]
-        self._make_room(node, size, now)
+        if self.used[node] + size > self.capacity[node]:
+            self._make_room(node, size, now)
         v = self.valid[tile]
         if v and fetch:
             src = 0 if v & 1 else (v & -v).bit_length() - 1
@@ -165,13 +166,12 @@ class Memory:
                 ready = t
             if mode & 2 and valid[tile] != bit:
                 v = valid[tile] & ~bit
-                d = 0
-                while v:
-                    if v & 1:
-                        del self.avail[d][tile]
-                        self.used[d] -= self.size[tile]
-                    v >>= 1
-                    d += 1
+                while v:  # drop every other replica
+                    low = v & -v
+                    d = low.bit_length() - 1
+                    del self.avail[d][tile]
+                    self.used[d] -= self.size[tile]
+                    v ^= low
                 valid[tile] = bit
         return ready
 

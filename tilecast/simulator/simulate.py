@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tilecast.kernels import all_kernels
-from tilecast.simulator.dag import bottom_level, levels, longest_path_end
+from tilecast.simulator.dag import bottom_level, longest_path_end
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
@@ -114,11 +114,8 @@ def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None =
     eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead=machine.task_overhead, memory=memory).run()
     start, end, worker = eng.arrays()
-    tr = {"src": np.asarray(links.log_src, np.int64), "dst": np.asarray(links.log_dst, np.int64),
-          "bytes": np.asarray(links.log_bytes, np.int64), "start": np.asarray(links.log_start),
-          "end": np.asarray(links.log_end)}
-    summary = summarize(graph, machine, durations, worker_kind,
-                        start, end, worker, links, memory, sched)
+    tr = links.arrays()
+    summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)
     return SimResult(start, end, worker, summary, tr, graph, machine)
 
 
@@ -128,17 +125,17 @@ def lower_bounds(durations: np.ndarray, worker_kind, overhead: float, pred_ptr, 
     fastest = durations[used].min(axis=0) + overhead
     if len(fastest) == 0:
         return 0.0, 0.0
-    cp = float(longest_path_end(fastest, pred_ptr, pred, levels(pred_ptr, pred, len(fastest))).max())
+    cp = float(longest_path_end(fastest, pred_ptr, pred).max())
     return cp, float(fastest.sum() / len(worker_kind))
 
 
-def summarize(graph, machine, durations, worker_kind, start, end, worker, links, memory, sched) -> dict:
+def summarize(graph, machine, durations, worker_kind, start, end, worker, links, transfers, memory, sched) -> dict:
     pred_ptr, pred = graph.dependencies
     makespan = float(end.max()) if len(end) else 0.0
     n_w = len(machine.workers)
     busy = np.bincount(worker, weights=end - start + machine.task_overhead, minlength=n_w)
     cp, work = lower_bounds(durations, worker_kind, machine.task_overhead, pred_ptr, pred)
-    link_bytes = {machine.links[i].name: int(b) for i, b in enumerate(links.bytes) if b}
+    link_bytes = {machine.links[i].name: int(b) for i, b in enumerate(links.bytes_per_link(transfers)) if b}
     peak = memory.peak if memory is not None else [int(graph.tile_nbytes.sum())] + [0] * (len(machine.nodes) - 1)
     return {
         "sched": sched,
@@ -152,8 +149,8 @@ def summarize(graph, machine, durations, worker_kind, start, end, worker, links,
         "idle_s": (makespan - busy).tolist(),
         "utilization": float(busy.sum() / (makespan * n_w)) if makespan > 0 else 0.0,
         "flops": float(graph.flops.sum()),
-        "transfers": len(links.log_bytes),
-        "bytes_moved": int(sum(links.log_bytes)),
+        "transfers": int(len(transfers["bytes"])),
+        "bytes_moved": int(transfers["bytes"].sum()),
         "bytes_per_link": link_bytes,
         "peak_memory_bytes": {machine.nodes[i].name: int(p) for i, p in enumerate(peak)},
         "evictions": memory.n_evictions if memory is not None else 0,
