@@ -15,6 +15,8 @@ import sys
 COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
+    "calibrate": "calibrate_cmd",
+    "simulate": "simulate_cmd",
     "whatif": "whatif_cmd",
     "validate": "validate_cmd",
 }

@@ -23,6 +23,7 @@ import numpy as np
 import simpy
 
 from tilecast.simulator.dag import successors
+from tilecast.simulator.policies.base import Policy
 
 
 class SimulationError(RuntimeError):
@@ -71,11 +72,14 @@ class Engine:
         self.policy = policy
         self.env = simpy.Environment()
         self.busy = [False] * self.n_workers
+        self.idle = set(range(self.n_workers))
         self.start = [0.0] * n
         self.end = [0.0] * n
         self.where = [-1] * n
         self.n_done = 0
         policy.attach(self)
+        # the policy's end-of-task hook, skipped when it does nothing
+        self._finished = policy.finished if type(policy).finished is not Policy.finished else None
 
     # --- running ------------------------------------------------------------
     def run(self) -> "Engine":
@@ -109,29 +113,32 @@ class Engine:
                 begin = ready
         end = begin + self.duration[self.worker_kind[w]][t]
         self.busy[w] = True
+        self.idle.discard(w)
         self.start[t] = begin
         self.end[t] = end
         self.where[t] = w
-        ev = env.timeout(end - now, t)
-        ev.callbacks.append(self._finish)
+        env.timeout(end - now, t).callbacks.append(self._finish)
 
     def _finish(self, ev) -> None:
         t = ev._value
         w = self.where[t]
         self.busy[w] = False
+        self.idle.add(w)
         self.n_done += 1
         if self.memory is not None:
             self.memory.release(t, self.worker_node[w], self.env._now)
+        if self._finished is not None:
+            self._finished(t, w)
         missing = self.missing
         push = self.policy.push
-        succ = self.succ
-        for i in range(self.succ_ptr[t], self.succ_ptr[t + 1]):
-            s = succ[i]
+        for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
             missing[s] -= 1
             if missing[s] == 0:
                 push(s, w)
-        self.policy.finished(t, w)
-        self.wake(w)
+        if not self.busy[w]:
+            nxt = self.policy.pop(w)
+            if nxt >= 0:
+                self._begin(w, nxt)
 
     # --- results ------------------------------------------------------------
     @property
