@@ -198,6 +198,10 @@ def run(args):
             raise UsageError("--search: needs --gpus")
         if args.gpus > cluster.n_gpus:
             raise UsageError(f"--gpus: {args.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+        if args.dtype not in cluster.gpu.peak_flops:
+            raise UsageError(f"--dtype: {cluster.gpu.name} has no {args.dtype} peak in {cluster.name}")
+        if args.attention not in ("flash", "cudnn", "unfused"):
+            raise UsageError(f"--attention: must be flash, cudnn or unfused, got {args.attention!r}")
         gb = args.global_batch or args.gpus
         res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
                      progress=not args.json, dtype=args.dtype, attention=args.attention)

@@ -31,7 +31,7 @@ def candidates(shape, cluster, gpus: int, seq: int, global_batch: int, dtype: st
                 if global_batch % (dp * mb):
                     continue
                 m = global_batch // (dp * mb)
-                schedules = [("1f1b", 1)] if pp > 1 else [("1f1b", 1)]
+                schedules = [("1f1b", 1)]
                 if pp > 1 and m % pp == 0 and shape.n_layer % (pp * 2) == 0:
                     schedules.append(("interleaved", 2))
                 zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
