@@ -15,8 +15,9 @@ id    stream         tasks
 2     send-backward  activation gradients to the previous stage
 3     data-parallel  gradient all-reduce / reduce-scatter buckets, ZeRO
                      parameter all-gather after the optimizer
-4     gather         ZeRO-3 (FSDP) per-layer parameter all-gathers, issued
-                     ``fsdp_prefetch`` layers ahead
+4     sharded        ZeRO-3 (FSDP) per-layer parameter all-gathers, issued
+                     ``fsdp_prefetch`` layers ahead, and per-layer gradient
+                     reduce-scatters: one stream, as they share the NICs
 ====  =============  =====================================================
 
 Dependencies are those a framework has: a forward waits for the previous
@@ -152,10 +153,12 @@ class _Stage:
             if j == 0 and ch in self.param_pieces:
                 pre.append(self.param_pieces.pop(ch))
             if zero == 3:
+                ag = self.gather()
                 for layer in range(L):
-                    ag = self.gather()
                     last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
                                         [ag] + (pre if layer == 0 else []), self.fwd_tp, f"F{j}.{ch}")
+                    if layer + 1 < L:
+                        ag = self.gather()
             else:
                 last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}")
             b.names[("lastF", vs, j)] = last
@@ -165,11 +168,15 @@ class _Stage:
         head = c.head_bwd if is_last_vs else 0.0
         pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
         if zero == 3:
+            # FSDP order on the one network stream: the next layer's all-gather is issued before
+            # this layer's gradient reduce-scatter, so both share the NICs while the layer computes.
+            ag = self.gather()
             for layer in range(L):
-                ag = self.gather()
                 last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
                                     [ag] + (pre if layer == 0 else []), self.bwd_tp, f"B{j}.{ch}")
-                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
+                if layer + 1 < L:
+                    ag = self.gather()
+                self.dp_tasks.append(b.add(s, 4, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
         elif zero == 2 or (strat.overlap_grad_reduce and self.last_b[ch] == idx):
             n = self.n_buckets
             for k in range(n):
