@@ -87,3 +87,17 @@ def test_3072_gpu_configuration_under_a_second():
     elapsed = time.process_time() - t0
     assert r.gpus == 3072
     assert elapsed < 1.0, f"{elapsed:.2f} s of CPU for one 3072-GPU configuration"
+
+
+def test_search_space_speed_1000_configs_per_minute():
+    from tilecast.cluster.search import candidates
+
+    c = load_cluster("dgx-a100")
+    shape = load_shape("gpt3-175b")
+    cands = candidates(shape, c, 3072, 2048, 1536)[:200]
+    assert len(cands) == 200
+    t0 = time.process_time()
+    for st in cands:
+        evaluate(shape, st, c)
+    elapsed = time.process_time() - t0
+    assert elapsed < 12.0, f"{elapsed:.1f} s of CPU for 200 configurations (budget: 1000 per minute)"
