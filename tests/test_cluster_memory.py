@@ -53,3 +53,12 @@ def test_pipeline_in_flight_and_fit_flag():
     # 175B on a single 8-GPU node cannot hold its optimizer states: flagged, not hidden
     too_big = memory_per_gpu(shape, Strategy(tp=8, pp=1, dp=1, seq=2048, global_batch=8), c)
     assert too_big.total > c.gpu.memory_bytes
+
+
+def test_every_published_run_is_predicted_to_fit():
+    """The validation runs really trained: the memory model must not call any of them too big."""
+    from tilecast.cluster.validation import load_runs
+
+    for r in load_runs():
+        m = memory_per_gpu(load_shape(r.model), r.strategy, load_cluster(r.cluster))
+        assert m.total <= load_cluster(r.cluster).gpu.memory_bytes, (r.id, m.total / 1e9)
