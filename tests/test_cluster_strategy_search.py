@@ -71,6 +71,7 @@ LAYOUTS = hs.fixed_dictionaries({
     "rec": hs.sampled_from(["none", "selective", "full"]),
     "overlap": hs.booleans(),
     "factor": hs.sampled_from([1.5, 2.0, 8.0]),
+    "schedule": hs.sampled_from(["1f1b", "gpipe", "interleaved"]),
 })
 
 
@@ -78,9 +79,11 @@ LAYOUTS = hs.fixed_dictionaries({
 @given(LAYOUTS)
 def test_property_more_bandwidth_never_slower(x):
     shape = load_shape("mpt-13b")
+    interleaved = x["schedule"] == "interleaved" and x["pp"] > 1
     st = Strategy(tp=x["tp"], pp=x["pp"], dp=x["dp"], seq=2048, global_batch=x["dp"] * x["mb"] * 4,
                   micro_batch=x["mb"], zero=x["zero"], recompute=x["rec"], overlap_grad_reduce=x["overlap"],
-                  sequence_parallel=x["tp"] > 1)
+                  sequence_parallel=x["tp"] > 1, schedule="interleaved" if interleaved else
+                  ("1f1b" if x["schedule"] == "interleaved" else x["schedule"]), virtual_stages=2 if interleaved else 1)
     base = evaluate(shape, st, C)
     fast = evaluate(shape, st, C.scaled(network_bandwidth=x["factor"], nvlink_bandwidth=x["factor"]))
     assert fast.step_s <= base.step_s * (1 + 1e-12)
