@@ -110,8 +110,14 @@ def _print_result(r):
     print(f"  step {r.step_s:.4g} s   {r.tokens_per_s:,.0f} tokens/s   {r.tflops_per_gpu:.1f} TFLOP/s per GPU   "
           f"MFU {100 * r.mfu:.1f}%")
     b = r.breakdown
-    print("  breakdown: " + "   ".join(f"{k[:-2].replace('_', ' ')} {v:.4g} s ({100 * v / r.step_s:.1f}%)"
-                                       for k, v in b.items() if k.endswith("_s")))
+
+    def part(k, label):
+        return f"{label} {b[k]:.4g} s ({100 * b[k] / r.step_s:.1f}%)"
+
+    print("  breakdown: " + "   ".join([part("compute_s", "compute"), part("exposed_comm_s", "exposed comm")
+                                        + f" [tensor-parallel {b['tp_comm_s']:.4g} s]",
+                                        part("bubble_s", "pipeline bubble"), part("optimizer_s", "optimizer")])
+          + f"   (overlapped comm {b['overlapped_comm_s']:.4g} s, hidden under compute)")
     m = r.memory
     verdict = "fits" if r.fits else "DOES NOT FIT"
     print(f"  memory per GPU: {_gb(m['total'])} GB of {_gb(r.memory_capacity_bytes)} GB ({verdict}): params "
