@@ -29,7 +29,7 @@ def add_parser(sub):
     p.add_argument("--recompute", default="none", help="none | selective | full")
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 | tf32 | fp32")
-    p.add_argument("--attention", default="flash", help="flash (FlashAttention-2) | cudnn (cuDNN fused attention) | unfused")
+    p.add_argument("--attention", default="flash", help="flash (FlashAttention-style kernel) | cudnn (cuDNN fused attention) | unfused (scores in HBM)")
     p.add_argument("--tp-comm-overlap", action="store_true", help="overlap tensor-parallel collectives with GEMMs")
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="ZeRO-1/2: gather updated parameters during the next forward")

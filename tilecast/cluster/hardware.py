@@ -16,7 +16,7 @@ import yaml
 
 CLUSTER_DIR = os.path.join(os.path.dirname(__file__), "clusters")
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
-ATTENTION_KERNELS = ("flash", "cudnn")  # FlashAttention-2 style kernels; cuDNN fused attention (Transformer Engine)
+ATTENTION_KERNELS = ("flash", "cudnn")  # FlashAttention-style kernels; cuDNN fused attention (Transformer Engine)
 
 
 class ClusterError(ValueError):

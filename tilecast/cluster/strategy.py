@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, replace
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION = ("flash", "cudnn", "unfused")  # FlashAttention-2, cuDNN fused attention, scores materialised
+ATTENTION = ("flash", "cudnn", "unfused")  # FlashAttention-style kernel, cuDNN fused attention, scores materialised
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 
 
