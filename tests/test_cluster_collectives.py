@@ -48,8 +48,20 @@ def test_hierarchical_all_reduce_is_sum_of_phases():
     ar = min(2 * (m - 1) * IB.latency + 2 * (m - 1) / m * (n / k) / IB.effective_bandwidth,
              2 * math.ceil(math.log2(m)) * IB.latency + 2 * (n / k) / IB.effective_bandwidth)
     assert t == pytest.approx(2 * rs + ar)
-    # and it beats a flat ring bottlenecked by the network
-    assert t < collective_time("all_reduce", n, Group(k * m, k), C, "ring")
+
+
+def test_flat_ring_across_nodes_uses_the_nodes_nics():
+    # k ranks per node drive k NICs: per-rank rate min(NVLink, k x NIC share), network latency per step
+    n, k, m = 512e6, 4, 16
+    p = k * m
+    bw = min(NV.effective_bandwidth, k * IB.effective_bandwidth)
+    want = 2 * (p - 1) * IB.latency + 2 * (p - 1) / p * n / bw
+    assert collective_time("all_reduce", n, Group(p, k), C, "ring") == pytest.approx(want)
+    one_per_node = collective_time("all_reduce", n, Group(p, 1), C, "ring")
+    assert one_per_node > collective_time("all_reduce", n, Group(p, k), C, "ring")
+    # small messages across many ranks: the hierarchical algorithm's fewer network steps win
+    assert (collective_time("all_reduce", 1e5, Group(512, 8), C, "hierarchical")
+            < collective_time("all_reduce", 1e5, Group(512, 8), C, "ring"))
 
 
 def test_placement_tp_inside_node_dp_across():

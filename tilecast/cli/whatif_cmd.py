@@ -30,6 +30,7 @@ def add_parser(sub):
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 | tf32 | fp32")
     p.add_argument("--attention", default="flash", help="flash (FlashAttention-style kernel) | cudnn (cuDNN fused attention) | unfused (scores in HBM)")
+    p.add_argument("--collective-algo", default="auto", help="auto | ring | tree | hierarchical")
     p.add_argument("--tp-comm-overlap", action="store_true", help="overlap tensor-parallel collectives with GEMMs")
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="ZeRO-1/2: gather updated parameters during the next forward")
@@ -89,6 +90,7 @@ def _strategy(args, shape, cluster):
                   schedule=args.schedule, virtual_stages=v, recompute=args.recompute,
                   sequence_parallel=args.sequence_parallel, dtype=args.dtype, attention=args.attention,
                   overlap_grad_reduce=not args.no_overlap_grad_reduce, tp_comm_overlap=args.tp_comm_overlap,
+                  collective_algo=args.collective_algo,
                   overlap_param_gather=args.overlap_param_gather)
     try:
         st.check(shape, cluster)

@@ -95,6 +95,17 @@ def _hierarchical(op: str, n: float, g: Group, c: Cluster) -> float:
     return math.inf
 
 
+def _spanning(group: Group, c: Cluster) -> Fabric:
+    """The rate of a flat ring/tree over a group that spans nodes.
+
+    NCCL runs one ring (or tree) per channel and spreads the channels over the
+    node's NICs, so the k ranks a group has on a node together use k NICs' worth
+    of network: per-rank bandwidth k x (per-GPU NIC share), capped by NVLink.
+    """
+    bw = min(c.intra_node.effective_bandwidth, group.per_node * c.inter_node.effective_bandwidth)
+    return Fabric(name=c.inter_node.name, bandwidth=bw, latency=c.inter_node.latency, efficiency=1.0)
+
+
 def collective_time(op: str, nbytes: float, group: Group, cluster: Cluster, algo: str = "auto") -> float:
     """Seconds for one collective of ``nbytes`` (see the module docstring) on ``group``."""
     if op not in OPS:
@@ -104,7 +115,7 @@ def collective_time(op: str, nbytes: float, group: Group, cluster: Cluster, algo
     p = group.size
     if p <= 1 or nbytes <= 0:
         return 0.0
-    fabric = cluster.intra_node if group.nodes == 1 else cluster.inter_node
+    fabric = cluster.intra_node if group.nodes == 1 else _spanning(group, cluster)
     if op == "p2p":
         return _flat(op, nbytes, 2, fabric, "ring")
     if algo in ("ring", "tree"):

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecast.cluster import flops as F
-from tilecast.cluster.collectives import Group, collective_time, p2p_time
+from tilecast.cluster.collectives import Group, p2p_time
+from tilecast.cluster.collectives import collective_time as _collective_time
 from tilecast.cluster.memory import stage_params
 from tilecast.cluster.strategy import DTYPE_BYTES
 
@@ -48,6 +49,11 @@ class LayerCosts:
 def layer_costs(shape, strat, cluster) -> LayerCosts:
     gpu = cluster.gpu
     t, b, s = strat.tp, strat.micro_batch, strat.seq
+    algo = strat.collective_algo
+
+    def collective_time(op, n, group, c):
+        return _collective_time(op, n, group, c, algo)
+
     # Activations, collectives and attention stay in 16 bits when the GEMMs run in fp8
     # (Transformer Engine keeps attention and communication in bf16).
     e = max(2, DTYPE_BYTES[strat.dtype])

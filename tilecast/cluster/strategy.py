@@ -37,6 +37,7 @@ class Strategy:
     attention: str = "flash"
     overlap_grad_reduce: bool = True  # gradient reduction in buckets during the last backward
     grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
+    collective_algo: str = "auto"  # auto | ring | tree | hierarchical (see collectives.py)
     tp_comm_overlap: bool = False  # tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters during the next forward
     bucket_bytes: float = 25e6  # gradient bucket size in bytes (PyTorch DDP's default bucket_cap_mb = 25)
@@ -70,6 +71,8 @@ class Strategy:
             raise StrategyError(f"--recompute: must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.attention not in ATTENTION:
             raise StrategyError(f"attention: must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.collective_algo not in ("auto", "ring", "tree", "hierarchical"):
+            raise StrategyError(f"--collective-algo: must be auto, ring, tree or hierarchical, got {self.collective_algo!r}")
         if self.dtype not in DTYPE_BYTES:
             raise StrategyError(f"--dtype: must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.global_batch % (self.dp * self.micro_batch):

@@ -22,7 +22,7 @@ def _flag(s: str) -> bool:
 STRATEGY = {
     "tp": int, "pp": int, "dp": int, "micro_batch": int, "global_batch": int, "seq": int, "zero": int,
     "virtual_stages": int, "schedule": str, "recompute": str, "sequence_parallel": _flag, "dtype": str,
-    "attention": str, "tp_comm_overlap": _flag, "overlap_grad_reduce": _flag, "overlap_param_gather": _flag,
+    "attention": str, "collective_algo": str, "tp_comm_overlap": _flag, "overlap_grad_reduce": _flag, "overlap_param_gather": _flag,
 }
 PARAMS = sorted(HARDWARE) + sorted(STRATEGY)
 
