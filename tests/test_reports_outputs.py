@@ -38,3 +38,11 @@ def test_html_page_is_self_contained(tmp_path):
 def test_notebook_view_renders_tables():
     html = compare(schedule("sim"), schedule("real"))._repr_html_()
     assert "<table" in html and "+0.00%" in html
+
+
+def test_chrome_traces_can_be_left_out(tmp_path):
+    real = schedule("real")
+    paths = compare(schedule("sim"), real).write(str(tmp_path), chrome=False)
+    assert "pred_chrome_json" not in paths and not (tmp_path / "pred.trace.json").exists()
+    with open(paths["html"], encoding="utf-8") as f:
+        assert "Perfetto" not in f.read()

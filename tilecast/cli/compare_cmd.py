@@ -19,6 +19,8 @@ def add_parser(subparsers):
     p.add_argument("--out", metavar="DIR", default="tilecast-report", help="report folder (default: %(default)s)")
     p.add_argument("--any-source", action="store_true",
                    help="do not require PRED to be simulated and REAL measured (e.g. two measured runs)")
+    p.add_argument("--no-chrome", action="store_true",
+                   help="do not write the Chrome trace files (large for big graphs)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return p
 
@@ -31,7 +33,7 @@ def run(args) -> int:
     except ComparisonError as e:
         raise UsageError(str(e)) from None
     try:
-        paths = c.write(args.out)
+        paths = c.write(args.out, chrome=not args.no_chrome)
     except OSError as e:
         raise UsageError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
     s = c.summary()

@@ -82,8 +82,14 @@ class Comparison:
         }
         return _clean(s)
 
-    def write(self, folder: str) -> dict:
-        """Write the report files into ``folder``; return {what: path}."""
+    def write(self, folder: str, chrome: bool = True) -> dict:
+        """Write the report files into ``folder``; return {what: path}.
+
+        Files: ``report.html`` (self-contained), ``gantt.png``, ``kernel_errors.png``,
+        ``summary.json``, ``by_kernel.csv`` and, unless ``chrome`` is False (they
+        are large for big graphs: about 200 bytes a task), ``pred.trace.json`` and
+        ``real.trace.json`` (Chrome trace format, for Perfetto).
+        """
         from tilecast.reports.error_plot import write_error_plot
         from tilecast.reports.gantt import write_gantt
         from tilecast.reports.html_page import write_html
@@ -93,11 +99,12 @@ class Comparison:
         paths = {
             "gantt_png": write_gantt(self.pred, self.real, p("gantt.png")),
             "errors_png": write_error_plot(self.by_kernel, p("kernel_errors.png")),
-            "pred_chrome_json": tr.save(self.pred, p("pred.trace.json")),
-            "real_chrome_json": tr.save(self.real, p("real.trace.json")),
             "by_kernel_csv": p("by_kernel.csv"),
             "summary_json": p("summary.json"),
         }
+        if chrome:
+            paths["pred_chrome_json"] = tr.save(self.pred, p("pred.trace.json"))
+            paths["real_chrome_json"] = tr.save(self.real, p("real.trace.json"))
         self.by_kernel.to_csv(paths["by_kernel_csv"], index=False)
         with open(paths["summary_json"], "w") as f:
             json.dump(self.summary(), f, indent=1)

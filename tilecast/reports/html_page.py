@@ -40,12 +40,21 @@ def tables_html(c) -> str:
         f"<p>Tasks matched: {t['matched']} (only predicted: {t['pred_only']}, only measured: {t['real_only']}). "
         f"Task duration error: median {med}, 90th percentile of |error| {p90}. "
         "Errors are (predicted - measured) / measured.</p>",
+        _transfers(s["transfers"]),
         "<h2>Where the prediction went wrong: kernels</h2>", _fmt(c.by_kernel),
         "<h2>Phases (tags with layer numbers merged)</h2>", _fmt(c.by_phase.head(20)),
         "<h2>Tags</h2>", _fmt(c.by_tag.head(20)),
         "<h2>Workers: busy and idle time</h2>", _fmt(c.by_worker),
     ]
     return "\n".join(parts)
+
+
+def _transfers(t: dict) -> str:
+    if not (t["pred_count"] or t["real_count"]):
+        return ""
+    return (f"<p>Transfers: predicted {t['pred_count']} ({t['pred_bytes'] / 1e6:.2f} MB, {t['pred_s'] * 1e3:.3f} ms "
+            f"of link time), measured {t['real_count']} ({t['real_bytes'] / 1e6:.2f} MB, "
+            f"{t['real_s'] * 1e3:.3f} ms).</p>")
 
 
 def _img(path: str, alt: str) -> str:
@@ -58,6 +67,11 @@ def write_html(c, paths: dict, out: str) -> str:
     """Write the report page; ``paths`` holds the PNGs and the Chrome JSON files written beside it."""
     here = os.path.dirname(os.path.abspath(out))
     link = lambda key: html.escape(os.path.relpath(paths[key], here))  # noqa: E731
+    chrome = ""
+    if "pred_chrome_json" in paths:
+        chrome = (f'Chrome traces (open in <a href="https://ui.perfetto.dev">Perfetto</a>): '
+                  f'<a href="{link("pred_chrome_json")}">predicted</a>, '
+                  f'<a href="{link("real_chrome_json")}">measured</a>; ')
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>tilecast: prediction vs measurement</title>
 <style>{_STYLE}</style></head><body>
@@ -67,9 +81,7 @@ def write_html(c, paths: dict, out: str) -> str:
 {_img(paths["gantt_png"], "Gantt chart")}
 <h2>Error by kernel</h2>
 {_img(paths["errors_png"], "error by kernel")}
-<p>Chrome traces (open in <a href="https://ui.perfetto.dev">Perfetto</a>):
-<a href="{link("pred_chrome_json")}">predicted</a>, <a href="{link("real_chrome_json")}">measured</a>;
-<a href="{link("summary_json")}">summary JSON</a>.</p>
+<p>{chrome}<a href="{link("summary_json")}">summary JSON</a>.</p>
 </body></html>
 """
     with open(out, "w", encoding="utf-8") as f:
