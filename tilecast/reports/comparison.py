@@ -43,6 +43,7 @@ class Comparison:
     pred_makespan_s: float
     real_makespan_s: float
     unmatched: dict = field(default_factory=dict)
+    graph: object = None  # optional: gives the Chrome traces dependency arrows
 
     @property
     def makespan_error(self) -> float:
@@ -91,20 +92,21 @@ class Comparison:
         ``real.trace.json`` (Chrome trace format, for Perfetto).
         """
         from tilecast.reports.error_plot import write_error_plot
-        from tilecast.reports.gantt import write_gantt
+        from tilecast.reports.gantt import kernel_colors, write_gantt
         from tilecast.reports.html_page import write_html
 
         os.makedirs(folder, exist_ok=True)
         p = lambda name: os.path.join(folder, name)  # noqa: E731
         paths = {
             "gantt_png": write_gantt(self.pred, self.real, p("gantt.png")),
-            "errors_png": write_error_plot(self.by_kernel, p("kernel_errors.png")),
+            "errors_png": write_error_plot(self.by_kernel, kernel_colors(self.pred, self.real),
+                                           p("kernel_errors.png")),
             "by_kernel_csv": p("by_kernel.csv"),
             "summary_json": p("summary.json"),
         }
         if chrome:
-            paths["pred_chrome_json"] = tr.save(self.pred, p("pred.trace.json"))
-            paths["real_chrome_json"] = tr.save(self.real, p("real.trace.json"))
+            paths["pred_chrome_json"] = tr.save(self.pred, p("pred.trace.json"), graph=self.graph)
+            paths["real_chrome_json"] = tr.save(self.real, p("real.trace.json"), graph=self.graph)
         self.by_kernel.to_csv(paths["by_kernel_csv"], index=False)
         with open(paths["summary_json"], "w") as f:
             json.dump(self.summary(), f, indent=1)
@@ -130,8 +132,11 @@ def _read(x, name: str, source: str | None) -> pd.DataFrame:
     return check_trace(x, name, source)
 
 
-def compare(pred, real, *, check_sources: bool = True) -> Comparison:
+def compare(pred, real, *, check_sources: bool = True, graph=None) -> Comparison:
     """Compare predicted trace ``pred`` with measured trace ``real`` (DataFrames or .parquet/.csv paths).
+
+    ``graph``, if given (the traces' task graph), only adds dependency arrows to
+    the Chrome traces that :meth:`Comparison.write` produces.
 
     With ``check_sources`` (default) ``pred`` must hold only source 'sim' rows
     and ``real`` only 'real' rows; turn it off to compare, say, two measured
@@ -151,6 +156,7 @@ def compare(pred, real, *, check_sources: bool = True) -> Comparison:
         pred_makespan_s=makespan(pred),
         real_makespan_s=makespan(real),
         unmatched={"pred_only": len(pt - rt), "real_only": len(rt - pt)},
+        graph=graph,
     )
 
 

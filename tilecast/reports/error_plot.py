@@ -7,15 +7,13 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tilecast.reports.gantt import kernel_colors
 
 
-def error_figure(by_kernel: pd.DataFrame) -> Figure:
+def error_figure(by_kernel: pd.DataFrame, colors: dict) -> Figure:
     """Left: median signed error per kernel, with its 90th-percentile absolute error
     as a marker on the same side as the bar; right: summed predicted and measured time per kernel."""
     k = by_kernel.iloc[::-1]  # largest difference at the top
     y = np.arange(len(k))
-    colors = kernel_colors(k["kernel"])
     fig = Figure(figsize=(12, max(2.5, 0.9 + 0.4 * len(k))), layout="constrained")
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2, sharey=True)
@@ -34,6 +32,7 @@ def error_figure(by_kernel: pd.DataFrame) -> Figure:
     return fig
 
 
-def write_error_plot(by_kernel: pd.DataFrame, path: str, dpi: int = 110) -> str:
-    error_figure(by_kernel).savefig(path, dpi=dpi)
+def write_error_plot(by_kernel: pd.DataFrame, colors: dict, path: str, dpi: int = 110) -> str:
+    """``colors``: kernel -> colour, as :func:`~tilecast.reports.gantt.kernel_colors` gives."""
+    error_figure(by_kernel, colors).savefig(path, dpi=dpi)
     return path

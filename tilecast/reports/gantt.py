@@ -15,10 +15,14 @@ import pandas as pd
 from tilecast.reports.makespan import makespan
 
 
-def kernel_colors(kernels) -> dict:
-    """A fixed colour per kernel name (sorted), shared by every plot of a report."""
-    names = sorted(set(kernels))
-    palette = list(mcolors.TABLEAU_COLORS.values()) + list(mcolors.CSS4_COLORS.values())[::7]
+def kernel_colors(*traces: pd.DataFrame) -> dict:
+    """A colour per kernel, shared by every plot of a report: the kernels that take the
+    most time in ``traces`` together get the ten distinct Tableau colours, the rest
+    colours from matplotlib's named colours."""
+    time = pd.concat([t["end_s"] - t["start_s"] for t in traces]).groupby(
+        pd.concat([t["kernel"] for t in traces])).sum()
+    names = sorted(time.index, key=lambda k: (-time[k], k))
+    palette = list(mcolors.TABLEAU_COLORS.values()) + list(mcolors.CSS4_COLORS.values())[10::7]
     return {k: palette[i % len(palette)] for i, k in enumerate(names)}
 
 
@@ -45,7 +49,7 @@ def _draw(ax, df: pd.DataFrame, lanes: list, colors: dict, title: str) -> None:
 def gantt_figure(pred: pd.DataFrame, real: pd.DataFrame) -> Figure:
     """Two aligned panels (predicted above, measured below) sharing the time axis."""
     lanes = sorted(set(_lanes(pred)) | set(_lanes(real)), key=lambda x: (x[0] != "worker", x[1]))
-    colors = kernel_colors(list(pred["kernel"]) + list(real["kernel"]))
+    colors = kernel_colors(pred, real)
     height = max(3.0, 1.2 + 0.35 * len(lanes)) * 2
     fig = Figure(figsize=(12, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -53,7 +57,7 @@ def gantt_figure(pred: pd.DataFrame, real: pd.DataFrame) -> Figure:
     _draw(top, pred, lanes, colors, "predicted")
     _draw(bottom, real, lanes, colors, "measured")
     bottom.set_xlabel("seconds from the start of the step")
-    used = sorted(set(pred["kernel"]) | set(real["kernel"]))
+    used = list(colors)  # busiest first
     fig.legend(handles=[Patch(color=colors[k], label=k) for k in used], loc="outside right upper",
                fontsize=8, frameon=False)
     return fig
