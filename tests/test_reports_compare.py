@@ -51,6 +51,15 @@ def test_busy_and_idle_per_worker():
     assert list(c["pred_tasks"]) == [10, 5]
 
 
+def test_makespan_difference_splits_into_task_and_idle_time():
+    # busy: pred 25 + 5, real 29 + 5 -> -4 ms; idle: pred 0 + 20, real 0 + 24 -> -4 ms; over 2 workers.
+    m = compare(schedule("sim"), schedule("real", {"gemm": 1.2})).summary()["makespan"]
+    assert m["workers"] == 2
+    assert m["from_task_time_s"] == pytest.approx(-2e-3, **EXACT)
+    assert m["from_idle_time_s"] == pytest.approx(-2e-3, **EXACT)
+    assert m["from_task_time_s"] + m["from_idle_time_s"] == pytest.approx(m["diff_s"], **EXACT)
+
+
 def test_ranking_of_kernels_and_phases():
     # gemm predicted 4 ms too fast in total (5 x 0.8), softmax 1 ms too slow (5 x 0.2): shares 0.8 and 0.2.
     c = compare(schedule("sim", {"softmax": 1.2}), schedule("real", {"gemm": 1.2}))

@@ -33,6 +33,9 @@ def test_gemm_measured_25_percent_slower(graph, tmp_path):
     assert np.abs(k.drop(index="gemm")["median_error"]).max() < 1e-9
     assert c.by_kernel["kernel"].iloc[0] == "gemm"
     assert c.real_makespan_s > c.pred_makespan_s
+    m = c.summary()["makespan"]
+    assert m["from_task_time_s"] + m["from_idle_time_s"] == pytest.approx(m["diff_s"], rel=1e-9)
+    assert m["from_task_time_s"] == pytest.approx(-0.25 * durations[is_gemm].sum() / 2, rel=1e-9)
 
     # phase ranking: layer numbers merged, so h*.mlp.bwd gathers both layers' MLP backward gemms
     tags = np.array(graph.tags, dtype=object)[graph.tag]

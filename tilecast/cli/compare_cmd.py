@@ -43,6 +43,8 @@ def run(args) -> int:
     m, e = s["makespan"], s["task_duration_error"]
     print(f"makespan  predicted {m['pred_s'] * 1e3:.3f} ms  measured {m['real_s'] * 1e3:.3f} ms  "
           f"error {m['error'] * 100:+.2f}%")
+    print(f"  difference {m['diff_s'] * 1e3:+.3f} ms = task time {m['from_task_time_s'] * 1e3:+.3f} ms "
+          f"+ idle time {m['from_idle_time_s'] * 1e3:+.3f} ms (per worker, {m['workers']} workers)")
     if e["median_error"] is not None:
         print(f"task durations  median error {e['median_error'] * 100:+.2f}%  "
               f"90th pct |error| {e['p90_abs_error'] * 100:.2f}%  ({s['tasks']['matched']} tasks)")

@@ -24,7 +24,7 @@ from tilecast.reports.attribution import attribute
 from tilecast.reports.kernel_errors import kernel_errors, overall_error
 from tilecast.reports.makespan import makespan, relative_error
 from tilecast.reports.pairing import ComparisonError, check_trace, pair_tasks
-from tilecast.reports.worker_usage import worker_usage
+from tilecast.reports.worker_usage import makespan_breakdown, worker_usage
 
 TOP = 10  # rows of each ranking kept in the summary
 
@@ -66,6 +66,7 @@ class Comparison:
                 "real_s": self.real_makespan_s,
                 "diff_s": self.pred_makespan_s - self.real_makespan_s,
                 "error": self.makespan_error,
+                **makespan_breakdown(self.by_worker),
             },
             "tasks": {"matched": int(len(self.pairs)), **self.unmatched},
             "task_duration_error": overall_error(self.pairs),

@@ -37,6 +37,9 @@ def tables_html(c) -> str:
     parts = [
         "<p class=big>Makespan: predicted {:.4f} ms, measured {:.4f} ms, error <b>{:+.2f}%</b></p>".format(
             m["pred_s"] * 1e3, m["real_s"] * 1e3, m["error"] * 100),
+        "<p>Of the makespan difference ({:+.4f} ms), task durations account for {:+.4f} ms and idle time "
+        "(waiting on dependencies, scheduling) for {:+.4f} ms, averaged over {} workers.</p>".format(
+            m["diff_s"] * 1e3, m["from_task_time_s"] * 1e3, m["from_idle_time_s"] * 1e3, m["workers"]),
         f"<p>Tasks matched: {t['matched']} (only predicted: {t['pred_only']}, only measured: {t['real_only']}). "
         f"Task duration error: median {med}, 90th percentile of |error| {p90}. "
         "Errors are (predicted - measured) / measured.</p>",

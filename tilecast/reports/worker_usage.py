@@ -44,3 +44,18 @@ def worker_usage(pred: pd.DataFrame, real: pd.DataFrame) -> pd.DataFrame:
         out[f"{name}_busy_s"] = u["busy_s"].fillna(0.0).to_numpy()
         out[f"{name}_idle_s"] = u["idle_s"].fillna(makespan(df)).to_numpy()
     return out
+
+
+def makespan_breakdown(by_worker: pd.DataFrame) -> dict:
+    """Split the makespan difference into task time and idle time.
+
+    For each trace, W x makespan = sum of busy + sum of idle over its W workers
+    (idle is defined as makespan - busy), so over the W workers of
+    :func:`worker_usage`, pred - real makespan = (busy difference + idle
+    difference) / W exactly: the first term is what mispredicted task durations
+    explain, the second what waiting (dependencies, scheduling) explains.
+    """
+    w = len(by_worker)
+    busy = float(by_worker["pred_busy_s"].sum() - by_worker["real_busy_s"].sum())
+    idle = float(by_worker["pred_idle_s"].sum() - by_worker["real_idle_s"].sum())
+    return {"workers": w, "from_task_time_s": busy / w if w else 0.0, "from_idle_time_s": idle / w if w else 0.0}
