@@ -62,3 +62,14 @@ def test_bad_input_is_one_line_and_exit_2(tilecast, traces, tmp_path, capsys, ba
     assert tilecast(["compare", pred, real, "--out", str(tmp_path / "rep")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tilecast compare: ") and message in err and "\n" not in err
+
+
+def test_before_prediction_is_reported(tilecast, traces, tmp_path, capsys):
+    pred, real = traces
+    after = save(schedule("sim", {"gemm": 1.2}), str(tmp_path / "after.parquet"))
+    assert tilecast(["compare", after, real, "--before", pred, "--out", str(tmp_path / "rep"), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["before_after"]["makespan_error_before"] == pytest.approx((25 - 29) / 29, rel=1e-9)
+    assert abs(s["makespan"]["error"]) < 1e-12
+    with open(s["files"]["html"], encoding="utf-8") as f:
+        assert "Before and after recalibration" in f.read()

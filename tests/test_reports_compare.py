@@ -141,3 +141,22 @@ def test_mismatched_traces_are_refused_with_one_line(change, message):
 def test_two_measured_runs_compare_without_source_check():
     c = compare(schedule("real", {"add": 2.0}), schedule("real"), check_sources=False)
     assert by_kernel(c).loc["add", "median_error"] == pytest.approx(1.0, **EXACT)
+
+
+def test_before_and_after_recalibration():
+    real = schedule("real", {"gemm": 1.2})
+    c = compare(schedule("sim", {"gemm": 1.2}), real, before=schedule("sim"))
+    b = c.summary()["before_after"]
+    assert b["makespan_error_before"] == pytest.approx((25 - 29) / 29, **EXACT)
+    assert b["makespan_error_after"] == pytest.approx(0.0, abs=1e-12)
+    rows = {r["kernel"]: r for r in b["by_kernel"]}
+    assert rows["gemm"]["median_error_before"] == pytest.approx(-1 / 6, **EXACT)
+    assert rows["gemm"]["median_error_after"] == pytest.approx(0.0, abs=1e-12)
+    assert set(rows) == {"gemm", "add", "softmax"}
+
+
+def test_before_of_another_graph_is_refused():
+    other = schedule("sim")
+    other["task"] += 50
+    with pytest.raises(ComparisonError, match="share no task id"):
+        compare(schedule("sim"), schedule("real"), before=other)

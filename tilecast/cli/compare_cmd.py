@@ -17,6 +17,8 @@ def add_parser(subparsers):
     p.add_argument("pred", metavar="PRED", help="predicted trace (.parquet or .csv, source 'sim')")
     p.add_argument("real", metavar="REAL", help="measured trace (.parquet or .csv, source 'real')")
     p.add_argument("--out", metavar="DIR", default="tilecast-report", help="report folder (default: %(default)s)")
+    p.add_argument("--before", metavar="PRED0",
+                   help="an earlier prediction of the same run (e.g. before recalibration), shown beside PRED")
     p.add_argument("--any-source", action="store_true",
                    help="do not require PRED to be simulated and REAL measured (e.g. two measured runs)")
     p.add_argument("--no-chrome", action="store_true",
@@ -29,7 +31,7 @@ def run(args) -> int:
     from tilecast.reports import ComparisonError, compare
 
     try:
-        c = compare(args.pred, args.real, check_sources=not args.any_source)
+        c = compare(args.pred, args.real, check_sources=not args.any_source, before=args.before)
     except ComparisonError as e:
         raise UsageError(str(e)) from None
     try:
@@ -45,6 +47,9 @@ def run(args) -> int:
           f"error {m['error'] * 100:+.2f}%")
     print(f"  difference {m['diff_s'] * 1e3:+.3f} ms = task time {m['from_task_time_s'] * 1e3:+.3f} ms "
           f"+ idle time {m['from_idle_time_s'] * 1e3:+.3f} ms (per worker, {m['workers']} workers)")
+    if "before_after" in s:
+        b = s["before_after"]
+        print(f"  before recalibration (--before): makespan error {b['makespan_error_before'] * 100:+.2f}%")
     if e["median_error"] is not None:
         print(f"task durations  median error {e['median_error'] * 100:+.2f}%  "
               f"90th pct |error| {e['p90_abs_error'] * 100:.2f}%  ({s['tasks']['matched']} tasks)")

@@ -21,6 +21,7 @@ import pandas as pd
 
 from tilecast import trace as tr
 from tilecast.reports.attribution import attribute
+from tilecast.reports.before_after import before_after_kernels, before_after_summary
 from tilecast.reports.kernel_errors import kernel_errors, overall_error
 from tilecast.reports.makespan import makespan, relative_error
 from tilecast.reports.pairing import ComparisonError, check_trace, pair_tasks
@@ -44,6 +45,7 @@ class Comparison:
     real_makespan_s: float
     unmatched: dict = field(default_factory=dict)
     graph: object = None  # optional: gives the Chrome traces dependency arrows
+    before: "Comparison | None" = None  # optional: the same measurement against an earlier prediction
 
     @property
     def makespan_error(self) -> float:
@@ -82,6 +84,9 @@ class Comparison:
             "top_phases": _records(self.by_phase.head(top)),
             "transfers": self.transfers(),
         }
+        if self.before is not None:
+            s["before_after"] = {**before_after_summary(self.before, self),
+                                 "by_kernel": _records(before_after_kernels(self.before, self))}
         return _clean(s)
 
     def write(self, folder: str, chrome: bool = True) -> dict:
@@ -133,20 +138,27 @@ def _read(x, name: str, source: str | None) -> pd.DataFrame:
     return check_trace(x, name, source)
 
 
-def compare(pred, real, *, check_sources: bool = True, graph=None) -> Comparison:
+def compare(pred, real, *, check_sources: bool = True, graph=None, before=None) -> Comparison:
     """Compare predicted trace ``pred`` with measured trace ``real`` (DataFrames or .parquet/.csv paths).
 
     ``graph``, if given (the traces' task graph), only adds dependency arrows to
-    the Chrome traces that :meth:`Comparison.write` produces.
+    the Chrome traces that :meth:`Comparison.write` produces. ``before``, if
+    given, is an earlier prediction of the same run (e.g. before recalibrating
+    the kernel models): the summary and the page then show both errors.
 
     With ``check_sources`` (default) ``pred`` must hold only source 'sim' rows
     and ``real`` only 'real' rows; turn it off to compare, say, two measured
     runs. Raises :class:`ComparisonError` (one-line message) for traces that
     are unreadable, empty, of different graphs, or hold a task twice.
     """
-    pred = _read(pred, "PRED", "sim" if check_sources else None)
+    return _compare(pred, real, check_sources, graph, before, "PRED")
+
+
+def _compare(pred, real, check_sources, graph, before, pred_name) -> Comparison:
+    pred = _read(pred, pred_name, "sim" if check_sources else None)
     real = _read(real, "REAL", "real" if check_sources else None)
     pairs = pair_tasks(pred, real)
+    earlier = None if before is None else _compare(before, real, check_sources, graph, None, "--before")
     pt, rt = set(pred.loc[pred["task"] >= 0, "task"]), set(real.loc[real["task"] >= 0, "task"])
     return Comparison(
         pred=pred, real=real, pairs=pairs,
@@ -158,6 +170,7 @@ def compare(pred, real, *, check_sources: bool = True, graph=None) -> Comparison
         real_makespan_s=makespan(real),
         unmatched={"pred_only": len(pt - rt), "real_only": len(rt - pt)},
         graph=graph,
+        before=earlier,
     )
 
 

@@ -45,11 +45,23 @@ def tables_html(c) -> str:
         "Errors are (predicted - measured) / measured.</p>",
         _transfers(s["transfers"]),
         "<h2>Where the prediction went wrong: kernels</h2>", _fmt(c.by_kernel),
+        _before_after(c, s),
         "<h2>Phases (tags with layer numbers merged)</h2>", _fmt(c.by_phase.head(20)),
         "<h2>Tags</h2>", _fmt(c.by_tag.head(20)),
         "<h2>Workers: busy and idle time</h2>", _fmt(c.by_worker),
     ]
     return "\n".join(parts)
+
+
+def _before_after(c, s: dict) -> str:
+    if c.before is None:
+        return ""
+    from tilecast.reports.before_after import before_after_kernels
+
+    b = s["before_after"]
+    return ("<h2>Before and after recalibration</h2>"
+            f"<p>Makespan error {b['makespan_error_before'] * 100:+.2f}% before, "
+            f"{b['makespan_error_after'] * 100:+.2f}% after.</p>" + _fmt(before_after_kernels(c.before, c)))
 
 
 def _transfers(t: dict) -> str:
