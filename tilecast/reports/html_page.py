@@ -19,10 +19,15 @@ img{max-width:100%;border:1px solid #ddd}
 
 
 def _fmt(df: pd.DataFrame) -> str:
+    """A table with errors as signed percentages, shares as percentages and times in ms."""
     df = df.copy()
     for c in df.columns:
-        if c.endswith("error") or c in ("share", "cum_share"):
-            df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v * 100:+.2f}%" if "error" in c else f"{v * 100:.1f}%")
+        if "abs_error" in c:
+            df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v * 100:.2f}%")
+        elif "error" in c:
+            df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v * 100:+.2f}%")
+        elif c in ("share", "cum_share"):
+            df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v * 100:.1f}%")
         elif c.endswith("_s"):
             df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v * 1e3:.4f} ms")
     return df.to_html(index=False, border=0, escape=True)
