@@ -6,5 +6,6 @@ trace was produced.
 
 from tilecast.reports.comparison import Comparison, compare
 from tilecast.reports.pairing import ComparisonError
+from tilecast.reports.ranking import ranking_accuracy
 
-__all__ = ["Comparison", "ComparisonError", "compare"]
+__all__ = ["Comparison", "ComparisonError", "compare", "ranking_accuracy"]
