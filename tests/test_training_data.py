@@ -31,6 +31,7 @@ def test_files_are_sorted_sources_without_tests_or_site_packages():
         parts = f.split("/")
         assert f.endswith(".py")
         assert not {"test", "tests", "idle_test", "site-packages"} & set(parts), f
+        assert not parts[0].startswith("config-") and not parts[-1].startswith("_sysconfigdata"), f
 
 
 def test_split_is_whole_files_without_overlap(corpus):

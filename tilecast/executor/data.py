@@ -3,8 +3,8 @@
 The corpus is every ``.py`` file under ``sysconfig.get_paths()["stdlib"]``,
 in sorted order of their relative paths, except third-party packages
 (``site-packages``, ``dist-packages``), test suites (directories named
-``test``, ``tests``, ``idle_test``) and the build-specific
-``_sysconfigdata*`` modules. Tokens are bytes (vocabulary 256).
+``test``, ``tests``, ``idle_test``) and the build-specific files
+(``_sysconfigdata*`` modules, the ``config-*`` directory). Tokens are bytes (vocabulary 256).
 
 Validation split: whole files, chosen by a hash of their relative path (a file
 is held out when the first 32 bits of its SHA-256, over 2**32, fall below the
@@ -53,7 +53,7 @@ def stdlib_files(root: str | None = None) -> list[str]:
     root = root or stdlib_root()
     found = []
     for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in EXCLUDED_DIRS]
+        dirs[:] = [d for d in dirs if d not in EXCLUDED_DIRS and not d.startswith("config-")]
         for name in files:
             if name.endswith(".py") and not name.startswith(EXCLUDED_PREFIXES):
                 found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
