@@ -32,7 +32,16 @@ TOP = 10  # rows of each ranking kept in the summary
 
 @dataclass
 class Comparison:
-    """The figures of one prediction against one measurement (see :func:`compare`)."""
+    """The figures of one prediction against one measurement (see :func:`compare`).
+
+    - ``pairs``: one row per task in both traces (durations, difference, error);
+    - ``by_kernel``: per kernel, summed times, median and 90th-percentile errors,
+      ranked by |pred - real| summed time;
+    - ``by_worker``: busy and idle seconds per worker, predicted and measured;
+    - ``by_tag`` / ``by_phase``: the tags / phases (tags with layer numbers
+      merged) ranked by their share of the total absolute difference;
+    - ``pred_makespan_s``, ``real_makespan_s``, :attr:`makespan_error`.
+    """
 
     pred: pd.DataFrame
     real: pd.DataFrame
