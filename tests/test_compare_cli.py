@@ -1,6 +1,7 @@
 """``tilecast compare``: JSON output, report folder, one-line errors with exit status 2."""
 
 import json
+import os
 
 import pytest
 
@@ -73,3 +74,14 @@ def test_before_prediction_is_reported(tilecast, traces, tmp_path, capsys):
     assert abs(s["makespan"]["error"]) < 1e-12
     with open(s["files"]["html"], encoding="utf-8") as f:
         assert "Before and after recalibration" in f.read()
+
+
+def test_installed_command_prints_exactly_one_json_object(traces, tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "tilecast", "compare", *traces, "--out", str(tmp_path / "rep"),
+                        "--json"], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tasks"]["matched"] == 15
