@@ -19,6 +19,7 @@ COMMANDS = {
     "simulate": "simulate_cmd",
     "whatif": "whatif_cmd",
     "validate": "validate_cmd",
+    "compare": "compare_cmd",
 }
 
 
