@@ -20,6 +20,8 @@ from the tasks running there only when an eviction needs them.
 
 from __future__ import annotations
 
+from operator import add
+
 import numpy as np
 
 from tilecast.simulator.engine import SimulationError
@@ -52,6 +54,7 @@ class Memory:
         rptr = rptr.tolist()
         self.reads = [tuple(reads[rptr[i]:rptr[i + 1]]) for i in range(graph.n_tasks)]
         self._cost: dict = {}
+        self._zero = [0.0] * n_nodes
         self.n_evictions = 0
         self.n_writebacks = 0
 
@@ -67,21 +70,14 @@ class Memory:
     def penalty(self, task: int) -> list[float]:
         """Per node, the uncontended time to bring the task's missing inputs there."""
         valid, size, cache = self.valid, self.size, self._cost
-        vecs = []
+        pen = None
         for tile in self.reads[task]:
             v = valid[tile]
             if v:
-                key = (v, size[tile])
-                vecs.append(cache.get(key) or self._tile_cost(*key))
-        if not vecs:
-            return [0.0] * self.n_nodes
-        if len(vecs) == 1:
-            return vecs[0]
-        if len(vecs) == 2:
-            return [a + b for a, b in zip(*vecs)]
-        if len(vecs) == 3:
-            return [a + b + c for a, b, c in zip(*vecs)]
-        return [sum(x) for x in zip(*vecs)]
+                b = size[tile]
+                vec = cache.get((v, b)) or self._tile_cost(v, b)
+                pen = vec if pen is None else list(map(add, pen, vec))
+        return pen if pen is not None else self._zero
 
     # --- state changes --------------------------------------------------------
     def _make_room(self, node: int, nbytes: int, now: float) -> None:
