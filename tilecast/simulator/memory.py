@@ -172,9 +172,9 @@ class Memory:
         return ready
 
     def release(self, task: int, node: int, now: float) -> None:
-        """The task ended: its data may be evicted again; written replicas are ready from now."""
+        """The task ended: its data may be evicted again.
+
+        Written replicas need no new ready time: every later reader or copy of
+        them starts after this task ended (dependencies order them).
+        """
         self.running[node].discard(task)
-        held = self.avail[node]
-        for tile, mode in self.accesses[task]:
-            if mode & 2:
-                held[tile] = now
