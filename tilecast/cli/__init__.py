@@ -17,6 +17,7 @@ COMMANDS = {
     "verify": "verify_cmd",
     "calibrate": "calibrate_cmd",
     "simulate": "simulate_cmd",
+    "compare": "compare_cmd",
 }
 
 
