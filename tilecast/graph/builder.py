@@ -20,11 +20,12 @@ from tilecast.kernels.registry import RW, W
 
 
 class GraphBuilder:
-    def __init__(self, tiling: Tiling, meta: dict | None = None):
+    def __init__(self, tiling: Tiling, meta: dict | None = None, dtype=np.float32):
         self.tiling = tiling
+        self.dtype = np.dtype(dtype)
         self.meta = dict(meta or {})
         self.tensors: list[Tensor] = []
-        self._names: set[str] = set()
+        self.tensors_by_name: dict[str, Tensor] = {}
         self._n_tiles = 0
         self._written = np.zeros(0, dtype=bool)
         self._batches: list[tuple] = []
@@ -32,17 +33,23 @@ class GraphBuilder:
         self._tag = self._tag_id("")
 
     # --- tensors -----------------------------------------------------------
-    def tensor(self, name: str, shape, dims, kind: str, dtype=np.float32) -> Tensor:
-        """Declare a tensor; ``dims`` gives each axis's tiling dimension or None."""
-        if name in self._names:
+    def tensor(self, name: str, shape, dims, kind: str, dtype=None, tiles: dict | None = None) -> Tensor:
+        """Declare a tensor; ``dims`` gives each axis's tiling dimension or None.
+
+        ``dtype`` defaults to the builder's floating-point type.
+        ``tiles`` overrides the tiling's size for some dimensions of this tensor.
+        """
+        if name in self.tensors_by_name:
             raise ValueError(f"tensor {name!r} declared twice")
         if kind not in KINDS:
             raise ValueError(f"unknown tensor kind {kind!r}")
         shape = tuple(int(s) for s in shape)
-        tile = tuple(self.tiling.tile(d, n) if d else n for d, n in zip(dims, shape))
-        t = Tensor(name, shape, tuple(dims), tile, np.dtype(dtype), kind, self._n_tiles, len(self.tensors))
+        tiling = Tiling({**self.tiling.sizes, **tiles}) if tiles else self.tiling
+        tile = tuple(tiling.tile(d, n) if d else n for d, n in zip(dims, shape))
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        t = Tensor(name, shape, tuple(dims), tile, dtype, kind, self._n_tiles, len(self.tensors))
         self.tensors.append(t)
-        self._names.add(name)
+        self.tensors_by_name[name] = t
         self._n_tiles += t.n_tiles
         if kind in ("input", "param", "optim"):
             self._mark_written(np.arange(t.first_tile, t.first_tile + t.n_tiles))

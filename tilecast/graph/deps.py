@@ -3,7 +3,8 @@
 For each tile, accesses are taken in submission order: a reader depends on the
 last writer (read after write); a writer depends on every reader since the last
 writer (write after read) or, if there was none, on the last writer itself
-(write after write). Vectorised with numpy: no Python loop over tasks.
+(write after write). Vectorised with numpy: no Python loop over tasks. Indices
+are int32 (a graph holds fewer than 2**31 accesses) to keep the peak small.
 """
 
 from __future__ import annotations
@@ -11,51 +12,69 @@ from __future__ import annotations
 import numpy as np
 
 
+def _shift_right(a: np.ndarray, fill) -> np.ndarray:
+    out = np.empty_like(a)
+    out[0] = fill
+    out[1:] = a[:-1]
+    return out
+
+
+def _shift_left(a: np.ndarray, fill) -> np.ndarray:
+    out = np.empty_like(a)
+    out[-1] = fill
+    out[:-1] = a[1:]
+    return out
+
+
 def infer_dependencies(acc_ptr: np.ndarray, acc_tile: np.ndarray, acc_mode: np.ndarray):
     """Return (pred_ptr, pred): CSR lists of each task's direct predecessors, sorted."""
     n_tasks = len(acc_ptr) - 1
-    counts = np.diff(acc_ptr)
-    acc_task = np.repeat(np.arange(n_tasks, dtype=np.int64), counts)
-    order = np.lexsort((acc_task, acc_tile))
+    n = len(acc_tile)
+    if n == 0:
+        return np.zeros(n_tasks + 1, np.int64), np.zeros(0, np.int32)
+    if n >= 2 ** 31 - 1:
+        raise ValueError("graph too large: more than 2**31 accesses")
+    i32 = np.int32
+    acc_task = np.repeat(np.arange(n_tasks, dtype=i32), np.diff(acc_ptr))
+    # Stable sort by tile; accesses of one tile stay in submission order.
+    order = np.argsort(acc_tile, kind="stable").astype(i32)
     tile = acc_tile[order]
     task = acc_task[order]
     is_w = (acc_mode[order] & 2) != 0
     del order, acc_task
-    n = len(tile)
-    if n == 0:
-        return np.zeros(n_tasks + 1, np.int64), np.zeros(0, np.int32)
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=i32)
+
     new_seg = np.empty(n, dtype=bool)
     new_seg[0] = True
     np.not_equal(tile[1:], tile[:-1], out=new_seg[1:])
-    seg_start = np.maximum.accumulate(np.where(new_seg, idx, 0))
-    end_flag = np.empty(n, dtype=bool)
-    end_flag[-1] = True
-    end_flag[:-1] = new_seg[1:]
-    seg_end = np.minimum.accumulate(np.where(end_flag, idx, n)[::-1])[::-1]
-
-    last_w = np.maximum.accumulate(np.where(is_w, idx, -1))
-    last_w_before = np.empty(n, dtype=np.int64)
-    last_w_before[0] = -1
-    last_w_before[1:] = last_w[:-1]
-    next_w = np.minimum.accumulate(np.where(is_w, idx, n)[::-1])[::-1]
-    next_w_after = np.empty(n, dtype=np.int64)
-    next_w_after[-1] = n
-    next_w_after[:-1] = next_w[1:]
-
+    del tile
+    seg_start = np.maximum.accumulate(np.where(new_seg, idx, i32(0)))
+    last_w_before = _shift_right(np.maximum.accumulate(np.where(is_w, idx, i32(-1))), -1)
     reads = ~is_w
     raw = reads & (last_w_before >= seg_start)
+    del seg_start
+    src_raw, dst_raw = task[last_w_before[raw]], task[raw]
+    del last_w_before, raw
+
+    end_flag = _shift_left(new_seg, True)
+    seg_end = np.minimum.accumulate(np.where(end_flag, idx, i32(n))[::-1])[::-1]
+    del end_flag
+    next_w_after = _shift_left(np.minimum.accumulate(np.where(is_w, idx, i32(n))[::-1])[::-1], n)
     war = reads & (next_w_after <= seg_end)
-    prev = idx - 1
+    src_war, dst_war = task[war], task[next_w_after[war]]
+    del seg_end, next_w_after, war, reads
+
     waw = is_w & ~new_seg
     waw[1:] &= is_w[:-1]
+    src_waw, dst_waw = task[idx[waw] - 1], task[waw]
+    del waw, idx, new_seg, is_w, task
 
-    src = np.concatenate((last_w_before[raw], idx[war], prev[waw]))
-    dst = np.concatenate((idx[raw], next_w_after[war], idx[waw]))
-    src_task = task[src]
-    dst_task = task[dst]
-    keep = src_task != dst_task
-    key = np.unique(dst_task[keep] * n_tasks + src_task[keep])
+    src = np.concatenate((src_raw, src_war, src_waw)).astype(np.int64)
+    dst = np.concatenate((dst_raw, dst_war, dst_waw)).astype(np.int64)
+    del src_raw, src_war, src_waw, dst_raw, dst_war, dst_waw
+    keep = src != dst
+    key = np.unique(dst[keep] * n_tasks + src[keep])
+    del src, dst, keep
     dst_task = key // n_tasks
     pred = (key - dst_task * n_tasks).astype(np.int32)
     pred_ptr = np.zeros(n_tasks + 1, dtype=np.int64)

@@ -17,7 +17,9 @@ def embed(xp, bufs, p):
     xv[hit] += wv[local[hit]]
 
 
-@kernel("embed_bwd", "ids:R dx:R dw:RW", "tokens vt et v0 beta", lambda p: 1.0 * p["tokens"] * p["et"])
+# Gathers and scatter-adds are memory-bound; their few additions (tokens x et over all
+# vocabulary tiles together, unknown per tile) are not counted as flops.
+@kernel("embed_bwd", "ids:R dx:R dw:RW", "tokens vt et v0 beta", lambda p: 0.0 * p["tokens"])
 def embed_bwd(xp, bufs, p):
     """dw[ids[t] - v0] (+)= dx[t] for ids in this vocabulary tile (scatter-add)."""
     ids, dx, dw = bufs
@@ -32,17 +34,24 @@ def embed_bwd(xp, bufs, p):
 
 @kernel("pos_add", "wpe:R x:RW", "bt st et", lambda p: 1.0 * p["bt"] * p["st"] * p["et"])
 def pos_add(xp, bufs, p):
-    """x (bt, st, et) += wpe (st, et) broadcast over the batch."""
+    """x (bt, st, et) += the first st rows of wpe (rows, et), broadcast over the batch.
+
+    A position tile can hold more rows than the sequence tile it feeds (the
+    last sequence tile is shorter; n_positions is longer than the sequence).
+    """
     wpe, x = bufs
-    x.reshape((int(p.bt), int(p.st), int(p.et)))[...] += wpe.reshape((int(p.st), int(p.et)))
+    st, et = int(p.st), int(p.et)
+    x.reshape((int(p.bt), st, et))[...] += wpe[: st * et].reshape((st, et))
 
 
 @kernel("pos_bwd", "dx:R dwpe:RW", "bt st et beta", lambda p: 1.0 * p["bt"] * p["st"] * p["et"])
 def pos_bwd(xp, bufs, p):
-    """dwpe (st, et) (+)= sum over the batch of dx (bt, st, et)."""
+    """The first st rows of dwpe (rows, et) (+)= sum over the batch of dx (bt, st, et)."""
     dx, dwpe = bufs
-    s = dx.reshape((int(p.bt), int(p.st), int(p.et))).sum(axis=0)
+    st, et = int(p.st), int(p.et)
+    s = dx.reshape((int(p.bt), st, et)).sum(axis=0)
+    head = dwpe[: st * et].reshape((st, et))
     if p.beta == 0.0:
-        dwpe.reshape((int(p.st), int(p.et)))[...] = s
+        head[...] = s
     else:
-        dwpe.reshape((int(p.st), int(p.et)))[...] += s
+        head += s

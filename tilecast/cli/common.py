@@ -1,0 +1,64 @@
+"""Flags shared by subcommands, with the same meaning everywhere (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tilecast.cli import UsageError
+from tilecast.graph import Tiling, TilingError
+from tilecast.graph.model_config import PRESETS, ModelConfig, ModelConfigError, load_model
+
+DEFAULT_MODEL = "gpt2"
+DEFAULT_BATCH = 4
+DEFAULT_SEQ = 256
+DEFAULT_TILE = "256"
+
+
+def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE) -> None:
+    p.add_argument("--model", default=model, metavar="NAME|FILE.json|JSON",
+                   help=f"a preset ({', '.join(PRESETS)}), a JSON file or an inline JSON object with "
+                        f"n_layer, n_embd, n_head, vocab_size, n_positions (default: {model})")
+    p.add_argument("--batch", type=int, default=batch, metavar="N", help=f"sequences per step (default: {batch})")
+    p.add_argument("--seq", type=int, default=seq, metavar="N", help=f"tokens per sequence (default: {seq})")
+    p.add_argument("--tile", default=tile, metavar="SPEC",
+                   help="tile sizes: SIZE for every dimension, and/or name=SIZE for batch, seq, embd, "
+                        "head (whole heads), inner, vocab; e.g. 256, seq=128,embd=256,head=2 or 256,head=4; "
+                        f"dimensions not named stay untiled (default: {tile})")
+
+
+def add_json_arg(p) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object on standard output (progress goes to standard error)")
+
+
+def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
+    """Validated (model, batch, seq, tiling) from the shared flags; UsageError on bad input."""
+    try:
+        cfg = load_model(args.model)
+    except ModelConfigError as e:
+        raise UsageError(str(e)) from None
+    if args.batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {args.batch}")
+    if args.seq < 1:
+        raise UsageError(f"--seq must be at least 1, got {args.seq}")
+    if args.seq > cfg.n_positions:
+        raise UsageError(f"--seq {args.seq} exceeds the model's n_positions ({cfg.n_positions})")
+    try:
+        tiling = Tiling.parse(args.tile)
+    except TilingError as e:
+        raise UsageError(str(e)) from None
+    return cfg, args.batch, args.seq, tiling
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, default=float)
+    sys.stdout.write("\n")
+
+
+def human(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M' style figures for tables."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {prefix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()

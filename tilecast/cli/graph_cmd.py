@@ -1,0 +1,68 @@
+"""tilecast graph: the task graph of one training step, summarised."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "graph", help="build a training step's task graph and summarise it",
+        description="Build the tiled task graph of one GPT-2 training step (forward, loss, backward, AdamW) "
+                    "and print tasks per kernel with flops and bytes, the number of tiles, total flops, the "
+                    "peak memory of the step's live tensors when tasks run in order, and the critical path "
+                    "in flops.")
+    add_model_args(p)
+    add_json_arg(p)
+    p.add_argument("--dot", metavar="FILE", help="also write a Graphviz picture of the graph (small graphs only; "
+                                                  "'-' for standard output)")
+    return p
+
+
+def run(args) -> int:
+    from tilecast.graph.analysis import kernel_table, summary
+    from tilecast.graph.dot import MAX_DOT_TASKS, to_dot
+    from tilecast.graph.gpt2 import build_gpt2_step
+
+    cfg, batch, seq, tiling = model_args(args)
+    graph = build_gpt2_step(cfg, batch, seq, tiling)
+    if args.dot and graph.n_tasks > MAX_DOT_TASKS:
+        raise UsageError(f"--dot: the graph has {graph.n_tasks} tasks; pictures are drawn for at most "
+                         f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")
+    with tqdm(total=graph.n_tasks, desc="critical path", unit="task", file=sys.stderr,
+              disable=graph.n_tasks < 200_000, leave=False) as bar:
+        s = summary(graph, progress=bar.update)
+    if args.dot:
+        dot = to_dot(graph)
+        if args.dot == "-":
+            sys.stdout.write(dot)
+            return 0
+        with open(args.dot, "w") as f:
+            f.write(dot)
+    if args.json:
+        print_json(s)
+        return 0
+    table = kernel_table(graph)
+    print(f"{cfg.name}: {cfg.n_layer} layers, n_embd {cfg.n_embd}, {cfg.n_head} heads, vocab {cfg.vocab_size}, "
+          f"{cfg.n_params() / 1e6:.1f} M parameters; batch {batch} x {seq} tokens; tiling {tiling}")
+    print()
+    print(f"{'kernel':<16}{'tasks':>10}{'flops':>14}{'bytes':>14}{'flops %':>9}")
+    total = max(s["flops"], 1.0)
+    for r in table.itertuples():
+        print(f"{r.kernel:<16}{r.tasks:>10}{human(r.flops):>14}{human(r.bytes, 'B'):>14}{100 * r.flops / total:>8.1f}%")
+    print()
+    print(f"tasks               {s['tasks']}")
+    print(f"tiles               {s['tiles']}")
+    print(f"flops               {human(s['flops'])} ({s['flops']:.4g})")
+    print(f"bytes touched       {human(s['bytes'], 'B')}")
+    print(f"live memory (peak)  {human(s['live_bytes'], 'B')}")
+    print(f"critical path       {human(s['critical_path_flops'])} flops "
+          f"(average parallelism {s['flops'] / max(s['critical_path_flops'], 1):.1f})")
+    if args.dot:
+        print(f"picture             {args.dot}")
+    return 0

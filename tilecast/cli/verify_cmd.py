@@ -1,0 +1,59 @@
+"""tilecast verify: tilecast's training step against transformers' GPT2LMHeadModel."""
+
+from __future__ import annotations
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "verify", help="check a tiled training step against transformers numerically",
+        description="Build transformers' GPT2LMHeadModel with the same shape and weights, run two training "
+                    "steps (same batches, AdamW, lr 1e-3) in both, and print the relative error "
+                    "max|a-b|/max|b| of the first step's loss, of every gradient of the first step and of "
+                    "every parameter after the second update. Loss and gradients are compared in float32 "
+                    "(tolerances 1e-5 and 1e-4). Parameters are compared in float64 by default (tolerance "
+                    "1e-4): after AdamW, float32 rounding of gradients near zero moves parameters by amounts "
+                    "that differ between any two float32 implementations, transformers' own attention "
+                    "variants included; the float32 figures are printed too. Exit status 1 if any error "
+                    "exceeds its tolerance.")
+    add_model_args(p, model="gpt2-tiny", batch=2, seq=16, tile="8")
+    p.add_argument("--params-dtype", choices=("float64", "float32"), default="float64",
+                   help="precision of the run whose parameters are checked (default: float64)")
+    add_json_arg(p)
+    return p
+
+
+def run(args) -> int:
+    from tilecast.executor.verify import TOLERANCES, ReferenceUnavailable, verify
+
+    cfg, batch, seq, tiling = model_args(args)
+    if cfg.n_params() * 16 * 6 > 8e9:
+        raise UsageError(f"--model: {cfg.name} is too large for a numpy reference check; use a small shape")
+    try:
+        res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype)
+    except ReferenceUnavailable as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print_json(res.to_dict())
+        return 0 if res.ok else 1
+
+    def mark(err, kind):
+        return "ok" if err <= TOLERANCES[kind] else "FAIL"
+
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}")
+    print(f"losses (tilecast / transformers): "
+          + ", ".join(f"{a:.6f} / {b:.6f}" for a, b in zip(res.losses["tilecast"], res.losses["transformers"])))
+    print(f"\n{'tensor':<44}{'gradient':>12}{'':>6}{'parameter':>12}{'':>6}")
+    print(f"{'loss (' + res.dtypes['loss'] + ')':<44}{res.loss:>12.2e}{mark(res.loss, 'loss'):>6}")
+    for name in res.grads:
+        g, p = res.grads[name], res.params[name]
+        print(f"{name:<44}{g:>12.2e}{mark(g, 'grads'):>6}{p:>12.2e}{mark(p, 'params'):>6}")
+    print(f"\ngradients in {res.dtypes['grads']}, parameters in {res.dtypes['params']}; tolerances: "
+          f"loss {TOLERANCES['loss']:g}, gradients {TOLERANCES['grads']:g}, parameters {TOLERANCES['params']:g}")
+    if "float32_params" in res.extra:
+        worst = max(res.extra["float32_params"].values())
+        print(f"largest parameter error of the float32 run (for information): {worst:.2e}")
+    print("verify: ok" if res.ok else f"verify: FAILED ({', '.join(res.failures[:5])})")
+    return 0 if res.ok else 1

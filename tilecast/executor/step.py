@@ -1,0 +1,96 @@
+"""A training step's state and the moving of it in and out of a graph's tiles.
+
+Every executor runs a step the same way: load parameters, AdamW states and the
+batch into a :class:`TileStore`, execute the graph, read back the loss,
+gradients and updated states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecast.executor.tiles import TileStore
+from tilecast.graph import Graph
+from tilecast.graph.gpt2 import adam_names, gpt2_parameters, grad_name
+from tilecast.graph.model_config import ModelConfig
+
+
+@dataclass
+class TrainState:
+    """Parameters and AdamW moments, keyed by tilecast parameter name; ``step`` steps done."""
+
+    params: dict[str, np.ndarray]
+    m: dict[str, np.ndarray] = field(default_factory=dict)
+    v: dict[str, np.ndarray] = field(default_factory=dict)
+    step: int = 0
+
+    def __post_init__(self):
+        for name, p in self.params.items():
+            self.m.setdefault(name, np.zeros_like(p))
+            self.v.setdefault(name, np.zeros_like(p))
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grads: dict[str, np.ndarray]
+
+
+def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """GPT-2's initialisation as transformers does it: N(0, 0.02) weights and embeddings,
+    zero biases, unit LayerNorm gains, and N(0, 0.02 / sqrt(2 n_layer)) for the
+    projections that feed the residual stream (Radford et al. 2019, section 2.3)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    residual_std = 0.02 / np.sqrt(2 * cfg.n_layer)
+    for name, (shape, _) in gpt2_parameters(cfg).items():
+        leaf = name.rsplit(".", 1)[-1]
+        if name.endswith(("ln_1.g", "ln_2.g", "ln_f.g")):
+            a = np.ones(shape)
+        elif leaf in ("b", "bq", "bk", "bv", "bo", "bfc", "bproj"):
+            a = np.zeros(shape)
+        elif leaf in ("wo", "wproj"):
+            a = rng.normal(0.0, residual_std, shape)
+        else:
+            a = rng.normal(0.0, 0.02, shape)
+        out[name] = a.astype(np.float32)
+    return out
+
+
+def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray) -> TileStore:
+    """A store holding the step's inputs; sets AdamW's step number on the graph."""
+    graph.set_param("adamw", "step", state.step + 1)
+    store = TileStore(graph)
+    for name, p in state.params.items():
+        store.set_tensor(name, p)
+        m_name, v_name = adam_names(name)
+        store.set_tensor(m_name, state.m[name])
+        store.set_tensor(v_name, state.v[name])
+    store.set_tensor("ids", np.asarray(ids, dtype=np.int64))
+    store.set_tensor("targets", np.asarray(targets, dtype=np.int64))
+    return store
+
+
+def finish_step(graph: Graph, store: TileStore, state: TrainState, want_grads: bool = True) -> StepResult:
+    """Read the loss, gradients and updated states back; advances ``state.step``."""
+    grads = {}
+    for name in state.params:
+        state.params[name] = store.tensor(name)
+        m_name, v_name = adam_names(name)
+        state.m[name] = store.tensor(m_name)
+        state.v[name] = store.tensor(v_name)
+        if want_grads:
+            grads[name] = store.tensor(grad_name(name))
+    state.step += 1
+    return StepResult(loss=float(store.tensor("loss")[0]), grads=grads)
+
+
+def reference_step(graph: Graph, state: TrainState, ids, targets, want_grads: bool = True) -> StepResult:
+    """One training step with the sequential numpy reference executor."""
+    from tilecast.executor.reference import run_reference
+
+    store = load_step(graph, state, ids, targets)
+    run_reference(graph, store)
+    return finish_step(graph, store, state, want_grads)

@@ -1,0 +1,164 @@
+"""Numerical check of tilecast's training step against transformers' GPT2LMHeadModel.
+
+Both run two AdamW steps from the same weights on the same batches; errors are
+max |a - b| / max |b| per tensor (b = transformers).
+
+Loss and gradients are compared in float32, the precision tilecast trains in.
+Parameters after the AdamW updates are compared in float64 by default: AdamW
+divides each gradient element by sqrt(v) + eps, so an element that float32
+rounding leaves near eps (sums that cancel; the attention key bias, whose
+gradient is zero in exact arithmetic) moves its parameter by a sizeable
+fraction of the learning rate in a direction set by rounding alone. Two
+correct float32 implementations then disagree far beyond 1e-4: transformers'
+own eager and SDPA attention do, after two steps on gpt2-tiny. In float64 the
+same comparison is well conditioned and still catches any real error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecast.executor.hf_mapping import from_hf, to_hf
+from tilecast.executor.step import TrainState, reference_step
+from tilecast.graph import Tiling
+from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
+from tilecast.graph.model_config import ModelConfig
+
+TOLERANCES = {"loss": 1e-5, "grads": 1e-4, "params": 1e-4}
+
+
+class ReferenceUnavailable(RuntimeError):
+    """torch / transformers are not installed."""
+
+
+@dataclass
+class PairRun:
+    """Errors of one tilecast-vs-transformers run at one precision."""
+
+    dtype: str
+    loss: float
+    grads: dict[str, float]
+    params: dict[str, float]
+    losses: dict[str, list[float]]
+
+
+@dataclass
+class VerifyResult:
+    loss: float
+    grads: dict[str, float]
+    params: dict[str, float]
+    dtypes: dict[str, str]
+    losses: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[str]:
+        out = []
+        if not self.loss <= TOLERANCES["loss"]:
+            out.append("loss")
+        out += [f"grad {n}" for n, e in self.grads.items() if not e <= TOLERANCES["grads"]]
+        out += [f"param {n}" for n, e in self.params.items() if not e <= TOLERANCES["params"]]
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "loss": self.loss, "grads": self.grads, "params": self.params,
+                "dtypes": self.dtypes, "tolerances": TOLERANCES, "losses": self.losses, **self.extra}
+
+
+def rel_err(a, b) -> float:
+    """max |a - b| / max |b| (the absolute difference when b is all zero)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    if not b.size:
+        return 0.0
+    diff = float(np.max(np.abs(a - b)))
+    scale = float(np.max(np.abs(b)))
+    return diff / scale if scale > 0 else diff
+
+
+def _import_reference():
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise ReferenceUnavailable(
+            f"verify needs torch and transformers ({e.name} is missing): pip install 'tilecast[reference]'") from None
+    return torch, transformers
+
+
+def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
+    """A GPT2LMHeadModel of the same shape, dropout off, eager attention."""
+    torch, transformers = _import_reference()
+    torch.manual_seed(seed)
+    conf = transformers.GPT2Config(
+        vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+        n_head=cfg.n_head, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        layer_norm_epsilon=cfg.layer_norm_epsilon, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=None)
+    model = transformers.GPT2LMHeadModel(conf)
+    model.config._attn_implementation = "eager"
+    model = model.double() if np.dtype(dtype) == np.float64 else model.float()
+    return model.train()
+
+
+def run_pair(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, dtype=np.float32, steps: int = 2,
+             lr: float = 1e-3, seed: int = 0) -> PairRun:
+    """``steps`` training steps in tilecast (numpy reference) and transformers at one precision."""
+    torch, _ = _import_reference()
+    model = hf_model(cfg, seed, dtype)
+    named = dict(model.named_parameters())
+    init = {n: p.detach().numpy().copy() for n, p in named.items()}
+    data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    hf_losses, hf_grads = [], {}
+    for t in range(steps):
+        logits = model(torch.from_numpy(data[t, :, :-1])).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, cfg.vocab_size), torch.from_numpy(data[t, :, 1:]).reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        hf_losses.append(float(loss.detach()))
+        if t == 0:
+            hf_grads = {n: p.grad.detach().numpy().copy() for n, p in named.items()}
+        opt.step()
+    hf_final = {n: p.detach().numpy() for n, p in named.items()}
+
+    graph = build_gpt2_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), dtype=dtype)
+    state = TrainState(from_hf(cfg, init))
+    tc_losses, tc_grads = [], {}
+    for t in range(steps):
+        res = reference_step(graph, state, data[t, :, :-1], data[t, :, 1:], want_grads=(t == 0))
+        tc_losses.append(res.loss)
+        if t == 0:
+            tc_grads = to_hf(cfg, res.grads)
+    tc_final = to_hf(cfg, state.params)
+    return PairRun(
+        dtype=np.dtype(dtype).name,
+        loss=abs(tc_losses[0] - hf_losses[0]) / abs(hf_losses[0]),
+        grads={n: rel_err(tc_grads[n], hf_grads[n]) for n in hf_grads},
+        params={n: rel_err(tc_final[n], hf_final[n]) for n in hf_final},
+        losses={"tilecast": tc_losses, "transformers": hf_losses},
+    )
+
+
+def verify(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, params_dtype: str = "float64",
+           steps: int = 2, lr: float = 1e-3, seed: int = 0) -> VerifyResult:
+    """Loss and gradients from a float32 run; parameters from a ``params_dtype`` run."""
+    r32 = run_pair(cfg, batch, seq, tiling, np.float32, steps, lr, seed)
+    rp = r32 if np.dtype(params_dtype) == np.float32 else run_pair(cfg, batch, seq, tiling, params_dtype, steps,
+                                                                      lr, seed)
+    extra = {}
+    if rp is not r32:
+        extra["float32_params"] = r32.params
+    return VerifyResult(
+        loss=r32.loss, grads=r32.grads, params=rp.params,
+        dtypes={"loss": r32.dtype, "grads": r32.dtype, "params": rp.dtype},
+        losses=r32.losses, extra=extra)
