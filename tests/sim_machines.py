@@ -12,8 +12,11 @@ KIND = {"peak_tflops": fig(1.0), "memory_bandwidth_GBps": fig(100.0), "compute_e
 
 
 def two_device_machine(capacity_gib=1.0, bw_gbps=1.0, lat_us=10.0, host_bw_gbps=None, overhead_us=0.0,
-                       workers_per_device=1, n_devices=2):
-    """Host + ``n_devices`` devices, each with its own workers; devices linked directly and to the host."""
+                       workers_per_device=1, n_devices=2, host_workers=0):
+    """Host + ``n_devices`` devices, each with its own workers; devices linked directly and to the host.
+
+    With ``host_workers``, CPU workers of a second kind run on the host memory node too.
+    """
     doc = {
         "format": 1, "name": "test-devices",
         "runtime": {"task_overhead_us": fig(overhead_us)},
@@ -30,6 +33,9 @@ def two_device_machine(capacity_gib=1.0, bw_gbps=1.0, lat_us=10.0, host_bw_gbps=
                              "latency_us": fig(lat_us / 2)})
     for j in range(workers_per_device):
         doc["workers"].append({"name": f"w{j}_", "kind": "acc", "count": n_devices, "memory_node": "dev"})
+    if host_workers:
+        doc["worker_kinds"]["cpu"] = KIND
+        doc["workers"].append({"name": "cpu", "kind": "cpu", "count": host_workers, "memory_node": "host"})
     return parse_machine(doc, where="test")
 
 

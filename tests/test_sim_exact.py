@@ -128,3 +128,38 @@ def test_small_device_memory_evicts_and_writes_back_dirty_tiles():
     assert r.summary["peak_memory_bytes"]["dev0"] <= 3 * TILE * TILE * 4
     assert r.summary["evictions"] == 3 and r.summary["writebacks"] == 3
     assert r.summary["bytes_per_link"] == {"pcie:dev0->host": 3 * TILE * TILE * 4}
+
+
+def _two_readers_graph():
+    b = _builder()
+    p, acc = _tensor(b, "p", "param", 2), _tensor(b, "acc", "activation", 2)
+    for i in range(2):  # two independent tasks, each reading its own host tile
+        b.add("fill", [acc.tile_ids(i, 0)], dict(n=TILE * TILE, value=0.0))
+        _axpy(b, p.tile_ids(i, 0), acc.tile_ids(i, 0))
+    return b.build()
+
+
+def test_dmda_prefetches_while_the_worker_is_busy_and_eager_fetches_on_demand():
+    g = _two_readers_graph()
+    m = two_device_machine(bw_gbps=1.0, lat_us=10.0, n_devices=1)
+    move = 10e-6 + TILE * TILE * 4 / 1e9
+    dur = np.full((1, 4), 1e-3)
+    dmda, eager = simulate(g, m, "dmda", durations=dur), simulate(g, m, "eager", durations=dur)
+    # Order on the one worker: fill0, fill1, axpy0, axpy1. dmda assigns axpy_i when fill_i
+    # ends and copies its input at once, while the worker runs the next task: no copy is
+    # exposed. Under eager a copy starts only when the worker takes the axpy.
+    assert dmda.transfers["start"].tolist() == pytest.approx([1e-3, 2e-3])
+    assert dmda.makespan == pytest.approx(4e-3)
+    assert eager.transfers["start"].tolist() == pytest.approx([2e-3, 3e-3 + move])
+    assert eager.makespan == pytest.approx(4e-3 + 2 * move)
+
+
+def test_heterogeneous_workers_dm_uses_the_faster_kind():
+    g = chain_graph()
+    m = two_device_machine(n_devices=1, host_workers=1)
+    assert m.kind_names == ["acc", "cpu"]
+    dur = np.array([[1e-3] * 3, [1e-1] * 3])  # the device is 100x faster
+    r = simulate(g, m, "dm", durations=dur)
+    assert r.worker.tolist() == [0, 0, 0]
+    slow = simulate(g, m, "dm", durations=dur[::-1].copy())
+    assert slow.worker.tolist() == [1, 1, 1]

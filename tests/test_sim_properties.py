@@ -27,7 +27,8 @@ def cases(draw):
         machine = two_device_machine(capacity_gib=tiles_fit * TILE_BYTES / 2**30,
                                      bw_gbps=draw(st.sampled_from([0.1, 1.0, 10.0])),
                                      n_devices=draw(st.integers(1, 3)),
-                                     overhead_us=draw(st.sampled_from([0.0, 5.0])))
+                                     overhead_us=draw(st.sampled_from([0.0, 5.0])),
+                                     host_workers=draw(st.integers(0, 2)))
     kinds = len(machine.kind_names)
     durations = rng.uniform(1e-6, 1e-4, size=(kinds, graph.n_tasks))
     sched = draw(st.sampled_from(list(POLICIES)))

@@ -126,3 +126,35 @@ def test_without_starpu_execution_names_what_to_install():
     assert "tasks 12" in out
     assert "error: StarPU not found" in out and "apt-get install libstarpu-dev libopenblas-dev" in out
     assert out.count("\n") == 2, "the error must be one line"
+
+
+def test_every_offered_scheduler_runs_a_graph_correctly():
+    p = _python("""
+        import numpy as np
+        from tilecast.executor.sample_graphs import reference_matmul_gelu, tiled_matmul_gelu
+        from tilecast.executor.starpu_session import StarPUSession, policies
+        from tilecast.executor.tiles import TileStore
+        g = tiled_matmul_gelu(40, 24, 30, 16)
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((40, 24)).astype(np.float32)
+        b = rng.standard_normal((24, 30)).astype(np.float32)
+        want = reference_matmul_gelu(a, b)
+        for sched in policies():
+            store = TileStore(g)
+            store.set_tensor("a", a)
+            store.set_tensor("b", b)
+            with StarPUSession(sched, 2) as s:
+                trace = s.execute(g, store)
+            err = np.abs(store.tensor("y") - want).max() / np.abs(want).max()
+            print(sched, "ok" if err < 1e-5 and len(trace) == g.n_tasks else f"wrong {err}", flush=True)
+    """)
+    try:
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"a scheduler hung; last finished: {out.strip().splitlines()[-1:]}")
+    assert p.returncode == 0, err
+    results = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    assert set(results) == set(policies())
+    assert all(r == "ok" for r in results.values()), results

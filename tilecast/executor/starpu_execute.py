@@ -19,6 +19,9 @@ WAIT_SLICE_MS = 100  # Python regains control this often while StarPU runs (Ctrl
 
 def _tile_arrays(graph, store):
     """Pointers, element counts and element sizes of every tile buffer (checked against the graph)."""
+    floats = {t.dtype for t in graph.tensors if t.dtype.kind == "f"}
+    if floats - {np.dtype(np.float32)}:
+        raise ValueError(f"the StarPU executor runs float32 graphs only (this one has {sorted(map(str, floats))})")
     store.allocate_all()
     n = graph.n_tiles
     ptrs = np.zeros(n, dtype=np.uint64)

@@ -140,9 +140,10 @@ def _embedding(name):
                 out.append((p, [ids, _f(rng, tokens, et), _f(rng, vt, et)]))
         bt, st = z["b"], z["s"]
         if name == "pos_add":
-            out.append((dict(bt=bt, st=st, et=et), [_f(rng, st, et), _f(rng, bt, st, et)]))
+            # the position tile may hold more rows than the sequence tile it feeds
+            out.append((dict(bt=bt, st=st, et=et), [_f(rng, st + 5, et), _f(rng, bt, st, et)]))
         if name == "pos_bwd":
-            out += [(dict(bt=bt, st=st, et=et, beta=b), [_f(rng, bt, st, et), _f(rng, st, et)]) for b in (0.0, 1.0)]
+            out += [(dict(bt=bt, st=st, et=et, beta=b), [_f(rng, bt, st, et), _f(rng, st + 5, et)]) for b in (0.0, 1.0)]
         return out
     return make
 

@@ -11,14 +11,17 @@
   task uses; if that replica is the only valid copy (dirty) it is first written
   back to the host. Capacity is never exceeded on device nodes; the host is
   not limited (its peak is reported).
-- Transfers come from the host when it holds a valid copy, else from the
-  lowest-numbered node that does, and are reserved on :class:`~tilecast.simulator.links.Links`.
+- A transfer comes from the valid replica with the shortest uncontended copy
+  time to the destination (as StarPU picks the source of a copy by its bus
+  model; ties: lowest node), and is reserved on :class:`~tilecast.simulator.links.Links`.
 
 Hot paths avoid per-access bookkeeping: the tiles in use on a node are found
 from the tasks running there only when an eviction needs them.
 """
 
 from __future__ import annotations
+
+from operator import add
 
 import numpy as np
 
@@ -52,36 +55,44 @@ class Memory:
         rptr = rptr.tolist()
         self.reads = [tuple(reads[rptr[i]:rptr[i + 1]]) for i in range(graph.n_tasks)]
         self._cost: dict = {}
+        self._zero = [0.0] * n_nodes
         self.n_evictions = 0
         self.n_writebacks = 0
 
     # --- estimates (no state change) ----------------------------------------
+    def _source(self, v: int, dst: int, b: int) -> int:
+        """The node holding a valid replica (bitmask ``v``) that copies ``b`` bytes to ``dst`` fastest."""
+        if v & (v - 1) == 0:
+            return v.bit_length() - 1
+        est = self.links.estimate
+        best, best_t = -1, float("inf")
+        while v:
+            low = v & -v
+            s = low.bit_length() - 1
+            t = est(s, dst, b)
+            if t < best_t:
+                best, best_t = s, t
+            v ^= low
+        return best
+
     def _tile_cost(self, v: int, b: int) -> list:
         """Per node, time to bring a tile of ``b`` bytes held on nodes ``v`` there (0 where held)."""
-        src = 0 if v & 1 else (v & -v).bit_length() - 1
         est = self.links.estimate
-        c = [0.0 if (v >> d) & 1 else est(src, d, b) for d in range(self.n_nodes)]
+        c = [0.0 if (v >> d) & 1 else est(self._source(v, d, b), d, b) for d in range(self.n_nodes)]
         self._cost[(v, b)] = c
         return c
 
     def penalty(self, task: int) -> list[float]:
         """Per node, the uncontended time to bring the task's missing inputs there."""
         valid, size, cache = self.valid, self.size, self._cost
-        vecs = []
+        pen = None
         for tile in self.reads[task]:
             v = valid[tile]
             if v:
-                key = (v, size[tile])
-                vecs.append(cache.get(key) or self._tile_cost(*key))
-        if not vecs:
-            return [0.0] * self.n_nodes
-        if len(vecs) == 1:
-            return vecs[0]
-        if len(vecs) == 2:
-            return [a + b for a, b in zip(*vecs)]
-        if len(vecs) == 3:
-            return [a + b + c for a, b, c in zip(*vecs)]
-        return [sum(x) for x in zip(*vecs)]
+                b = size[tile]
+                vec = cache.get((v, b)) or self._tile_cost(v, b)
+                pen = vec if pen is None else list(map(add, pen, vec))
+        return pen if pen is not None else self._zero
 
     # --- state changes --------------------------------------------------------
     def _make_room(self, node: int, nbytes: int, now: float) -> None:
@@ -124,19 +135,22 @@ class Memory:
         With ``fetch`` 0 (a write-only access) the space is allocated but no data is copied.
         """
         size = self.size[tile]
-        if self.used[node] + size > self.capacity[node]:
+        used = self.used
+        if used[node] + size > self.capacity[node]:
             self._make_room(node, size, now)
         v = self.valid[tile]
         if v and fetch:
-            src = 0 if v & 1 else (v & -v).bit_length() - 1
-            ready = self.links.transfer(src, node, size, max(now, self.avail[src][tile]))
+            src = v.bit_length() - 1 if v & (v - 1) == 0 else self._source(v, node, size)
+            since = self.avail[src][tile]
+            ready = self.links.transfer(src, node, size, since if since > now else now)
         else:
             ready = now  # nothing to copy
         self.avail[node][tile] = ready
         self.valid[tile] = v | (1 << node)
-        self.used[node] += size
-        if self.used[node] > self.peak[node]:
-            self.peak[node] = self.used[node]
+        u = used[node] + size
+        used[node] = u
+        if u > self.peak[node]:
+            self.peak[node] = u
         return ready
 
     def prefetch(self, task: int, node: int, now: float) -> None:
@@ -176,9 +190,9 @@ class Memory:
         return ready
 
     def release(self, task: int, node: int, now: float) -> None:
-        """The task ended: its data may be evicted again; written replicas are ready from now."""
+        """The task ended: its data may be evicted again.
+
+        Written replicas need no new ready time: every later reader or copy of
+        them starts after this task ended (dependencies order them).
+        """
         self.running[node].discard(task)
-        held = self.avail[node]
-        for tile, mode in self.accesses[task]:
-            if mode & 2:
-                held[tile] = now
