@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from tqdm import tqdm
 
 from tilecast.cluster.evaluate import evaluate
@@ -53,11 +55,19 @@ def candidates(shape, cluster, gpus: int, seq: int, global_batch: int, dtype: st
 
 def search(shape, cluster, gpus: int, seq: int, global_batch: int, *, top: int = 10, max_configs: int = 1000,
            progress: bool = True, **kw) -> dict:
-    """Evaluate the layouts that fit in memory (at most ``max_configs``, the least
-    memory-hungry first dropped last) and return the ``top`` fastest."""
+    """Simulate the layouts that fit in memory and return the ``top`` fastest.
+
+    When more than ``max_configs`` fit, an evenly spaced subset of them (in
+    enumeration order: TP, PP, micro-batch, ZeRO, schedule, recomputation) is
+    simulated, so every region of the space keeps representatives.
+    """
     cands = candidates(shape, cluster, gpus, seq, global_batch, **kw)
     fitting = [st for st in cands if memory_per_gpu(shape, st, cluster).total <= cluster.gpu.memory_bytes]
-    evaluated = fitting[:max_configs]
+    if len(fitting) > max_configs:
+        idx = np.unique(np.linspace(0, len(fitting) - 1, max_configs).round().astype(int))
+        evaluated = [fitting[i] for i in idx]
+    else:
+        evaluated = fitting
     results = []
     for st in tqdm(evaluated, desc="layouts", file=sys.stderr, disable=not progress, leave=False):
         results.append(evaluate(shape, st, cluster))
