@@ -163,3 +163,12 @@ def test_heterogeneous_workers_dm_uses_the_faster_kind():
     assert r.worker.tolist() == [0, 0, 0]
     slow = simulate(g, m, "dm", durations=dur[::-1].copy())
     assert slow.worker.tolist() == [1, 1, 1]
+
+
+def test_a_task_larger_than_device_memory_is_reported():
+    from tilecast.simulator import SimulationError
+
+    g = transfer_pair_graph()
+    m = two_device_machine(capacity_gib=TILE * TILE * 4 / 2**30, n_devices=1)  # room for one of two tiles
+    with pytest.raises(SimulationError, match="cannot hold the data"):
+        simulate(g, m, "dmda", durations=np.full((1, 2), 1e-3))
