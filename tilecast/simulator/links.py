@@ -36,7 +36,7 @@ class Links:
         self.latency = lat.tolist()
         self.inv_bw = inv_bw.tolist()
         self.first_link = first.tolist()
-        self.log: list[tuple] = []  # (src, dst, bytes, start, end) per transfer
+        self.flat_log: list = []  # src, dst, bytes, start, end of each transfer, one after another
 
     def estimate(self, src: int, dst: int, nbytes: int) -> float:
         """Uncontended duration of a transfer (what a scheduler's bus model predicts)."""
@@ -53,15 +53,19 @@ class Links:
         end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
         for i in route:
             free_at[i] = end
-        self.log.append((src, dst, nbytes, start, end))
+        self.flat_log.extend((src, dst, nbytes, start, end))
         return end
+
+    @property
+    def log(self) -> list[tuple]:
+        """(src, dst, bytes, start, end) of each transfer, in issue order."""
+        f = self.flat_log
+        return list(zip(f[0::5], f[1::5], f[2::5], f[3::5], f[4::5]))
 
     def arrays(self) -> dict:
         """The transfers as arrays: src, dst, bytes, start, end."""
-        if not self.log:
-            z = np.zeros(0, dtype=np.int64)
-            return {"src": z, "dst": z, "bytes": z, "start": np.zeros(0), "end": np.zeros(0)}
-        a = np.array(self.log, dtype=np.float64)  # bytes and node ids are exact in float64
+        f = self.flat_log
+        a = np.fromiter(f, dtype=np.float64, count=len(f)).reshape(-1, 5)  # node ids and bytes are exact in float64
         return {"src": a[:, 0].astype(np.int64), "dst": a[:, 1].astype(np.int64), "bytes": a[:, 2].astype(np.int64),
                 "start": a[:, 3].copy(), "end": a[:, 4].copy()}
 

@@ -38,22 +38,19 @@ class Memory:
         persistent = graph.persistent_tiles()
         self.valid = np.where(persistent, 1, 0).astype(np.int64).tolist()  # bitmask of nodes
         self.avail: list[dict] = [dict() for _ in range(n_nodes)]  # tile -> time ready; insertion order = LRU
-        self.avail[0] = {int(t): 0.0 for t in np.flatnonzero(persistent)}
+        self.avail[0] = dict.fromkeys(np.flatnonzero(persistent).tolist(), 0.0)
         self.used = [0] * n_nodes
         self.used[0] = int(graph.tile_nbytes[persistent].sum())
         self.peak = list(self.used)
         self.running: list[set] = [set() for _ in range(n_nodes)]  # tasks holding data on each node
-        ptr = graph.acc_ptr.tolist()
-        tiles = graph.acc_tile.astype(np.int64).tolist()
-        modes = graph.acc_mode.astype(np.int64).tolist()
-        pairs = list(zip(tiles, modes))
-        self.accesses = [tuple(pairs[ptr[i]:ptr[i + 1]]) for i in range(graph.n_tasks)]
-        reads = [t for t, m in pairs if m & 1]
-        rptr = np.zeros(graph.n_tasks + 1, dtype=np.int64)
-        np.cumsum(np.add.reduceat((graph.acc_mode & 1).astype(np.int64), graph.acc_ptr[:-1])
-                  if graph.n_tasks else np.zeros(0, np.int64), out=rptr[1:])
-        rptr = rptr.tolist()
-        self.reads = [tuple(reads[rptr[i]:rptr[i + 1]]) for i in range(graph.n_tasks)]
+        # each task's accesses as flat lists (sliced by task when needed): tile * 4 + mode, and the read tiles
+        self.acc_ptr = graph.acc_ptr.tolist()
+        self.acc_code = (graph.acc_tile.astype(np.int64) * 4 + graph.acc_mode).tolist()
+        is_read = (graph.acc_mode & 1).astype(bool)
+        read_ptr = np.zeros(graph.n_tasks + 1, dtype=np.int64)
+        np.cumsum(np.bincount(graph.access_task[is_read], minlength=graph.n_tasks), out=read_ptr[1:])
+        self.read_ptr = read_ptr.tolist()
+        self.read_tile = graph.acc_tile[is_read].astype(np.int64).tolist()
         self._cost: dict = {}
         self._zero = [0.0] * n_nodes
         self.n_evictions = 0
@@ -86,7 +83,7 @@ class Memory:
         """Per node, the uncontended time to bring the task's missing inputs there."""
         valid, size, cache = self.valid, self.size, self._cost
         pen = None
-        for tile in self.reads[task]:
+        for tile in self.read_tile[self.read_ptr[task]:self.read_ptr[task + 1]]:
             v = valid[tile]
             if v:
                 b = size[tile]
@@ -100,7 +97,8 @@ class Memory:
         if self.used[node] + nbytes <= cap:
             return
         held = self.avail[node]
-        in_use = {tile for t in self.running[node] for tile, _ in self.accesses[t]}
+        ptr, code = self.acc_ptr, self.acc_code
+        in_use = {c >> 2 for t in self.running[node] for c in code[ptr[t]:ptr[t + 1]]}
         victims = []
         need = self.used[node] + nbytes - cap
         for tile in held:
@@ -156,7 +154,7 @@ class Memory:
     def prefetch(self, task: int, node: int, now: float) -> None:
         """Start bringing the task's inputs to ``node`` (done when a task is assigned early)."""
         valid = self.valid
-        for tile in self.reads[task]:
+        for tile in self.read_tile[self.read_ptr[task]:self.read_ptr[task + 1]]:
             if not (valid[tile] >> node) & 1:
                 try:
                     self._bring(tile, node, now)
@@ -170,7 +168,8 @@ class Memory:
         held = self.avail[node]
         valid = self.valid
         bit = 1 << node
-        for tile, mode in self.accesses[task]:
+        for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
+            tile, mode = c >> 2, c & 3
             if tile in held:
                 t = held.pop(tile)
                 held[tile] = t  # most recently used
