@@ -22,6 +22,14 @@ class Policy:
     def submit(self) -> None:
         """Called once before the run; policies that bind tasks at submission do it here."""
 
+    def fused_run(self) -> bool:
+        """Run the whole simulation in a loop specialised for this policy, if it has one.
+
+        Returns False where it has none (the engine then runs its general loop).
+        A fused loop must give exactly the general loop's results.
+        """
+        return False
+
     def push(self, task: int, by: int) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 

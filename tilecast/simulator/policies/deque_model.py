@@ -79,6 +79,15 @@ class DequeModel(Policy):
         if not eng.busy[w]:
             eng.wake(w)
 
+    def fused_run(self) -> bool:
+        from tilecast.simulator.fused_deque_model import run_deque_model
+        from tilecast.simulator.memory import Memory
+
+        if self.engine.memory is not None and type(self.engine.memory) is not Memory:
+            return False
+        run_deque_model(self.engine)
+        return True
+
     def pop(self, worker: int) -> int:
         q = self.queues[worker]
         if not q:

@@ -1,0 +1,235 @@
+"""The run loop of the deque-model policies (dm, dmda, dmdas), fused with data replicas and links.
+
+It simulates exactly what :class:`~tilecast.simulator.engine.Engine` does with a
+:class:`~tilecast.simulator.policies.deque_model.DequeModel` policy, a
+:class:`~tilecast.simulator.memory.Memory` and its
+:class:`~tilecast.simulator.links.Links`, step for step and in the same
+floating-point order, so the results are equal bit for bit (tests compare the
+two on random graphs and machines). The readable, general path stays in those
+classes; this is the same model written as a few closures over local variables,
+because on graphs of a million tasks Python's cost per call and per attribute
+lookup is most of the simulation time. Differences in form only:
+
+- a worker's penalty is summed over the workers' nodes, not every node, from
+  per-(replica set, tile size) vectors cached once (all-zero ones skipped);
+- a ready task given to an idle worker with an empty queue starts at once,
+  bypassing the queue;
+- the engine's idle set and done count are set once at the end.
+
+The clock is still simpy's: one timeout event per task end, as in the engine.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from operator import add
+
+from tilecast.simulator.engine import SimulationError
+
+
+def run_deque_model(eng) -> None:
+    """Run ``eng`` (an Engine whose policy is a DequeModel) to the end of its events."""
+    pol = eng.policy
+    mem = eng.memory
+    env = eng.env
+    timeout = env.timeout
+    overhead = eng.overhead
+    n_workers = eng.n_workers
+    wnode = eng.worker_node
+    rows = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
+    row0 = rows[0]
+    one_kind = all(r is row0 for r in rows)
+    busy, start, end, where = eng.busy, eng.start, eng.end, eng.where
+    missing, succ, succ_ptr = eng.missing, eng.succ, eng.succ_ptr
+    exp_end, exp_len, assigned = pol.exp_end, pol.exp_len, pol.assigned_len
+    queues = pol.queues
+    sorted_queues = pol.sorted_queues
+    neg = pol.neg if pol.neg else None
+    inf = float("inf")
+
+    if mem is not None:
+        links = mem.links
+        valid, size, avail, used, peak, capacity = mem.valid, mem.size, mem.avail, mem.used, mem.peak, mem.capacity
+        running = mem.running
+        acc_ptr, acc_code = mem.acc_ptr, mem.acc_code
+        read_ptr, read_tile = mem.read_ptr, mem.read_tile
+        make_room, source = mem._make_room, mem._source
+        free_at = links.free_at
+        log = links.flat_log.extend
+        n_nodes = mem.n_nodes
+        # per (src, dst): route, latency, 1 / bottleneck bandwidth (as Links.transfer reads them)
+        pair = [[(links.route[s][d], links.latency[s][d], links.inv_bw[s][d]) for d in range(n_nodes)]
+                for s in range(n_nodes)]
+    data_aware = pol.data_aware and mem is not None
+
+    # --- dmda's data penalty: per worker, uncontended time to fetch the task's missing inputs ---
+    pen_cache: dict = {}
+    ZERO = ()
+
+    def tile_penalty(v: int, b: int):
+        """Per worker, Memory's per-node tile cost for a tile of ``b`` bytes held on nodes ``v``."""
+        per_node = mem._cost.get((v, b)) or mem._tile_cost(v, b)
+        vec = [per_node[nd] for nd in wnode]
+        vec = vec if any(vec) else ZERO
+        pen_cache[(b << n_nodes) | v] = vec
+        return vec
+
+    def penalty(task: int):
+        pw = None
+        for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
+            v = valid[tile]
+            if v:
+                b = size[tile]
+                vec = pen_cache.get((b << n_nodes) | v)
+                if vec is None:
+                    vec = tile_penalty(v, b)
+                if vec is not ZERO:
+                    pw = vec if pw is None else list(map(add, pw, vec))
+        return pw
+
+    # --- data replicas and transfers (Memory._bring, Memory.prefetch, Links.transfer) ---
+    def bring(tile: int, nd: int, now: float, fetch: int) -> float:
+        sz = size[tile]
+        if used[nd] + sz > capacity[nd]:
+            make_room(nd, sz, now)
+        v = valid[tile]
+        if v and fetch:
+            src = v.bit_length() - 1 if v & (v - 1) == 0 else source(v, nd, sz)
+            t0 = avail[src][tile]
+            if t0 < now:
+                t0 = now
+            route, lat, inv_bw = pair[src][nd]
+            for i in route:
+                if free_at[i] > t0:
+                    t0 = free_at[i]
+            ready = t0 + lat + sz * inv_bw
+            for i in route:
+                free_at[i] = ready
+            log((src, nd, sz, t0, ready))
+        else:
+            ready = now
+        avail[nd][tile] = ready
+        valid[tile] = v | (1 << nd)
+        u = used[nd] + sz
+        used[nd] = u
+        if u > peak[nd]:
+            peak[nd] = u
+        return ready
+
+    def prefetch(task: int, nd: int, now: float) -> None:
+        bit = 1 << nd
+        for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
+            if not valid[tile] & bit:
+                try:
+                    bring(tile, nd, now, 1)
+                except SimulationError:
+                    return  # no room now: the fetch at start will retry
+
+    # --- the engine: start a task, end a task, give a ready task to a worker ---
+    def begin(w: int, t: int) -> None:
+        now = env._now
+        b = now + overhead
+        if mem is not None:  # Memory.acquire
+            nd = wnode[w]
+            running[nd].add(t)
+            held = avail[nd]
+            bit = 1 << nd
+            ready = now
+            for c in acc_code[acc_ptr[t]:acc_ptr[t + 1]]:
+                tile = c >> 2
+                r = held.pop(tile, None)
+                if r is None:
+                    r = bring(tile, nd, now, c & 1)
+                else:
+                    held[tile] = r  # most recently used
+                if r > ready:
+                    ready = r
+                if c & 2:
+                    v = valid[tile]
+                    if v != bit:  # a write: drop every other replica
+                        v &= ~bit
+                        sz = size[tile]
+                        while v:
+                            low = v & -v
+                            d = low.bit_length() - 1
+                            del avail[d][tile]
+                            used[d] -= sz
+                            v ^= low
+                        valid[tile] = bit
+            if ready > b:
+                b = ready
+        e = b + rows[w][t]
+        busy[w] = True
+        start[t] = b
+        end[t] = e
+        where[t] = w
+        timeout(e - now, t).callbacks.append(finish)
+
+    def push(task: int) -> None:
+        now = env._now
+        pw = penalty(task) if data_aware else None
+        if one_kind:
+            d = row0[task]
+            if pw is None:
+                f = [(e if e > now else now) + d for e in exp_end]
+            else:
+                f = [((e if e > now else now) + d) + p for e, p in zip(exp_end, pw)]
+        else:
+            if pw is None:
+                f = [(e if e > now else now) + r[task] for e, r in zip(exp_end, rows)]
+            else:
+                f = [((e if e > now else now) + r[task]) + p for e, r, p in zip(exp_end, rows, pw)]
+            d = None
+        best = min(f)
+        if best == inf:
+            raise RuntimeError(f"task {task}: no worker can run it")
+        w = f.index(best)
+        if d is None:
+            d = rows[w][task]
+        e = exp_end[w]
+        if e < now:
+            e = now
+        arrival = now + (pw[w] if pw is not None else 0.0)  # the worker cannot start before the data arrives
+        length = d + overhead + (arrival - e if arrival > e else 0.0)
+        exp_end[w] = e + length
+        exp_len[w] += length
+        assigned[task] = length
+        q = queues[w]
+        if q or busy[w]:
+            if mem is not None:
+                prefetch(task, wnode[w], now)
+            if sorted_queues:
+                heappush(q, (neg[task] if neg else 0.0, task))
+            else:
+                q.append(task)
+            if not busy[w]:  # the worker that just ended a task, its successors being pushed
+                begin(w, heappop(q)[1] if sorted_queues else q.popleft())
+        else:
+            begin(w, task)
+
+    def finish(ev) -> None:
+        t = ev._value
+        w = where[t]
+        busy[w] = False
+        if mem is not None:
+            running[wnode[w]].discard(t)
+        left = exp_len[w] - assigned[t]
+        if left < 1e-15:
+            left = 0.0
+        exp_len[w] = left
+        exp_end[w] = env._now + left
+        for s in succ[succ_ptr[t]:succ_ptr[t + 1]]:
+            m = missing[s] - 1
+            missing[s] = m
+            if not m:
+                push(s)
+        if not busy[w]:
+            q = queues[w]
+            if q:
+                begin(w, heappop(q)[1] if sorted_queues else q.popleft())
+
+    for t in [i for i, m in enumerate(missing) if m == 0]:
+        push(t)
+    env.run()
+    eng.n_done = eng.n_tasks - where.count(-1)
+    eng.idle = {w for w in range(n_workers) if not busy[w]}
