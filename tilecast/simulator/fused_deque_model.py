@@ -50,16 +50,32 @@ def run_deque_model(eng) -> None:
     if mem is not None:
         links = mem.links
         valid, size, avail, used, peak, capacity = mem.valid, mem.size, mem.avail, mem.used, mem.peak, mem.capacity
-        running = mem.running
         acc_ptr, acc_code = mem.acc_ptr, mem.acc_code
         read_ptr, read_tile = mem.read_ptr, mem.read_tile
-        make_room, source = mem._make_room, mem._source
         free_at = links.free_at
         log = links.flat_log.extend
         n_nodes = mem.n_nodes
-        # per (src, dst): route, latency, 1 / bottleneck bandwidth (as Links.transfer reads them)
-        pair = [[(links.route[s][d], links.latency[s][d], links.inv_bw[s][d]) for d in range(n_nodes)]
-                for s in range(n_nodes)]
+        skey = [b << n_nodes for b in size]  # per tile, its size in the keys of the caches below
+        # per destination node, (replica set, size) -> (source node, route, latency, size / bandwidth)
+        src_cache: list[dict] = [dict() for _ in range(n_nodes)]
+        node_workers = [[w for w in range(n_workers) if wnode[w] == nd] for nd in range(n_nodes)]
+        cur = [-1] * n_workers  # the task each busy worker runs
+    data_aware = pol.data_aware and mem is not None
+
+    def copy_plan(v: int, nd: int, sz: int, key: int):
+        """Where a copy of ``sz`` bytes held on nodes ``v`` to ``nd`` comes from, and its route and costs."""
+        src = mem._source(v, nd, sz)
+        plan = (src, links.route[src][nd], links.latency[src][nd], sz * links.inv_bw[src][nd])
+        src_cache[nd][key] = plan
+        return plan
+
+    def make_room(nd: int, sz: int, now: float, acquiring: int) -> None:
+        """Memory._make_room, its running set rebuilt from the busy workers (and the task acquiring data)."""
+        on_node = {cur[w] for w in node_workers[nd] if busy[w]}
+        if acquiring >= 0:
+            on_node.add(acquiring)
+        mem.running[nd] = on_node
+        mem._make_room(nd, sz, now)
     data_aware = pol.data_aware and mem is not None
 
     # --- dmda's data penalty: per worker, uncontended time to fetch the task's missing inputs ---
@@ -79,30 +95,30 @@ def run_deque_model(eng) -> None:
         for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
             v = valid[tile]
             if v:
-                b = size[tile]
-                vec = pen_cache.get((b << n_nodes) | v)
+                vec = pen_cache.get(skey[tile] | v)
                 if vec is None:
-                    vec = tile_penalty(v, b)
+                    vec = tile_penalty(v, size[tile])
                 if vec is not ZERO:
                     pw = vec if pw is None else list(map(add, pw, vec))
         return pw
 
     # --- data replicas and transfers (Memory._bring, Memory.prefetch, Links.transfer) ---
-    def bring(tile: int, nd: int, now: float, fetch: int) -> float:
+    def bring(tile: int, nd: int, now: float, fetch: int, acquiring: int) -> float:
         sz = size[tile]
         if used[nd] + sz > capacity[nd]:
-            make_room(nd, sz, now)
+            make_room(nd, sz, now, acquiring)
         v = valid[tile]
         if v and fetch:
-            src = v.bit_length() - 1 if v & (v - 1) == 0 else source(v, nd, sz)
+            key = skey[tile] | v
+            plan = src_cache[nd].get(key) or copy_plan(v, nd, sz, key)
+            src, route, lat, xfer = plan
             t0 = avail[src][tile]
             if t0 < now:
                 t0 = now
-            route, lat, inv_bw = pair[src][nd]
             for i in route:
                 if free_at[i] > t0:
                     t0 = free_at[i]
-            ready = t0 + lat + sz * inv_bw
+            ready = t0 + lat + xfer
             for i in route:
                 free_at[i] = ready
             log((src, nd, sz, t0, ready))
@@ -117,13 +133,44 @@ def run_deque_model(eng) -> None:
         return ready
 
     def prefetch(task: int, nd: int, now: float) -> None:
+        """Memory.prefetch with _bring inlined (most transfers are issued here)."""
         bit = 1 << nd
+        held = avail[nd]
+        plans = src_cache[nd]
+        cap = capacity[nd]
         for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
-            if not valid[tile] & bit:
+            v = valid[tile]
+            if v & bit:
+                continue
+            sz = size[tile]
+            if used[nd] + sz > cap:
                 try:
-                    bring(tile, nd, now, 1)
+                    make_room(nd, sz, now, -1)
                 except SimulationError:
                     return  # no room now: the fetch at start will retry
+                v = valid[tile]
+            if v:
+                key = skey[tile] | v
+                plan = plans.get(key) or copy_plan(v, nd, sz, key)
+                src, route, lat, xfer = plan
+                t0 = avail[src][tile]
+                if t0 < now:
+                    t0 = now
+                for i in route:
+                    if free_at[i] > t0:
+                        t0 = free_at[i]
+                ready = t0 + lat + xfer
+                for i in route:
+                    free_at[i] = ready
+                log((src, nd, sz, t0, ready))
+            else:
+                ready = now
+            held[tile] = ready
+            valid[tile] = v | bit
+            u = used[nd] + sz
+            used[nd] = u
+            if u > peak[nd]:
+                peak[nd] = u
 
     # --- the engine: start a task, end a task, give a ready task to a worker ---
     def begin(w: int, t: int) -> None:
@@ -131,7 +178,7 @@ def run_deque_model(eng) -> None:
         b = now + overhead
         if mem is not None:  # Memory.acquire
             nd = wnode[w]
-            running[nd].add(t)
+            cur[w] = t
             held = avail[nd]
             bit = 1 << nd
             ready = now
@@ -139,7 +186,7 @@ def run_deque_model(eng) -> None:
                 tile = c >> 2
                 r = held.pop(tile, None)
                 if r is None:
-                    r = bring(tile, nd, now, c & 1)
+                    r = bring(tile, nd, now, c & 1, t)
                 else:
                     held[tile] = r  # most recently used
                 if r > ready:
@@ -211,8 +258,6 @@ def run_deque_model(eng) -> None:
         t = ev._value
         w = where[t]
         busy[w] = False
-        if mem is not None:
-            running[wnode[w]].discard(t)
         left = exp_len[w] - assigned[t]
         if left < 1e-15:
             left = 0.0
@@ -233,3 +278,5 @@ def run_deque_model(eng) -> None:
     env.run()
     eng.n_done = eng.n_tasks - where.count(-1)
     eng.idle = {w for w in range(n_workers) if not busy[w]}
+    if mem is not None:
+        mem.running = [set() for _ in range(n_nodes)]
