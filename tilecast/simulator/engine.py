@@ -19,6 +19,8 @@ run; the engine only keeps the clock, the worker states and the record.
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import simpy
 
@@ -77,9 +79,10 @@ class Engine:
         self.env = simpy.Environment()
         self.busy = [False] * self.n_workers
         self.idle = set(range(self.n_workers))
-        self.start = [0.0] * n
-        self.end = [0.0] * n
-        self.where = [-1] * n
+        # flat C arrays: no float object kept per task, and numpy reads them in one copy
+        self.start = array("d", bytes(8 * n))
+        self.end = array("d", bytes(8 * n))
+        self.where = array("q", [-1]) * n
         self.n_done = 0
         policy.attach(self)
         # the policy's end-of-task hook, skipped when it does nothing
@@ -152,5 +155,5 @@ class Engine:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, worker) of every task as numpy arrays."""
-        return (np.asarray(self.start, dtype=np.float64), np.asarray(self.end, dtype=np.float64),
-                np.asarray(self.where, dtype=np.int64))
+        return (np.array(self.start, dtype=np.float64), np.array(self.end, dtype=np.float64),
+                np.array(self.where, dtype=np.int64))

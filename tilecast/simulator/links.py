@@ -60,7 +60,7 @@ class Links:
     def log(self) -> list[tuple]:
         """(src, dst, bytes, start, end) of each transfer, in issue order."""
         f = self.flat_log
-        return list(zip(f[0::5], f[1::5], f[2::5], f[3::5], f[4::5]))
+        return list(zip(map(int, f[0::5]), map(int, f[1::5]), map(int, f[2::5]), f[3::5], f[4::5]))
 
     def arrays(self) -> dict:
         """The transfers as arrays: src, dst, bytes, start, end."""
