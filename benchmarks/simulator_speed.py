@@ -10,9 +10,17 @@ timed apart.
 Target: >= 150,000 simulated tasks/s with dmda and transfers.
 
 Measured on the 2-core AMD EPYC development machine, shared with other jobs
-(load average 6): 317,193 tasks, 422,866 transfers; simulation 53,000 tasks/s
-wall (80,000 per CPU second), replay 770,000 wall (1,195,000 per CPU second),
-ratio 0.069: the target is not met.
+(load average 2-4): 317,193 tasks, 422,866 transfers; simulation 79,000-98,000
+tasks/s wall (82,000-98,000 per CPU second), replay about 1,190,000 per CPU
+second, ratio 0.066-0.079: the target is not met. Against the simulator before
+its fused dm/dmda/dmdas loop, side by side on the same inputs (identical
+results): 3.95 s -> 3.37 s CPU for the simulation (1.17x).
+What limits it: the model's own work, about 130 interpreted lines per task at
+60-70 ns each on these cores: dmda's penalty over the task's ~2.9 reads and its
+choice among 8 workers, the prefetch with its ~1.33 transfers, the LRU touch of
+~3 replicas per task, and one simpy event; setup and summary (numpy, plus the
+critical path in Python) take 0.35 s more. The target needs <= 6.7 us per task
+in all, i.e. a compiled inner loop or a coarser model.
 Run: python3 benchmarks/simulator_speed.py [--model gpt2-xl --batch 8 --seq 1024 --tile 256
      --machine h100-sxm5-80gb-8 --sched dmda]
 """
