@@ -56,16 +56,23 @@ def run_deque_model(eng) -> None:
         log = links.flat_log.extend
         n_nodes = mem.n_nodes
         skey = [b << n_nodes for b in size]  # per tile, its size in the keys of the caches below
-        # per destination node, (replica set, size) -> (source node, route, latency, size / bandwidth)
+        # per destination node, (replica set, size) -> a copy plan (see copy_plan)
         src_cache: list[dict] = [dict() for _ in range(n_nodes)]
         node_workers = [[w for w in range(n_workers) if wnode[w] == nd] for nd in range(n_nodes)]
         cur = [-1] * n_workers  # the task each busy worker runs
     data_aware = pol.data_aware and mem is not None
 
     def copy_plan(v: int, nd: int, sz: int, key: int):
-        """Where a copy of ``sz`` bytes held on nodes ``v`` to ``nd`` comes from, and its route and costs."""
+        """Where a copy of ``sz`` bytes held on nodes ``v`` to ``nd`` comes from, and its route and costs:
+        (source, first link, last link, the route if longer than two links else None, latency,
+        size / bottleneck bandwidth, route)."""
         src = mem._source(v, nd, sz)
-        plan = (src, links.route[src][nd], links.latency[src][nd], sz * links.inv_bw[src][nd])
+        route = links.route[src][nd]
+        # routes of one or two links (every shipped machine's) are unrolled: first and last link
+        # (the same one twice for a single link: taking the max and reserving are idempotent)
+        short = 1 <= len(route) <= 2
+        plan = (src, route[0] if short else -1, route[-1] if short else -1, None if short else route,
+                links.latency[src][nd], sz * links.inv_bw[src][nd], route)
         src_cache[nd][key] = plan
         return plan
 
@@ -111,7 +118,7 @@ def run_deque_model(eng) -> None:
         if v and fetch:
             key = skey[tile] | v
             plan = src_cache[nd].get(key) or copy_plan(v, nd, sz, key)
-            src, route, lat, xfer = plan
+            src, _, _, _, lat, xfer, route = plan
             t0 = avail[src][tile]
             if t0 < now:
                 t0 = now
@@ -152,16 +159,27 @@ def run_deque_model(eng) -> None:
             if v:
                 key = skey[tile] | v
                 plan = plans.get(key) or copy_plan(v, nd, sz, key)
-                src, route, lat, xfer = plan
+                src, first, last, long_route, lat, xfer, _ = plan
                 t0 = avail[src][tile]
                 if t0 < now:
                     t0 = now
-                for i in route:
-                    if free_at[i] > t0:
-                        t0 = free_at[i]
-                ready = t0 + lat + xfer
-                for i in route:
-                    free_at[i] = ready
+                if long_route is None:
+                    f = free_at[first]
+                    if f > t0:
+                        t0 = f
+                    f = free_at[last]
+                    if f > t0:
+                        t0 = f
+                    ready = t0 + lat + xfer
+                    free_at[first] = ready
+                    free_at[last] = ready
+                else:
+                    for i in long_route:
+                        if free_at[i] > t0:
+                            t0 = free_at[i]
+                    ready = t0 + lat + xfer
+                    for i in long_route:
+                        free_at[i] = ready
                 log((src, nd, sz, t0, ready))
             else:
                 ready = now
