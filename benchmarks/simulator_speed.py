@@ -10,11 +10,12 @@ timed apart.
 Target: >= 150,000 simulated tasks/s with dmda and transfers.
 
 Measured on the 2-core AMD EPYC development machine, shared with other jobs
-(load average 2-4): 317,193 tasks, 422,866 transfers; simulation 79,000-98,000
-tasks/s wall (82,000-98,000 per CPU second), replay about 1,190,000 per CPU
-second, ratio 0.066-0.079: the target is not met. Against the simulator before
-its fused dm/dmda/dmdas loop, side by side on the same inputs (identical
-results): 3.95 s -> 3.37 s CPU for the simulation (1.17x).
+(load average 2-4): 317,193 tasks, 422,866 transfers; simulation 82,000-100,000
+tasks/s wall and per CPU second, replay about 1,200,000 per CPU second, ratio
+0.068-0.08: the target is not met. Against the simulator before the speed work
+(fused dm/dmda/dmdas loop, flat replica and transfer records, cheaper setup and
+summary), side by side on the same inputs with identical results: 3.99 s ->
+3.25 s CPU for the whole simulate() call (1.23x).
 What limits it: the model's own work, about 130 interpreted lines per task at
 60-70 ns each on these cores: dmda's penalty over the task's ~2.9 reads and its
 choice among 8 workers, the prefetch with its ~1.33 transfers, the LRU touch of
