@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
+    "run": "run_cmd",
     "compare": "compare_cmd",
 }
 

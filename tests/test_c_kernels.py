@@ -1,0 +1,55 @@
+"""Every C kernel computes what its numpy reference computes, on full and uneven tiles."""
+
+import numpy as np
+import pytest
+
+from tilecast.kernels import all_kernels
+from tilecast.kernels.native import kernel_functions, run_kernel, time_kernel
+from tilecast.kernels.samples import EVEN, UNEVEN, sample_tasks
+
+NAMES = [k.name for k in all_kernels()]
+
+
+def _close(name, got, want, tol=2e-5):
+    """max|a-b| <= tol * max(1, max|b|) over finite entries; infinities and NaNs must coincide."""
+    assert got.shape == want.shape
+    fin = np.isfinite(want)
+    assert np.array_equal(fin, np.isfinite(got)), f"{name}: non-finite entries differ"
+    assert np.array_equal(got[~fin], want[~fin], equal_nan=True), f"{name}: infinities differ"
+    if fin.any():
+        scale = max(1.0, float(np.abs(want[fin]).max()))
+        err = float(np.abs(got[fin].astype(np.float64) - want[fin]).max())
+        assert err <= tol * scale, f"{name}: max |c - numpy| = {err:.3g} (scale {scale:.3g})"
+
+
+def test_every_registry_kernel_has_a_c_function():
+    assert len(kernel_functions()) == len(NAMES)
+
+
+@pytest.mark.parametrize("dims", [EVEN, UNEVEN], ids=["even", "uneven"])
+@pytest.mark.parametrize("name", NAMES)
+def test_c_kernel_matches_numpy_reference(name, dims):
+    k = next(k for k in all_kernels() if k.name == name)
+    cases = sample_tasks(name, np.random.default_rng(abs(hash((name, dims["n"]))) % 2**32), dims)
+    assert cases
+    for params, bufs in cases:
+        want = [b.copy() for b in bufs]
+        k.reference(np, want, k.unpack([params[p] for p in k.params]))
+        got = [b.copy() for b in bufs]
+        run_kernel(name, params, got)
+        for j, (g, w) in enumerate(zip(got, want)):
+            _close(f"{name} {params} buffer {k.buffers[j]}", g, w)
+
+
+def test_time_kernel_returns_positive_durations():
+    params, bufs = sample_tasks("gemm", np.random.default_rng(0))[0]
+    t = time_kernel("gemm", params, bufs, repeats=5)
+    assert t.shape == (5,) and (t > 0).all()
+
+
+def test_bad_buffers_are_refused():
+    params, bufs = sample_tasks("axpy", np.random.default_rng(0))[0]
+    with pytest.raises(ValueError, match="2 buffers expected"):
+        run_kernel("axpy", params, bufs[:1])
+    with pytest.raises(ValueError, match="float32"):
+        run_kernel("axpy", params, [bufs[0].astype(np.float64), bufs[1]])

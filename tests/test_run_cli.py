@@ -1,0 +1,48 @@
+"""tilecast run: timed steps on StarPU, JSON output, trace files, checks and bad input."""
+
+import json
+
+import pytest
+
+from tilecast.cli import main
+from tilecast.trace import load
+
+
+def test_run_json_check_and_trace(tmp_path, capsys):
+    path = tmp_path / "step.parquet"
+    rc = main(["run", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32", "--sched", "lws",
+               "--workers", "2", "--steps", "3", "--check", "--json", "--trace", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    res = json.loads(out)  # exactly one JSON object on stdout
+    assert out.count("\n") == 1
+    assert res["check"]["ok"] and res["check"]["loss"] <= 1e-5
+    assert len(res["step_times_s"]) == 3 and res["step_s"] > 0
+    assert res["tokens_per_s"] == pytest.approx(2 * 32 / res["step_s"])
+    assert res["gflops"] == pytest.approx(res["flops_per_step"] / res["step_s"] / 1e9)
+    assert res["losses"][0] == pytest.approx(5.545, abs=0.05)  # ln 256 for a fresh model
+    trace = load(str(path))
+    assert len(trace) == res["tasks"] and (trace["source"] == "real").all()
+
+
+def test_run_human_output_and_chrome_trace(tmp_path, capsys):
+    path = tmp_path / "step.json"
+    rc = main(["run", "--batch", "1", "--seq", "16", "--tile", "16", "--steps", "2", "--trace", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "tokens/s" in out and "GFLOP/s" in out and "median of steps after the first" in out
+    events = json.loads(path.read_text())["traceEvents"]
+    assert any(e["ph"] == "X" for e in events) and any(e["ph"] == "s" for e in events)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--sched", "fastest"], "--sched"),
+    (["--workers", "99"], "--workers"),
+    (["--steps", "0"], "--steps"),
+    (["--trace", "x.txt"], "--trace"),
+])
+def test_run_bad_input_is_one_line_exit_2(argv, flag, capsys):
+    rc = main(["run", "--batch", "1", "--seq", "8", "--steps", "1"] + argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith(f"tilecast run: {flag}")

@@ -1,0 +1,102 @@
+"""tilecast run: training steps executed for real on StarPU, timed."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "run", help="execute training steps on StarPU and time them",
+        description="Build the tiled training step, run it --steps times on the StarPU runtime (random tokens; "
+                    "parameters and AdamW states stay in their tiles between steps) and print each step's time, "
+                    "tokens/s and achieved GFLOP/s. Figures in the summary and in --json are medians over the "
+                    "steps after the first (the first warms up and calibrates StarPU's performance models). "
+                    "--check compares the first step with the numpy reference execution (exit 1 on mismatch).")
+    add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile="64")
+    p.add_argument("--sched", default="dmda", metavar="NAME",
+                   help="StarPU scheduling policy (default: dmda; any policy the installed StarPU offers)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="CPU workers (default: the number of cores, at most StarPU's limit)")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps to run (default: 3)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the weights and tokens (default: 0)")
+    p.add_argument("--check", action="store_true",
+                   help="compare the first step with the numpy reference (loss 1e-5, gradients and "
+                        "parameters 1e-4 relative); exit 1 on a mismatch")
+    p.add_argument("--trace", metavar="PATH",
+                   help="write the last step's trace: .parquet or .csv table, or .json Chrome trace (Perfetto)")
+    add_json_arg(p)
+    return p
+
+
+def run(args) -> int:
+    from tilecast.executor.starpu_run import run_steps
+    from tilecast.executor.starpu_session import StarPUError
+    from tilecast.kernels.native_build import NativeUnavailable
+    from tilecast import trace as tracefile
+
+    cfg, batch, seq, tiling = model_args(args)
+    if args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
+        raise UsageError(f"--trace: unknown file type of {args.trace!r} (use .parquet, .csv or .json)")
+    bars = []
+
+    def progress(t, dt, loss):
+        if not bars:
+            bars.append(tqdm(total=args.steps, initial=0, desc="steps", unit="step", file=sys.stderr, leave=False))
+        bar = bars[0]
+        bar.update(1)
+        bar.set_postfix(step_s=f"{dt:.3f}", loss=f"{loss:.4f}")
+
+    try:
+        res = run_steps(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
+                        check=args.check, progress=progress)
+    except NativeUnavailable as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        msg = str(e)
+        flag = "--sched" if "scheduler" in msg else "--workers" if "workers" in msg else "--model/--tile"
+        raise UsageError(f"{flag}: {msg}") from None
+    except StarPUError as e:
+        print(f"tilecast run: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for bar in bars:
+            bar.close()
+    if args.trace:
+        tracefile.save(res.trace, args.trace, res.graph)
+    ok = res.check is None or res.check["ok"]
+    out = {
+        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
+        "workers": len(res.workers), "tasks": res.n_tasks, "steps": args.steps,
+        "step_s": res.median_step_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
+        "step_times_s": res.step_s, "losses": res.losses, "flops_per_step": res.flops_per_step,
+    }
+    if res.check is not None:
+        out["check"] = res.check
+    if args.trace:
+        out["trace"] = args.trace
+    if args.json:
+        print_json(out)
+        return 0 if ok else 1
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU {args.sched} on {len(res.workers)} CPU "
+          f"workers; {res.n_tasks} tasks, {res.flops_per_step / 1e9:.2f} GFLOP per step")
+    print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'GFLOP/s':>10}{'loss':>10}")
+    for t, (dt, loss) in enumerate(zip(res.step_s, res.losses)):
+        print(f"{t + 1:>5}{dt:>10.4f}{res.tokens_per_step / dt:>12.1f}{res.flops_per_step / dt / 1e9:>10.2f}"
+              f"{loss:>10.4f}")
+    print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
+          f"{res.gflops:.2f} GFLOP/s")
+    if args.trace:
+        print(f"trace of the last step: {args.trace}")
+    if res.check is not None:
+        c = res.check
+        print(f"check against the numpy reference: loss {c['loss']:.2e}, gradients {c['grads']:.2e}, "
+              f"parameters (AdamW on the step's gradients) {c['params']:.2e} -> {'ok' if c['ok'] else 'FAILED: ' + ', '.join(c['failures'][:5])}")
+    return 0 if ok else 1

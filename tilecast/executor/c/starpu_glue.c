@@ -1,0 +1,365 @@
+/* See starpu_glue.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <starpu.h>
+#include <starpu_profiling.h>
+#include <starpu_scheduler.h>
+#include "starpu_glue.h"
+
+typedef void (*kernel_fn)(const double *p, void *const *buf);
+
+static int started, paused;
+static int n_kernels;
+static kernel_fn *fns;
+static struct starpu_codelet *codelets, *dry_codelets;
+static struct starpu_perfmodel *models;
+
+/* The run in flight (one at a time). */
+static struct {
+    struct starpu_task *tasks;
+    int64_t submitted;
+    int64_t done;
+    volatile int abort;
+    double t0_us;
+    double *start, *end;
+    int32_t *worker;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+} run = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+int tcs_policies(const char **names, const char **descs, int max)
+{
+    struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
+    int n = 0;
+    for (; p[n]; n++)
+        if (n < max) {
+            names[n] = p[n]->policy_name;
+            descs[n] = p[n]->policy_description;
+        }
+    return n;
+}
+
+int tcs_max_cpus(void)
+{
+    return STARPU_MAXCPUS;
+}
+
+int tcs_start(const char *sched, int ncpus)
+{
+    if (started)
+        return -EBUSY;
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.sched_policy_name = sched;
+    conf.ncpus = ncpus;
+    conf.ncuda = 0;
+    conf.nopencl = 0;
+    conf.nmic = 0;
+    conf.nmpi_ms = 0;
+    conf.precedence_over_environment_variables = 1;
+    conf.catch_signals = 0;
+    int ret = starpu_init(&conf);
+    if (ret != 0)
+        return ret;
+    started = 1;
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    starpu_pause();
+    paused = 1;
+    return 0;
+}
+
+void tcs_pause(void)
+{
+    if (started && !paused) {
+        starpu_pause();
+        paused = 1;
+    }
+}
+
+void tcs_resume(void)
+{
+    if (started && paused) {
+        starpu_resume();
+        paused = 0;
+    }
+}
+
+static void free_codelets(void)
+{
+    if (models)
+        for (int k = 0; k < n_kernels; k++)
+            free((char *)models[k].symbol);
+    free(models);
+    free(codelets);
+    free(dry_codelets);
+    free(fns);
+    models = NULL;
+    codelets = dry_codelets = NULL;
+    fns = NULL;
+    n_kernels = 0;
+}
+
+void tcs_stop(void)
+{
+    if (!started)
+        return;
+    tcs_resume(); /* shutting down paused workers would wait for them forever */
+    starpu_task_wait_for_all();
+    starpu_shutdown();
+    started = 0;
+    free_codelets();
+}
+
+int tcs_nworkers(void)
+{
+    return started ? (int)starpu_worker_get_count() : 0;
+}
+
+int tcs_worker_node(int worker)
+{
+    return (int)starpu_worker_get_memory_node(worker);
+}
+
+int tcs_worker_name(int worker, char *out, int len)
+{
+    starpu_worker_get_name(worker, out, len);
+    return 0;
+}
+
+/* The one CPU function of every codelet: find the kernel from the codelet and call it. */
+static void cpu_func(void *buffers[], void *cl_arg)
+{
+    struct starpu_task *task = starpu_task_get_current();
+    const int k = (int)(task->cl - codelets);
+    const unsigned nb = STARPU_TASK_GET_NBUFFERS(task);
+    void *ptrs[STARPU_NMAXBUFS];
+    for (unsigned j = 0; j < nb; j++)
+        ptrs[j] = (void *)STARPU_VECTOR_GET_PTR(buffers[j]);
+    if (!run.abort)
+        fns[k]((const double *)cl_arg, ptrs);
+}
+
+static void empty_func(void *buffers[], void *cl_arg)
+{
+    (void)buffers;
+    (void)cl_arg;
+}
+
+int tcs_set_kernels(int n, const uint64_t *addrs, const char *const *names, const int *nbuffers)
+{
+    free_codelets();
+    fns = calloc(n, sizeof *fns);
+    codelets = calloc(n, sizeof *codelets);
+    dry_codelets = calloc(n, sizeof *dry_codelets);
+    models = calloc(n, sizeof *models);
+    if (!fns || !codelets || !dry_codelets || !models)
+        return -ENOMEM;
+    n_kernels = n;
+    for (int k = 0; k < n; k++) {
+        if (nbuffers[k] > STARPU_NMAXBUFS)
+            return -E2BIG;
+        fns[k] = (kernel_fn)(uintptr_t)addrs[k];
+        models[k].type = STARPU_HISTORY_BASED;
+        models[k].symbol = strdup(names[k]);
+        struct starpu_codelet *cl = &codelets[k];
+        cl->where = STARPU_CPU;
+        cl->cpu_funcs[0] = cpu_func;
+        cl->nbuffers = STARPU_VARIABLE_NBUFFERS;
+        cl->name = models[k].symbol;
+        cl->model = &models[k];
+        dry_codelets[k] = *cl;
+        dry_codelets[k].cpu_funcs[0] = empty_func;
+        dry_codelets[k].model = NULL;
+    }
+    return 0;
+}
+
+int tcs_register(int64_t n, const uint64_t *ptrs, const int64_t *nelem, const int64_t *elemsize, void **handles)
+{
+    for (int64_t i = 0; i < n; i++) {
+        starpu_data_handle_t h = NULL;
+        if (ptrs[i])
+            starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptrs[i], (uint32_t)nelem[i],
+                                        (size_t)elemsize[i]);
+        handles[i] = h;
+    }
+    return 0;
+}
+
+void tcs_unregister(int64_t n, void **handles)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (handles[i]) {
+            starpu_data_unregister((starpu_data_handle_t)handles[i]);
+            handles[i] = NULL;
+        }
+}
+
+static double timespec_s(struct timespec *ts)
+{
+    return starpu_timing_timespec_to_us(ts) * 1e-6;
+}
+
+static void done_cb(void *arg)
+{
+    struct starpu_task *t = arg;
+    const int64_t i = t - run.tasks;
+    struct starpu_profiling_task_info *pi = t->profiling_info;
+    if (pi && run.start) {
+        run.start[i] = timespec_s(&pi->start_time) - run.t0_us * 1e-6;
+        run.end[i] = timespec_s(&pi->end_time) - run.t0_us * 1e-6;
+        run.worker[i] = pi->workerid;
+    }
+    pthread_mutex_lock(&run.lock);
+    if (++run.done == run.submitted)
+        pthread_cond_broadcast(&run.cond);
+    pthread_mutex_unlock(&run.lock);
+}
+
+static enum starpu_data_access_mode mode_of(int8_t m)
+{
+    return m == 3 ? STARPU_RW : m == 2 ? STARPU_W : STARPU_R;
+}
+
+int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
+                   const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
+                   int flags, double *out_start, double *out_end, int32_t *out_worker, int *err)
+{
+    *err = 0;
+    if (!started || run.tasks) {
+        *err = -EBUSY;
+        return 0;
+    }
+    run.tasks = calloc(n_tasks ? n_tasks : 1, sizeof *run.tasks);
+    if (!run.tasks) {
+        *err = -ENOMEM;
+        return 0;
+    }
+    struct starpu_codelet *cls = (flags & TCS_DRY) ? dry_codelets : codelets;
+    run.start = out_start;
+    run.end = out_end;
+    run.worker = out_worker;
+    run.abort = 0;
+    run.done = 0;
+    /* Count every task as submitted up front so that early completions never see done == submitted. */
+    run.submitted = n_tasks;
+    tcs_resume();
+    run.t0_us = starpu_timing_now();
+    int64_t i = 0;
+    for (; i < n_tasks; i++) {
+        struct starpu_task *t = &run.tasks[i];
+        starpu_task_init(t);
+        t->cl = &cls[kernel[i]];
+        t->cl_arg = (void *)(params + param_ptr[i]);
+        t->cl_arg_size = (size_t)(param_ptr[i + 1] - param_ptr[i]) * sizeof(double);
+        const int64_t a = acc_ptr[i], nb = acc_ptr[i + 1] - a;
+        t->nbuffers = (int)nb;
+        for (int64_t j = 0; j < nb; j++) {
+            t->handles[j] = (starpu_data_handle_t)handles[acc_tile[a + j]];
+            t->modes[j] = mode_of(acc_mode[a + j]);
+        }
+        t->callback_func = done_cb;
+        t->callback_arg = t;
+        t->destroy = 0;
+        t->detach = 1;
+        int ret = starpu_task_submit(t);
+        if (ret != 0) {
+            *err = ret;
+            break;
+        }
+    }
+    /* Policies that wait for the whole graph (graph_test) start scheduling here. */
+    starpu_do_schedule();
+    if (i < n_tasks) {
+        pthread_mutex_lock(&run.lock);
+        run.submitted = i;
+        if (run.done == run.submitted)
+            pthread_cond_broadcast(&run.cond);
+        pthread_mutex_unlock(&run.lock);
+    }
+    return i;
+}
+
+int64_t tcs_wait(int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec += 1;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&run.lock);
+    while (run.done < run.submitted)
+        if (pthread_cond_timedwait(&run.cond, &run.lock, &dl) == ETIMEDOUT)
+            break;
+    int64_t done = run.done;
+    pthread_mutex_unlock(&run.lock);
+    return done;
+}
+
+void tcs_abort(void)
+{
+    run.abort = 1;
+}
+
+double tcs_finish(void)
+{
+    if (!run.tasks)
+        return 0.0;
+    while (tcs_wait(1000) < run.submitted)
+        ;
+    starpu_task_wait_for_all();
+    const double wall = (starpu_timing_now() - run.t0_us) * 1e-6;
+    tcs_pause();
+    for (int64_t i = 0; i < run.submitted; i++)
+        starpu_task_clean(&run.tasks[i]);
+    free(run.tasks);
+    run.tasks = NULL;
+    run.start = run.end = NULL;
+    run.worker = NULL;
+    run.submitted = run.done = 0;
+    return wall;
+}
+
+static struct starpu_codelet baseline_cl = {
+    .where = STARPU_CPU,
+    .cpu_funcs = {empty_func},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "empty",
+};
+
+double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
+                    void **handles)
+{
+    if (!started || run.tasks)
+        return -1.0;
+    const int prof = starpu_profiling_status_get();
+    starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    tcs_resume();
+    const double t0 = starpu_timing_now();
+    for (int64_t i = 0; i < n_tasks; i++) {
+        struct starpu_task *t = starpu_task_create();
+        t->cl = &baseline_cl;
+        const int64_t a = acc_ptr[i], nb = acc_ptr[i + 1] - a;
+        t->nbuffers = (int)nb;
+        for (int64_t j = 0; j < nb; j++) {
+            t->handles[j] = (starpu_data_handle_t)handles[acc_tile[a + j]];
+            t->modes[j] = mode_of(acc_mode[a + j]);
+        }
+        if (starpu_task_submit(t) != 0) {
+            starpu_task_destroy(t);
+            break;
+        }
+    }
+    starpu_do_schedule();
+    starpu_task_wait_for_all();
+    const double wall = (starpu_timing_now() - t0) * 1e-6;
+    tcs_pause();
+    starpu_profiling_status_set(prof);
+    return wall;
+}

@@ -1,0 +1,51 @@
+/* tilecast's StarPU glue: one session at a time, whole graphs submitted from C.
+ *
+ * The kernels themselves live in the separate kernels extension
+ * (tilecast/kernels/c); Python hands their addresses to tcs_set_kernels so
+ * that StarPU codelets call exactly the functions the microbenchmarks time.
+ */
+#ifndef TILECAST_STARPU_GLUE_H
+#define TILECAST_STARPU_GLUE_H
+
+#include <stdint.h>
+
+/* Scheduling policies this StarPU offers; fills up to max entries, returns the total. */
+int tcs_policies(const char **names, const char **descs, int max);
+int tcs_max_cpus(void);
+
+/* Start StarPU (paused) with a policy and a number of CPU workers; 0 or -errno. */
+int tcs_start(const char *sched, int ncpus);
+void tcs_stop(void);
+void tcs_pause(void);
+void tcs_resume(void);
+int tcs_nworkers(void);
+int tcs_worker_node(int worker);
+int tcs_worker_name(int worker, char *out, int len);
+
+/* Codelets (with history-based perfmodels named after the kernels) for n kernels. */
+int tcs_set_kernels(int n, const uint64_t *fns, const char *const *names, const int *nbuffers);
+
+/* Register n CPU buffers in place as vector handles; unregister them (data stays in place). */
+int tcs_register(int64_t n, const uint64_t *ptrs, const int64_t *nelem, const int64_t *elemsize, void **handles);
+void tcs_unregister(int64_t n, void **handles);
+
+/* Submit a whole graph in order. flags: TCS_DRY (empty codelets, no perfmodels).
+ * Per-task start/end (seconds from the submission start) and worker arrive in
+ * out_start/out_end/out_worker as tasks finish. Returns the number of tasks
+ * submitted; *err gets 0 or the first submission error. */
+#define TCS_DRY 1
+int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
+                   const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
+                   int flags, double *out_start, double *out_end, int32_t *out_worker, int *err);
+/* Wait up to timeout_ms for the submitted tasks; returns how many have finished. */
+int64_t tcs_wait(int timeout_ms);
+/* From now on, remaining tasks of the current run skip their kernels (after Ctrl-C). */
+void tcs_abort(void);
+/* Wait for every task, release them; returns the run's wall time in seconds. */
+double tcs_finish(void);
+
+/* StarPU's own cost: n empty tasks over the same handles, no profiling, no callbacks. */
+double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
+                    void **handles);
+
+#endif

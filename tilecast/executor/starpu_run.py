@@ -1,0 +1,131 @@
+"""Repeated training steps on StarPU, timed: what ``tilecast run`` measures.
+
+The step's state stays in its tiles between steps, as in a training loop:
+parameters and AdamW moments are updated in place by the graph's AdamW tasks,
+gradients are overwritten by their first contribution each step, and only the
+batch (ids, targets) and AdamW's step number change. Data are random tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecast.executor.starpu_session import StarPUSession
+from tilecast.executor.step import TrainState, init_gpt2_params, load_step, reference_step
+from tilecast.executor.verify import TOLERANCES, rel_err
+from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step, grad_name
+from tilecast.kernels import get
+
+
+@dataclass
+class RunResult:
+    """Per-step wall times and losses, the graph's figures, the last step's trace, the check."""
+
+    step_s: list[float]
+    losses: list[float]
+    tokens_per_step: int
+    flops_per_step: float
+    n_tasks: int
+    trace: object = None
+    graph: object = None
+    check: dict | None = None
+    workers: list[str] = field(default_factory=list)
+
+    @property
+    def median_step_s(self) -> float:
+        """Median step time, leaving out the first step (warm-up, performance-model calibration)."""
+        steps = self.step_s[1:] or self.step_s
+        return float(np.median(steps))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.median_step_s
+
+    @property
+    def gflops(self) -> float:
+        return self.flops_per_step / self.median_step_s / 1e9
+
+
+def adamw_expected(graph, initial: dict, grads: dict) -> dict:
+    """Parameters after the graph's first AdamW step (zero moments) applied to ``grads``, with numpy."""
+    k = get("adamw")
+    _, table = graph.kernel_params(k.id)
+    out = {}
+    for name, w0 in initial.items():
+        w = w0.astype(np.float32).ravel().copy()
+        g = np.ascontiguousarray(grads[name], dtype=np.float32).ravel()
+        m, v = np.zeros_like(w), np.zeros_like(w)
+        p = dict(zip(k.params, table[0]), n=w.size, step=1.0)
+        k.reference(np, [w, g, m, v], k.unpack([p[n] for n in k.params]))
+        out[name] = w.reshape(w0.shape)
+    return out
+
+
+def check_step(got_loss: float, got_grads: dict, got_params: dict, want, expected_params: dict) -> dict:
+    """Errors of a first step against the reference execution (loss 1e-5, gradients and parameters 1e-4).
+
+    Gradients that are rounding noise in the reference (zero in exact arithmetic,
+    e.g. the attention key bias) cannot match to a relative tolerance; only the
+    size of their noise is checked. Parameters are checked against AdamW applied
+    with numpy to the step's own gradients (``expected_params``): comparing them
+    with the reference's parameters instead would be ill-conditioned in float32,
+    since AdamW moves an element whose gradient is near eps by lr * g / (|g| + eps),
+    turning last-bit gradient differences into large parameter differences (that
+    figure is reported as ``params_vs_reference``, for information).
+    """
+    ref_loss, ref_grads, ref_params = want
+    scale = max(float(np.abs(g).max()) for g in ref_grads.values())
+    noise = {n for n, g in ref_grads.items() if float(np.abs(g).max()) < 1e-5 * scale}
+    grads = {n: rel_err(got_grads[n], g) for n, g in ref_grads.items() if n not in noise}
+    params = {n: rel_err(got_params[n], p) for n, p in expected_params.items()}
+    failures = [f"grad {n}" for n, e in grads.items() if not e <= TOLERANCES["grads"]]
+    failures += [f"param {n}" for n, e in params.items() if not e <= TOLERANCES["params"]]
+    failures += [f"noise grad {n}" for n in noise if not float(np.abs(got_grads[n]).max()) < 1e-5 * scale]
+    loss = abs(got_loss - ref_loss) / abs(ref_loss)
+    if not loss <= TOLERANCES["loss"]:
+        failures.insert(0, "loss")
+    vs_ref = max((rel_err(got_params[n], p) for n, p in ref_params.items() if n not in noise), default=0.0)
+    return {"ok": not failures, "loss": loss, "grads": max(grads.values(), default=0.0),
+            "params": max(params.values(), default=0.0), "params_vs_reference": vs_ref,
+            "noise_grads": sorted(noise), "failures": failures}
+
+
+def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
+              lr: float = 1e-3, check: bool = False, progress=None) -> RunResult:
+    """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task)."""
+    if steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {steps}")
+    session = StarPUSession(sched, workers)  # validates before the graph is built
+    graph = build_gpt2_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    state = TrainState(init_gpt2_params(cfg, seed))
+    data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
+    ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
+    start_params = {k: v.copy() for k, v in state.params.items()} if check else None
+    store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
+    step_s, losses, trace, report = [], [], None, None
+    with session:
+        for t in range(steps):
+            t0 = time.perf_counter()
+            if t:
+                graph.set_param("adamw", "step", t + 1)
+                store.set_tensor("ids", data[t, :, :-1])
+                store.set_tensor("targets", data[t, :, 1:])
+            trace = session.execute(graph, store)
+            step_s.append(time.perf_counter() - t0)
+            losses.append(float(store.tensor("loss")[0]))
+            if check and t == 0:
+                got = (losses[0], {n: store.tensor(grad_name(n)) for n in state.params},
+                       {n: store.tensor(n) for n in state.params})
+            if progress:
+                progress(t, step_s[-1], losses[-1])
+        names = list(session.worker_names)
+    if check:
+        ref = reference_step(graph, ref_state, data[0, :, :-1], data[0, :, 1:])  # sets AdamW step 1 again
+        report = check_step(*got, (ref.loss, ref.grads, ref_state.params), adamw_expected(graph, start_params, got[1]))
+    return RunResult(step_s=step_s, losses=losses, tokens_per_step=batch * seq,
+                     flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph, check=report,
+                     workers=names)
+

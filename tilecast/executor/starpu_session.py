@@ -1,0 +1,158 @@
+"""A StarPU session: start the runtime with a scheduler and CPU workers, stop it on every exit path.
+
+Only one session can be open in a process (StarPU is process-global). StarPU
+stays paused whenever it is not executing a graph, because the Debian build's
+idle workers spin at 100% CPU. StarPU's files (bus calibration, the
+history-based performance models named after the kernels, used by the dm/dmda
+schedulers) live under ``$TILECAST_HOME/starpu`` instead of ``~/.starpu``.
+
+>>> with StarPUSession("dmda", workers=2) as s:      # doctest: +SKIP
+...     trace = s.execute(graph, store)
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+
+import numpy as np
+
+from tilecast.kernels import all_kernels
+from tilecast.kernels.native import kernel_addresses
+from tilecast.kernels.native_build import tilecast_home
+from tilecast.executor.starpu_native import glue
+
+
+class StarPUError(RuntimeError):
+    """StarPU could not start or run (one line, with StarPU's error code)."""
+
+
+def policies() -> dict[str, str]:
+    """Scheduling policies the installed StarPU offers: name -> description."""
+    g = glue()
+    names = g.ffi.new("const char *[256]")
+    descs = g.ffi.new("const char *[256]")
+    n = min(g.lib.tcs_policies(names, descs, 256), 256)
+    return {g.ffi.string(names[i]).decode(): g.ffi.string(descs[i]).decode() for i in range(n)}
+
+
+def max_workers() -> int:
+    """The most CPU workers this StarPU build supports (STARPU_MAXCPUS)."""
+    return int(glue().lib.tcs_max_cpus())
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, max_workers()))
+
+
+def starpu_home():
+    return tilecast_home() / "starpu"
+
+
+_ACTIVE: list = []
+
+
+class StarPUSession:
+    """StarPU running with policy ``sched`` on ``workers`` CPU workers (a context manager)."""
+
+    def __init__(self, sched: str = "dmda", workers: int | None = None):
+        offered = policies()
+        if sched not in offered:
+            raise ValueError(f"unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(offered))}")
+        limit = max_workers()
+        workers = default_workers() if workers is None else int(workers)
+        if not 1 <= workers <= limit:
+            raise ValueError(f"workers must be between 1 and {limit} (this StarPU's limit), got {workers}")
+        self.sched = sched
+        self.n_cpus = workers
+        self._open = False
+
+    # --- lifetime ----------------------------------------------------------
+    def start(self) -> "StarPUSession":
+        if self._open:
+            return self
+        if _ACTIVE:
+            raise StarPUError("a StarPU session is already open in this process; close it first")
+        g = glue()
+        home = starpu_home()
+        home.mkdir(parents=True, exist_ok=True)
+        os.environ["STARPU_HOME"] = str(home)
+        os.environ.setdefault("STARPU_SILENT", "1")
+        addresses = kernel_addresses()  # builds the kernels extension first, sets one BLAS thread
+        ret = g.lib.tcs_start(self.sched.encode(), self.n_cpus)
+        if ret != 0:
+            raise StarPUError(f"StarPU failed to start (sched={self.sched}, workers={self.n_cpus}): "
+                              f"{os.strerror(-ret) if ret < 0 else ret}")
+        self._open = True
+        _ACTIVE.append(self)
+        try:
+            kernels = all_kernels()
+            names = [g.ffi.new("char[]", k.name.encode()) for k in kernels]
+            ret = g.lib.tcs_set_kernels(
+                len(kernels), g.ffi.from_buffer("uint64_t[]", addresses), g.ffi.new("const char *[]", names),
+                g.ffi.new("int[]", [len(k.buffers) for k in kernels]))
+            if ret != 0:
+                raise StarPUError(f"setting up StarPU codelets failed: {os.strerror(-ret)}")
+            n = g.lib.tcs_nworkers()
+            self.worker_nodes = np.array([g.lib.tcs_worker_node(w) for w in range(n)], dtype=np.int64)
+            buf = g.ffi.new("char[128]")
+            self.worker_names = []
+            for w in range(n):
+                g.lib.tcs_worker_name(w, buf, 128)
+                self.worker_names.append(g.ffi.string(buf).decode())
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Shut StarPU down (writes its performance models); safe to call twice."""
+        if not self._open:
+            return
+        glue().lib.tcs_stop()
+        self._open = False
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+
+    def __enter__(self) -> "StarPUSession":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.worker_nodes) if self._open else 0
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise StarPUError("the StarPU session is not started (use it as a context manager)")
+
+    # --- execution ---------------------------------------------------------
+    def execute(self, graph, store, dry: bool = False):
+        """Run ``graph`` on the tiles of ``store`` in place; return the per-task trace (source 'real').
+
+        ``dry`` submits empty codelets (no kernels, no performance-model updates),
+        to measure the runtime's and tilecast's own per-task cost.
+        """
+        from tilecast.executor.starpu_execute import execute_graph
+
+        self._require_open()
+        return execute_graph(self, graph, store, dry=dry)
+
+    def baseline(self, graph, store) -> float:
+        """Seconds StarPU alone takes for the graph's tasks as empty codelets (no profiling, no callbacks)."""
+        from tilecast.executor.starpu_execute import baseline_graph
+
+        self._require_open()
+        return baseline_graph(self, graph, store)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for s in list(_ACTIVE):
+        s.close()

@@ -1,0 +1,79 @@
+/* Batched attention products, one CBLAS call per (batch, head) pair.
+ *
+ * Q, K, V, O and gradients are (batch, seq, head, head_dim) tiles: the rows of
+ * one head are strided by head * head_dim. Scores/probabilities are
+ * (batch, head, seq_q, seq_k) tiles, contiguous per (batch, head). */
+#include <math.h>
+#include <cblas.h>
+#include "tilecast_kernels.h"
+
+/* p: bt ht sq sk d alpha q0 k0 causal; bufs: q k s; S = alpha Q K^T, masked when causal */
+TC_KERNEL(attn_qk)
+{
+    const float *q = buf[0], *k = buf[1];
+    float *s = buf[2];
+    const int64_t bt = TC_I(p[0]), ht = TC_I(p[1]), sq = TC_I(p[2]), sk = TC_I(p[3]), d = TC_I(p[4]);
+    const int64_t q0 = TC_I(p[6]), k0 = TC_I(p[7]);
+    const int ld = (int)(ht * d);
+    for (int64_t b = 0; b < bt; b++)
+        for (int64_t h = 0; h < ht; h++) {
+            float *sbh = s + (b * ht + h) * sq * sk;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, (float)p[5],
+                        q + (b * sq * ht + h) * d, ld, k + (b * sk * ht + h) * d, ld, 0.0f, sbh, (int)sk);
+            if (p[8] != 0.0)
+                for (int64_t i = 0; i < sq; i++) {
+                    int64_t first = q0 + i - k0 + 1; /* first masked column: k0 + j > q0 + i */
+                    if (first < 0)
+                        first = 0;
+                    for (int64_t j = first; j < sk; j++)
+                        sbh[i * sk + j] = -INFINITY;
+                }
+        }
+}
+
+/* p: bt ht sq sk d alpha beta; bufs: p v o; O = alpha P V (+ O when beta != 0) */
+TC_KERNEL(attn_pv)
+{
+    const float *pr = buf[0], *v = buf[1];
+    float *o = buf[2];
+    const int64_t bt = TC_I(p[0]), ht = TC_I(p[1]), sq = TC_I(p[2]), sk = TC_I(p[3]), d = TC_I(p[4]);
+    const int ld = (int)(ht * d);
+    const float beta = p[6] == 0.0 ? 0.0f : 1.0f;
+    for (int64_t b = 0; b < bt; b++)
+        for (int64_t h = 0; h < ht; h++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)d, (int)sk, (float)p[5],
+                        pr + (b * ht + h) * sq * sk, (int)sk, v + (b * sk * ht + h) * d, ld, beta,
+                        o + (b * sq * ht + h) * d, ld);
+}
+
+/* p: bt ht sq sk d alpha beta; bufs: p x y; Y = alpha P^T X (+ Y when beta != 0) */
+TC_KERNEL(attn_ptv)
+{
+    const float *pr = buf[0], *x = buf[1];
+    float *y = buf[2];
+    const int64_t bt = TC_I(p[0]), ht = TC_I(p[1]), sq = TC_I(p[2]), sk = TC_I(p[3]), d = TC_I(p[4]);
+    const int ld = (int)(ht * d);
+    const float beta = p[6] == 0.0 ? 0.0f : 1.0f;
+    for (int64_t b = 0; b < bt; b++)
+        for (int64_t h = 0; h < ht; h++)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)sk, (int)d, (int)sq, (float)p[5],
+                        pr + (b * ht + h) * sq * sk, (int)sk, x + (b * sq * ht + h) * d, ld, beta,
+                        y + (b * sk * ht + h) * d, ld);
+}
+
+/* p: bt sq ht dh; bufs: do o d; D[b, h, q] = sum over head_dim of dO * O */
+TC_KERNEL(attn_rowdot)
+{
+    const float *dout = buf[0], *o = buf[1];
+    float *dd = buf[2];
+    const int64_t bt = TC_I(p[0]), sq = TC_I(p[1]), ht = TC_I(p[2]), dh = TC_I(p[3]);
+    for (int64_t b = 0; b < bt; b++)
+        for (int64_t i = 0; i < sq; i++)
+            for (int64_t h = 0; h < ht; h++) {
+                const int64_t off = ((b * sq + i) * ht + h) * dh;
+                double s = 0.0;
+                for (int64_t j = 0; j < dh; j++)
+                    s += dout[off + j] * o[off + j];
+                dd[(b * ht + h) * sq + i] = (float)s;
+            }
+}

@@ -1,0 +1,55 @@
+/* Mean next-token cross-entropy over logits split into vocabulary tiles:
+ * loss = mean over tokens of (m + log l - logit[target]), with (m, l) the
+ * softmax statistics of the token's logits row (softmax.c). */
+#include <math.h>
+#include "tilecast_kernels.h"
+
+/* p: rows vt v0 beta; bufs: logits targets picked; picked[r] (+)= logits[r, target - v0] */
+TC_KERNEL(ce_target)
+{
+    const float *logits = buf[0];
+    const int64_t *targets = buf[1];
+    float *picked = buf[2];
+    const int64_t rows = TC_I(p[0]), vt = TC_I(p[1]), v0 = TC_I(p[2]);
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t local = targets[r] - v0;
+        if (p[3] == 0.0)
+            picked[r] = 0.0f;
+        if (local >= 0 && local < vt)
+            picked[r] += logits[r * vt + local];
+    }
+}
+
+/* p: rows scale beta; bufs: stats picked loss; loss (+)= scale * sum of (m + log l - picked) */
+TC_KERNEL(ce_loss)
+{
+    const float *st = buf[0], *picked = buf[1];
+    float *loss = buf[2];
+    const int64_t rows = TC_I(p[0]);
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        s += (double)(st[2 * r] + logf(st[2 * r + 1]) - picked[r]);
+    s *= p[1];
+    loss[0] = p[2] == 0.0 ? (float)s : (float)((double)loss[0] + s);
+}
+
+/* p: rows vt v0 scale; bufs: logits stats targets; logits <- scale (softmax - onehot) */
+TC_KERNEL(ce_grad)
+{
+    float *logits = buf[0];
+    const float *st = buf[1];
+    const int64_t *targets = buf[2];
+    const int64_t rows = TC_I(p[0]), vt = TC_I(p[1]), v0 = TC_I(p[2]);
+    const float scale = (float)p[3];
+    for (int64_t r = 0; r < rows; r++) {
+        const float m = st[2 * r], l = st[2 * r + 1];
+        float *row = logits + r * vt;
+        for (int64_t j = 0; j < vt; j++)
+            row[j] = expf(row[j] - m) / l;
+        const int64_t local = targets[r] - v0;
+        if (local >= 0 && local < vt)
+            row[local] -= 1.0f;
+        for (int64_t j = 0; j < vt; j++)
+            row[j] *= scale;
+    }
+}

@@ -1,0 +1,67 @@
+/* Row-wise softmax over a last axis split across tiles: per row (running max,
+ * running sum of exp(s - max)), merged as in Milakov & Gimelshein, "Online
+ * normalizer calculation for softmax" (2018). */
+#include <math.h>
+#include "tilecast_kernels.h"
+
+/* p: rows cols beta; bufs: s stats */
+TC_KERNEL(softmax_stats)
+{
+    const float *s = buf[0];
+    float *st = buf[1];
+    const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = s + r * cols;
+        float m_tile = -INFINITY;
+        for (int64_t j = 0; j < cols; j++)
+            m_tile = row[j] > m_tile || isnan(row[j]) ? row[j] : m_tile;
+        float m_new, l_old;
+        if (p[2] == 0.0) {
+            m_new = m_tile;
+            l_old = 0.0f;
+        } else {
+            const float m_old = st[2 * r];
+            m_new = isnan(m_old) || isnan(m_tile) ? NAN : (m_old > m_tile ? m_old : m_tile);
+            l_old = isfinite(m_new) ? st[2 * r + 1] * expf(m_old - m_new) : 0.0f;
+        }
+        const float shift = isfinite(m_new) ? m_new : 0.0f;
+        double l = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            l += expf(row[j] - shift);
+        st[2 * r] = m_new;
+        st[2 * r + 1] = l_old + (float)l;
+    }
+}
+
+/* p: rows cols; bufs: stats s; s <- exp(s - m) / l */
+TC_KERNEL(softmax_apply)
+{
+    const float *st = buf[0];
+    float *s = buf[1];
+    const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
+    for (int64_t r = 0; r < rows; r++) {
+        const float m = st[2 * r], l = st[2 * r + 1];
+        float *row = s + r * cols;
+        for (int64_t j = 0; j < cols; j++)
+            row[j] = expf(row[j] - m) / l;
+    }
+}
+
+/* p: rows cols alpha; bufs: p dp d; dp <- alpha p (dp - d[row]) */
+TC_KERNEL(softmax_bwd)
+{
+    const float *pr = buf[0], *d = buf[2];
+    float *dp = buf[1];
+    const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
+    const int scale = p[2] != 1.0;
+    const float alpha = (float)p[2];
+    for (int64_t r = 0; r < rows; r++) {
+        const float dr = d[r];
+        const float *pp = pr + r * cols;
+        float *o = dp + r * cols;
+        for (int64_t j = 0; j < cols; j++) {
+            float v = (o[j] - dr) * pp[j];
+            o[j] = scale ? v * alpha : v;
+        }
+    }
+}
