@@ -23,6 +23,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.executor.evaluation import Evaluator
@@ -50,6 +52,7 @@ class TrainOptions:
     checkpoint_every: int = 0
     resume: bool = False
     seed: int = 0
+    initial_params: dict | None = None  # parameter name -> array; default: GPT-2's initialisation from ``seed``
 
 
 @dataclass
@@ -159,7 +162,9 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
     if o.resume:
         state, losses, val = _resume(o, settings, sampler)
     else:
-        state, losses, val = TrainState(init_gpt2_params(o.cfg, o.seed)), [], []
+        params = init_gpt2_params(o.cfg, o.seed) if o.initial_params is None else \
+            {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
+        state, losses, val = TrainState(params), [], []
     session = StarPUSession(o.sched, o.workers)  # checks the scheduler and worker count
     graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr))
     start = state.step
@@ -213,7 +218,5 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
 
 
 def _empty_batch(o: TrainOptions):
-    import numpy as np
-
     z = np.zeros((o.batch, o.seq), dtype=np.int64)
     return z, z
