@@ -13,11 +13,13 @@ the losses of an uninterrupted one bit for bit.
 
 Ctrl-C (SIGINT) lets the running step finish, writes the checkpoint and stops;
 a second Ctrl-C abandons the step (the last checkpoint written stays valid).
+A non-finite training loss stops the run without writing a checkpoint.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -67,6 +69,7 @@ class TrainResult:
     wall_s: float
     tokens_per_step: int
     interrupted: bool = False
+    diverged: bool = False  # the training loss became NaN or infinite; training stopped there
     checkpoints: list[tuple[int, str]] = field(default_factory=list)  # (step, path) of each written
     workers: list[str] = field(default_factory=list)
     n_tasks: int = 0
@@ -141,6 +144,13 @@ def validate_options(o: TrainOptions) -> None:
         raise TrainingError(f"--lr must be a positive number, got {o.lr}")
     if (o.resume or o.checkpoint_every) and not o.checkpoint:
         raise TrainingError(f"{'--resume' if o.resume else '--checkpoint-every'} needs --checkpoint PATH")
+    if o.checkpoint and not o.resume:
+        if os.path.exists(o.checkpoint):
+            raise TrainingError(f"--checkpoint: {o.checkpoint} exists; add --resume to continue from it, "
+                                "or remove it to start afresh")
+        folder = os.path.dirname(os.path.abspath(o.checkpoint))
+        if not os.path.isdir(folder):
+            raise TrainingError(f"--checkpoint: no such directory {folder}")
 
 
 def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
@@ -204,6 +214,10 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             res.step_time_s += dt
             res.step += 1
             res.losses.append(float(store.tensor("loss")[0]))
+            if not math.isfinite(res.losses[-1]):
+                res.diverged = True
+                log(f"step {res.step}: training loss {res.losses[-1]}, stopping (try a smaller --lr)")
+                break
             if o.eval_every and (res.step % o.eval_every == 0 or res.step == o.steps):
                 evaluate()
             if progress:
@@ -211,7 +225,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             if o.checkpoint_every and res.step % o.checkpoint_every == 0 and res.step < o.steps:
                 checkpoint("every %d steps" % o.checkpoint_every)
         res.interrupted = interrupts.requested and res.step < o.steps
-        if o.checkpoint and res.step > start and not (res.checkpoints and res.checkpoints[-1][0] == res.step):
+        if o.checkpoint and res.step > start and not res.diverged and not (res.checkpoints and res.checkpoints[-1][0] == res.step):
             checkpoint("interrupted" if res.interrupted else "end of run")
     res.wall_s = time.perf_counter() - t_wall
     return res
