@@ -105,8 +105,8 @@ def run(args) -> int:
     status = 130 if res.interrupted else 1 if res.diverged else 0
     if res.interrupted:
         print(f"tilecast train: interrupted at step {res.step}"
-              + (f"; resume with --resume --checkpoint {args.checkpoint}" if args.checkpoint else
-                 " (no --checkpoint given, nothing saved)"), file=sys.stderr)
+              + (f"; checkpoint written, continue with --resume --checkpoint {args.checkpoint}"
+                 if res.checkpoints else " (no checkpoint written)"), file=sys.stderr)
     if args.json:
         print_json(out)
         return status

@@ -225,7 +225,8 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             if o.checkpoint_every and res.step % o.checkpoint_every == 0 and res.step < o.steps:
                 checkpoint("every %d steps" % o.checkpoint_every)
         res.interrupted = interrupts.requested and res.step < o.steps
-        if o.checkpoint and res.step > start and not res.diverged and not (res.checkpoints and res.checkpoints[-1][0] == res.step):
+        saved = bool(res.checkpoints) and res.checkpoints[-1][0] == res.step
+        if o.checkpoint and res.step > start and not res.diverged and not saved:
             checkpoint("interrupted" if res.interrupted else "end of run")
     res.wall_s = time.perf_counter() - t_wall
     return res
