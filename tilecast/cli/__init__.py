@@ -17,6 +17,10 @@ COMMANDS = {
     "verify": "verify_cmd",
     "run": "run_cmd",
     "train": "train_cmd",
+    "calibrate": "calibrate_cmd",
+    "simulate": "simulate_cmd",
+    "whatif": "whatif_cmd",
+    "validate": "validate_cmd",
     "compare": "compare_cmd",
 }
 
