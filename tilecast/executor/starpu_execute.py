@@ -79,19 +79,20 @@ def execute_graph(session, graph, store, dry: bool = False):
     end = np.full(n, np.nan)
     worker = np.full(n, -1, dtype=np.int32)
     err = g.ffi.new("int *")
+    submitted = 0
     with _Registered(graph, store) as handles:
-        submitted = lib.tcs_submit(
-            n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
-            f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
-            lib.TCS_DRY if dry else 0, f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
         try:
+            submitted = lib.tcs_submit(
+                n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
+                f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
+                lib.TCS_DRY if dry else 0, f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
             while lib.tcs_wait(WAIT_SLICE_MS) < submitted:
                 pass
         except BaseException:
             lib.tcs_abort()  # remaining tasks skip their kernels, so that StarPU drains quickly
             raise
         finally:
-            lib.tcs_finish()
+            lib.tcs_finish()  # waits for every submitted task and releases them (tracked in C)
     if err[0] != 0:
         raise RuntimeError(f"StarPU refused task {submitted} ({all_kernels()[a['kernel'][submitted]].name}): "
                            f"error {err[0]}")
