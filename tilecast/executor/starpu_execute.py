@@ -23,21 +23,25 @@ def _tile_arrays(graph, store):
     if floats - {np.dtype(np.float32)}:
         raise ValueError(f"the StarPU executor runs float32 graphs only (this one has {sorted(map(str, floats))})")
     store.allocate_all()
+    bufs = store.buffers
     n = graph.n_tiles
-    ptrs = np.zeros(n, dtype=np.uint64)
-    nelem = np.zeros(n, dtype=np.int64)
-    elemsize = np.zeros(n, dtype=np.int64)
-    for t in graph.tensors:
-        for tid in range(t.first_tile, t.first_tile + t.n_tiles):
-            b = store.buffers[tid]
-            if (b.dtype != t.dtype or not b.flags.c_contiguous or not b.flags.writeable
-                    or b.nbytes != graph.tile_nbytes[tid]):
-                raise ValueError(f"tile {tid} of tensor {t.name!r}: buffer must be a contiguous, writeable "
-                                 f"{t.dtype} array of {graph.tile_nbytes[tid]} bytes")
-            ptrs[tid] = b.ctypes.data if b.size else 0
-            nelem[tid] = b.size
-            elemsize[tid] = b.itemsize
-    return ptrs, nelem, elemsize
+    ok = np.fromiter((b.flags.c_contiguous and b.flags.writeable for b in bufs), dtype=bool, count=n)
+    nbytes = np.fromiter((b.nbytes for b in bufs), dtype=np.int64, count=n)
+    itemsize = np.fromiter((b.itemsize for b in bufs), dtype=np.int64, count=n)
+    want_itemsize = np.array([t.dtype.itemsize for t in graph.tensors], dtype=np.int64)[graph.tile_tensor]
+    for t in graph.tensors:  # one dtype comparison per tensor, not per tile, unless one differs
+        tiles = bufs[t.first_tile:t.first_tile + t.n_tiles]
+        if any(b.dtype != t.dtype for b in tiles):
+            ok[t.first_tile:t.first_tile + t.n_tiles] &= np.array([b.dtype == t.dtype for b in tiles])
+    bad = np.flatnonzero(~ok | (nbytes != graph.tile_nbytes) | (itemsize != want_itemsize))
+    if len(bad):
+        tid = int(bad[0])
+        t = graph.tensors[graph.tile_tensor[tid]]
+        raise ValueError(f"tile {tid} of tensor {t.name!r}: buffer must be a contiguous, writeable "
+                         f"{t.dtype} array of {graph.tile_nbytes[tid]} bytes")
+    ptrs = np.fromiter((b.__array_interface__["data"][0] for b in bufs), dtype=np.uint64, count=n)
+    ptrs[nbytes == 0] = 0
+    return ptrs, nbytes // np.maximum(itemsize, 1), itemsize
 
 
 class _Registered:
