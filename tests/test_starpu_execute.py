@@ -102,3 +102,17 @@ def test_wrong_tile_buffer_is_refused(session):
     store.buffers[0] = np.zeros(3, dtype=np.float32)
     with pytest.raises(ValueError, match="tile 0 of tensor 'a'"):
         session.execute(g, store)
+
+
+def test_submitting_paused_gives_the_same_results(session):
+    g = tiled_matmul_gelu(40, 40, 40, 16)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((40, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 40)).astype(np.float32)
+    store = TileStore(g)
+    store.set_tensor("a", a)
+    store.set_tensor("b", b)
+    trace = session.execute(g, store, submit_paused=True)
+    want = reference_matmul_gelu(a, b)
+    assert np.abs(store.tensor("y") - want).max() <= 1e-5 * np.abs(want).max()
+    check_trace(trace, g, session.n_workers)

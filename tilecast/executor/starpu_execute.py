@@ -22,7 +22,8 @@ def _tile_arrays(graph, store):
     floats = {t.dtype for t in graph.tensors if t.dtype.kind == "f"}
     if floats - {np.dtype(np.float32)}:
         raise ValueError(f"the StarPU executor runs float32 graphs only (this one has {sorted(map(str, floats))})")
-    store.allocate_all()
+    if any(b is None for b in store.buffers):
+        store.allocate_all()
     bufs = store.buffers
     n = graph.n_tiles
     ok = np.fromiter((b.flags.c_contiguous and b.flags.writeable for b in bufs), dtype=bool, count=n)
@@ -74,7 +75,7 @@ def _graph_arrays(graph):
     )
 
 
-def execute_graph(session, graph, store, dry: bool = False):
+def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False):
     g = glue()
     lib, f = g.lib, g.ffi.from_buffer
     n = graph.n_tasks
@@ -89,7 +90,8 @@ def execute_graph(session, graph, store, dry: bool = False):
             submitted = lib.tcs_submit(
                 n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
                 f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
-                lib.TCS_DRY if dry else 0, f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
+                (lib.TCS_DRY if dry else 0) | (lib.TCS_SUBMIT_PAUSED if submit_paused else 0),
+                f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
             while lib.tcs_wait(WAIT_SLICE_MS) < submitted:
                 pass
         except BaseException:

@@ -133,16 +133,19 @@ class StarPUSession:
             raise StarPUError("the StarPU session is not started (use it as a context manager)")
 
     # --- execution ---------------------------------------------------------
-    def execute(self, graph, store, dry: bool = False):
+    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False):
         """Run ``graph`` on the tiles of ``store`` in place; return the per-task trace (source 'real').
 
         ``dry`` submits empty codelets (no kernels, no performance-model updates),
         to measure the runtime's and tilecast's own per-task cost.
+        ``submit_paused`` submits the whole graph before the workers start
+        (no overlap of submission and execution, but the submitting thread does
+        not compete with spinning idle workers for the cores).
         """
         from tilecast.executor.starpu_execute import execute_graph
 
         self._require_open()
-        return execute_graph(self, graph, store, dry=dry)
+        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused)
 
     def baseline(self, graph, store) -> float:
         """Seconds StarPU alone takes for the graph's tasks as empty codelets (no profiling, no callbacks)."""

@@ -246,7 +246,8 @@ int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_
     run.done = 0;
     /* Count every task as submitted up front so that early completions never see done == submitted. */
     run.submitted = n_tasks;
-    tcs_resume();
+    if (!(flags & TCS_SUBMIT_PAUSED))
+        tcs_resume();
     run.t0_us = starpu_timing_now();
     int64_t i = 0;
     for (; i < n_tasks; i++) {
@@ -273,6 +274,7 @@ int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_
     }
     /* Policies that wait for the whole graph (graph_test) start scheduling here. */
     starpu_do_schedule();
+    tcs_resume();
     if (i < n_tasks) {
         pthread_mutex_lock(&run.lock);
         run.submitted = i;

@@ -34,6 +34,7 @@ void tcs_unregister(int64_t n, void **handles);
  * out_start/out_end/out_worker as tasks finish. Returns the number of tasks
  * submitted; *err gets 0 or the first submission error. */
 #define TCS_DRY 1
+#define TCS_SUBMIT_PAUSED 2
 int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
                    const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
                    int flags, double *out_start, double *out_end, int32_t *out_worker, int *err);
