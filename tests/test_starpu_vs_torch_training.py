@@ -42,10 +42,10 @@ def test_twenty_steps_track_transformers():
         opt.step()
         theirs.append(float(loss.detach()))
 
-    graph = build_gpt2_step(cfg, BATCH, SEQ, Tiling.parse("seq=16,embd=32,head=2,inner=64,vocab=96"),
+    graph = build_gpt2_step(cfg, BATCH, SEQ, Tiling.parse("seq=16,head=2,inner=128,vocab=96"),
                             AdamWConfig(lr=1e-3))
     ours = []
-    with StarPUSession("dmda", 2) as session:
+    with StarPUSession("lws", 2) as session:
         training = StarPUTraining(session, graph, TrainState(from_hf(cfg, init)), data)
         for _ in range(STEPS):
             ours.append(training.step()[1])
