@@ -75,7 +75,7 @@ def _graph_arrays(graph):
     )
 
 
-def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False):
+def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
     g = glue()
     lib, f = g.lib, g.ffi.from_buffer
     n = graph.n_tasks
@@ -102,6 +102,8 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
     if err[0] != 0:
         raise RuntimeError(f"StarPU refused task {submitted} ({all_kernels()[a['kernel'][submitted]].name}): "
                            f"error {err[0]}")
+    if not trace:
+        return None
     names = np.array([k.name for k in all_kernels()], dtype=object)
     return make_trace(
         task=np.arange(n, dtype=np.int64), kernel=names[a["kernel"]], worker=worker.astype(np.int64),

@@ -104,15 +104,15 @@ class StarPUTraining:
         self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
         self.t = 0
 
-    def step(self):
-        """Run the next step; returns (seconds, loss, trace)."""
+    def step(self, trace: bool = True):
+        """Run the next step; returns (seconds, loss, trace or None)."""
         t = self.t
         t0 = time.perf_counter()
         if t:
             self.graph.set_param("adamw", "step", t + 1)
             self.store.set_tensor("ids", self.data[t, :, :-1])
             self.store.set_tensor("targets", self.data[t, :, 1:])
-        trace = self.session.execute(self.graph, self.store)
+        trace = self.session.execute(self.graph, self.store, trace=trace)
         seconds = time.perf_counter() - t0
         self.t += 1
         return seconds, float(self.store.tensor("loss")[0]), trace
@@ -133,7 +133,7 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     with session:
         training = StarPUTraining(session, graph, state, data)
         for t in range(steps):
-            dt, loss, trace = training.step()
+            dt, loss, trace = training.step(trace=(t == steps - 1))
             step_s.append(dt)
             losses.append(loss)
             if check and t == 0:

@@ -133,9 +133,11 @@ class StarPUSession:
             raise StarPUError("the StarPU session is not started (use it as a context manager)")
 
     # --- execution ---------------------------------------------------------
-    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False):
+    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
         """Run ``graph`` on the tiles of ``store`` in place; return the per-task trace (source 'real').
 
+        With ``trace=False`` the trace table is not built (None is returned); it
+        costs about a microsecond per task in pandas.
         ``dry`` submits empty codelets (no kernels, no performance-model updates),
         to measure the runtime's and tilecast's own per-task cost.
         ``submit_paused`` submits the whole graph before the workers start
@@ -145,7 +147,7 @@ class StarPUSession:
         from tilecast.executor.starpu_execute import execute_graph
 
         self._require_open()
-        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused)
+        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused, trace=trace)
 
     def baseline(self, graph, store) -> float:
         """Seconds StarPU alone takes for the graph's tasks as empty codelets (no profiling, no callbacks)."""
