@@ -85,6 +85,9 @@ class StarPUSession:
                               f"{os.strerror(-ret) if ret < 0 else ret}")
         self._open = True
         _ACTIVE.append(self)
+        from tilecast.executor.starpu_execute import TileHandles
+
+        self.tile_handles = TileHandles()
         try:
             kernels = all_kernels()
             names = [g.ffi.new("char[]", k.name.encode()) for k in kernels]
@@ -109,7 +112,10 @@ class StarPUSession:
         """Shut StarPU down (writes its performance models); safe to call twice."""
         if not self._open:
             return
-        glue().lib.tcs_stop()
+        try:
+            self.tile_handles.release()
+        finally:
+            glue().lib.tcs_stop()
         self._open = False
         if self in _ACTIVE:
             _ACTIVE.remove(self)
@@ -149,12 +155,13 @@ class StarPUSession:
         self._require_open()
         return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused, trace=trace)
 
-    def baseline(self, graph, store) -> float:
-        """Seconds StarPU alone takes for the graph's tasks as empty codelets (no profiling, no callbacks)."""
+    def baseline(self, graph, store, profiling: bool = False) -> float:
+        """Seconds StarPU alone takes for the graph's tasks as empty codelets (no callbacks; StarPU's
+        per-task profiling off, or on as tilecast runs it)."""
         from tilecast.executor.starpu_execute import baseline_graph
 
         self._require_open()
-        return baseline_graph(self, graph, store)
+        return baseline_graph(self, graph, store, profiling)
 
 
 @atexit.register

@@ -28,6 +28,9 @@ int tcs_set_kernels(int n, const uint64_t *fns, const char *const *names, const 
 /* Register n CPU buffers in place as vector handles; unregister them (data stays in place). */
 int tcs_register(int64_t n, const uint64_t *ptrs, const int64_t *nelem, const int64_t *elemsize, void **handles);
 void tcs_unregister(int64_t n, void **handles);
+/* Re-register the tiles listed in idx (their buffers changed): unregister the old handle, register anew. */
+int tcs_reregister_at(int64_t n_idx, const int64_t *idx, const uint64_t *ptrs, const int64_t *nelem,
+                      const int64_t *elemsize, void **handles);
 
 /* Submit a whole graph in order. flags: TCS_DRY (empty codelets, no perfmodels).
  * Per-task start/end (seconds from the submission start) and worker arrive in
@@ -45,8 +48,8 @@ void tcs_abort(void);
 /* Wait for every task, release them; returns the run's wall time in seconds. */
 double tcs_finish(void);
 
-/* StarPU's own cost: n empty tasks over the same handles, no profiling, no callbacks. */
+/* StarPU's own cost: n empty tasks over the same handles, no callbacks, profiling on or off. */
 double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
-                    void **handles);
+                    void **handles, int profiling);
 
 #endif
