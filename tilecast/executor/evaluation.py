@@ -41,6 +41,6 @@ class Evaluator:
         for ids, targets in self.batches:
             self.store.set_tensor("ids", ids)
             self.store.set_tensor("targets", targets)
-            session.execute(self.graph, self.store)
+            session.execute(self.graph, self.store, trace=False)
             total += float(self.store.tensor("loss")[0])
         return total / len(self.batches)

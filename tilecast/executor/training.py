@@ -209,7 +209,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             store.set_tensor("ids", ids)
             store.set_tensor("targets", targets)
             graph.set_param("adamw", "step", res.step + 1)
-            session.execute(graph, store)
+            session.execute(graph, store, trace=False)
             dt = time.perf_counter() - t0
             res.step_time_s += dt
             res.step += 1
