@@ -128,6 +128,7 @@ def test_mismatched_checkpoint_and_bad_options(checkpoint_file, capsys):
     line = one_line_error(capsys, ["--model", "gpt2", "--steps", "4"])
     assert "vocab_size must be 256" in line
     assert "--resume needs --checkpoint" in one_line_error(capsys, ["--resume"])
+    assert "less than one batch of 100000 x 16" in one_line_error(capsys, ["--batch", "100000"])
 
 
 def test_existing_checkpoint_needs_resume_and_divergence_stops(checkpoint_file, tmp_path, capsys):

@@ -168,6 +168,9 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
     corpus = load_corpus()
     sampler = BatchSampler(corpus.train, o.batch, o.seq, seed=o.seed)
     val_batches = list(validation_batches(corpus.val, o.batch, o.seq, o.eval_batches))
+    if not val_batches:
+        raise TrainingError(f"--batch/--seq: the validation split ({corpus.val.size} bytes) holds less than one "
+                            f"batch of {o.batch} x {o.seq}")
     settings = _run_settings(o, corpus.key)
     if o.resume:
         state, losses, val = _resume(o, settings, sampler)
