@@ -16,6 +16,11 @@ COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
     "run": "run_cmd",
+    "calibrate": "calibrate_cmd",
+    "simulate": "simulate_cmd",
+    "whatif": "whatif_cmd",
+    "validate": "validate_cmd",
+    "compare": "compare_cmd",
 }
 
 
