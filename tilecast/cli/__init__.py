@@ -16,6 +16,7 @@ COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
     "run": "run_cmd",
+    "train": "train_cmd",
     "calibrate": "calibrate_cmd",
     "simulate": "simulate_cmd",
     "whatif": "whatif_cmd",
