@@ -246,9 +246,15 @@ def run_deque_model(eng) -> None:
                 f = [((e if e > now else now) + r[task]) + p for e, r, p in zip(exp_end, rows, pw)]
             d = None
         best = min(f)
-        if best == inf:
-            raise RuntimeError(f"task {task}: no worker can run it")
-        w = f.index(best)
+        if best < inf:
+            w = f.index(best)  # the lowest worker id among equals, as the policy's scan
+        else:  # no finite choice, or a NaN first (min() would stop on it): the policy's own scan
+            w, best = -1, inf
+            for i, x in enumerate(f):
+                if x < best:
+                    w, best = i, x
+            if w < 0:
+                raise RuntimeError(f"task {task}: no worker can run it")
         if d is None:
             d = rows[w][task]
         e = exp_end[w]
