@@ -87,6 +87,7 @@ def run_deque_model(eng) -> None:
 
     # --- dmda's data penalty: per worker, uncontended time to fetch the task's missing inputs ---
     pen_cache: dict = {}
+    pen_get = pen_cache.get
     ZERO = ()
 
     def tile_penalty(v: int, b: int):
@@ -96,18 +97,6 @@ def run_deque_model(eng) -> None:
         vec = vec if any(vec) else ZERO
         pen_cache[(b << n_nodes) | v] = vec
         return vec
-
-    def penalty(task: int):
-        pw = None
-        for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
-            v = valid[tile]
-            if v:
-                vec = pen_cache.get(skey[tile] | v)
-                if vec is None:
-                    vec = tile_penalty(v, size[tile])
-                if vec is not ZERO:
-                    pw = vec if pw is None else list(map(add, pw, vec))
-        return pw
 
     # --- data replicas and transfers (Memory._bring, Memory.prefetch, Links.transfer) ---
     def bring(tile: int, nd: int, now: float, fetch: int, acquiring: int) -> float:
@@ -232,7 +221,16 @@ def run_deque_model(eng) -> None:
 
     def push(task: int) -> None:
         now = env._now
-        pw = penalty(task) if data_aware else None
+        pw = None  # Memory.penalty, per worker: non-zero tile costs summed in read order
+        if data_aware:
+            for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
+                v = valid[tile]
+                if v:
+                    vec = pen_get(skey[tile] | v)
+                    if vec is None:
+                        vec = tile_penalty(v, size[tile])
+                    if vec is not ZERO:
+                        pw = vec if pw is None else list(map(add, pw, vec))
         if one_kind:
             d = row0[task]
             if pw is None:
