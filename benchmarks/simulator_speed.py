@@ -10,12 +10,14 @@ timed apart.
 Target: >= 150,000 simulated tasks/s with dmda and transfers.
 
 Measured on the 2-core AMD EPYC development machine, shared with other jobs
-(load average 2-4): 317,193 tasks, 422,866 transfers; simulation 82,000-100,000
-tasks/s wall and per CPU second, replay about 1,200,000 per CPU second, ratio
-0.068-0.08: the target is not met. Against the simulator before the speed work
-(fused dm/dmda/dmdas loop, flat replica and transfer records, cheaper setup and
-summary), side by side on the same inputs with identical results: 3.99 s ->
-3.25 s CPU for the whole simulate() call (1.23x).
+(load average 1-4): 317,193 tasks, 422,866 transfers; simulation about
+98,000 tasks/s wall (93,000-100,000 per CPU second), replay about 1,200,000
+per CPU second, ratio 0.084: the target is not met. The simulator before the
+speed work (fused dm/dmda/dmdas loop, flat replica and transfer records, cheaper
+setup and summary, no cyclic garbage collection during a simulation) gave
+81,000-83,000 tasks/s in this benchmark under the same conditions; side by side
+on the same inputs, with identical results: 3.9-4.0 s -> 3.1-3.3 s CPU for the
+whole simulate() call (1.2-1.25x).
 What limits it: the model's own work, about 130 interpreted lines per task at
 60-70 ns each on these cores: dmda's penalty over the task's ~2.9 reads and its
 choice among 8 workers, the prefetch with its ~1.33 transfers, the LRU touch of
@@ -32,18 +34,22 @@ import argparse
 import heapq
 import json
 import os
+import sys
 import time
 from collections import deque
 
 import numpy as np
 
-from tilecast.graph import Tiling
-from tilecast.graph.gpt2 import build_gpt2_step
-from tilecast.graph.model_config import load_model
-from tilecast.perfmodel import load_machine
-from tilecast.perfmodel.kernel_model import DurationModel
-from tilecast.simulator import simulate as sim
-from tilecast.simulator.dag import successors
+# measure the checkout this file is in, not whichever tilecast is installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tilecast.graph import Tiling  # noqa: E402
+from tilecast.graph.gpt2 import build_gpt2_step  # noqa: E402
+from tilecast.graph.model_config import load_model  # noqa: E402
+from tilecast.perfmodel import load_machine  # noqa: E402
+from tilecast.perfmodel.kernel_model import DurationModel  # noqa: E402
+from tilecast.simulator import simulate as sim  # noqa: E402
+from tilecast.simulator.dag import successors  # noqa: E402
 
 TARGET_TASKS_PER_S = 150_000
 
