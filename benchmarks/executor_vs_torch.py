@@ -10,7 +10,7 @@ after each pair of steps; median) is the peak reference for the achieved GFLOP/s
 Prints a table, then one JSON line with starpu_tokens_per_s, torch_tokens_per_s,
 ratio, gemm_share. Targets (issue): ratio >= 1.2 and gemm_share >= 0.6.
 
-    python3 benchmarks/executor_vs_torch.py [--layers 2] [--tile 256] [--sched dmda] [--steps 4]
+    python3 benchmarks/executor_vs_torch.py [--layers 2] [--tile batch=2,vocab=4096] [--sched lws] [--steps 4]
 """
 
 from __future__ import annotations
@@ -77,8 +77,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--tile", default="256")
-    ap.add_argument("--sched", default="dmda")
+    ap.add_argument("--tile", default="batch=2,vocab=4096",
+                    help="tiling (default: the fastest of benchmarks/executor_tiling_sweep.py here)")
+    ap.add_argument("--sched", default="lws")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
