@@ -16,6 +16,8 @@ COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
     "run": "run_cmd",
+    "calibrate": "calibrate_cmd",
+    "simulate": "simulate_cmd",
     "compare": "compare_cmd",
 }
 

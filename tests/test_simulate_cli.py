@@ -1,0 +1,66 @@
+"""tilecast simulate: summary, --json, trace files, --compare-policies, bad input."""
+
+import json
+
+import pytest
+
+from tilecast.cli import main
+from tilecast.simulator.simulate import POLICIES
+from tilecast.trace import load
+
+SMALL = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32"]
+
+
+def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["simulate", *SMALL, "--machine", "h100-sxm5-80gb-8", "--workers", "4", "--out", str(out),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step_s"] == doc["makespan_s"] > 0
+    assert doc["step_s"] >= doc["critical_path_s"] and doc["workers"] == 4 and doc["sched"] == "dmda"
+    assert len(doc["busy_s"]) == 4 and doc["transfers"] > 0
+    trace = load(doc["trace"]["table"])
+    assert (trace["task"] >= 0).sum() == doc["tasks"]
+    assert (trace["kernel"] == "transfer").sum() == doc["transfers"]
+    assert trace["end_s"].max() == pytest.approx(doc["step_s"])
+    chrome = json.load(open(doc["trace"]["chrome"]))
+    assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
+
+
+def test_human_summary_on_the_local_machine(tmp_path, capsys):
+    assert main(["simulate", *SMALL, "--sched", "eager", "--no-trace"]) == 0
+    text = capsys.readouterr().out
+    assert "predicted step" in text and "(eager)" in text and "critical path" in text
+
+
+def test_compare_policies_has_one_row_per_policy(capsys):
+    assert main(["simulate", *SMALL, "--machine", "a100-sxm4-80gb-8", "--compare-policies", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["sched"] for r in doc["policies"]] == list(POLICIES)
+    assert all(r["step_s"] >= r["critical_path_s"] for r in doc["policies"])
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["--machine", "nowhere"], "--machine"),
+    (["--workers", "0"], "--workers"),
+    (["--machine", "h100-sxm5-80gb-8", "--workers", "9"], "--workers"),
+    (["--calibration", "/nonexistent.json"], "--calibration"),
+])
+def test_bad_input_exits_2_with_one_line(argv, word, capsys):
+    assert main(["simulate", *SMALL, "--no-trace", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) >= 1 and word in err[-1]
+
+
+def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
+                 "--tiles", "16", "--repeats", "2", "--per-kernel", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kernels"] >= 10 and doc["timer"] in ("c-kernels", "numpy-reference")
+    assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
+    assert main(["simulate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
+                 "--no-trace", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["calibration"] == "stored"
+    assert sim["duration_sources"]["measured"] > 0  # the same shapes were timed

@@ -1,0 +1,94 @@
+"""tilecast calibrate: time the real kernels on this computer and store the kernel models."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "calibrate", help="time the kernels on this computer and store its kernel models",
+        description="Run the C kernels StarPU runs (one BLAS thread each, as StarPU's CPU workers) over the "
+                    "distinct tile shapes of a training step at several tilings, keep the median of the "
+                    "repeats, store the result for the local machine (reused by simulate), and report each "
+                    "kernel model's error on shapes held out of its fit.")
+    add_model_args(p, model="gpt2-tiny", batch=2, seq=128, tile="64")
+    p.add_argument("--tiles", default="32,64,128", metavar="LIST",
+                   help="comma-separated uniform tile sizes whose shapes are calibrated, besides --tile "
+                        "(default: 32,64,128)")
+    p.add_argument("--repeats", type=int, default=7, metavar="N", help="runs per shape (default: 7)")
+    p.add_argument("--per-kernel", type=int, default=16, metavar="N",
+                   help="at most N shapes per kernel, spread over its sizes (default: 16)")
+    p.add_argument("--timer", choices=["auto", "c", "numpy"], default="auto",
+                   help="what runs the kernels: the C kernels (c), the numpy references (numpy), or C when "
+                        "it builds (auto, the default)")
+    p.add_argument("--output", metavar="FILE", help="where to write the calibration (default: the machine's store)")
+    add_json_arg(p)
+    return p
+
+
+def run(args) -> int:
+    from tilecast.graph import Tiling, TilingError
+    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
+    from tilecast.perfmodel.kernel_model import holdout_errors
+    from tilecast.perfmodel.shapes import graph_shapes
+    from tilecast.perfmodel.timers import c_kernel_timer, numpy_reference_timer
+
+    cfg, batch, seq, tiling = model_args(args)
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.per_kernel < 1:
+        raise UsageError(f"--per-kernel must be at least 1, got {args.per_kernel}")
+    try:
+        tilings = [tiling] + [Tiling.parse(t) for t in args.tiles.split(",") if t.strip()]
+    except TilingError as e:
+        raise UsageError(f"--tiles: {e}") from None
+    if args.timer == "numpy":
+        timer_name, timer = "numpy-reference", numpy_reference_timer
+    else:
+        timer = c_kernel_timer()
+        timer_name = "c-kernels"
+        if timer is None:
+            if args.timer == "c":
+                print("tilecast calibrate: the C kernels could not be built (see tilecast.kernels.native)",
+                      file=sys.stderr)
+                return 1
+            timer_name, timer = "numpy-reference", numpy_reference_timer
+    machine = load_machine("local")
+    shapes = []
+    for t in tilings:
+        shapes += graph_shapes(build_gpt2_step(cfg, batch, seq, t))
+    cases = cases_from_shapes(shapes, per_kernel=args.per_kernel)
+    print(f"timing {len(cases)} kernel shapes with the {timer_name} timer, {args.repeats} runs each",
+          file=sys.stderr)
+    with tqdm(total=len(cases), unit="shape", file=sys.stderr, leave=False) as bar:
+
+        def counted(items):
+            for item in items:
+                yield item
+                bar.update(1)
+
+        cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name, progress=counted)
+    path = cal.save(args.output)
+    report = holdout_errors(cal)
+    out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
+           "shapes": len(cases), "kernels": len(cal.points), "heldout": report}
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"calibrated {len(cases)} shapes of {len(cal.points)} kernels with the {timer_name} timer -> {path}")
+    print()
+    print(f"{'kernel':<16}{'fit/held out':>14}{'median err':>12}{'max err':>10}{'fixed us':>10}{'GFLOP/s':>10}"
+          f"{'GB/s':>10}")
+    for name, r in report.items():
+        f = r["fit"]
+        print(f"{name:<16}{r['n_fit']:>7}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
+              f"{100 * r['max_rel_err']:>9.1f}%{f['fixed_us']:>10.2f}{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
+    return 0

@@ -1,0 +1,164 @@
+"""Calibration: time real kernels over a grid of tile shapes, store per machine, reuse.
+
+Each shape is run ``repeats`` times after a warm-up; the median is kept with
+the median absolute deviation (robust to the other engineers' jobs sharing the
+cores). Results go to a versioned JSON file named after the machine and its
+fingerprint, under ``$TILECAST_HOME/calibration`` (default
+``~/.cache/tilecast/calibration``); a file whose fingerprint or format differs
+is not reused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilecast.kernels import all_kernels, get
+from tilecast.perfmodel.timers import default_timer, make_buffers
+
+CALIBRATION_FORMAT = 1
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used."""
+
+
+@dataclass
+class Calibration:
+    """Measured points: per kernel name, shapes (params + buffer bytes) and median seconds."""
+
+    machine: str
+    fingerprint: str
+    kind: str
+    timer: str
+    points: dict = field(default_factory=dict)  # kernel -> {"shapes": [[...]], "median_s": [...], "mad_s": [...]}
+
+    def add(self, kernel: str, shape, median_s: float, mad_s: float) -> None:
+        entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": []})
+        entry["shapes"].append([float(x) for x in shape])
+        entry["median_s"].append(float(median_s))
+        entry["mad_s"].append(float(mad_s))
+
+    def arrays(self, kernel: str) -> tuple[np.ndarray, np.ndarray]:
+        e = self.points.get(kernel)
+        if not e:
+            return np.zeros((0, 0)), np.zeros(0)
+        return np.asarray(e["shapes"], dtype=np.float64), np.asarray(e["median_s"], dtype=np.float64)
+
+    # --- files ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": CALIBRATION_FORMAT, "machine": self.machine, "fingerprint": self.fingerprint,
+                "kind": self.kind, "timer": self.timer,
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "points": self.points}
+
+    def save(self, path: str | None = None) -> str:
+        path = path or calibration_path(self.machine, self.fingerprint)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str, fingerprint: str | None = None) -> "Calibration":
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise CalibrationError(f"{path}: cannot read calibration ({e})") from None
+        if doc.get("format") != CALIBRATION_FORMAT:
+            raise CalibrationError(f"{path}: format {doc.get('format')!r}, expected {CALIBRATION_FORMAT}")
+        if fingerprint is not None and doc.get("fingerprint") != fingerprint:
+            raise CalibrationError(f"{path}: made on another machine (fingerprint {doc.get('fingerprint')})")
+        known = {k.name: k for k in all_kernels()}
+        for name, e in doc.get("points", {}).items():
+            if name not in known:
+                raise CalibrationError(f"{path}: field points.{name}: unknown kernel")
+            width = len(known[name].params) + len(known[name].buffers)
+            if any(len(s) != width for s in e["shapes"]) or not (len(e["shapes"]) == len(e["median_s"])):
+                raise CalibrationError(f"{path}: field points.{name}: shapes must have {width} numbers each")
+            if any(not (t > 0 and np.isfinite(t)) for t in e["median_s"]):
+                raise CalibrationError(f"{path}: field points.{name}.median_s: must be positive seconds")
+        return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"])
+
+
+def tilecast_home() -> str:
+    return os.environ.get("TILECAST_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "tilecast")
+
+
+def calibration_path(machine: str, fingerprint: str) -> str:
+    return os.path.join(tilecast_home(), "calibration", f"{machine}-{fingerprint}.json")
+
+
+def find_calibration(machine) -> Calibration | None:
+    """The stored calibration of a machine, if one was made with the same fingerprint."""
+    path = calibration_path(machine.name, machine.fingerprint())
+    if not os.path.exists(path):
+        return None
+    try:
+        return Calibration.load(path, machine.fingerprint())
+    except CalibrationError:
+        return None
+
+
+def calibrate(machine, cases, repeats: int = 7, timer=None, timer_name: str | None = None,
+              kind: str | None = None, progress=None) -> Calibration:
+    """Time every case ``(kernel_name, shape)`` (shape = params then buffer bytes) on ``timer``.
+
+    ``timer`` defaults to the C kernels when built, else the numpy references.
+    Returns a :class:`Calibration` (not yet saved).
+    """
+    if timer is None:
+        timer_name, timer = default_timer()
+    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], timer_name or "custom")
+    for name, shape in (progress(cases) if progress else cases):
+        k = get(name)
+        shape = np.asarray(shape, dtype=np.float64)
+        params, nbytes = shape[:len(k.params)], shape[len(k.params):]
+        bufs = make_buffers(k.id, nbytes)
+        t = np.asarray(timer(k.id, params, bufs, repeats), dtype=np.float64)
+        med = float(np.median(t))
+        cal.add(name, shape, med, float(np.median(np.abs(t - med))))
+    return cal
+
+
+def cases_from_shapes(shapes, per_kernel: int | None = None) -> list[tuple[str, np.ndarray]]:
+    """Calibration cases from :func:`tilecast.perfmodel.shapes.graph_shapes`: one per distinct shape.
+
+    With ``per_kernel``, at most that many per kernel, spread evenly over the
+    kernel's shapes sorted by bytes then flops (many shapes differ only in an
+    offset parameter that does not change the cost).
+    """
+    from tilecast.perfmodel.shapes import shape_bytes, shape_flops
+
+    ks = all_kernels()
+    merged: dict[int, list] = {}
+    for s in shapes:
+        merged.setdefault(s.kernel, []).append(s.shapes)
+    out = []
+    for kid, mats in merged.items():
+        rows = np.unique(np.concatenate(mats), axis=0)
+        n_params = len(ks[kid].params)
+        if per_kernel is not None and len(rows) > per_kernel:
+            order = np.lexsort((shape_flops(kid, rows[:, :n_params]), shape_bytes(kid, rows[:, n_params:])))
+            rows = rows[order[np.unique(np.linspace(0, len(rows) - 1, per_kernel).round().astype(int))]]
+        out += [(ks[kid].name, row) for row in rows]
+    return out
+
+
+def gemm_cases(sizes, trans=((0, 0),)) -> list[tuple[str, np.ndarray]]:
+    """GEMM cases over a grid of (m, n, k) sizes: the core of any tiling's cost."""
+    out = []
+    for m in sizes:
+        for n in sizes:
+            for kk in sizes:
+                for ta, tb in trans:
+                    out.append(("gemm", np.array([ta, tb, m, n, kk, 1.0, 1.0, 4 * m * kk, 4 * kk * n, 4 * m * n],
+                                                 dtype=np.float64)))
+    return out

@@ -1,0 +1,137 @@
+"""Kernel duration models: seconds per task for every worker kind, vectorised over a graph.
+
+For each kernel and worker kind the duration of a task of a given shape is, in
+order of preference:
+
+1. the measured median of that exact shape, when a calibration holds it;
+2. a fitted, physically shaped model ``t = fixed + flops / rate + bytes / bandwidth``
+   (non-negative least squares on relative error, so small and large tiles
+   weigh alike), when the calibration holds at least 3 shapes of the kernel;
+3. the worker kind's roofline from the machine description
+   (:meth:`tilecast.perfmodel.machine.WorkerKind.roofline`).
+
+Models are evaluated once per distinct shape (:mod:`tilecast.perfmodel.shapes`)
+and scattered to tasks with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from tilecast.kernels import all_kernels, get
+from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
+
+MIN_FIT_POINTS = 3
+
+
+def _features(kernel_id: int, shapes: np.ndarray) -> np.ndarray:
+    n_params = len(all_kernels()[kernel_id].params)
+    flops = shape_flops(kernel_id, shapes[:, :n_params])
+    nbytes = shape_bytes(kernel_id, shapes[:, n_params:])
+    return np.stack([np.ones(len(shapes)), flops, nbytes], axis=1)
+
+
+@dataclass
+class FittedKernel:
+    """``t = c[0] + c[1] * flops + c[2] * bytes`` with non-negative coefficients."""
+
+    kernel: int
+    coef: np.ndarray
+
+    @classmethod
+    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray) -> "FittedKernel":
+        x = _features(kernel_id, shapes)
+        scale = x.max(axis=0)
+        scale[scale == 0] = 1.0
+        w = 1.0 / seconds  # relative error
+        c, _ = nnls((x / scale) * w[:, None], np.ones(len(seconds)))
+        return cls(kernel_id, c / scale)
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        return _features(self.kernel, shapes) @ self.coef
+
+    def describe(self) -> dict:
+        c = self.coef
+        return {"fixed_us": float(c[0] * 1e6), "gflops": float(1e-9 / c[1]) if c[1] > 0 else float("inf"),
+                "GBps": float(1e-9 / c[2]) if c[2] > 0 else float("inf")}
+
+
+class DurationModel:
+    """Durations of every task of a graph on every worker kind of a machine."""
+
+    def __init__(self, machine, calibration=None):
+        self.machine = machine
+        self.calibration = calibration
+        self.kinds = machine.kind_names
+        self._fits: dict[int, FittedKernel | None] = {}
+        self._measured: dict[int, dict] = {}
+        self.provenance: dict[str, int] = {"measured": 0, "fitted": 0, "roofline": 0}
+
+    def _calibrated(self, kind: str) -> bool:
+        return self.calibration is not None and self.calibration.kind == kind
+
+    def _fit(self, kernel_id: int):
+        if kernel_id not in self._fits:
+            shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name)
+            self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
+            self._fits[kernel_id] = FittedKernel.fit(kernel_id, shapes, t) if len(t) >= MIN_FIT_POINTS else None
+        return self._fits[kernel_id]
+
+    def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, provenance code 0 measured / 1 fitted / 2 roofline) for rows of shapes."""
+        wk = self.machine.kinds[kind]
+        n_params = len(all_kernels()[kernel_id].params)
+        out = wk.roofline(shape_flops(kernel_id, shapes[:, :n_params]), shape_bytes(kernel_id, shapes[:, n_params:]))
+        how = np.full(len(shapes), 2)
+        if self._calibrated(kind):
+            fit = self._fit(kernel_id)
+            if fit is not None:
+                out = fit.predict(shapes)
+                how[:] = 1
+            measured = self._measured[kernel_id]
+            for i, row in enumerate(shapes.tolist()):
+                v = measured.get(tuple(row))
+                if v is not None:
+                    out[i] = v
+                    how[i] = 0
+        return out, how
+
+    def durations(self, graph) -> np.ndarray:
+        """(n_kinds, n_tasks) seconds, rows in ``machine.kind_names`` order."""
+        out = np.zeros((len(self.kinds), graph.n_tasks), dtype=np.float64)
+        self.provenance = {"measured": 0, "fitted": 0, "roofline": 0}
+        names = list(self.provenance)
+        for ks in graph_shapes(graph):
+            for r, kind in enumerate(self.kinds):
+                sec, how = self.shape_seconds(kind, ks.kernel, ks.shapes)
+                out[r, ks.tasks] = sec[ks.inverse]
+                counts = np.bincount(how[ks.inverse], minlength=3)
+                for j in range(3):
+                    self.provenance[names[j]] += int(counts[j])
+        return out
+
+
+def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0) -> dict:
+    """Per kernel, relative error of a model fitted without a random ``holdout`` share of shapes.
+
+    Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "fit"}}``.
+    """
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in sorted(calibration.points):
+        shapes, t = calibration.arrays(name)
+        n = len(t)
+        n_out = int(round(n * holdout))
+        if n - n_out < MIN_FIT_POINTS or n_out < 1:
+            continue
+        perm = rng.permutation(n)
+        test, train = perm[:n_out], perm[n_out:]
+        k = get(name)
+        fit = FittedKernel.fit(k.id, shapes[train], t[train])
+        err = np.abs(fit.predict(shapes[test]) - t[test]) / t[test]
+        out[name] = {"n_fit": len(train), "n_heldout": len(test), "median_rel_err": float(np.median(err)),
+                     "max_rel_err": float(err.max()), "fit": fit.describe()}
+    return out

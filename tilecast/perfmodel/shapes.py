@@ -1,0 +1,62 @@
+"""Task shapes: what a kernel's duration depends on, deduplicated over a graph.
+
+A task's *shape* is its kernel's scalar parameters followed by the byte size of
+each of its buffers. A training step of millions of tasks has only hundreds of
+distinct shapes, so models are evaluated once per shape and scattered back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecast.kernels import all_kernels
+
+
+@dataclass
+class KernelShapes:
+    """The distinct shapes of one kernel's tasks in a graph."""
+
+    kernel: int
+    tasks: np.ndarray  # task ids of this kernel
+    shapes: np.ndarray  # (n_unique, n_params + n_buffers) float64
+    inverse: np.ndarray  # per task of ``tasks``, its row of ``shapes``
+    n_params: int
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.shapes[:, :self.n_params]
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        return self.shapes[:, self.n_params:]
+
+
+def graph_shapes(graph) -> list[KernelShapes]:
+    """Distinct shapes per kernel of a graph (kernels without tasks are left out)."""
+    out = []
+    for k in all_kernels():
+        ids, p = graph.kernel_params(k.id)
+        if not len(ids):
+            continue
+        nb = len(k.buffers)
+        tiles = graph.acc_tile[graph.acc_ptr[ids][:, None] + np.arange(nb)]
+        mat = np.concatenate([p, graph.tile_nbytes[tiles].astype(np.float64)], axis=1)
+        shapes, inverse = np.unique(mat, axis=0, return_inverse=True)
+        out.append(KernelShapes(k.id, ids, shapes, inverse.ravel(), len(k.params)))
+    return out
+
+
+def shape_flops(kernel_id: int, params: np.ndarray) -> np.ndarray:
+    """Flops of shapes (rows of parameters) from the registry's formula."""
+    k = all_kernels()[kernel_id]
+    return np.asarray(k.flops({name: params[:, j] for j, name in enumerate(k.params)}), dtype=np.float64) \
+        * np.ones(len(params))
+
+
+def shape_bytes(kernel_id: int, nbytes: np.ndarray) -> np.ndarray:
+    """Bytes read and written by shapes: buffer sizes, read-write buffers counted twice."""
+    k = all_kernels()[kernel_id]
+    weight = np.array([(m & 1) + ((m >> 1) & 1) for m in k.modes], dtype=np.float64)
+    return nbytes @ weight

@@ -1,0 +1,151 @@
+"""The discrete-event engine every simulation mode shares.
+
+One :class:`Engine` runs a task DAG on a set of workers under a scheduling
+policy, on a simpy clock. It is built for graphs of millions of tasks:
+
+- durations are precomputed per task and per worker kind (numpy, then plain
+  lists for fast indexing);
+- there is no simpy process per task: a task's end is one simpy timeout event
+  whose callback releases successors and asks the policy for the worker's next
+  task; transfers are timeline reservations on links (see
+  :mod:`tilecast.simulator.memory`), resolved analytically at issue time;
+- ties are broken deterministically: simpy processes events scheduled for the
+  same instant in scheduling order, and policies choose among equals by
+  lowest worker id or earliest submission.
+
+Policies (:mod:`tilecast.simulator.policies`) decide where and when ready tasks
+run; the engine only keeps the clock, the worker states and the record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from tilecast.simulator.dag import successors
+from tilecast.simulator.policies.base import Policy
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot proceed (a cycle, a deadlock, a task too big for a memory node)."""
+
+
+class Engine:
+    """Simulate ``n_tasks`` tasks with dependencies on workers.
+
+    Parameters
+    ----------
+    duration:
+        (n_kinds, n_tasks) seconds of execution of each task on each worker kind
+        (``inf`` where a kind cannot run a task).
+    pred_ptr, pred:
+        CSR lists of each task's predecessors (every predecessor has a smaller id).
+    worker_kind, worker_node:
+        per worker, its kind (row of ``duration``) and memory node.
+    policy:
+        a :class:`tilecast.simulator.policies.base.Policy`.
+    overhead:
+        runtime cost per task, in seconds, paid on the worker before the kernel starts.
+    memory:
+        optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
+    """
+
+    def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
+                 overhead: float = 0.0, memory=None):
+        duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
+        self.n_tasks = n = duration.shape[1]
+        self.n_workers = len(worker_kind)
+        if self.n_workers == 0:
+            raise SimulationError("no workers to run the tasks on")
+        self.duration_array = duration
+        self.duration = [row.tolist() for row in duration]
+        self.pred_ptr = np.asarray(pred_ptr, dtype=np.int64)
+        self.pred = np.asarray(pred, dtype=np.int64)
+        succ_ptr, succ = successors(self.pred_ptr, self.pred, n)
+        self.succ_ptr = succ_ptr.tolist()
+        self.succ = succ.tolist()
+        self.missing = np.diff(self.pred_ptr).tolist()
+        self.worker_kind = [int(k) for k in worker_kind]
+        self.worker_node = [int(m) for m in worker_node]
+        self.overhead = float(overhead)
+        self.memory = memory
+        self.policy = policy
+        self.env = simpy.Environment()
+        self.busy = [False] * self.n_workers
+        self.idle = set(range(self.n_workers))
+        self.start = [0.0] * n
+        self.end = [0.0] * n
+        self.where = [-1] * n
+        self.n_done = 0
+        policy.attach(self)
+        # the policy's end-of-task hook, skipped when it does nothing
+        self._finished = policy.finished if type(policy).finished is not Policy.finished else None
+
+    # --- running ------------------------------------------------------------
+    def run(self) -> "Engine":
+        """Run to completion; raises :class:`SimulationError` if some task never runs."""
+        self.policy.submit()
+        push = self.policy.push
+        for t in [i for i, m in enumerate(self.missing) if m == 0]:
+            push(t, -1)
+        self.env.run()
+        if self.n_done != self.n_tasks:
+            raise SimulationError(
+                f"{self.n_tasks - self.n_done} of {self.n_tasks} tasks never ran "
+                f"(policy {self.policy.name!r} left them unscheduled or the dependencies have a cycle)")
+        return self
+
+    def wake(self, w: int) -> None:
+        """Give worker ``w`` its next task if it is idle and the policy has one for it."""
+        if self.busy[w]:
+            return
+        t = self.policy.pop(w)
+        if t >= 0:
+            self._begin(w, t)
+
+    def _begin(self, w: int, t: int) -> None:
+        env = self.env
+        now = env._now
+        begin = now + self.overhead
+        if self.memory is not None:
+            ready = self.memory.acquire(t, self.worker_node[w], now)
+            if ready > begin:
+                begin = ready
+        end = begin + self.duration[self.worker_kind[w]][t]
+        self.busy[w] = True
+        self.idle.discard(w)
+        self.start[t] = begin
+        self.end[t] = end
+        self.where[t] = w
+        env.timeout(end - now, t).callbacks.append(self._finish)
+
+    def _finish(self, ev) -> None:
+        t = ev._value
+        w = self.where[t]
+        self.busy[w] = False
+        self.idle.add(w)
+        self.n_done += 1
+        if self.memory is not None:
+            self.memory.release(t, self.worker_node[w], self.env._now)
+        if self._finished is not None:
+            self._finished(t, w)
+        missing = self.missing
+        push = self.policy.push
+        for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
+            missing[s] -= 1
+            if missing[s] == 0:
+                push(s, w)
+        if not self.busy[w]:
+            nxt = self.policy.pop(w)
+            if nxt >= 0:
+                self._begin(w, nxt)
+
+    # --- results ------------------------------------------------------------
+    @property
+    def makespan(self) -> float:
+        return max(self.end) if self.n_tasks else 0.0
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, worker) of every task as numpy arrays."""
+        return (np.asarray(self.start, dtype=np.float64), np.asarray(self.end, dtype=np.float64),
+                np.asarray(self.where, dtype=np.int64))

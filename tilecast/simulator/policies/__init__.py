@@ -1,0 +1,1 @@
+"""Scheduling policies: where and when each ready task runs."""

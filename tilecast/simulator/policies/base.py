@@ -1,0 +1,46 @@
+"""The interface between the engine and a scheduling policy.
+
+The engine calls, in this order of a task's life: :meth:`Policy.submit` once
+(all tasks, in submission order), :meth:`Policy.push` when a task becomes ready
+(all its predecessors ended; ``by`` is the worker that ended the last one, -1
+at the start), :meth:`Policy.pop` when a worker is idle (return a task id or
+-1), and :meth:`Policy.finished` when a task ends, before its successors are pushed. A policy wakes idle workers
+through ``engine.wake(w)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Policy:
+    name = "base"
+
+    def attach(self, engine) -> None:
+        self.engine = engine
+
+    def submit(self) -> None:
+        """Called once before the run; policies that bind tasks at submission do it here."""
+
+    def push(self, task: int, by: int) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def pop(self, worker: int) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def finished(self, task: int, worker: int) -> None:
+        """Called when ``task`` ended on ``worker``, before its successors are pushed."""
+
+    def wake_idle(self) -> None:
+        """Offer work to the lowest-numbered idle worker, if any (deterministic)."""
+        idle = self.engine.idle
+        if idle:
+            self.engine.wake(min(idle))
+
+
+def speed_weights(engine) -> np.ndarray:
+    """Relative speed of each worker: total work on the slowest kind / total work on its kind."""
+    total = np.array([np.sum(row[np.isfinite(row)]) for row in engine.duration_array])
+    total[total <= 0] = 1.0
+    per_kind = total.max() / total
+    return per_kind[np.asarray(engine.worker_kind)]

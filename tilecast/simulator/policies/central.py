@@ -1,0 +1,60 @@
+"""Central-queue policies: ``eager`` and ``prio``.
+
+Following the StarPU handbook (chapter Scheduling, section Task Scheduling
+Policy): *eager* keeps one central queue from which every worker draws; a task
+with a non-zero priority goes to the front. *prio* keeps one central queue
+sorted by priority (higher first; ties in submission order). Neither knows
+where a task will run before a worker takes it, so neither prefetches data.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from tilecast.simulator.policies.base import Policy
+
+
+class Eager(Policy):
+    name = "eager"
+
+    def __init__(self, priority=None):
+        self.priority = priority
+
+    def attach(self, engine) -> None:
+        super().attach(engine)
+        self.queue = deque()
+        self.prio = None if self.priority is None else [float(p) != 0.0 for p in self.priority]
+
+    def push(self, task: int, by: int) -> None:
+        if self.prio is not None and self.prio[task]:
+            self.queue.appendleft(task)
+        else:
+            self.queue.append(task)
+        idle = self.engine.idle
+        if idle:
+            self.engine.wake(min(idle))
+
+    def pop(self, worker: int) -> int:
+        return self.queue.popleft() if self.queue else -1
+
+
+class Prio(Policy):
+    name = "prio"
+
+    def __init__(self, priority):
+        self.priority = priority
+
+    def attach(self, engine) -> None:
+        super().attach(engine)
+        self.heap = []
+        self.neg = [-float(p) for p in self.priority]
+
+    def push(self, task: int, by: int) -> None:
+        heapq.heappush(self.heap, (self.neg[task], task))
+        idle = self.engine.idle
+        if idle:
+            self.engine.wake(min(idle))
+
+    def pop(self, worker: int) -> int:
+        return heapq.heappop(self.heap)[1] if self.heap else -1

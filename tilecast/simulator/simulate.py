@@ -1,0 +1,158 @@
+"""Simulate a task graph on a machine under a StarPU scheduling policy.
+
+:func:`simulate` is the entry point: durations come from
+:class:`tilecast.perfmodel.kernel_model.DurationModel` (vectorised over the
+graph), then the :class:`~tilecast.simulator.engine.Engine` runs the tasks with
+the policy, the data replicas (:mod:`~tilecast.simulator.memory`) and the link
+timelines (:mod:`~tilecast.simulator.links`). The result carries a trace in
+the common schema (``source='sim'``) and a summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tilecast.kernels import all_kernels
+from tilecast.simulator.dag import bottom_level, longest_path_end
+from tilecast.simulator.engine import Engine
+from tilecast.simulator.links import Links
+from tilecast.simulator.memory import Memory
+from tilecast.simulator.policies.central import Eager, Prio
+from tilecast.simulator.policies.deque_model import DequeModel, DequeModelDataAware, DequeModelDataAwareSorted
+from tilecast.simulator.policies.random_policy import Random
+from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing
+from tilecast.trace import make_trace
+
+POLICIES = {
+    "eager": lambda prio, seed: Eager(prio),
+    "prio": lambda prio, seed: Prio(prio),
+    "random": lambda prio, seed: Random(seed),
+    "ws": lambda prio, seed: WorkStealing(),
+    "lws": lambda prio, seed: LocalityWorkStealing(),
+    "dm": lambda prio, seed: DequeModel(prio),
+    "dmda": lambda prio, seed: DequeModelDataAware(prio),
+    "dmdas": lambda prio, seed: DequeModelDataAwareSorted(prio),
+}
+USES_PRIORITIES = ("prio", "dmdas")
+
+
+@dataclass
+class SimResult:
+    start: np.ndarray
+    end: np.ndarray
+    worker: np.ndarray
+    summary: dict
+    transfers: dict  # src, dst, bytes, start, end arrays
+    graph: object
+    machine: object
+
+    @property
+    def makespan(self) -> float:
+        return self.summary["makespan_s"]
+
+    def trace(self) -> pd.DataFrame:
+        """The simulated trace: one row per task, then one per transfer (common schema)."""
+        g, m = self.graph, self.machine
+        names = np.array([k.name for k in all_kernels()], dtype=object)
+        tags = np.array(g.tags, dtype=object)
+        node = np.array([w.node for w in m.workers], dtype=np.int64)[self.worker]
+        tr = self.transfers
+        first = np.array([[(m.routes[s][d] or [-1])[0] if s != d else -1 for d in range(len(m.nodes))]
+                          for s in range(len(m.nodes))], dtype=np.int64).reshape(len(m.nodes), -1)
+        n_t = len(tr["bytes"])
+        return make_trace(
+            task=np.concatenate([np.arange(g.n_tasks, dtype=np.int64), np.full(n_t, -1, np.int64)]),
+            kernel=np.concatenate([names[g.kernel], np.full(n_t, "transfer", dtype=object)]),
+            worker=np.concatenate([self.worker, first[tr["src"], tr["dst"]] if n_t else np.zeros(0, np.int64)]),
+            node=np.concatenate([node, tr["dst"]]),
+            start_s=np.concatenate([self.start, tr["start"]]),
+            end_s=np.concatenate([self.end, tr["end"]]),
+            bytes=np.concatenate([g.bytes.astype(np.int64), tr["bytes"]]),
+            flops=np.concatenate([g.flops, np.zeros(n_t)]),
+            source="sim",
+            tag=np.concatenate([tags[g.tag], np.full(n_t, "", dtype=object)]),
+        )
+
+
+def task_priorities(durations: np.ndarray, pred_ptr, pred) -> np.ndarray:
+    """Default priorities: each task's bottom level (longest path to the end) on its fastest kind.
+
+    The graph carries no priorities; the critical-path-first order is what
+    StarPU users usually give ``prio``/``dmdas``.
+    """
+    return bottom_level(durations.min(axis=0), pred_ptr, pred)
+
+
+def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None = None, calibration=None,
+             priority: np.ndarray | None = None, transfers: bool = True, seed: int = 0) -> SimResult:
+    """Simulate ``graph`` on ``machine`` with StarPU policy ``sched``.
+
+    durations: optional (n_kinds, n_tasks) seconds (rows in ``machine.kind_names``
+    order); by default from the duration model with ``calibration``.
+    priority: optional per-task priorities (higher first); by default the
+    bottom level for ``prio`` and ``dmdas``, none otherwise.
+    transfers: model data replicas and transfers (False: data is everywhere).
+    """
+    if sched not in POLICIES:
+        raise ValueError(f"unknown scheduling policy {sched!r} (known: {', '.join(POLICIES)})")
+    if durations is None:
+        from tilecast.perfmodel.kernel_model import DurationModel
+        durations = DurationModel(machine, calibration).durations(graph)
+    durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+    pred_ptr, pred = graph.dependencies
+    if priority is None and sched in USES_PRIORITIES:
+        priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred)
+    kind_index = {k: i for i, k in enumerate(machine.kind_names)}
+    worker_kind = [kind_index[w.kind] for w in machine.workers]
+    worker_node = [w.node for w in machine.workers]
+    links = Links(machine)
+    memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
+    policy = POLICIES[sched](priority, seed)
+    eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
+                 overhead=machine.task_overhead, memory=memory).run()
+    start, end, worker = eng.arrays()
+    tr = links.arrays()
+    summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)
+    return SimResult(start, end, worker, summary, tr, graph, machine)
+
+
+def lower_bounds(durations: np.ndarray, worker_kind, overhead: float, pred_ptr, pred) -> tuple[float, float]:
+    """(critical path, total work / workers), each task at its fastest usable kind plus the overhead."""
+    used = sorted(set(worker_kind))
+    fastest = durations[used].min(axis=0) + overhead
+    if len(fastest) == 0:
+        return 0.0, 0.0
+    cp = float(longest_path_end(fastest, pred_ptr, pred).max())
+    return cp, float(fastest.sum() / len(worker_kind))
+
+
+def summarize(graph, machine, durations, worker_kind, start, end, worker, links, transfers, memory, sched) -> dict:
+    pred_ptr, pred = graph.dependencies
+    makespan = float(end.max()) if len(end) else 0.0
+    n_w = len(machine.workers)
+    busy = np.bincount(worker, weights=end - start + machine.task_overhead, minlength=n_w)
+    cp, work = lower_bounds(durations, worker_kind, machine.task_overhead, pred_ptr, pred)
+    link_bytes = {machine.links[i].name: int(b) for i, b in enumerate(links.bytes_per_link(transfers)) if b}
+    peak = memory.peak if memory is not None else [int(graph.tile_nbytes.sum())] + [0] * (len(machine.nodes) - 1)
+    return {
+        "sched": sched,
+        "machine": machine.name,
+        "tasks": int(graph.n_tasks),
+        "workers": n_w,
+        "makespan_s": makespan,
+        "critical_path_s": cp,
+        "work_bound_s": work,
+        "busy_s": busy.tolist(),
+        "idle_s": (makespan - busy).tolist(),
+        "utilization": float(busy.sum() / (makespan * n_w)) if makespan > 0 else 0.0,
+        "flops": float(graph.flops.sum()),
+        "transfers": int(len(transfers["bytes"])),
+        "bytes_moved": int(transfers["bytes"].sum()),
+        "bytes_per_link": link_bytes,
+        "peak_memory_bytes": {machine.nodes[i].name: int(p) for i, p in enumerate(peak)},
+        "evictions": memory.n_evictions if memory is not None else 0,
+        "writebacks": memory.n_writebacks if memory is not None else 0,
+    }
