@@ -11,8 +11,9 @@
   task uses; if that replica is the only valid copy (dirty) it is first written
   back to the host. Capacity is never exceeded on device nodes; the host is
   not limited (its peak is reported).
-- Transfers come from the host when it holds a valid copy, else from the
-  lowest-numbered node that does, and are reserved on :class:`~tilecast.simulator.links.Links`.
+- A transfer comes from the valid replica with the shortest uncontended copy
+  time to the destination (as StarPU picks the source of a copy by its bus
+  model; ties: lowest node), and is reserved on :class:`~tilecast.simulator.links.Links`.
 
 Hot paths avoid per-access bookkeeping: the tiles in use on a node are found
 from the tasks running there only when an eviction needs them.
@@ -59,11 +60,25 @@ class Memory:
         self.n_writebacks = 0
 
     # --- estimates (no state change) ----------------------------------------
+    def _source(self, v: int, dst: int, b: int) -> int:
+        """The node holding a valid replica (bitmask ``v``) that copies ``b`` bytes to ``dst`` fastest."""
+        if v & (v - 1) == 0:
+            return v.bit_length() - 1
+        est = self.links.estimate
+        best, best_t = -1, float("inf")
+        while v:
+            low = v & -v
+            s = low.bit_length() - 1
+            t = est(s, dst, b)
+            if t < best_t:
+                best, best_t = s, t
+            v ^= low
+        return best
+
     def _tile_cost(self, v: int, b: int) -> list:
         """Per node, time to bring a tile of ``b`` bytes held on nodes ``v`` there (0 where held)."""
-        src = 0 if v & 1 else (v & -v).bit_length() - 1
         est = self.links.estimate
-        c = [0.0 if (v >> d) & 1 else est(src, d, b) for d in range(self.n_nodes)]
+        c = [0.0 if (v >> d) & 1 else est(self._source(v, d, b), d, b) for d in range(self.n_nodes)]
         self._cost[(v, b)] = c
         return c
 
@@ -124,7 +139,7 @@ class Memory:
             self._make_room(node, size, now)
         v = self.valid[tile]
         if v and fetch:
-            src = 0 if v & 1 else (v & -v).bit_length() - 1
+            src = self._source(v, node, size)
             ready = self.links.transfer(src, node, size, max(now, self.avail[src][tile]))
         else:
             ready = now  # nothing to copy
