@@ -53,3 +53,28 @@ def test_bad_buffers_are_refused():
         run_kernel("axpy", params, bufs[:1])
     with pytest.raises(ValueError, match="float32"):
         run_kernel("axpy", params, [bufs[0].astype(np.float64), bufs[1]])
+
+
+def test_vectorised_exp_and_tanh_over_their_whole_range():
+    """softmax_apply with m=0, l=1 is exp(x); gelu goes through tanh: edge values included."""
+    x = np.concatenate([np.linspace(-110, 95, 20001), [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -1e-30]])
+    x = x.astype(np.float32)
+    rows = len(x)
+    got = x.copy()
+    run_kernel("softmax_apply", dict(rows=rows, cols=1), [np.tile(np.float32([0, 1]), rows), got])
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+    normal = want >= np.finfo(np.float32).tiny
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert (got[~normal & ~np.isnan(want)] <= np.finfo(np.float32).tiny).all()  # subnormal results flush to 0
+    fin = normal & np.isfinite(want) & (want < np.finfo(np.float32).max)
+    assert np.abs(got[fin] / want[fin] - 1).max() < 3e-7
+    assert (got[want > np.finfo(np.float32).max] == np.inf).all()
+    y = np.empty_like(x)
+    run_kernel("gelu", dict(n=rows), [x, y])
+    xd = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        want = 0.5 * xd * (1 + np.tanh(np.sqrt(2 / np.pi) * (xd + 0.044715 * xd ** 3)))
+    ok = np.isfinite(want)
+    assert np.array_equal(y[~ok], want[~ok].astype(np.float32), equal_nan=True)
+    assert (np.abs(y[ok] - want[ok]) <= 2e-6 * np.abs(want[ok]) + 1e-6).all()

@@ -30,7 +30,11 @@ void tc_run(tc_kernel_fn f, const double *p, void *const *buf);
 void tc_time(tc_kernel_fn f, const double *p, void *const *buf, int repeats, double *seconds);
 """
 
-COMPILE_ARGS = ["-O3", "-march=native", "-ffp-contract=off", "-std=c11", "-D_POSIX_C_SOURCE=200809L"]
+# No -ffast-math: results must follow IEEE float32 like numpy (infinities, NaN, no reassociation, no FMA
+# contraction). -fno-trapping-math and -fno-math-errno change no result but let loops with selects and
+# floorf/sqrtf vectorise.
+COMPILE_ARGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno", "-std=c11",
+                "-D_POSIX_C_SOURCE=200809L"]
 
 _FNS: list | None = None
 

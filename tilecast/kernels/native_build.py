@@ -94,7 +94,7 @@ def build_extension(name: str, cdef: str, source: str, *, sources=(), include_di
     key = _key([name, cdef, source, flags, sys.version, cffi.__version__, _cpu_id()]
                + [Path(s).read_bytes() for s in sources]
                + [Path(d, h).read_bytes() for d in include_dirs if Path(d).is_dir()
-                  for h in sorted(os.listdir(d)) if h.startswith("tilecast") and h.endswith(".h")])
+                  for h in sorted(os.listdir(d)) if h.endswith(".h")])
     root = tilecast_home() / "native"
     target = root / f"{name}-{key}"
     root.mkdir(parents=True, exist_ok=True)

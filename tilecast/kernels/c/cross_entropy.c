@@ -3,6 +3,7 @@
  * softmax statistics of the token's logits row (softmax.c). */
 #include <math.h>
 #include "tilecast_kernels.h"
+#include "tc_math.h"
 
 /* p: rows vt v0 beta; bufs: logits targets picked; picked[r] (+)= logits[r, target - v0] */
 TC_KERNEL(ce_target)
@@ -45,7 +46,7 @@ TC_KERNEL(ce_grad)
         const float m = st[2 * r], l = st[2 * r + 1];
         float *row = logits + r * vt;
         for (int64_t j = 0; j < vt; j++)
-            row[j] = expf(row[j] - m) / l;
+            row[j] = tc_expf(row[j] - m) / l;
         const int64_t local = targets[r] - v0;
         if (local >= 0 && local < vt)
             row[local] -= 1.0f;

@@ -1,6 +1,7 @@
 /* Element-wise and broadcast kernels: fill, axpy, bias, GELU. */
 #include <math.h>
 #include "tilecast_kernels.h"
+#include "tc_math.h"
 
 /* GPT-2's tanh approximation of GELU (Hendrycks & Gimpel 2016), in float32
  * exactly as the numpy reference evaluates it. */
@@ -59,7 +60,7 @@ TC_KERNEL(gelu)
     const int64_t n = TC_I(p[0]);
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
-        y[i] = (0.5f * v) * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
+        y[i] = (0.5f * v) * (1.0f + tc_tanhf(GELU_C * (v + GELU_A * v * v * v)));
     }
 }
 
@@ -72,7 +73,7 @@ TC_KERNEL(gelu_bwd)
     const float a3 = 3.0f * GELU_A;
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
-        const float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+        const float t = tc_tanhf(GELU_C * (v + GELU_A * v * v * v));
         const float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + a3 * v * v);
         dy[i] *= d;
     }

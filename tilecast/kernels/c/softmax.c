@@ -3,6 +3,7 @@
  * normalizer calculation for softmax" (2018). */
 #include <math.h>
 #include "tilecast_kernels.h"
+#include "tc_math.h"
 
 /* p: rows cols beta; bufs: s stats */
 TC_KERNEL(softmax_stats)
@@ -13,8 +14,13 @@ TC_KERNEL(softmax_stats)
     for (int64_t r = 0; r < rows; r++) {
         const float *row = s + r * cols;
         float m_tile = -INFINITY;
-        for (int64_t j = 0; j < cols; j++)
-            m_tile = row[j] > m_tile || isnan(row[j]) ? row[j] : m_tile;
+        int nan = 0;
+        for (int64_t j = 0; j < cols; j++) {
+            m_tile = row[j] > m_tile ? row[j] : m_tile;
+            nan |= row[j] != row[j];
+        }
+        if (nan)
+            m_tile = NAN;
         float m_new, l_old;
         if (p[2] == 0.0) {
             m_new = m_tile;
@@ -25,9 +31,7 @@ TC_KERNEL(softmax_stats)
             l_old = isfinite(m_new) ? st[2 * r + 1] * expf(m_old - m_new) : 0.0f;
         }
         const float shift = isfinite(m_new) ? m_new : 0.0f;
-        double l = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            l += expf(row[j] - shift);
+        const double l = tc_sum_exp(row, cols, shift);
         st[2 * r] = m_new;
         st[2 * r + 1] = l_old + (float)l;
     }
@@ -43,7 +47,7 @@ TC_KERNEL(softmax_apply)
         const float m = st[2 * r], l = st[2 * r + 1];
         float *row = s + r * cols;
         for (int64_t j = 0; j < cols; j++)
-            row[j] = expf(row[j] - m) / l;
+            row[j] = tc_expf(row[j] - m) / l;
     }
 }
 
