@@ -19,6 +19,7 @@ COMMANDS = {
     "calibrate": "calibrate_cmd",
     "simulate": "simulate_cmd",
     "compare": "compare_cmd",
+    "tune": "tune_cmd",
 }
 
 

@@ -1,0 +1,87 @@
+"""Run predicted configurations on StarPU and put the measurement beside the prediction.
+
+Optionally (``recalibrate``) each measured trace updates the kernel models
+(:func:`tilecast.perfmodel.from_trace.calibration_from_trace`): the step is
+predicted again with the updated models and both errors are reported.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from tilecast.loop.measure import measure
+from tilecast.loop.predict import predict, relative_error
+
+
+@dataclass
+class Checked:
+    """One configuration, predicted and measured."""
+
+    prediction: object
+    measurement: object
+    rank: int  # 1-based position in the predicted ranking
+    after: object = None  # the prediction with recalibrated kernel models
+
+    @property
+    def error(self) -> float:
+        return relative_error(self.prediction.step_s, self.measurement.median_s)
+
+    @property
+    def error_after(self) -> float | None:
+        return None if self.after is None else relative_error(self.after.step_s, self.measurement.median_s)
+
+    def row(self) -> dict:
+        out = {"rank": self.rank, **self.prediction.row(), "real_step_s": self.measurement.median_s,
+               "real_steps_s": self.measurement.step_s, "warmup_steps": self.measurement.warmup,
+               "real_spread": self.measurement.spread, "error": self.error}
+        if self.after is not None:
+            out["pred_step_s_recalibrated"] = self.after.step_s
+            out["error_recalibrated"] = self.error_after
+        return out
+
+    def comparison(self):
+        """:func:`tilecast.reports.compare` of the predicted and the measured last step (with ``before``)."""
+        from tilecast.reports import compare
+
+        pred = self.after if self.after is not None else self.prediction
+        before = self.prediction.result.trace() if self.after is not None else None
+        return compare(pred.result.trace(), self.measurement.trace, graph=self.measurement.graph, before=before)
+
+
+@dataclass
+class Execution:
+    checked: list = field(default_factory=list)
+    calibration: object = None  # the recalibrated models, when asked for
+
+    def rows(self) -> list:
+        return [c.row() for c in self.checked]
+
+
+def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
+            recalibrate: bool = False, progress: bool = True) -> Execution:
+    """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
+
+    Each is simulated again with its trace kept (for the comparison). With
+    ``recalibrate`` the kernel models learn from every measured trace in turn
+    and every configuration is predicted once more with the final models.
+    """
+    from tilecast.perfmodel.from_trace import calibration_from_trace
+
+    out = Execution(calibration=calibration)
+    position = {id(p): i + 1 for i, p in enumerate(ranking)}
+    for i, p in enumerate(predictions):
+        cfg = p.config
+        if progress:
+            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({warmup} warm-up + {steps} steps)",
+                  file=sys.stderr)
+        m = measure(cfg, steps=steps, warmup=warmup)
+        full = predict(cfg, machine, calibration, host_costs, graph=m.graph, keep_result=True)
+        out.checked.append(Checked(full, m, position.get(id(p), 0)))
+        if recalibrate:
+            out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
+    if recalibrate:
+        for c in out.checked:
+            c.after = predict(c.prediction.config, machine, out.calibration, host_costs, graph=c.measurement.graph,
+                              keep_result=True)
+    return out
