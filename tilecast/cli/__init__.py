@@ -20,6 +20,7 @@ COMMANDS = {
     "simulate": "simulate_cmd",
     "compare": "compare_cmd",
     "tune": "tune_cmd",
+    "accuracy": "accuracy_cmd",
 }
 
 

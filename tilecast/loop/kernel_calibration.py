@@ -76,7 +76,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None) -> Ca
         from tqdm import tqdm
 
         bar = tqdm(total=float(np.sum((repeats + 1) * est)), unit="s", desc="calibrating kernels", file=sys.stderr,
-                   leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est. s")
+                   leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}")
     try:
         for r in sorted(set(repeats.tolist())):
             group = [c for c, rr in zip(todo, repeats) if rr == r]
