@@ -21,6 +21,7 @@ COMMANDS = {
     "compare": "compare_cmd",
     "tune": "tune_cmd",
     "accuracy": "accuracy_cmd",
+    "demo": "demo_cmd",
 }
 
 

@@ -75,18 +75,16 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None) -> Ca
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=float(np.sum((repeats + 1) * est)), unit="s", desc="calibrating kernels", file=sys.stderr,
-                   leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}")
+        bar = tqdm(total=len(todo), unit="shape", desc="calibrating kernels", file=sys.stderr, leave=False)
     try:
         for r in sorted(set(repeats.tolist())):
             group = [c for c, rr in zip(todo, repeats) if rr == r]
-            g_est = est[repeats == r]
 
-            def counted(items, g_est=g_est, r=r):
-                for item, e in zip(items, g_est):
+            def counted(items):
+                for item in items:
                     yield item
                     if bar is not None:
-                        bar.update(float(e * (r + 1)))
+                        bar.update(1)
 
             new = calibrate(machine, group, repeats=int(r), timer=timer, timer_name=timer_name, progress=counted)
             if cal is None:
