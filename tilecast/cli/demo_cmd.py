@@ -58,10 +58,10 @@ def run(args) -> int:
           f"predicted {best.prediction.step_s * 1e3:.1f} ms, measured {best.measurement.median_s * 1e3:.1f} ms "
           f"({100 * best.error:+.1f}%), {c.tokens / best.measurement.median_s:.0f} tokens/s")
     print()
-    print(f"{'rank':>5} {'tiling':<26}{'sched':<7}{'wk':>3}{'pred ms':>10}{'real ms':>10}{'error':>8}")
+    print(f"{'rank':>5} {'tiling':<30} {'sched':<7}{'wk':>3}{'pred ms':>10}{'real ms':>10}{'error':>8}")
     for ch in res.execution.checked:
         cc = ch.prediction.config
-        print(f"{ch.rank:>5} {short_label(cc.tiling):<26}{cc.sched:<7}{cc.workers:>3}"
+        print(f"{ch.rank:>5} {short_label(cc.tiling):<30} {cc.sched:<7}{cc.workers:>3}"
               f"{ch.prediction.step_s * 1e3:>10.2f}{ch.measurement.median_s * 1e3:>10.2f}{100 * ch.error:>7.1f}%")
     print()
     print(f"report: {s['report']}")

@@ -127,12 +127,12 @@ def print_ranking(out, result, top) -> None:
     for s in out["skipped"]:
         print(f"  skipped tiling {s['tiling']}: {s['reason']}")
     print()
-    print(f"{'#':>3} {'tiling':<26}{'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
+    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
           f"{'tasks':>8}")
     for i, p in enumerate(result.ranking[:top]):
         c = p.config
         mem = sum(p.peak_memory_bytes.values())
-        print(f"{i + 1:>3} {short_label(c.tiling):<26}{c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
+        print(f"{i + 1:>3} {short_label(c.tiling):<30} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
               f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
     if len(result.ranking) > top:
         print(f"... {len(result.ranking) - top} more (--top N, --json)")
@@ -140,11 +140,11 @@ def print_ranking(out, result, top) -> None:
 
 def print_executed(execution) -> None:
     recal = any(c.after is not None for c in execution.checked)
-    print(f"{'#':>3} {'tiling':<26}{'sched':<7}{'wk':>3}{'pred ms':>10}{'real ms':>10}{'error':>8}"
+    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'pred ms':>10}{'real ms':>10}{'error':>8}"
           + (f"{'recal ms':>10}{'error':>8}" if recal else "") + f"{'spread':>8}")
     for c in execution.checked:
         cfg = c.prediction.config
-        line = (f"{c.rank:>3} {short_label(cfg.tiling):<26}{cfg.sched:<7}{cfg.workers:>3}"
+        line = (f"{c.rank:>3} {short_label(cfg.tiling):<30} {cfg.sched:<7}{cfg.workers:>3}"
                 f"{c.prediction.step_s * 1e3:>10.2f}{c.measurement.median_s * 1e3:>10.2f}{100 * c.error:>7.1f}%")
         if recal:
             line += f"{c.after.step_s * 1e3:>10.2f}{100 * c.error_after:>7.1f}%"
