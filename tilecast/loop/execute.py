@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tilecast.loop.measure import measure
 from tilecast.loop.predict import predict, relative_error
 
@@ -58,9 +60,22 @@ class Execution:
         return [c.row() for c in self.checked]
 
 
+MIN_TIMED_S = 1.0  # short steps are timed more often: at least this many predicted seconds of timed steps
+MAX_STEPS = 30
+
+
+def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) -> int:
+    """Timed steps for a configuration: ``steps``, more for short steps (their times jitter more), at most 30."""
+    want = int(np.ceil(min_timed_s / max(predicted_s, 1e-6)))
+    return max(steps, min(MAX_STEPS, want))
+
+
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
-            recalibrate: bool = False, progress: bool = True) -> Execution:
+            recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
+
+    Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
+    exactly ``steps``).
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
@@ -72,10 +87,11 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     position = {id(p): i + 1 for i, p in enumerate(ranking)}
     for i, p in enumerate(predictions):
         cfg = p.config
+        n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
         if progress:
-            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({warmup} warm-up + {steps} steps)",
+            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({warmup} warm-up + {n} steps)",
                   file=sys.stderr)
-        m = measure(cfg, steps=steps, warmup=warmup)
+        m = measure(cfg, steps=n, warmup=warmup)
         full = predict(cfg, machine, calibration, host_costs, graph=m.graph, keep_result=True)
         out.checked.append(Checked(full, m, position.get(id(p), 0)))
         if recalibrate:

@@ -1,18 +1,21 @@
-"""What a step costs the executor besides its kernels, measured with empty codelets.
+"""What a step costs the executor besides its kernels' makespan, measured on small probe steps.
 
 A timed step of ``tilecast run`` is not only the tasks' makespan: the host
 prepares every tile buffer, registers it with StarPU and unregisters it
 afterwards, submits every task from one thread, and builds the trace; StarPU
-schedules each task and runs its callback. Running the step's graph with
-empty codelets (``StarPUSession.execute(dry=True)``) costs exactly these and
-nothing else, so the model is fitted on such dry runs of a few probe graphs:
+schedules each task, updates its history-based performance model and runs its
+callback. These costs are measured on real runs of a few small probe steps
+(gpt2-tiny, fine tilings: many tasks, little kernel time), each less its
+simulated makespan:
 
     host_s = fixed + per_tile * tiles + per_task * tasks
 
 (non-negative least squares, one fit per worker count because idle StarPU
-workers spin and compete with the submitting thread for the cores). The
-prediction of a step is then ``host_s`` plus the simulated makespan. Fits are
-stored beside the kernel calibration and reused.
+workers spin and compete with the submitting thread for the cores). Runs with
+empty codelets (``dry``) would miss the per-task performance-model updates,
+which cost several microseconds a task here. The prediction of a step is
+``host_s`` plus its simulated makespan. Fits are stored beside the kernel
+calibration and reused.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from scipy.optimize import nnls
 FORMAT = 1
 PROBES = (("gpt2-tiny", 2, 32, "256"), ("gpt2-tiny", 4, 64, "64"), ("gpt2-tiny", 4, 64, "32"),
           ("gpt2-tiny", 8, 128, "32"), ("gpt2-tiny", 8, 128, "16"))
-PROBE_SCHED = "eager"  # empty codelets carry no performance model, so the policy hardly matters
+PROBE_SCHED = "eager"
 
 
 @dataclass
@@ -84,47 +87,72 @@ def save_host_costs(machine, fits: dict) -> str:
     return path
 
 
-def measure_dry(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
-    """[tiles, tasks, median seconds] of dry runs of each probe step (after one warm-up run)."""
-    from tilecast.executor.starpu_session import StarPUSession
-    from tilecast.executor.step import TrainState, init_gpt2_params, load_step
+def probe_graphs(probes=PROBES) -> list:
     from tilecast.graph import Tiling
     from tilecast.graph.gpt2 import build_gpt2_step
     from tilecast.graph.model_config import load_model
 
+    return [(load_model(name), batch, seq, build_gpt2_step(load_model(name), batch, seq, Tiling.parse(tile)))
+            for name, batch, seq, tile in probes]
+
+
+def measure_probes(machine, calibration, workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
+                   progress=None) -> list:
+    """[tiles, tasks, median seconds less the simulated makespan] of real runs of each probe step."""
+    from tilecast.simulator.simulate import simulate
+
+    m = machine.with_workers(workers)
     points = []
+    for graph, wall in measure_walls(workers, probes, repeats, sched, progress):
+        makespan = simulate(graph, m, sched, calibration=calibration).makespan
+        points.append([graph.n_tiles, graph.n_tasks, max(wall - makespan, 1e-6)])
+    return points
+
+
+def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None,
+                  dry: bool = False) -> list:
+    """[(graph, median seconds)] of runs of each probe step (after one warm-up run)."""
+    from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.executor.step import TrainState, init_gpt2_params, load_step
+
+    out = []
     with StarPUSession(sched, workers) as session:
-        for name, batch, seq, tile in probes:
-            cfg = load_model(name)
-            graph = build_gpt2_step(cfg, batch, seq, Tiling.parse(tile))
+        for cfg, batch, seq, graph in probe_graphs(probes):
             ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(batch, seq + 1))
             store = load_step(graph, TrainState(init_gpt2_params(cfg, 0)), ids[:, :-1], ids[:, 1:])
             times = []
             for _ in range(repeats + 1):
                 t0 = time.perf_counter()
-                session.execute(graph, store, dry=True)
+                session.execute(graph, store, dry=dry)
                 times.append(time.perf_counter() - t0)
                 if progress:
                     progress()
-            points.append([graph.n_tiles, graph.n_tasks, float(np.median(times[1:]))])
-    return points
+            out.append((graph, float(np.median(times[1:]))))
+    return out
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True) -> dict:
-    """Host cost fits for every worker count, measured (and stored) for those not stored yet."""
+    """Host cost fits for every worker count, measured (and stored) for those not stored yet.
+
+    The probe steps' kernel shapes are calibrated first if the stored calibration lacks them.
+    """
+    from tilecast.loop.kernel_calibration import ensure_calibration
+
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
     if not todo:
         return fits
+    calibration = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo) * len(PROBES) * 6, desc="measuring StarPU's per-step cost", unit="run",
+        bar = tqdm(total=len(todo) * len(PROBES) * 16, desc="measuring the executor's per-step cost", unit="run",
                    file=sys.stderr, leave=False)
     try:
         for w in todo:
-            fits[w] = HostCost.fit(w, measure_dry(w, progress=(lambda: bar.update(1)) if bar else None))
+            fits[w] = HostCost.fit(w, measure_probes(machine, calibration, w,
+                                                     progress=(lambda: bar.update(1)) if bar else None))
     finally:
         if bar is not None:
             bar.close()

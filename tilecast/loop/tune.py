@@ -96,10 +96,10 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks)
     if not graphs:
         raise ValueError(f"every candidate tiling has more than {max_tasks} tasks")
-    cal = ensure_calibration(machine, [g for _, g in graphs], progress=progress) if machine.name == "local" else None
     host_costs = {}
     if host and machine.name == "local" and starpu_policies() is not None:
         host_costs = ensure_host_costs(machine, workers, progress=progress)
+    cal = ensure_calibration(machine, [g for _, g in graphs], progress=progress) if machine.name == "local" else None
     model = DurationModel(machine, cal)
     preds = []
     bar = None
