@@ -60,6 +60,7 @@ class SuiteResult:
     targets_met: dict
     conditions: dict = field(default_factory=dict)
     after: dict | None = None  # figures with recalibrated kernel models (same runs: in-sample)
+    calibration_file: str | None = None  # where the recalibrated models were stored
 
     @property
     def ok(self) -> bool:
@@ -70,6 +71,7 @@ class SuiteResult:
                "conditions": self.conditions, "rows": self.rows}
         if self.after is not None:
             out["recalibrated"] = self.after
+            out["calibration_file"] = self.calibration_file
         return out
 
 
@@ -85,7 +87,12 @@ def check_targets(figures: dict) -> dict:
 
 def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: bool = False,
               progress: bool = True, workers: int | None = None) -> SuiteResult:
-    """Predict then measure every configuration of the suite; the accuracy figures."""
+    """Predict then measure every configuration of the suite; the accuracy figures.
+
+    ``recalibrate``: the kernel models also learn from the measured traces and
+    are stored; ``after`` holds the figures the updated models give on the same
+    runs (in-sample; a later run of the suite measures them out of sample).
+    """
     from threadpoolctl import threadpool_info
 
     from tilecast.loop.execute import execute
@@ -116,7 +123,8 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
             for i in threadpool_info() if i.get("user_api") == "blas"]
     conditions = {"suite": name, "steps": steps, "warmup": warmup, "cpu_count": os.cpu_count(),
                   "load_average_before": load_before[0], "load_average_after": load_after[0], "blas": blas}
-    after = None
+    after, path = None, None
     if recalibrate:
         after = ranking_accuracy([r["pred_step_s_recalibrated"] for r in rows], [r["real_step_s"] for r in rows])
-    return SuiteResult(rows, figures, check_targets(figures), conditions, after)
+        path = ex.calibration.save()
+    return SuiteResult(rows, figures, check_targets(figures), conditions, after, path)
