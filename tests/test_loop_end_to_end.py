@@ -32,8 +32,10 @@ def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa:
         assert r["error_recalibrated"] == pytest.approx(
             (r["pred_step_s_recalibrated"] - r["real_step_s"]) / r["real_step_s"])
     # the recalibrated models were stored and learned from the run's trace
-    cal = json.load(open(doc["calibration_file"]))
+    cal = json.load(open(doc["calibration_files"][0]))
     assert cal["timer"] == "trace" and "gemm" in cal["points"]
+    host = json.load(open(doc["calibration_files"][1]))
+    assert len(host["fits"]["2"]["points"]) == 5 + 2  # the probes and the two measured steps
     # the comparison report of the best configuration, with the before/after errors
     assert os.path.getsize(doc["report"]["html"]) > 1000 and os.path.getsize(doc["report"]["gantt_png"]) > 1000
     summary = json.load(open(doc["report"]["summary_json"]))

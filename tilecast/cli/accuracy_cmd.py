@@ -24,7 +24,8 @@ def add_parser(sub):
     p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
     p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
     p.add_argument("--recalibrate", action="store_true",
-                   help="update the stored kernel models from the measured traces and also show the figures they "
+                   help="update the stored kernel models and host-cost fits from the measured runs and also show the "
+                        "figures they "
                         "give on the same runs (in-sample; the next run of the suite measures them afresh)")
     add_json_arg(p)
     return p
@@ -69,7 +70,7 @@ def print_table(res) -> None:
         from tilecast.loop.accuracy import check_targets
 
         _figures("recalibrated from these runs (in-sample)", res.after, check_targets(res.after))
-        print(f"kernel models updated from the measured traces: {res.calibration_file}")
+        print(f"models updated from the measured runs: {', '.join(res.calibration_files)}")
 
 
 def _tile(desc: str) -> str:

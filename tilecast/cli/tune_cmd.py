@@ -103,7 +103,7 @@ def run(args) -> int:
                             steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate)
         out["executed"] = execution.rows()
         if args.recalibrate:
-            out["calibration_file"] = execution.calibration.save()
+            out["calibration_files"] = execution.save_models(machine)
         if args.report and execution.checked:
             out["report"] = execution.checked[0].comparison().write(args.report)
     if args.json:
@@ -116,7 +116,7 @@ def run(args) -> int:
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
         if args.recalibrate:
-            print(f"kernel models updated from the measured traces: {out['calibration_file']}")
+            print(f"models updated from the measured runs: {', '.join(out['calibration_files'])}")
     return 0
 
 

@@ -60,7 +60,7 @@ class SuiteResult:
     targets_met: dict
     conditions: dict = field(default_factory=dict)
     after: dict | None = None  # figures with recalibrated kernel models (same runs: in-sample)
-    calibration_file: str | None = None  # where the recalibrated models were stored
+    calibration_files: list | None = None  # where the recalibrated models were stored
 
     @property
     def ok(self) -> bool:
@@ -71,7 +71,7 @@ class SuiteResult:
                "conditions": self.conditions, "rows": self.rows}
         if self.after is not None:
             out["recalibrated"] = self.after
-            out["calibration_file"] = self.calibration_file
+            out["calibration_files"] = self.calibration_files
         return out
 
 
@@ -89,8 +89,8 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
               progress: bool = True, workers: int | None = None) -> SuiteResult:
     """Predict then measure every configuration of the suite; the accuracy figures.
 
-    ``recalibrate``: the kernel models also learn from the measured traces and
-    are stored; ``after`` holds the figures the updated models give on the same
+    ``recalibrate``: the kernel models also learn from the measured traces, the
+    host-cost fits from the measured step times, and both are stored; ``after`` holds the figures the updated models give on the same
     runs (in-sample; a later run of the suite measures them out of sample).
     """
     from threadpoolctl import threadpool_info
@@ -126,5 +126,5 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
     after, path = None, None
     if recalibrate:
         after = ranking_accuracy([r["pred_step_s_recalibrated"] for r in rows], [r["real_step_s"] for r in rows])
-        path = ex.calibration.save()
+        path = ex.save_models(machine)
     return SuiteResult(rows, figures, check_targets(figures), conditions, after, path)

@@ -1,8 +1,9 @@
 """Run predicted configurations on StarPU and put the measurement beside the prediction.
 
 Optionally (``recalibrate``) each measured trace updates the kernel models
-(:func:`tilecast.perfmodel.from_trace.calibration_from_trace`): the step is
-predicted again with the updated models and both errors are reported.
+(:func:`tilecast.perfmodel.from_trace.calibration_from_trace`) and each
+measured step time the host-cost fit (:func:`tilecast.loop.host_cost.learn_from_runs`):
+the steps are predicted again with the updated models and both errors are reported.
 """
 
 from __future__ import annotations
@@ -54,10 +55,20 @@ class Checked:
 @dataclass
 class Execution:
     checked: list = field(default_factory=list)
-    calibration: object = None  # the recalibrated models, when asked for
+    calibration: object = None  # the recalibrated kernel models, when asked for
+    host_costs: dict | None = None  # the host-cost fits refined with the measured steps, when asked for
 
     def rows(self) -> list:
         return [c.row() for c in self.checked]
+
+    def save_models(self, machine) -> list:
+        """Store the recalibrated kernel models and host-cost fits for the next predictions; their paths."""
+        from tilecast.loop.host_cost import save_host_costs
+
+        paths = [self.calibration.save()]
+        if self.host_costs:
+            paths.append(save_host_costs(machine, self.host_costs))
+        return paths
 
 
 MIN_TIMED_S = 1.0  # short steps are timed more often: at least this many predicted seconds of timed steps
@@ -97,7 +108,15 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         if recalibrate:
             out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
     if recalibrate:
-        for c in out.checked:
-            c.after = predict(c.prediction.config, machine, out.calibration, host_costs, graph=c.measurement.graph,
-                              keep_result=True)
+        from tilecast.loop.host_cost import learn_from_runs
+
+        kernel_only = [predict(c.prediction.config, machine, out.calibration, None, graph=c.measurement.graph,
+                               keep_result=True) for c in out.checked]
+        runs = [(c.prediction.config.workers, k.tiles, k.tasks, c.measurement.median_s - k.makespan_s)
+                for c, k in zip(out.checked, kernel_only)]
+        out.host_costs = learn_from_runs(host_costs or {}, runs)
+        for c, k in zip(out.checked, kernel_only):
+            host = out.host_costs[c.prediction.config.workers].seconds(k.tiles, k.tasks)
+            k.host_s, k.step_s = host, k.makespan_s + host
+            c.after = k
     return out

@@ -59,6 +59,24 @@ class HostCost:
         return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist())
 
 
+MAX_POINTS = 60  # points kept per fit: the probes and the most recent real steps
+
+
+def learn_from_runs(fits: dict, runs) -> dict:
+    """Fits refined with measured steps: ``runs`` = [(workers, tiles, tasks, measured_s - simulated makespan_s)].
+
+    A real step's time beyond its simulated makespan (with kernel models learned
+    from the same run) is what this model stands for: the host's work plus the
+    runtime's per-task costs and scheduling gaps the simulation leaves out.
+    """
+    out = dict(fits)
+    for w in sorted({r[0] for r in runs}):
+        new = [[t, n, max(s, 1e-6)] for ww, t, n, s in runs if ww == w]
+        old = out[w].points if w in out else []
+        out[w] = HostCost.fit(w, (old + new)[-MAX_POINTS:])
+    return out
+
+
 def _path(machine) -> str:
     from tilecast.perfmodel.calibration import tilecast_home
 
