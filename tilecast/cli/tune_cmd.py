@@ -40,8 +40,8 @@ def add_parser(sub):
     p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per execution (default: 5)")
     p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
     p.add_argument("--recalibrate", action="store_true",
-                   help="with --execute: update the stored kernel models from the measured traces and show "
-                        "the errors before and after")
+                   help="with --execute: update the stored kernel models and host-cost fits from the measured "
+                        "runs and show the errors before and after")
     p.add_argument("--report", metavar="DIR",
                    help="with --execute: write the comparison report of the best configuration to DIR")
     add_json_arg(p)
