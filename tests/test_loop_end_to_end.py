@@ -35,7 +35,7 @@ def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa:
     cal = json.load(open(doc["calibration_files"][0]))
     assert cal["timer"] == "trace" and "gemm" in cal["points"]
     host = json.load(open(doc["calibration_files"][1]))
-    assert len(host["fits"]["2"]["points"]) == 5 + 2  # the probes and the two measured steps
+    assert len(host["fits"]["2:eager"]["points"]) == 5 + 2  # the probes and the two measured eager steps
     # the comparison report of the best configuration, with the before/after errors
     assert os.path.getsize(doc["report"]["html"]) > 1000 and os.path.getsize(doc["report"]["gantt_png"]) > 1000
     summary = json.load(open(doc["report"]["summary_json"]))

@@ -41,7 +41,7 @@ def test_tune_ranks_fastest_prediction_first_and_caches_calibration(loop_home): 
     assert missing_cases(res.calibration, res.graphs.values()) == []
     assert list((loop_home / "calibration").glob("local-*.json"))
     if res.host_costs:  # StarPU present: its per-step cost was measured for both worker counts
-        assert set(res.host_costs) == {1, 2}
+        assert {1, 2} <= set(res.host_costs)
         assert all(p.host_s > 0 for p in res.ranking)
 
 

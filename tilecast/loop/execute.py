@@ -108,15 +108,16 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         if recalibrate:
             out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
     if recalibrate:
-        from tilecast.loop.host_cost import learn_from_runs
+        from tilecast.loop.host_cost import host_cost_for, learn_from_runs
 
         kernel_only = [predict(c.prediction.config, machine, out.calibration, None, graph=c.measurement.graph,
                                keep_result=True) for c in out.checked]
-        runs = [(c.prediction.config.workers, k.tiles, k.tasks, c.measurement.median_s - k.makespan_s)
-                for c, k in zip(out.checked, kernel_only)]
+        runs = [(c.prediction.config.workers, c.prediction.config.sched, k.tiles, k.tasks,
+                 c.measurement.median_s - k.makespan_s) for c, k in zip(out.checked, kernel_only)]
         out.host_costs = learn_from_runs(host_costs or {}, runs)
         for c, k in zip(out.checked, kernel_only):
-            host = out.host_costs[c.prediction.config.workers].seconds(k.tiles, k.tasks)
+            cfg = c.prediction.config
+            host = host_cost_for(out.host_costs, cfg.workers, cfg.sched).seconds(k.tiles, k.tasks)
             k.host_s, k.step_s = host, k.makespan_s + host
             c.after = k
     return out

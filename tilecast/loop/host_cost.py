@@ -62,18 +62,33 @@ class HostCost:
 MAX_POINTS = 60  # points kept per fit: the probes and the most recent real steps
 
 
+def fit_key(workers: int, sched: str) -> str:
+    """Key of a fit learned from real runs of one scheduler (probe fits are keyed by the worker count)."""
+    return f"{workers}:{sched}"
+
+
+def host_cost_for(fits: dict, workers: int, sched: str):
+    """The fit learned for this scheduler and worker count, else the worker count's probe fit, else None."""
+    if not fits:
+        return None
+    return fits.get(fit_key(workers, sched)) or fits.get(workers)
+
+
 def learn_from_runs(fits: dict, runs) -> dict:
-    """Fits refined with measured steps: ``runs`` = [(workers, tiles, tasks, measured_s - simulated makespan_s)].
+    """Fits refined with measured steps: ``runs`` = [(workers, sched, tiles, tasks, measured_s - makespan_s)].
 
     A real step's time beyond its simulated makespan (with kernel models learned
     from the same run) is what this model stands for: the host's work plus the
-    runtime's per-task costs and scheduling gaps the simulation leaves out.
+    runtime's per-task costs and scheduling gaps the simulation leaves out. The
+    policies' own costs differ (dmda estimates every task's end on every
+    worker), so each scheduler gets its own fit, started from the probe points.
     """
     out = dict(fits)
-    for w in sorted({r[0] for r in runs}):
-        new = [[t, n, max(s, 1e-6)] for ww, t, n, s in runs if ww == w]
-        old = out[w].points if w in out else []
-        out[w] = HostCost.fit(w, (old + new)[-MAX_POINTS:])
+    for w, sched in sorted({(r[0], r[1]) for r in runs}):
+        new = [[t, n, max(s, 1e-6)] for ww, ss, t, n, s in runs if (ww, ss) == (w, sched)]
+        key = fit_key(w, sched)
+        old = out[key].points if key in out else (out[w].points if w in out else [])
+        out[key] = HostCost.fit(w, (old + new)[-MAX_POINTS:])
     return out
 
 
@@ -89,7 +104,7 @@ def load_host_costs(machine) -> dict:
             doc = json.load(f)
         if doc.get("format") != FORMAT:
             return {}
-        return {int(w): HostCost(**h) for w, h in doc["fits"].items()}
+        return {(k if ":" in k else int(k)): HostCost(**h) for k, h in doc["fits"].items()}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 

@@ -39,12 +39,18 @@ def capacity_check(graph, machine) -> tuple[bool, dict]:
     return need <= node.capacity, {node.name: need}
 
 
+def fits_memory(peak: dict, machine) -> bool:
+    """Every memory node's predicted peak within its capacity."""
+    return all(peak.get(n.name, 0) <= n.capacity for n in machine.nodes)
+
+
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,
             keep_result: bool = False) -> Prediction:
     """Simulate ``config`` on ``machine`` (all its workers; ``config.workers`` of them are used).
 
-    ``host_costs``: {workers: HostCost} (:mod:`tilecast.loop.host_cost`); without
-    one for the worker count the prediction is the makespan alone.
+    ``host_costs``: fits of :mod:`tilecast.loop.host_cost` ({workers or
+    "workers:sched": HostCost}); without one for the worker count the
+    prediction is the makespan alone.
     ``durations``: the graph's per-task durations, if already computed (they do
     not depend on the scheduler or worker count).
     """
@@ -52,15 +58,23 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
 
     graph = graph if graph is not None else config.build()
     m = machine.with_workers(config.workers)
-    fits, peak = capacity_check(graph, m)
+    whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel
 
         durations = DurationModel(m, calibration).durations(graph)
     res = simulate(graph, m, config.sched, durations=durations)
-    host = host_costs.get(config.workers) if host_costs else None
+    from tilecast.loop.host_cost import host_cost_for
+
+    host = host_cost_for(host_costs, config.workers, config.sched)
     host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0
-    peak = {k: max(v, peak.get(k, 0)) for k, v in res.summary["peak_memory_bytes"].items()}
+    sim_peak = res.summary["peak_memory_bytes"]
+    if len(m.nodes) == 1:
+        peak = {k: max(v, peak.get(k, 0)) for k, v in sim_peak.items()}  # the CPU executor allocates every tile
+        fits = whole
+    else:
+        peak = dict(sim_peak)
+        fits = fits_memory(peak, m)
     return Prediction(config=config, step_s=res.makespan + host_s, makespan_s=res.makespan, host_s=host_s,
                       peak_memory_bytes=peak, tasks=int(graph.n_tasks), tiles=int(graph.n_tiles), fits=fits,
                       summary=res.summary, result=res if keep_result else None)

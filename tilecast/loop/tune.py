@@ -86,7 +86,7 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     if not scheds:
         raise ValueError("none of the requested schedulers is both simulated and offered by StarPU")
     limit = len(machine.workers)
-    cap = starpu_max_workers()
+    cap = starpu_max_workers() if machine.name == "local" else None  # the local machine runs on StarPU
     if cap is not None:
         limit = min(limit, cap)
     workers = list(workers) if workers else worker_counts(limit)
