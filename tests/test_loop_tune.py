@@ -78,3 +78,21 @@ def test_host_cost_fit_recovers_a_linear_cost():
     assert h.fixed_s == pytest.approx(0.004, rel=1e-6)
     assert h.per_tile_s == pytest.approx(2e-5, rel=1e-6)
     assert h.per_task_s == pytest.approx(7e-6, rel=1e-6)
+
+
+def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_changes(tmp_path, monkeypatch):
+    from tilecast.loop import host_cost
+    from tilecast.perfmodel import load_machine
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    machine = load_machine("local")
+    probes = HostCost.fit(2, [[100, 100, 0.01], [1000, 2000, 0.03], [3000, 9000, 0.09]])
+    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.05), (2, "dmda", 50, 40, 0.02)])
+    assert host_cost.host_cost_for(fits, 2, "dmda") is fits["2:dmda"]
+    assert host_cost.host_cost_for(fits, 2, "eager") is probes  # no runs of eager: the probe fit
+    assert len(fits["2:dmda"].points) == 3 + 2
+    host_cost.save_host_costs(machine, fits)
+    back = host_cost.load_host_costs(machine)
+    assert set(back) == {2, "2:dmda"} and back[2].per_task_s == pytest.approx(probes.per_task_s)
+    monkeypatch.setattr(host_cost, "executor_fingerprint", lambda: "another executor")
+    assert host_cost.load_host_costs(machine) == {}

@@ -15,7 +15,7 @@ workers spin and compete with the submitting thread for the cores). Runs with
 empty codelets (``dry``) would miss the per-task performance-model updates,
 which cost several microseconds a task here. The prediction of a step is
 ``host_s`` plus its simulated makespan. Fits are stored beside the kernel
-calibration and reused.
+calibration and reused until the executor's code changes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-FORMAT = 1
+FORMAT = 2
+# The executor's code the fits describe: a change to any of these files invalidates stored fits.
+EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
+                  "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
 PROBES = (("gpt2-tiny", 2, 32, "256"), ("gpt2-tiny", 4, 64, "64"), ("gpt2-tiny", 4, 64, "32"),
           ("gpt2-tiny", 8, 128, "32"), ("gpt2-tiny", 8, 128, "16"))
 PROBE_SCHED = "eager"
@@ -92,6 +95,18 @@ def learn_from_runs(fits: dict, runs) -> dict:
     return out
 
 
+def executor_fingerprint() -> str:
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for name in EXECUTOR_FILES:
+        f = root / name
+        h.update(name.encode() + b"\0" + (f.read_bytes() if f.exists() else b"-") + b"\0")
+    return h.hexdigest()[:16]
+
+
 def _path(machine) -> str:
     from tilecast.perfmodel.calibration import tilecast_home
 
@@ -102,7 +117,7 @@ def load_host_costs(machine) -> dict:
     try:
         with open(_path(machine)) as f:
             doc = json.load(f)
-        if doc.get("format") != FORMAT:
+        if doc.get("format") != FORMAT or doc.get("executor") != executor_fingerprint():
             return {}
         return {(k if ":" in k else int(k)): HostCost(**h) for k, h in doc["fits"].items()}
     except (OSError, ValueError, KeyError, TypeError):
@@ -115,6 +130,7 @@ def save_host_costs(machine, fits: dict) -> str:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"format": FORMAT, "machine": machine.name, "fingerprint": machine.fingerprint(),
+                   "executor": executor_fingerprint(),
                    "fits": {str(w): asdict(h) for w, h in fits.items()}}, f, indent=1)
     os.replace(tmp, path)
     return path
