@@ -46,3 +46,31 @@ def test_run_bad_input_is_one_line_exit_2(argv, flag, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith(f"tilecast run: {flag}")
+
+
+def test_first_build_prints_nothing_on_stdout(tmp_path, monkeypatch, capsys):
+    """Building an extension (here into a fresh home) must not pollute --json output."""
+    from tilecast.kernels import native_build
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    monkeypatch.setattr(native_build, "_LOADED", {})
+    mod = native_build.build_extension("_tilecast_probe", "int tc_probe(void);",
+                                       "int tc_probe(void) { return 42; }")
+    assert mod.lib.tc_probe() == 42
+    assert capsys.readouterr().out == ""
+
+
+def test_run_without_starpu_names_what_to_install(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, TILECAST_STARPU_PKG="starpu-not-installed",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    p = subprocess.run([sys.executable, "-m", "tilecast", "run", "--steps", "1", "--json"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        "tilecast run: StarPU not found (pkg-config starpu-not-installed); to execute graphs, install: "
+        "apt-get install libstarpu-dev libopenblas-dev"]

@@ -163,3 +163,34 @@ def test_heterogeneous_workers_dm_uses_the_faster_kind():
     assert r.worker.tolist() == [0, 0, 0]
     slow = simulate(g, m, "dm", durations=dur[::-1].copy())
     assert slow.worker.tolist() == [1, 1, 1]
+
+
+def test_a_task_larger_than_device_memory_is_reported():
+    from tilecast.simulator import SimulationError
+
+    g = transfer_pair_graph()
+    m = two_device_machine(capacity_gib=TILE * TILE * 4 / 2**30, n_devices=1)  # room for one of two tiles
+    with pytest.raises(SimulationError, match="cannot hold the data"):
+        simulate(g, m, "dmda", durations=np.full((1, 2), 1e-3))
+
+
+def test_a_shared_uplink_serializes_copies_to_two_devices():
+    from sim_machines import KIND, fig
+
+    from tilecast.perfmodel import parse_machine
+
+    m = parse_machine({
+        "format": 1, "name": "switched",
+        "memory_nodes": [{"name": "host", "kind": "ram", "capacity_GiB": fig(64)},
+                         {"name": "dev", "kind": "hbm", "count": 2, "capacity_GiB": fig(1)}],
+        "switches": ["pcisw"],
+        "links": [{"name": "uplink", "between": ["host", "pcisw"], "bandwidth_GBps": fig(1.0), "latency_us": fig(0)},
+                  {"name": "down", "between": ["pcisw", "dev"], "bandwidth_GBps": fig(1.0), "latency_us": fig(0)}],
+        "worker_kinds": {"acc": KIND},
+        "workers": [{"name": "w", "kind": "acc", "count": 2, "memory_node": "dev"}],
+    })
+    assert [m.links[i].name for i in m.routes[0][2]] == ["uplink:host->pcisw", "down:pcisw->dev1"]
+    links = Links(m)
+    a = links.transfer(0, 1, 10**6, 0.0)
+    b = links.transfer(0, 2, 10**6, 0.0)
+    assert a == pytest.approx(1e-3) and b == pytest.approx(2e-3)  # the uplink carried one, then the other

@@ -102,3 +102,41 @@ def test_wrong_tile_buffer_is_refused(session):
     store.buffers[0] = np.zeros(3, dtype=np.float32)
     with pytest.raises(ValueError, match="tile 0 of tensor 'a'"):
         session.execute(g, store)
+
+
+def test_submitting_paused_gives_the_same_results(session):
+    g = tiled_matmul_gelu(40, 40, 40, 16)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((40, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 40)).astype(np.float32)
+    store = TileStore(g)
+    store.set_tensor("a", a)
+    store.set_tensor("b", b)
+    trace = session.execute(g, store, submit_paused=True)
+    want = reference_matmul_gelu(a, b)
+    assert np.abs(store.tensor("y") - want).max() <= 1e-5 * np.abs(want).max()
+    check_trace(trace, g, session.n_workers)
+
+
+def test_handles_persist_across_executions_and_follow_new_buffers(session):
+    """A training loop re-executes on one store: unchanged tiles keep their handles, changed ones
+    are re-registered, and in-place writes between executions are seen."""
+    m = k = n = 48
+    g = tiled_matmul_gelu(m, k, n, 16)
+    rng = np.random.default_rng(9)
+    store = TileStore(g)
+    store.set_tensor("a", rng.standard_normal((m, k)).astype(np.float32))
+    store.set_tensor("b", rng.standard_normal((k, n)).astype(np.float32))
+    session.execute(g, store, trace=False)
+    session.execute(g, store, trace=False)
+    assert session.tile_handles.last_registered == 0
+    ta, tb = g.tensor("a"), g.tensor("b")
+    a2 = rng.standard_normal((m, k)).astype(np.float32)
+    store.set_tensor("a", a2)  # new arrays for a's tiles
+    b2 = rng.standard_normal((k, n)).astype(np.float32)
+    for i, tile in enumerate(tb.split(b2)):  # b's tiles overwritten in place
+        store.buffers[tb.first_tile + i][:] = tile
+    assert session.execute(g, store, trace=False) is None
+    assert session.tile_handles.last_registered == ta.n_tiles
+    want = reference_matmul_gelu(a2, b2)
+    assert np.abs(store.tensor("y") - want).max() <= 1e-5 * np.abs(want).max()

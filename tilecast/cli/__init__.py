@@ -16,12 +16,15 @@ COMMANDS = {
     "graph": "graph_cmd",
     "verify": "verify_cmd",
     "run": "run_cmd",
+    "train": "train_cmd",
     "calibrate": "calibrate_cmd",
     "simulate": "simulate_cmd",
     "compare": "compare_cmd",
     "tune": "tune_cmd",
     "accuracy": "accuracy_cmd",
     "demo": "demo_cmd",
+    "whatif": "whatif_cmd",
+    "validate": "validate_cmd",
 }
 
 

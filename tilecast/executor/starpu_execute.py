@@ -17,31 +17,52 @@ from tilecast.trace import make_trace
 WAIT_SLICE_MS = 100  # Python regains control this often while StarPU runs (Ctrl-C)
 
 
-def _tile_arrays(graph, store):
-    """Pointers, element counts and element sizes of every tile buffer (checked against the graph)."""
+def _tile_buffers(graph, store) -> list:
+    """The store's buffers, allocating missing ones (float32 graphs only)."""
     floats = {t.dtype for t in graph.tensors if t.dtype.kind == "f"}
     if floats - {np.dtype(np.float32)}:
         raise ValueError(f"the StarPU executor runs float32 graphs only (this one has {sorted(map(str, floats))})")
-    store.allocate_all()
-    n = graph.n_tiles
-    ptrs = np.zeros(n, dtype=np.uint64)
-    nelem = np.zeros(n, dtype=np.int64)
-    elemsize = np.zeros(n, dtype=np.int64)
-    for t in graph.tensors:
-        for tid in range(t.first_tile, t.first_tile + t.n_tiles):
-            b = store.buffers[tid]
-            if (b.dtype != t.dtype or not b.flags.c_contiguous or not b.flags.writeable
-                    or b.nbytes != graph.tile_nbytes[tid]):
-                raise ValueError(f"tile {tid} of tensor {t.name!r}: buffer must be a contiguous, writeable "
-                                 f"{t.dtype} array of {graph.tile_nbytes[tid]} bytes")
-            ptrs[tid] = b.ctypes.data if b.size else 0
-            nelem[tid] = b.size
-            elemsize[tid] = b.itemsize
+    if any(b is None for b in store.buffers):
+        store.allocate_all()
+    return store.buffers
+
+
+def _addresses(bufs, idx) -> tuple[np.ndarray, np.ndarray]:
+    """Data addresses and byte sizes of buffers ``idx``."""
+    ptrs = np.fromiter((bufs[i].__array_interface__["data"][0] for i in idx.tolist()), np.uint64, len(idx))
+    nbytes = np.fromiter((bufs[i].nbytes for i in idx.tolist()), np.int64, len(idx))
+    return ptrs, nbytes
+
+
+def _check_tiles(graph, bufs, nbytes, idx) -> tuple[np.ndarray, np.ndarray]:
+    """Element counts and sizes (arrays over all tiles, filled at ``idx``) after checking dtype, size
+    and layout of tiles ``idx`` against the graph; ``nbytes`` is indexed by tile id."""
+    tensors, tile_tensor, tile_nbytes = graph.tensors, graph.tile_tensor, graph.tile_nbytes
+    nelem = np.zeros(len(bufs), dtype=np.int64)
+    elemsize = np.zeros(len(bufs), dtype=np.int64)
+    for tid in idx.tolist():
+        b, t = bufs[tid], tensors[tile_tensor[tid]]
+        if (b.dtype != t.dtype or not b.flags.c_contiguous or not b.flags.writeable
+                or nbytes[tid] != tile_nbytes[tid]):
+            raise ValueError(f"tile {tid} of tensor {t.name!r}: buffer must be a contiguous, writeable "
+                             f"{t.dtype} array of {tile_nbytes[tid]} bytes")
+        nelem[tid] = b.size
+        elemsize[tid] = b.itemsize
+    return nelem, elemsize
+
+
+def _tile_arrays(graph, store):
+    """Pointers, element counts and element sizes of every tile buffer (checked against the graph)."""
+    bufs = _tile_buffers(graph, store)
+    idx = np.arange(len(bufs))
+    ptrs, nbytes = _addresses(bufs, idx)
+    nelem, elemsize = _check_tiles(graph, bufs, np.asarray(nbytes), idx)
+    ptrs[nbytes == 0] = 0
     return ptrs, nelem, elemsize
 
 
 class _Registered:
-    """Tile handles registered for one run; unregistered on exit (data stays in the numpy buffers)."""
+    """Tile handles registered for one call; unregistered on exit (data stays in the numpy buffers)."""
 
     def __init__(self, graph, store):
         self.g = glue()
@@ -59,6 +80,61 @@ class _Registered:
         self.g.lib.tcs_unregister(self.n, self.handles)
 
 
+class TileHandles:
+    """StarPU handles of a store's tiles, kept registered from one execution to the next.
+
+    A training loop executes the same graph on the same store step after step;
+    registering and unregistering every tile each time would cost StarPU
+    several microseconds per tile. Tiles whose buffer changed (a new array, as
+    ``TileStore.set_tensor`` makes) are re-registered one by one. Between
+    executions the buffers stay plain numpy arrays: StarPU keeps no other copy
+    of them (CPU workers only, data registered in main memory).
+    """
+
+    def __init__(self):
+        self.g = glue()
+        self.key = None
+        self.handles = None
+        self.state = None
+        self.last_registered = 0  # tiles (re-)registered by the last update
+
+    def update(self, graph, store):
+        """Handles for every tile of ``store``; only new buffer objects are checked and registered.
+
+        The buffers registered are referenced here until they are replaced, so
+        their memory cannot be reused while StarPU holds a handle on it.
+        Buffers must not be resized in place.
+        """
+        bufs = _tile_buffers(graph, store)
+        n = len(bufs)
+        key = (id(graph), id(store), n)
+        if key != self.key:
+            self.release()
+            self.handles = self.g.ffi.new("void *[]", max(n, 1))
+            changed = np.arange(n, dtype=np.int64)
+        else:
+            changed = np.flatnonzero(np.fromiter((a is not b for a, b in zip(bufs, self.state)), bool, n))
+        if len(changed):
+            ptrs, nbytes = np.zeros(n, np.uint64), np.zeros(n, np.int64)
+            ptrs[changed], nbytes[changed] = _addresses(bufs, changed)
+            nelem, elemsize = _check_tiles(graph, bufs, nbytes, changed)
+            ptrs[nbytes == 0] = 0
+            f = self.g.ffi.from_buffer
+            changed = np.ascontiguousarray(changed, dtype=np.int64)
+            self.g.lib.tcs_reregister_at(len(changed), f("int64_t[]", changed), f("uint64_t[]", ptrs),
+                                         f("int64_t[]", nelem), f("int64_t[]", elemsize), self.handles)
+        self.key = key
+        self.state = list(bufs)
+        self.last_registered = len(changed)
+        return self.handles
+
+    def release(self) -> None:
+        """Unregister every handle (before StarPU shuts down, or for another store)."""
+        if self.handles is not None and self.key is not None:
+            self.g.lib.tcs_unregister(self.key[2], self.handles)
+        self.key = self.handles = self.state = None
+
+
 def _graph_arrays(graph):
     return dict(
         kernel=np.ascontiguousarray(graph.kernel, dtype=np.int16),
@@ -70,7 +146,7 @@ def _graph_arrays(graph):
     )
 
 
-def execute_graph(session, graph, store, dry: bool = False):
+def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
     g = glue()
     lib, f = g.lib, g.ffi.from_buffer
     n = graph.n_tasks
@@ -79,22 +155,26 @@ def execute_graph(session, graph, store, dry: bool = False):
     end = np.full(n, np.nan)
     worker = np.full(n, -1, dtype=np.int32)
     err = g.ffi.new("int *")
-    with _Registered(graph, store) as handles:
+    submitted = 0
+    handles = session.tile_handles.update(graph, store)
+    try:
         submitted = lib.tcs_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
             f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
-            lib.TCS_DRY if dry else 0, f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
-        try:
-            while lib.tcs_wait(WAIT_SLICE_MS) < submitted:
-                pass
-        except BaseException:
-            lib.tcs_abort()  # remaining tasks skip their kernels, so that StarPU drains quickly
-            raise
-        finally:
-            lib.tcs_finish()
+            (lib.TCS_DRY if dry else 0) | (lib.TCS_SUBMIT_PAUSED if submit_paused else 0),
+            f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
+        while lib.tcs_wait(WAIT_SLICE_MS) < submitted:
+            pass
+    except BaseException:
+        lib.tcs_abort()  # remaining tasks skip their kernels, so that StarPU drains quickly
+        raise
+    finally:
+        lib.tcs_finish()  # waits for every submitted task and releases them (tracked in C)
     if err[0] != 0:
         raise RuntimeError(f"StarPU refused task {submitted} ({all_kernels()[a['kernel'][submitted]].name}): "
                            f"error {err[0]}")
+    if not trace:
+        return None
     names = np.array([k.name for k in all_kernels()], dtype=object)
     return make_trace(
         task=np.arange(n, dtype=np.int64), kernel=names[a["kernel"]], worker=worker.astype(np.int64),
@@ -104,10 +184,10 @@ def execute_graph(session, graph, store, dry: bool = False):
     )
 
 
-def baseline_graph(session, graph, store) -> float:
+def baseline_graph(session, graph, store, profiling: bool = False) -> float:
     g = glue()
     f = g.ffi.from_buffer
     a = _graph_arrays(graph)
     with _Registered(graph, store) as handles:
         return float(g.lib.tcs_baseline(graph.n_tasks, f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]),
-                                        f("int8_t[]", a["acc_mode"]), handles))
+                                        f("int8_t[]", a["acc_mode"]), handles, int(profiling)))

@@ -38,15 +38,20 @@ def _cdef() -> str:
     """The glue header, minus preprocessor lines, as cffi declarations."""
     lines = (C_DIR / "starpu_glue.h").read_text().splitlines()
     keep = [ln for ln in lines if not ln.startswith("#")]
-    return "\n".join(keep) + "\n#define TCS_DRY 1\n"
+    return "\n".join(keep) + "\n#define TCS_DRY 1\n#define TCS_SUBMIT_PAUSED 2\n"
+
+
+_GLUE = []
 
 
 def glue():
     """The compiled glue module (``.ffi``, ``.lib``), built on first use."""
+    if _GLUE:
+        return _GLUE[0]
     pkg = starpu_package()
     cflags = _pkg_config(pkg, "--cflags")
     libs = _pkg_config(pkg, "--libs")
-    return build_extension(
+    mod = build_extension(
         "_tilecast_starpu", _cdef(), '#include "starpu_glue.h"', sources=[str(C_DIR / "starpu_glue.c")],
         include_dirs=[str(C_DIR)] + [f[2:] for f in cflags if f.startswith("-I")],
         libraries=[f[2:] for f in libs if f.startswith("-l")],
@@ -55,3 +60,5 @@ def glue():
         extra_link_args=[f for f in libs if not f.startswith(("-l", "-L"))],
         hint=INSTALL_HINT,
     )
+    _GLUE.append(mod)
+    return mod

@@ -93,6 +93,31 @@ def check_step(got_loss: float, got_grads: dict, got_params: dict, want, expecte
             "noise_grads": sorted(noise), "failures": failures}
 
 
+class StarPUTraining:
+    """Training steps of ``graph`` on an open session, the state kept in one TileStore.
+
+    ``data`` is an int array (steps, batch, seq + 1) of tokens; step ``t`` reads ``data[t]``.
+    """
+
+    def __init__(self, session, graph, state: TrainState, data: np.ndarray):
+        self.session, self.graph, self.data = session, graph, data
+        self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
+        self.t = 0
+
+    def step(self, trace: bool = True):
+        """Run the next step; returns (seconds, loss, trace or None)."""
+        t = self.t
+        t0 = time.perf_counter()
+        if t:
+            self.graph.set_param("adamw", "step", t + 1)
+            self.store.set_tensor("ids", self.data[t, :, :-1])
+            self.store.set_tensor("targets", self.data[t, :, 1:])
+        trace = self.session.execute(self.graph, self.store, trace=trace)
+        seconds = time.perf_counter() - t0
+        self.t += 1
+        return seconds, float(self.store.tensor("loss")[0]), trace
+
+
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
               lr: float = 1e-3, check: bool = False, progress=None) -> RunResult:
     """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task)."""
@@ -104,28 +129,23 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None
-    store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
     step_s, losses, trace, report = [], [], None, None
     with session:
+        training = StarPUTraining(session, graph, state, data)
         for t in range(steps):
-            t0 = time.perf_counter()
-            if t:
-                graph.set_param("adamw", "step", t + 1)
-                store.set_tensor("ids", data[t, :, :-1])
-                store.set_tensor("targets", data[t, :, 1:])
-            trace = session.execute(graph, store)
-            step_s.append(time.perf_counter() - t0)
-            losses.append(float(store.tensor("loss")[0]))
+            dt, loss, trace = training.step(trace=(t == steps - 1))
+            step_s.append(dt)
+            losses.append(loss)
             if check and t == 0:
-                got = (losses[0], {n: store.tensor(grad_name(n)) for n in state.params},
+                store = training.store
+                got = (loss, {n: store.tensor(grad_name(n)) for n in state.params},
                        {n: store.tensor(n) for n in state.params})
             if progress:
-                progress(t, step_s[-1], losses[-1])
+                progress(t, dt, loss)
         names = list(session.worker_names)
     if check:
         ref = reference_step(graph, ref_state, data[0, :, :-1], data[0, :, 1:])  # sets AdamW step 1 again
         report = check_step(*got, (ref.loss, ref.grads, ref_state.params), adamw_expected(graph, start_params, got[1]))
     return RunResult(step_s=step_s, losses=losses, tokens_per_step=batch * seq,
-                     flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph, check=report,
-                     workers=names)
-
+                     flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph,
+                     check=report, workers=names)

@@ -85,6 +85,9 @@ class StarPUSession:
                               f"{os.strerror(-ret) if ret < 0 else ret}")
         self._open = True
         _ACTIVE.append(self)
+        from tilecast.executor.starpu_execute import TileHandles
+
+        self.tile_handles = TileHandles()
         try:
             kernels = all_kernels()
             names = [g.ffi.new("char[]", k.name.encode()) for k in kernels]
@@ -109,7 +112,10 @@ class StarPUSession:
         """Shut StarPU down (writes its performance models); safe to call twice."""
         if not self._open:
             return
-        glue().lib.tcs_stop()
+        try:
+            self.tile_handles.release()
+        finally:
+            glue().lib.tcs_stop()
         self._open = False
         if self in _ACTIVE:
             _ACTIVE.remove(self)
@@ -133,23 +139,29 @@ class StarPUSession:
             raise StarPUError("the StarPU session is not started (use it as a context manager)")
 
     # --- execution ---------------------------------------------------------
-    def execute(self, graph, store, dry: bool = False):
+    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
         """Run ``graph`` on the tiles of ``store`` in place; return the per-task trace (source 'real').
 
+        With ``trace=False`` the trace table is not built (None is returned); it
+        costs about a microsecond per task in pandas.
         ``dry`` submits empty codelets (no kernels, no performance-model updates),
         to measure the runtime's and tilecast's own per-task cost.
+        ``submit_paused`` submits the whole graph before the workers start
+        (no overlap of submission and execution, but the submitting thread does
+        not compete with spinning idle workers for the cores).
         """
         from tilecast.executor.starpu_execute import execute_graph
 
         self._require_open()
-        return execute_graph(self, graph, store, dry=dry)
+        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused, trace=trace)
 
-    def baseline(self, graph, store) -> float:
-        """Seconds StarPU alone takes for the graph's tasks as empty codelets (no profiling, no callbacks)."""
+    def baseline(self, graph, store, profiling: bool = False) -> float:
+        """Seconds StarPU alone takes for the graph's tasks as empty codelets (no callbacks; StarPU's
+        per-task profiling off, or on as tilecast runs it)."""
         from tilecast.executor.starpu_execute import baseline_graph
 
         self._require_open()
-        return baseline_graph(self, graph, store)
+        return baseline_graph(self, graph, store, profiling)
 
 
 @atexit.register

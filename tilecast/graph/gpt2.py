@@ -81,8 +81,9 @@ class _Step:
     """Builds the step; one method per part of the model."""
 
     def __init__(self, cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, adamw: AdamWConfig, step: int,
-                 dtype):
+                 dtype, forward_only: bool = False):
         self.cfg, self.B, self.S, self.opt, self.step = cfg, batch, seq, adamw, step
+        self.forward_only = forward_only
         self.eps = cfg.layer_norm_epsilon
         self.bld = GraphBuilder(tiling, meta=dict(
             model=cfg.to_dict(), batch=batch, seq=seq, tiling=tiling.describe(), adamw=adamw.__dict__, step=step,
@@ -96,6 +97,8 @@ class _Step:
             else:
                 tile = None
             self.p[name] = self._tensor(name, shape, dims, "param", tile)
+            if forward_only:
+                continue
             self.g[name] = self._tensor(grad_name(name), shape, dims, "grad", tile)
             for state in adam_names(name):
                 self._tensor(state, shape, dims, "optim", tile)
@@ -287,6 +290,8 @@ class _Step:
             x, t = self.block(layer, x)
             saved.append(t)
         self.head_and_loss(x)
+        if self.forward_only:
+            return self.bld.build()
         self.head_backward(x)
         layer_params = {l: [n for n in self.p if n.startswith(f"h.{l}.")] for l in range(cfg.n_layer)}
         for layer in reversed(range(cfg.n_layer)):
@@ -297,14 +302,7 @@ class _Step:
         return self.bld.build()
 
 
-def build_gpt2_step(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,
-                    adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32) -> Graph:
-    """The task graph of one training step of ``cfg`` on a (batch, seq) batch of tokens.
-
-    ``step`` is AdamW's 1-based step number (bias correction); change it on a
-    built graph with ``graph.set_param("adamw", "step", t)``. ``dtype`` is the
-    floating-point type of every tensor (float32; float64 for numerical checks).
-    """
+def _check_shape(cfg: ModelConfig, batch: int, seq: int, dtype) -> np.dtype:
     if batch < 1:
         raise ValueError(f"--batch must be at least 1, got {batch}")
     if seq < 1:
@@ -314,4 +312,29 @@ def build_gpt2_step(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | Non
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    return dtype
+
+
+def build_gpt2_forward(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,
+                       dtype=np.float32) -> Graph:
+    """The forward pass and mean cross-entropy only (evaluation): tensor ``loss`` from ``ids`` and ``targets``.
+
+    Its parameter tensors have the same names and tiles as those of
+    :func:`build_gpt2_step` with the same tiling, so an executor can point them
+    at a training step's parameter tiles without copying. No gradient or
+    optimizer tensors are declared.
+    """
+    dtype = _check_shape(cfg, batch, seq, dtype)
+    return _Step(cfg, batch, seq, tiling or Tiling(), AdamWConfig(), 1, dtype, forward_only=True).build()
+
+
+def build_gpt2_step(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,
+                    adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32) -> Graph:
+    """The task graph of one training step of ``cfg`` on a (batch, seq) batch of tokens.
+
+    ``step`` is AdamW's 1-based step number (bias correction); change it on a
+    built graph with ``graph.set_param("adamw", "step", t)``. ``dtype`` is the
+    floating-point type of every tensor (float32; float64 for numerical checks).
+    """
+    dtype = _check_shape(cfg, batch, seq, dtype)
     return _Step(cfg, batch, seq, tiling or Tiling(), adamw or AdamWConfig(), step, dtype).build()

@@ -15,7 +15,7 @@ import numpy as np
 from tilecast.graph.deps import infer_dependencies
 from tilecast.graph.tensor import PERSISTENT, Tensor
 from tilecast.kernels import all_kernels
-from tilecast.kernels.registry import MODE_NAMES
+from tilecast.kernels.registry import MODE_NAMES, access_bytes
 
 
 @dataclass
@@ -107,8 +107,8 @@ class Graph:
 
     @cached_property
     def bytes(self) -> np.ndarray:
-        """Bytes each task reads and writes: its tiles' sizes, read-write tiles counted twice."""
-        per_access = self.tile_nbytes[self.acc_tile] * ((self.acc_mode & 1) + ((self.acc_mode >> 1) & 1))
+        """Bytes each task reads and writes, by the registry's formula (:func:`access_bytes`)."""
+        per_access = access_bytes(self.tile_nbytes[self.acc_tile], self.acc_mode)
         return np.add.reduceat(per_access, self.acc_ptr[:-1]) if self.n_tasks else np.zeros(0)
 
     @cached_property

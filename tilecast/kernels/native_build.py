@@ -54,7 +54,7 @@ def _key(parts: list) -> str:
 
 @contextlib.contextmanager
 def _redirect_fds(path: Path):
-    """Send file descriptors 1 and 2 (compiler and setuptools output) to a log file."""
+    """Send compiler and setuptools output (file descriptors 1 and 2, sys.stdout/stderr) to a log file."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -62,7 +62,9 @@ def _redirect_fds(path: Path):
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
-            yield
+            # Python-level writers too (setuptools prints through sys.stdout, which may not be fd 1).
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -44,9 +44,30 @@ class Kernel:
     id: int = -1
     param_type: type = field(default=None, compare=False, repr=False)
 
+    def bytes(self, nbytes: np.ndarray, modes: np.ndarray | None = None) -> np.ndarray:
+        """Bytes moved by tasks whose buffers have sizes ``nbytes`` (n_tasks x n_buffers).
+
+        ``modes`` gives each access's mode (default: the registry's); see :func:`access_bytes`.
+        """
+        nbytes = np.atleast_2d(np.asarray(nbytes, dtype=np.float64))
+        if modes is None:
+            modes = np.broadcast_to(np.asarray(self.modes, dtype=np.int8), nbytes.shape)
+        return access_bytes(nbytes, modes).sum(axis=1)
+
     def unpack(self, values) -> tuple:
         """Turn a task's parameter vector into a namedtuple of Python floats."""
         return self.param_type._make(float(v) for v in values)
+
+
+def access_bytes(nbytes, modes):
+    """The bytes formula of every kernel: each buffer's size once per direction.
+
+    A read-only or write-only buffer moves its size once, a read-write buffer
+    twice. Kernels touch whole tiles, so this is exact for all but the sparse
+    gathers (embedding rows, target logits), where it is an upper bound.
+    """
+    modes = np.asarray(modes)
+    return nbytes * ((modes & 1) + ((modes >> 1) & 1))
 
 
 KERNELS: dict[str, Kernel] = {}

@@ -56,7 +56,5 @@ def shape_flops(kernel_id: int, params: np.ndarray) -> np.ndarray:
 
 
 def shape_bytes(kernel_id: int, nbytes: np.ndarray) -> np.ndarray:
-    """Bytes read and written by shapes: buffer sizes, read-write buffers counted twice."""
-    k = all_kernels()[kernel_id]
-    weight = np.array([(m & 1) + ((m >> 1) & 1) for m in k.modes], dtype=np.float64)
-    return nbytes @ weight
+    """Bytes read and written by shapes, by the registry's formula (buffer sizes, registry modes)."""
+    return all_kernels()[kernel_id].bytes(nbytes)

@@ -2,7 +2,10 @@
 
 Every link is serialized per direction (a full-duplex link is two directed
 links): a transfer waits until every link of its route is free, then holds them
-all for ``sum(latency) + bytes / bottleneck bandwidth``. Because a link's queue
+all for ``sum(latency) + bytes / bottleneck bandwidth``. A link that several
+routes share (a PCIe switch's uplink, a host memory bus) therefore carries
+their transfers one after another: the same throughput as fair sharing, with
+first-come, first-served completion. Because a link's queue
 is first come, first served, a transfer's end is known when it is issued, so no
 simulation event is needed for it; the engine only learns when the data will be
 there.

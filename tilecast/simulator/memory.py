@@ -135,19 +135,22 @@ class Memory:
         With ``fetch`` 0 (a write-only access) the space is allocated but no data is copied.
         """
         size = self.size[tile]
-        if self.used[node] + size > self.capacity[node]:
+        used = self.used
+        if used[node] + size > self.capacity[node]:
             self._make_room(node, size, now)
         v = self.valid[tile]
         if v and fetch:
-            src = self._source(v, node, size)
-            ready = self.links.transfer(src, node, size, max(now, self.avail[src][tile]))
+            src = v.bit_length() - 1 if v & (v - 1) == 0 else self._source(v, node, size)
+            since = self.avail[src][tile]
+            ready = self.links.transfer(src, node, size, since if since > now else now)
         else:
             ready = now  # nothing to copy
         self.avail[node][tile] = ready
         self.valid[tile] = v | (1 << node)
-        self.used[node] += size
-        if self.used[node] > self.peak[node]:
-            self.peak[node] = self.used[node]
+        u = used[node] + size
+        used[node] = u
+        if u > self.peak[node]:
+            self.peak[node] = u
         return ready
 
     def prefetch(self, task: int, node: int, now: float) -> None:

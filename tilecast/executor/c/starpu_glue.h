@@ -28,12 +28,16 @@ int tcs_set_kernels(int n, const uint64_t *fns, const char *const *names, const 
 /* Register n CPU buffers in place as vector handles; unregister them (data stays in place). */
 int tcs_register(int64_t n, const uint64_t *ptrs, const int64_t *nelem, const int64_t *elemsize, void **handles);
 void tcs_unregister(int64_t n, void **handles);
+/* Re-register the tiles listed in idx (their buffers changed): unregister the old handle, register anew. */
+int tcs_reregister_at(int64_t n_idx, const int64_t *idx, const uint64_t *ptrs, const int64_t *nelem,
+                      const int64_t *elemsize, void **handles);
 
 /* Submit a whole graph in order. flags: TCS_DRY (empty codelets, no perfmodels).
  * Per-task start/end (seconds from the submission start) and worker arrive in
  * out_start/out_end/out_worker as tasks finish. Returns the number of tasks
  * submitted; *err gets 0 or the first submission error. */
 #define TCS_DRY 1
+#define TCS_SUBMIT_PAUSED 2
 int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
                    const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
                    int flags, double *out_start, double *out_end, int32_t *out_worker, int *err);
@@ -44,8 +48,8 @@ void tcs_abort(void);
 /* Wait for every task, release them; returns the run's wall time in seconds. */
 double tcs_finish(void);
 
-/* StarPU's own cost: n empty tasks over the same handles, no profiling, no callbacks. */
+/* StarPU's own cost: n empty tasks over the same handles, no callbacks, profiling on or off. */
 double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
-                    void **handles);
+                    void **handles, int profiling);
 
 #endif

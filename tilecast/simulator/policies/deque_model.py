@@ -69,12 +69,13 @@ class DequeModel(Policy):
         exp_end[w] = e + length
         self.exp_len[w] += length
         self.assigned_len[task] = length
-        if self.sorted_queues:
-            heapq.heappush(self.queues[w], (self.neg[task] if self.neg else 0.0, task))
-        else:
-            self.queues[w].append(task)
-        if memory is not None:
+        q = self.queues[w]
+        if memory is not None and (q or eng.busy[w]):  # an idle worker fetches at once anyway
             memory.prefetch(task, node, now)
+        if self.sorted_queues:
+            heapq.heappush(q, (self.neg[task] if self.neg else 0.0, task))
+        else:
+            q.append(task)
         if not eng.busy[w]:
             eng.wake(w)
 

@@ -1,0 +1,260 @@
+"""``tilecast whatif``: one distributed-training configuration, a sweep, or a layout search."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tilecast.cli import UsageError
+
+
+def add_parser(sub):
+    p = sub.add_parser("whatif", help="predict a distributed training step (parallelism, collectives, memory)",
+                       description="Predict the step time, its breakdown, throughput, MFU and memory per GPU of "
+                                   "one distributed GPT training configuration; sweep a hardware or strategy "
+                                   "parameter; or search the best layout.")
+    p.add_argument("--cluster", default="dgx-a100", help="shipped cluster (dgx-a100, dgx-h100, dgx-h200) or YAML file")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs used (default tp x pp x dp); with --tp/--pp, dp = gpus/(tp pp)")
+    p.add_argument("--model", default="gpt3-175b", help="cluster shape (gpt3-175b, mt-nlg-530b, mpt-7b, llama3-70b, ...), "
+                                                        "GPT-2 preset, or JSON")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--global-batch", type=int, default=0, help="sequences per step (default dp x micro-batch x 2pp)")
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--dp", type=int, default=0, help="data-parallel degree (default from --gpus)")
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP)")
+    p.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | interleaved")
+    p.add_argument("--virtual-stages", type=int, default=0, help="model chunks per pipeline rank (interleaved; default 2)")
+    p.add_argument("--recompute", default="none", help="none | selective | full")
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 | tf32 | fp32")
+    p.add_argument("--attention", default="flash", help="flash (FlashAttention-style kernel) | cudnn (cuDNN fused attention) | unfused (scores in HBM)")
+    p.add_argument("--collective-algo", default="auto", help="auto | ring | tree | hierarchical")
+    p.add_argument("--tp-comm-overlap", action="store_true", help="overlap tensor-parallel collectives with GEMMs")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="ZeRO-1/2: gather updated parameters during the next forward")
+    p.add_argument("--no-overlap-grad-reduce", action="store_true", help="reduce gradients after the pipeline flush")
+    p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
+                   help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved")
+    p.add_argument("--plot", metavar="FILE.png", help="with --sweep: plot tokens/s and the breakdown")
+    p.add_argument("--trace", metavar="FILE", help="write the simulated timeline (.parquet, .csv, or .json Chrome "
+                                                   "trace: one process per pipeline stage, one thread per stream)")
+    p.add_argument("--search", action="store_true", help="search the fastest layout that fits for --gpus")
+    p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
+    p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    return p
+
+
+def _fail(e):
+    raise UsageError(str(e)) from None
+
+
+def _inputs(args):
+    from tilecast.cluster.hardware import ClusterError, load_cluster
+    from tilecast.cluster.models import load_shape
+    from tilecast.graph.model_config import ModelConfigError
+
+    try:
+        cluster = load_cluster(args.cluster)
+    except ClusterError as e:
+        _fail(e)
+    try:
+        shape = load_shape(args.model)
+    except (ModelConfigError, OSError, ValueError) as e:
+        _fail(e)
+    for flag in ("gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "dp", "virtual_stages", "top", "max_configs"):
+        if getattr(args, flag) < 0:
+            raise UsageError(f"--{flag.replace('_', '-')}: must not be negative")
+    return cluster, shape
+
+
+def _strategy(args, shape, cluster):
+    from tilecast.cluster.strategy import Strategy, StrategyError
+
+    tp, pp = args.tp or 1, args.pp or 1
+    dp = args.dp
+    if not dp:
+        if args.gpus:
+            if args.gpus % (tp * pp):
+                raise UsageError(f"--gpus: {args.gpus} is not a multiple of tp x pp = {tp * pp}")
+            dp = args.gpus // (tp * pp)
+        else:
+            dp = 1
+    elif args.gpus and args.gpus != tp * pp * dp:
+        raise UsageError(f"--gpus: {args.gpus} differs from tp x pp x dp = {tp * pp * dp}")
+    gb = args.global_batch or dp * args.micro_batch * max(1, 2 * pp)
+    v = args.virtual_stages or (2 if args.schedule == "interleaved" else 1)
+    st = Strategy(tp=tp, pp=pp, dp=dp, seq=args.seq, global_batch=gb, micro_batch=args.micro_batch, zero=args.zero,
+                  schedule=args.schedule, virtual_stages=v, recompute=args.recompute,
+                  sequence_parallel=args.sequence_parallel, dtype=args.dtype, attention=args.attention,
+                  overlap_grad_reduce=not args.no_overlap_grad_reduce, tp_comm_overlap=args.tp_comm_overlap,
+                  collective_algo=args.collective_algo,
+                  overlap_param_gather=args.overlap_param_gather)
+    try:
+        st.check(shape, cluster)
+    except StrategyError as e:
+        _fail(e)
+    return st
+
+
+def _gb(x):
+    return f"{x / 1e9:.1f}"
+
+
+def _print_result(r):
+    st = r.strategy
+    print(f"{r.model} on {r.gpus} x {r.cluster}: tp={st['tp']} pp={st['pp']} dp={st['dp']} zero={st['zero']} "
+          f"{st['schedule']}{'(v=%d)' % st['virtual_stages'] if st['schedule'] == 'interleaved' else ''} "
+          f"recompute={st['recompute']} sp={st['sequence_parallel']} micro-batch={st['micro_batch']} "
+          f"global-batch={st['global_batch']} seq={st['seq']} {st['dtype']}")
+    print(f"  step {r.step_s:.4g} s   {r.tokens_per_s:,.0f} tokens/s   {r.tflops_per_gpu:.1f} TFLOP/s per GPU   "
+          f"MFU {100 * r.mfu:.1f}%")
+    b = r.breakdown
+
+    def part(k, label):
+        return f"{label} {b[k]:.4g} s ({100 * b[k] / r.step_s:.1f}%)"
+
+    print("  breakdown: " + "   ".join([part("compute_s", "compute"), part("exposed_comm_s", "exposed comm")
+                                        + f" [tensor-parallel {b['tp_comm_s']:.4g} s]",
+                                        part("bubble_s", "pipeline bubble"), part("optimizer_s", "optimizer")])
+          + f"   (overlapped comm {b['overlapped_comm_s']:.4g} s, hidden under compute)")
+    m = r.memory
+    verdict = "fits" if r.fits else "DOES NOT FIT"
+    print(f"  memory per GPU: {_gb(m['total'])} GB of {_gb(r.memory_capacity_bytes)} GB ({verdict}): params "
+          f"{_gb(m['params'])}, grads {_gb(m['grads'])}, optimizer {_gb(m['optimizer'])}, activations "
+          f"{_gb(m['activations'])}, other {_gb(m['other'])}")
+    print("  MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak); Kaplan et al. 2020 (6N), PaLM appendix B (attention)")
+
+
+def _run_sweeps(args, shape, st, cluster):
+    import pandas as pd
+
+    from tilecast.cluster.sweep import PARAMS, parse_values, sweep
+
+    out = []
+    for spec in args.sweep:
+        if "=" not in spec:
+            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
+        param, text = spec.split("=", 1)
+        param = param.strip().replace("-", "_")
+        if param not in PARAMS:
+            raise UsageError(f"--sweep: unknown parameter {param!r} (one of {', '.join(PARAMS)})")
+        try:
+            values = parse_values(param, text)
+        except ValueError:
+            raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
+        if not values:
+            raise UsageError(f"--sweep: no values for {param}")
+        rows = sweep(shape, st, cluster, param, values, gpus=args.gpus)
+        table = []
+        for row in rows:
+            r = row.get("result")
+            rec = {param: row["value"]}
+            if r is None:
+                rec["error"] = row["error"]
+            else:
+                rec.update(step_s=r.step_s, tokens_per_s=r.tokens_per_s, tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu,
+                           **{k: v for k, v in r.breakdown.items() if k.endswith("_s")},
+                           memory_per_gpu_gb=r.memory_per_gpu_bytes / 1e9, fits=r.fits)
+            table.append(rec)
+        df = pd.DataFrame(table)
+        out.append((param, df))
+    if args.plot:
+        _plot(out, args.plot)
+    return out
+
+
+def _plot(sweeps, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(sweeps), 2, figsize=(11, 3.6 * len(sweeps)), squeeze=False)
+    parts = ["compute_s", "exposed_comm_s", "bubble_s", "optimizer_s"]
+    for (param, df), (a1, a2) in zip(sweeps, axes):
+        ok = df[df["step_s"].notna()] if "step_s" in df else df.iloc[0:0]
+        labels = [str(v) for v in ok[param]]
+        a1.plot(labels, ok["tokens_per_s"] if len(ok) else [], marker="o")
+        a1.set_xlabel(param)
+        a1.set_ylabel("tokens/s")
+        a1.set_title(f"throughput vs {param}")
+        bottom = None
+        for part in parts:
+            if part in ok:
+                vals = ok[part].to_numpy()
+                a2.bar(labels, vals, bottom=bottom, label=part[:-2].replace("_", " "))
+                bottom = vals if bottom is None else bottom + vals
+        a2.set_xlabel(param)
+        a2.set_ylabel("seconds per step")
+        a2.set_title("step breakdown")
+        a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args):
+    from tilecast.cluster.evaluate import evaluate
+    from tilecast.cluster.search import search
+
+    cluster, shape = _inputs(args)
+    if args.search:
+        if not args.gpus:
+            raise UsageError("--search: needs --gpus")
+        if args.gpus > cluster.n_gpus:
+            raise UsageError(f"--gpus: {args.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+        if args.dtype not in cluster.gpu.peak_flops:
+            raise UsageError(f"--dtype: {cluster.gpu.name} has no {args.dtype} peak in {cluster.name}")
+        if args.attention not in ("flash", "cudnn", "unfused"):
+            raise UsageError(f"--attention: must be flash, cudnn or unfused, got {args.attention!r}")
+        gb = args.global_batch or args.gpus
+        res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
+                     progress=not args.json, dtype=args.dtype, attention=args.attention)
+        if args.json:
+            print(json.dumps({"candidates": res["candidates"], "fitting": res["fitting"], "evaluated": res["evaluated"],
+                              "top": [r.to_dict() for r in res["top"]]}))
+            return 0
+        print(f"{shape.name} on {args.gpus} x {cluster.name}, seq {args.seq}, global batch {gb}: "
+              f"{res['candidates']} layouts, {res['fitting']} fit in memory, {res['evaluated']} simulated")
+        print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'mb':>3} {'zero':>4} {'schedule':>12} {'recompute':>9} "
+              f"{'step s':>9} {'tokens/s':>12} {'TFLOP/s':>8} {'MFU %':>6} {'exposed':>8} {'bubble':>7} {'mem GB':>7}")
+        for i, r in enumerate(res["top"], 1):
+            s = r.strategy
+            sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
+            print(f"{i:>3} {s['tp']:>3} {s['pp']:>3} {s['dp']:>5} {s['micro_batch']:>3} {s['zero']:>4} {sched:>12} "
+                  f"{s['recompute']:>9} {r.step_s:>9.3f} {r.tokens_per_s:>12,.0f} {r.tflops_per_gpu:>8.1f} "
+                  f"{100 * r.mfu:>6.1f} {r.breakdown['exposed_comm_s']:>8.3f} {r.breakdown['bubble_s']:>7.3f} "
+                  f"{r.memory_per_gpu_bytes / 1e9:>7.1f}")
+        if not res["top"]:
+            print("no layout fits in memory")
+            return 1
+        return 0
+    st = _strategy(args, shape, cluster)
+    base = evaluate(shape, st, cluster)
+    if args.trace:
+        from tilecast.cluster.timeline import to_trace
+        from tilecast.trace import TraceError, save
+
+        try:
+            save(to_trace(base.timeline), args.trace)
+        except (TraceError, OSError) as e:
+            raise UsageError(f"--trace: {e}") from None
+    sweeps = _run_sweeps(args, shape, st, cluster) if args.sweep else []
+    if args.json:
+        obj = base.to_dict()
+        if sweeps:
+            obj["sweeps"] = {param: json.loads(df.to_json(orient="records")) for param, df in sweeps}
+        print(json.dumps(obj))
+        return 0
+    _print_result(base)
+    for param, df in sweeps:
+        print(f"\nsweep of {param}:")
+        with __import__("pandas").option_context("display.width", 200, "display.max_columns", 30,
+                                                  "display.float_format", "{:.4g}".format):
+            print(df.to_string(index=False))
+    if args.plot:
+        print(f"\nplot written to {args.plot}", file=sys.stderr)
+    return 0

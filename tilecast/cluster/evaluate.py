@@ -1,0 +1,64 @@
+"""One configuration (model, layout, cluster) -> step time, breakdown, throughput, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecast.cluster.costs import layer_costs
+from tilecast.cluster.flops import model_flops_per_token
+from tilecast.cluster.memory import memory_per_gpu
+from tilecast.cluster.timeline import breakdown, build_timeline
+
+
+@dataclass
+class Result:
+    model: str
+    cluster: str
+    strategy: dict
+    gpus: int
+    step_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown: dict
+    memory: dict
+    memory_per_gpu_bytes: float
+    memory_capacity_bytes: float
+    fits: bool
+    n_tasks: int
+    timeline: object = None  # the simulated Timeline (not serialised)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model, "cluster": self.cluster, "gpus": self.gpus, "strategy": self.strategy,
+            "step_s": self.step_s, "tokens_per_s": self.tokens_per_s, "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu, "breakdown": self.breakdown, "memory": self.memory,
+            "memory_per_gpu_bytes": self.memory_per_gpu_bytes, "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits, "n_tasks": self.n_tasks,
+        }
+
+
+def evaluate(shape, strat, cluster) -> Result:
+    """Simulate one training step of ``shape`` laid out as ``strat`` on ``cluster``.
+
+    MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak FLOP/s of the dtype), see
+    :func:`tilecast.cluster.flops.model_flops_per_token`; ``tflops_per_gpu`` is
+    the numerator per GPU (model flops, recomputation not counted).
+    """
+    strat.check(shape, cluster)
+    costs = layer_costs(shape, strat, cluster)
+    tl = build_timeline(shape, strat, costs).simulate()
+    bd = breakdown(tl)
+    step = bd.pop("step_s")
+    tokens = strat.global_batch * strat.seq
+    tps = tokens / step
+    flops_per_gpu = tps * model_flops_per_token(shape, strat.seq) / strat.gpus
+    mem = memory_per_gpu(shape, strat, cluster)
+    return Result(
+        model=shape.name, cluster=cluster.name, strategy=strat.to_dict(), gpus=strat.gpus,
+        step_s=step, tokens_per_s=tps, tflops_per_gpu=flops_per_gpu / 1e12,
+        mfu=flops_per_gpu / cluster.gpu.peak_flops[strat.dtype],
+        breakdown=bd, memory=mem.to_dict(), memory_per_gpu_bytes=mem.total,
+        memory_capacity_bytes=cluster.gpu.memory_bytes, fits=mem.total <= cluster.gpu.memory_bytes,
+        n_tasks=tl.n_tasks, timeline=tl,
+    )

@@ -1,0 +1,121 @@
+"""Memory per GPU: parameters, gradients, optimizer states, activations.
+
+Model states follow Rajbhandari et al. 2020 ("ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", Sec. 5, Fig. 1) for mixed-precision Adam:
+2 bytes of half-precision weights, 2 bytes of half-precision gradients and
+K = 12 bytes of optimizer state (fp32 master weights, momentum, variance) per
+parameter, partitioned over the N_d data-parallel ranks:
+
+=========  =====================================
+stage      bytes per parameter of the rank's share
+=========  =====================================
+DDP        2 + 2 + 12
+ZeRO-1     2 + 2 + 12 / N_d
+ZeRO-2     2 + (2 + 12) / N_d
+ZeRO-3     (2 + 2 + 12) / N_d
+=========  =====================================
+
+Activations per layer use the formulas of Korthikanti et al. 2022 ("Reducing
+Activation Recomputation in Large Transformer Models", Sec. 4, Table 2), in
+bytes, for sequence s, micro-batch b, width h, heads a, tensor parallelism t:
+
+- no recomputation: s b h (10 + 24/t + 5 a s / (h t)); with sequence
+  parallelism s b h (34/t + 5 a s / (h t));
+- selective recomputation (attention core recomputed) or fused (flash)
+  attention, which never stores the s x s scores: the same without the
+  5 a s / (h t) term;
+- full recomputation: 2 s b h per layer (the layer input; / t with sequence
+  parallelism).
+
+The 34 = 10 + 24 counts a 4h MLP; for other FFN widths the 16 s b h of MLP
+activations (fc1 output, GELU output, dropout mask, in Korthikanti's count) is
+scaled by f / 4h, and a gated MLP stores one more f-wide product.
+The first pipeline stage keeps the activations of min(m, p) micro-batches in
+1F1B (m with GPipe); interleaving multiplies that by 1 + (p-1)/(p v)
+(Korthikanti et al. 2022, Sec. 4.2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecast.cluster.strategy import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class Memory:
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float  # gathered ZeRO-3 layers, logits, reserved workspace
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "other": self.other, "total": self.total}
+
+
+def stage_params(shape, strat) -> float:
+    """Parameters held by one tensor-parallel rank of the heaviest pipeline stage."""
+    layers = shape.n_layer // strat.pp
+    p = layers * shape.layer_params() + shape.embedding_params() + 2 * shape.d_model  # + final layer norm
+    if strat.pp == 1 and not shape.tied_embeddings:
+        p += shape.vocab * shape.d_model
+    return p / strat.tp
+
+
+def model_state_bytes(n_params: float, zero: int, dp: int, weight_bytes: int = 2, grad_bytes: int = 2,
+                      optimizer_bytes: int = 12) -> tuple:
+    """(params, grads, optimizer) bytes for ``n_params`` parameters under ZeRO stage ``zero``."""
+    w, g, o = weight_bytes * n_params, grad_bytes * n_params, optimizer_bytes * n_params
+    if zero >= 1:
+        o /= dp
+    if zero >= 2:
+        g /= dp
+    if zero >= 3:
+        w /= dp
+    return w, g, o
+
+
+def activation_bytes_per_layer(shape, strat) -> float:
+    s, b, h, a, t = strat.seq, strat.micro_batch, shape.d_model, shape.n_head, strat.tp
+    mlp_scale = shape.ff / (4.0 * h) * (1.5 if shape.gated_mlp else 1.0)
+    sp = strat.sequence_parallel
+    if strat.recompute == "full":
+        return 2.0 * s * b * h / (t if sp else 1)
+    replicated = 10.0  # layer-norm inputs, dropout masks, residual: sharded only with sequence parallelism
+    sharded = 8.0 + 16.0 * mlp_scale  # QKV input/output, attention output, MLP activations
+    per = s * b * h * ((replicated / t if sp else replicated) + sharded / t)
+    if strat.recompute == "none" and strat.attention == "unfused":
+        per += 5.0 * a * s * s * b / t
+    return per
+
+
+def in_flight_micro_batches(strat) -> float:
+    m, p, v = strat.micro_batches, strat.pp, strat.virtual_stages
+    if strat.schedule == "gpipe":
+        return float(m)
+    base = float(min(m, p))
+    if strat.schedule == "interleaved":
+        base *= 1.0 + (p - 1) / (p * v)
+    return base
+
+
+def memory_per_gpu(shape, strat, cluster=None) -> Memory:
+    n = stage_params(shape, strat)
+    w, g, o = model_state_bytes(n, strat.zero, strat.dp)
+    layers = shape.n_layer // strat.pp
+    act = activation_bytes_per_layer(shape, strat) * layers * in_flight_micro_batches(strat)
+    e = DTYPE_BYTES.get(strat.dtype, 2)
+    other = 0.0
+    if strat.zero >= 3:  # the gathered layer being computed plus the prefetched ones
+        other += (1 + strat.fsdp_prefetch) * shape.layer_params() / strat.tp * e
+    # logits and their fp32 softmax on the last stage: b s V / t elements in dtype plus fp32
+    other += strat.micro_batch * strat.seq * shape.vocab / strat.tp * (e + 4)
+    if cluster is not None:
+        other += cluster.gpu.reserved_bytes
+    return Memory(params=w, grads=g, optimizer=o, activations=act, other=other)

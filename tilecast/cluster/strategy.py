@@ -1,0 +1,112 @@
+"""A parallel layout and training recipe for one step, validated against a model and a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "cudnn", "unfused")  # FlashAttention-style kernel, cuDNN fused attention, scores materialised
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
+
+
+class StrategyError(ValueError):
+    """A layout that cannot run; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Everything about how a step is run, apart from the model and the hardware.
+
+    ``global_batch`` and ``micro_batch`` are in sequences; gradient accumulation
+    is ``global_batch / (dp * micro_batch)`` micro-batches per step.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    seq: int = 2048
+    global_batch: int = 512
+    micro_batch: int = 1
+    zero: int = 0  # 0 = plain data parallelism (DDP), 1/2/3 = ZeRO stage (3 = FSDP full sharding)
+    schedule: str = "1f1b"
+    virtual_stages: int = 1  # model chunks per pipeline rank (interleaved 1F1B)
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    dtype: str = "bf16"
+    attention: str = "flash"
+    overlap_grad_reduce: bool = True  # gradient reduction in buckets during the last backward
+    grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
+    collective_algo: str = "auto"  # auto | ring | tree | hierarchical (see collectives.py)
+    tp_comm_overlap: bool = False  # tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers)
+    overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters during the next forward
+    bucket_bytes: float = 25e6  # gradient bucket size in bytes (PyTorch DDP's default bucket_cap_mb = 25)
+    fsdp_prefetch: int = 1  # layers of all-gather issued ahead (ZeRO-3)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def with_(self, **kw) -> "Strategy":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def check(self, shape, cluster=None) -> "Strategy":
+        """Raise StrategyError naming the flag if this layout cannot run ``shape``."""
+        for f in ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "virtual_stages"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise StrategyError(f"--{f.replace('_', '-')}: must be a whole number >= 1, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise StrategyError(f"--zero: must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.schedule not in SCHEDULES:
+            raise StrategyError(f"--schedule: must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE:
+            raise StrategyError(f"--recompute: must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.attention not in ATTENTION:
+            raise StrategyError(f"attention: must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.collective_algo not in ("auto", "ring", "tree", "hierarchical"):
+            raise StrategyError(f"--collective-algo: must be auto, ring, tree or hierarchical, got {self.collective_algo!r}")
+        if self.dtype not in DTYPE_BYTES:
+            raise StrategyError(f"--dtype: must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise StrategyError(
+                f"--global-batch: {self.global_batch} is not a multiple of dp x micro-batch = "
+                f"{self.dp} x {self.micro_batch}")
+        if shape.n_head % self.tp:
+            raise StrategyError(f"--tp: {self.tp} does not divide the {shape.n_head} attention heads")
+        if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
+            raise StrategyError(f"--tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+        if self.schedule == "interleaved":
+            if self.pp < 2:
+                raise StrategyError("--schedule interleaved: needs --pp >= 2")
+            if self.micro_batches % self.pp:
+                raise StrategyError(
+                    f"--schedule interleaved: the {self.micro_batches} micro-batches are not a multiple of --pp {self.pp}")
+        elif self.virtual_stages != 1:
+            raise StrategyError("--virtual-stages: only with --schedule interleaved")
+        chunks = self.pp * self.virtual_stages
+        if shape.n_layer % chunks:
+            raise StrategyError(
+                f"--pp/--virtual-stages: {shape.n_layer} layers do not split into pp x virtual stages = {chunks} equal chunks")
+        if self.sequence_parallel and self.tp == 1:
+            raise StrategyError("--sequence-parallel: needs --tp >= 2")
+        if self.sequence_parallel and self.seq % self.tp:
+            raise StrategyError(f"--sequence-parallel: --seq {self.seq} is not a multiple of --tp {self.tp}")
+        if cluster is not None:
+            if self.gpus > cluster.n_gpus:
+                raise StrategyError(f"--gpus: tp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+            if self.dtype not in cluster.gpu.peak_flops:
+                raise StrategyError(f"--dtype: {cluster.gpu.name} has no {self.dtype} peak in {cluster.name}")
+            g = cluster.gpus_per_node
+            if self.tp > g and self.tp % g:
+                raise StrategyError(f"--tp: {self.tp} spans nodes unevenly ({g} GPUs per node)")
+            if self.tp < g and g % self.tp:
+                raise StrategyError(f"--tp: {self.tp} does not divide the {g} GPUs of a node")
+        return self

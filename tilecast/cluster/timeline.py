@@ -1,0 +1,286 @@
+"""The layer-level task graph of one pipeline, simulated by the stream engine.
+
+By symmetry one pipeline (``pp`` ranks, one per stage) stands for all tensor-
+and data-parallel replicas: every rank of a stage does the same work at the
+same time, so the collectives among them are costed, not simulated rank by rank.
+
+Each stage has five in-order streams, as a framework's CUDA streams:
+
+====  =============  =====================================================
+id    stream         tasks
+====  =============  =====================================================
+0     compute        forward/backward of a chunk of layers (with their
+                     blocking tensor-parallel collectives), optimizer step
+1     send-forward   activations to the next stage
+2     send-backward  activation gradients to the previous stage
+3     data-parallel  gradient all-reduce / reduce-scatter buckets, ZeRO
+                     parameter all-gather after the optimizer
+4     sharded        ZeRO-3 (FSDP) per-layer parameter all-gathers, issued
+                     ``fsdp_prefetch`` layers ahead, and per-layer gradient
+                     reduce-scatters: one stream, as they share the NICs
+====  =============  =====================================================
+
+Dependencies are those a framework has: a forward waits for the previous
+stage's send; a backward waits for the next stage's gradient send; gradient
+buckets are reduced as the last micro-batch's backward produces them (or after
+the flush when ``overlap_grad_reduce`` is off); the optimizer waits for its
+stage's gradients; ZeRO-3 layers wait for their all-gather.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilecast.cluster.schedule import stage_order
+from tilecast.simulator.streams import simulate_streams
+
+STREAMS_PER_STAGE = 5
+COMPUTE, OPTIMIZER, P2P, DATA_PARALLEL, GATHER = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Timeline:
+    duration: np.ndarray
+    stream: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    tp: np.ndarray  # seconds of blocking tensor-parallel communication inside each compute task
+    pred_ptr: np.ndarray
+    pred: np.ndarray
+    n_streams: int
+    tag: list = None  # what each task is: "F<micro-batch>.<chunk>", "B...", "send-F...", "grad", "optimizer", ...
+    start: np.ndarray = None
+    end: np.ndarray = None
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.duration)
+
+    def simulate(self) -> "Timeline":
+        self.start, self.end = simulate_streams(self.duration, self.stream, self.pred_ptr, self.pred, self.n_streams)
+        return self
+
+
+class _Builder:
+    """Collects tasks in an order where every predecessor comes first (as the engine wants)."""
+
+    def __init__(self):
+        self.dur, self.stream, self.stage, self.kind, self.tp, self.tag = [], [], [], [], [], []
+        self.ptr, self.pred = [0], []
+        self.names = {}
+
+    def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="") -> int:
+        i = len(self.dur)
+        self.tag.append(tag)
+        self.dur.append(dur)
+        self.stream.append(stage * STREAMS_PER_STAGE + stream)
+        self.stage.append(stage)
+        self.kind.append(kind)
+        self.tp.append(tp)
+        for q in preds:
+            if q is not None:
+                self.pred.append(q if isinstance(q, int) else self.names[q])
+        self.ptr.append(len(self.pred))
+        return i
+
+    def finish(self, n_stages) -> Timeline:
+        return Timeline(duration=np.asarray(self.dur, dtype=np.float64), stream=np.asarray(self.stream, dtype=np.int64),
+                        stage=np.asarray(self.stage, dtype=np.int64), kind=np.asarray(self.kind, dtype=np.int8),
+                        tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
+                        pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE,
+                        tag=self.tag)
+
+
+class _Stage:
+    """Emits the tasks of one pipeline rank, one schedule entry at a time."""
+
+    def __init__(self, s, b, shape, strat, c):
+        p, v = strat.pp, strat.virtual_stages
+        self.s, self.b, self.c, self.strat = s, b, c, strat
+        self.p, self.v, self.n_virtual = p, v, p * v
+        self.L = shape.n_layer // (p * v)
+        self.order = stage_order(strat.schedule, p, strat.micro_batches, v, s)
+        self.next = 0
+        self.last_b = {ch: idx for idx, (ph, j, ch) in enumerate(self.order) if ph == "B"}
+        self.comp_hist, self.dp_tasks = [], []
+        self.param_pieces = {}  # chunk -> all-gather task its first forward waits for (overlapped ZeRO-1/2)
+        if strat.zero in (1, 2) and strat.overlap_param_gather:
+            # the previous step's parameter all-gather, bucket by bucket in the order chunks run
+            for ch in range(v):
+                self.param_pieces[ch] = b.add(s, 3, DATA_PARALLEL, c.param_gather / v, [], tag="param-gather")
+        self.n_buckets = max(1, min(self.L, math.ceil(c.grad_bytes / v / strat.bucket_bytes)))
+        self.reduce_total = c.grad_reduce if strat.zero <= 1 else c.grad_scatter
+        if strat.tp_comm_overlap:  # only the part of a collective longer than the GEMMs it hides behind shows
+            self.fwd_tp = max(0.0, c.fwd_tp - c.fwd_compute)
+            self.bwd_tp = max(0.0, c.bwd_tp - c.bwd_compute - c.recompute)
+        else:
+            self.fwd_tp, self.bwd_tp = c.fwd_tp, c.bwd_tp
+        self.fwd_layer = c.fwd_compute + self.fwd_tp
+        self.bwd_layer = c.bwd_compute + c.recompute + self.bwd_tp
+
+    def ready(self) -> bool:
+        """Whether the next schedule entry's cross-stage inputs have been emitted."""
+        ph, j, ch = self.order[self.next]
+        vs = ch * self.p + self.s
+        if ph == "F":
+            return vs == 0 or ("sendF", vs - 1, j) in self.b.names
+        return vs == self.n_virtual - 1 or ("sendB", vs + 1, j) in self.b.names
+
+    def compute(self, dur, preds, tp=0.0, tag=""):
+        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag)
+        self.comp_hist.append(i)
+        return i
+
+    def gather(self):
+        k = self.strat.fsdp_prefetch + 1
+        pred = self.comp_hist[-k] if len(self.comp_hist) >= k else None
+        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, [pred], tag="gather")
+
+    def emit(self):
+        b, c, s, L, strat = self.b, self.c, self.s, self.L, self.strat
+        idx = self.next
+        ph, j, ch = self.order[idx]
+        self.next += 1
+        vs = ch * self.p + s
+        is_last_vs = vs == self.n_virtual - 1
+        zero = strat.zero
+        if ph == "F":
+            head = c.head_fwd if is_last_vs else 0.0
+            pre = [("sendF", vs - 1, j)] if vs > 0 else []
+            if j == 0 and ch in self.param_pieces:
+                pre.append(self.param_pieces.pop(ch))
+            if zero == 3:
+                ag = self.gather()
+                for layer in range(L):
+                    last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
+                                        [ag] + (pre if layer == 0 else []), self.fwd_tp, f"F{j}.{ch}")
+                    if layer + 1 < L:
+                        ag = self.gather()
+            else:
+                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}")
+            b.names[("lastF", vs, j)] = last
+            if not is_last_vs:
+                b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last], tag=f"send-F{j}.{ch}")
+            return
+        head = c.head_bwd if is_last_vs else 0.0
+        pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
+        if zero == 3:
+            # FSDP order on the one network stream: the next layer's all-gather is issued before
+            # this layer's gradient reduce-scatter, so both share the NICs while the layer computes.
+            ag = self.gather()
+            for layer in range(L):
+                last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
+                                    [ag] + (pre if layer == 0 else []), self.bwd_tp, f"B{j}.{ch}")
+                if layer + 1 < L:
+                    ag = self.gather()
+                self.dp_tasks.append(b.add(s, 4, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
+        elif zero == 2 or (strat.overlap_grad_reduce and self.last_b[ch] == idx):
+            n = self.n_buckets
+            for k in range(n):
+                last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
+                                    L * self.bwd_tp / n, f"B{j}.{ch}")
+                self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last], tag="grad"))
+        else:
+            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, f"B{j}.{ch}")
+        if vs > 0:
+            b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last], tag=f"send-B{j}.{ch}")
+
+    def close(self):
+        """Gradient reduction after the flush (if not overlapped), optimizer, ZeRO-1/2 parameter gather."""
+        b, c, s, strat = self.b, self.c, self.s, self.strat
+        if strat.zero <= 1 and not strat.overlap_grad_reduce:
+            self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]], tag="grad"))
+        opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:], tag="optimizer")
+        if strat.zero in (1, 2) and not strat.overlap_param_gather:
+            b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt], tag="param-gather")
+
+
+def build_timeline(shape, strat, c) -> Timeline:
+    """Tasks of one pipeline for one step; ``c`` is a :class:`~tilecast.cluster.costs.LayerCosts`.
+
+    Stages emit their schedule entries round-robin, each as soon as its inputs
+    from the neighbouring stages exist, so every task comes after its
+    predecessors and each stream keeps its schedule order.
+    """
+    b = _Builder()
+    stages = [_Stage(s, b, shape, strat, c) for s in range(strat.pp)]
+    open_ = list(stages)
+    while open_:
+        progress = False
+        for st in open_:
+            while st.next < len(st.order) and st.ready():
+                st.emit()
+                progress = True
+        done = [st for st in open_ if st.next == len(st.order)]
+        for st in done:
+            st.close()
+        open_ = [st for st in open_ if st.next < len(st.order)]
+        if not progress and open_:
+            raise RuntimeError("timeline: the pipeline schedule deadlocks")
+    return b.finish(strat.pp)
+
+
+KIND_NAMES = {COMPUTE: "compute", OPTIMIZER: "optimizer", P2P: "p2p", DATA_PARALLEL: "dp-collective",
+              GATHER: "zero3-gather"}
+
+
+def to_trace(tl: Timeline):
+    """The simulated timeline in tilecast's trace schema: node = pipeline stage,
+    worker = stream of that stage, tag = what the task is (e.g. ``F3.0``: forward of
+    micro-batch 3, chunk 0)."""
+    from tilecast.trace import make_trace
+
+    kernel = np.array([KIND_NAMES[int(k)] for k in tl.kind], dtype=object)
+    return make_trace(task=np.arange(tl.n_tasks), kernel=kernel, worker=tl.stream % STREAMS_PER_STAGE,
+                      node=tl.stage, start_s=tl.start, end_s=tl.end, bytes=0, flops=0.0, source="sim",
+                      tag=np.asarray(tl.tag, dtype=object))
+
+
+def _union(start, end) -> float:
+    """Length of the union of intervals."""
+    if len(start) == 0:
+        return 0.0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    run_end = np.maximum.accumulate(e)
+    gap = np.maximum(s[1:] - run_end[:-1], 0.0)
+    return float(run_end[-1] - s[0] - gap.sum())
+
+
+def breakdown(tl: Timeline) -> dict:
+    """Step time of the slowest stage split into compute, exposed and overlapped
+    communication, pipeline bubble and optimizer (seconds).
+
+    compute + exposed_comm + bubble + optimizer = step. Tensor-parallel
+    collectives block the compute stream, so they count as exposed. Overlapped
+    communication ran while the compute stream was busy; the bubble is the time
+    the stage had nothing running at all.
+    """
+    step = float(tl.end.max()) if tl.n_tasks else 0.0
+    stage_end = np.zeros(int(tl.stage.max()) + 1)
+    np.maximum.at(stage_end, tl.stage, tl.end)
+    s = int(np.argmax(stage_end))
+    sel = tl.stage == s
+    st, en, kind, tp = tl.start[sel], tl.end[sel], tl.kind[sel], tl.tp[sel]
+    on_compute = (kind == COMPUTE) | (kind == OPTIMIZER)
+    comm = ~on_compute
+    busy_c = _union(st[on_compute], en[on_compute])
+    busy_m = _union(st[comm], en[comm])
+    busy = _union(st, en)
+    overlapped = busy_c + busy_m - busy
+    optimizer = float((en - st)[kind == OPTIMIZER].sum())
+    tp_total = float(tp[kind == COMPUTE].sum())
+    exposed = tp_total + (busy - busy_c)
+    return {
+        "step_s": step,
+        "compute_s": busy_c - optimizer - tp_total,
+        "exposed_comm_s": exposed,
+        "overlapped_comm_s": overlapped,
+        "bubble_s": step - busy,
+        "optimizer_s": optimizer,
+        "tp_comm_s": tp_total,
+        "stage": s,
+    }
