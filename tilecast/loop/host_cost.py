@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,7 +31,7 @@ from scipy.optimize import nnls
 FORMAT = 2
 # The executor's code the fits describe: a change to any of these files invalidates stored fits.
 EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
-                  "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
+                  "executor/starpu_native.py", "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
 PROBES = (("gpt2-tiny", 2, 32, "256"), ("gpt2-tiny", 4, 64, "64"), ("gpt2-tiny", 4, 64, "32"),
           ("gpt2-tiny", 8, 128, "32"), ("gpt2-tiny", 8, 128, "16"))
 PROBE_SCHED = "eager"
@@ -158,22 +157,24 @@ def measure_probes(machine, calibration, workers: int, probes=PROBES, repeats: i
     return points
 
 
-def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None,
-                  dry: bool = False) -> list:
-    """[(graph, median seconds)] of runs of each probe step (after one warm-up run)."""
+def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
+    """[(graph, median seconds)] of training steps of each probe, timed as ``tilecast run`` times them.
+
+    One warm-up step, then ``repeats`` timed steps without building a trace
+    (as every step of ``tilecast run`` but the last).
+    """
+    from tilecast.executor.starpu_run import StarPUTraining
     from tilecast.executor.starpu_session import StarPUSession
-    from tilecast.executor.step import TrainState, init_gpt2_params, load_step
+    from tilecast.executor.step import TrainState, init_gpt2_params
 
     out = []
     with StarPUSession(sched, workers) as session:
         for cfg, batch, seq, graph in probe_graphs(probes):
-            ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(batch, seq + 1))
-            store = load_step(graph, TrainState(init_gpt2_params(cfg, 0)), ids[:, :-1], ids[:, 1:])
+            data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 1, batch, seq + 1))
+            training = StarPUTraining(session, graph, TrainState(init_gpt2_params(cfg, 0)), data)
             times = []
             for _ in range(repeats + 1):
-                t0 = time.perf_counter()
-                session.execute(graph, store, dry=dry)
-                times.append(time.perf_counter() - t0)
+                times.append(training.step(trace=False)[0])
                 if progress:
                     progress()
             out.append((graph, float(np.median(times[1:]))))
