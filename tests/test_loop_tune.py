@@ -73,11 +73,14 @@ def test_pick_for_execution_takes_the_best_and_spreads_the_rest():
 
 def test_host_cost_fit_recovers_a_linear_cost():
     rng = np.random.default_rng(1)
-    pts = [[t, n, 0.004 + 2e-5 * t + 7e-6 * n] for t, n in rng.integers(100, 20_000, size=(6, 2))]
+    pts = [[t, n, mk, 0.004 + 2e-5 * t + 7e-6 * n + 0.05 * mk]
+           for (t, n), mk in zip(rng.integers(100, 20_000, size=(8, 2)), rng.uniform(0.001, 2.0, size=8))]
     h = HostCost.fit(2, pts)
     assert h.fixed_s == pytest.approx(0.004, rel=1e-6)
     assert h.per_tile_s == pytest.approx(2e-5, rel=1e-6)
     assert h.per_task_s == pytest.approx(7e-6, rel=1e-6)
+    assert h.stretch == pytest.approx(0.05, rel=1e-6)
+    assert h.seconds(1000, 2000, 1.0) == pytest.approx(0.004 + 0.02 + 0.014 + 0.05)
 
 
 def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_changes(tmp_path, monkeypatch):
@@ -86,8 +89,8 @@ def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_c
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
     machine = load_machine("local")
-    probes = HostCost.fit(2, [[100, 100, 0.01], [1000, 2000, 0.03], [3000, 9000, 0.09]])
-    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.05), (2, "dmda", 50, 40, 0.02)])
+    probes = HostCost.fit(2, [[100, 100, 0.001, 0.01], [1000, 2000, 0.002, 0.03], [3000, 9000, 0.004, 0.09]])
+    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.5, 0.55), (2, "dmda", 50, 40, 1.0, 1.1)])
     assert host_cost.host_cost_for(fits, 2, "dmda") is fits["2:dmda"]
     assert host_cost.host_cost_for(fits, 2, "eager") is probes  # no runs of eager: the probe fit
     assert len(fits["2:dmda"].points) == 3 + 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, print_json
+from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
 
@@ -31,6 +32,7 @@ def add_parser(sub):
     return p
 
 
+@with_starpu_errors("accuracy")
 def run(args) -> int:
     from tilecast.loop.accuracy import run_suite
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, print_json
+from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
 DEFAULT_OUT = "tilecast-demo"
@@ -28,6 +29,7 @@ def add_parser(sub):
     return p
 
 
+@with_starpu_errors("demo")
 def run(args) -> int:
     from tilecast.graph.model_config import ModelConfigError, load_model
     from tilecast.loop.demo import DEMO_BATCH, DEMO_SEQ, run_demo

@@ -6,6 +6,7 @@ import sys
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json
+from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
 
@@ -70,6 +71,7 @@ def parse_tilings(args):
         raise UsageError(f"--tiles: {e}") from None
 
 
+@with_starpu_errors("tune")
 def run(args) -> int:
     from tilecast.loop import execute, pick_for_execution, tune
     from tilecast.perfmodel import MachineError, load_machine

@@ -112,12 +112,12 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
 
         kernel_only = [predict(c.prediction.config, machine, out.calibration, None, graph=c.measurement.graph,
                                keep_result=True) for c in out.checked]
-        runs = [(c.prediction.config.workers, c.prediction.config.sched, k.tiles, k.tasks,
-                 c.measurement.median_s - k.makespan_s) for c, k in zip(out.checked, kernel_only)]
+        runs = [(c.prediction.config.workers, c.prediction.config.sched, k.tiles, k.tasks, k.makespan_s,
+                 c.measurement.median_s) for c, k in zip(out.checked, kernel_only)]
         out.host_costs = learn_from_runs(host_costs or {}, runs)
         for c, k in zip(out.checked, kernel_only):
             cfg = c.prediction.config
-            host = host_cost_for(out.host_costs, cfg.workers, cfg.sched).seconds(k.tiles, k.tasks)
+            host = host_cost_for(out.host_costs, cfg.workers, cfg.sched).seconds(k.tiles, k.tasks, k.makespan_s)
             k.host_s, k.step_s = host, k.makespan_s + host
             c.after = k
     return out

@@ -8,7 +8,7 @@ callback. These costs are measured on real runs of a few small probe steps
 (gpt2-tiny, fine tilings: many tasks, little kernel time), each less its
 simulated makespan:
 
-    host_s = fixed + per_tile * tiles + per_task * tasks
+    host_s = fixed + per_tile * tiles + per_task * tasks (+ stretch * makespan)
 
 (non-negative least squares, one fit per worker count because idle StarPU
 workers spin and compete with the submitting thread for the cores). Runs with
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-FORMAT = 2
+FORMAT = 3
 # The executor's code the fits describe: a change to any of these files invalidates stored fits.
 EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
                   "executor/starpu_native.py", "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
@@ -39,26 +39,34 @@ PROBE_SCHED = "eager"
 
 @dataclass
 class HostCost:
-    """``fixed + per_tile * tiles + per_task * tasks`` seconds per step, for one worker count."""
+    """``fixed + per_tile * tiles + per_task * tasks + stretch * makespan`` seconds per step, one worker count.
+
+    ``stretch`` is the share by which real makespans exceed simulated ones (it
+    stays 0 until real steps are learned, see :func:`learn_from_runs`): a
+    shape's model is the median of its measured durations, while a makespan
+    adds up their mean, which interruptions of the workers raise.
+    """
 
     workers: int
     fixed_s: float
     per_tile_s: float
     per_task_s: float
-    points: list  # [tiles, tasks, seconds] of the dry runs fitted
+    points: list  # [tiles, tasks, simulated makespan s, measured s - makespan s] fitted
+    stretch: float = 0.0
 
-    def seconds(self, n_tiles: int, n_tasks: int) -> float:
-        return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
+    def seconds(self, n_tiles: int, n_tasks: int, makespan_s: float = 0.0) -> float:
+        return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks + self.stretch * makespan_s
 
     @classmethod
     def fit(cls, workers: int, points) -> "HostCost":
         p = np.asarray(points, dtype=np.float64)
-        x = np.stack([np.ones(len(p)), p[:, 0], p[:, 1]], axis=1)
-        w = 1.0 / p[:, 2]  # relative error: small and large graphs weigh alike
+        x = np.stack([np.ones(len(p)), p[:, 0], p[:, 1], p[:, 2]], axis=1)
+        w = 1.0 / (p[:, 2] + p[:, 3])  # relative error of the step time: small and large steps weigh alike
         scale = x.max(axis=0)
-        c, _ = nnls((x / scale) * w[:, None], np.ones(len(p)))
+        scale[scale == 0] = 1.0
+        c, _ = nnls((x / scale) * w[:, None], p[:, 3] * w)
         c = c / scale
-        return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist())
+        return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist(), float(c[3]))
 
 
 MAX_POINTS = 60  # points kept per fit: the probes and the most recent real steps
@@ -77,7 +85,7 @@ def host_cost_for(fits: dict, workers: int, sched: str):
 
 
 def learn_from_runs(fits: dict, runs) -> dict:
-    """Fits refined with measured steps: ``runs`` = [(workers, sched, tiles, tasks, measured_s - makespan_s)].
+    """Fits refined with measured steps: ``runs`` = [(workers, sched, tiles, tasks, makespan_s, measured_s)].
 
     A real step's time beyond its simulated makespan (with kernel models learned
     from the same run) is what this model stands for: the host's work plus the
@@ -87,7 +95,7 @@ def learn_from_runs(fits: dict, runs) -> dict:
     """
     out = dict(fits)
     for w, sched in sorted({(r[0], r[1]) for r in runs}):
-        new = [[t, n, max(s, 1e-6)] for ww, ss, t, n, s in runs if (ww, ss) == (w, sched)]
+        new = [[t, n, mk, max(s - mk, 1e-6)] for ww, ss, t, n, mk, s in runs if (ww, ss) == (w, sched)]
         key = fit_key(w, sched)
         old = out[key].points if key in out else (out[w].points if w in out else [])
         out[key] = HostCost.fit(w, (old + new)[-MAX_POINTS:])
@@ -146,14 +154,14 @@ def probe_graphs(probes=PROBES) -> list:
 
 def measure_probes(machine, calibration, workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
                    progress=None) -> list:
-    """[tiles, tasks, median seconds less the simulated makespan] of real runs of each probe step."""
+    """[tiles, tasks, simulated makespan, median seconds less that makespan] of real runs of each probe step."""
     from tilecast.simulator.simulate import simulate
 
     m = machine.with_workers(workers)
     points = []
     for graph, wall in measure_walls(workers, probes, repeats, sched, progress):
         makespan = simulate(graph, m, sched, calibration=calibration).makespan
-        points.append([graph.n_tiles, graph.n_tasks, max(wall - makespan, 1e-6)])
+        points.append([graph.n_tiles, graph.n_tasks, makespan, max(wall - makespan, 1e-6)])
     return points
 
 

@@ -67,7 +67,7 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     from tilecast.loop.host_cost import host_cost_for
 
     host = host_cost_for(host_costs, config.workers, config.sched)
-    host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0
+    host_s = host.seconds(graph.n_tiles, graph.n_tasks, res.makespan) if host is not None else 0.0
     sim_peak = res.summary["peak_memory_bytes"]
     if len(m.nodes) == 1:
         peak = {k: max(v, peak.get(k, 0)) for k, v in sim_peak.items()}  # the CPU executor allocates every tile
