@@ -65,6 +65,8 @@ def run(args) -> int:
         cc = ch.prediction.config
         print(f"{ch.rank:>5} {short_label(cc.tiling):<30} {cc.sched:<7}{cc.workers:>3}"
               f"{ch.prediction.step_s * 1e3:>10.2f}{ch.measurement.median_s * 1e3:>10.2f}{100 * ch.error:>7.1f}%")
+    if res.execution.busy_note():
+        print(res.execution.busy_note())
     print()
     print(f"report: {s['report']}")
     print(f"folder: {s['folder']} (ranking.csv, executed.json, Gantt chart, errors by kernel, Chrome traces)")

@@ -104,6 +104,7 @@ def run(args) -> int:
         execution = execute(chosen, result.ranking, machine, result.calibration, result.host_costs,
                             steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate)
         out["executed"] = execution.rows()
+        out["load_average"] = list(execution.load_average)
         if args.recalibrate:
             out["calibration_files"] = execution.save_models(machine)
         if args.report and execution.checked:
@@ -153,3 +154,5 @@ def print_executed(execution) -> None:
         print(line + f"{100 * c.measurement.spread:>7.0f}%")
     print("error = (predicted - measured) / measured; measured = median of the timed steps after warm-up; "
           "spread = (max - min) / median of those steps")
+    if execution.busy_note():
+        print(execution.busy_note())

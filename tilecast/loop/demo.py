@@ -36,7 +36,7 @@ class DemoResult:
         return {"folder": self.folder, "report": self.paths.get("html"), "seconds": self.seconds,
                 "configurations": len(self.tune.ranking), "executed": self.execution.rows(),
                 "best": best.row(), "median_abs_error": float(pd.Series(errors).median()),
-                "max_abs_error": float(max(errors))}
+                "max_abs_error": float(max(errors)), "load_average": list(self.execution.load_average)}
 
 
 def default_model():

@@ -8,6 +8,7 @@ the steps are predicted again with the updated models and both errors are report
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -57,6 +58,15 @@ class Execution:
     checked: list = field(default_factory=list)
     calibration: object = None  # the recalibrated kernel models, when asked for
     host_costs: dict | None = None  # the host-cost fits refined with the measured steps, when asked for
+    load_average: tuple = ()  # 1-minute load average before and after the runs
+
+    def busy_note(self) -> str | None:
+        """A warning when other processes shared the cores while measuring, else None."""
+        cores = os.cpu_count() or 1
+        if self.load_average and max(self.load_average) > 0.5 * cores:
+            return (f"note: other processes were running (load average {max(self.load_average):.1f} on {cores} "
+                    "cores): measured times include their interference")
+        return None
 
     def rows(self) -> list:
         return [c.row() for c in self.checked]
@@ -95,6 +105,7 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
     out = Execution(calibration=calibration)
+    load_before = os.getloadavg()[0]
     position = {id(p): i + 1 for i, p in enumerate(ranking)}
     for i, p in enumerate(predictions):
         cfg = p.config
@@ -107,6 +118,7 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         out.checked.append(Checked(full, m, position.get(id(p), 0)))
         if recalibrate:
             out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
+    out.load_average = (load_before, os.getloadavg()[0])
     if recalibrate:
         from tilecast.loop.host_cost import host_cost_for, learn_from_runs
 
