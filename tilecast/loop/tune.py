@@ -57,12 +57,20 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
     """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``."""
     from tilecast.graph.gpt2 import build_gpt2_step
 
+    explicit = bool(tilings)
     tilings = list(tilings) if tilings else candidate_tilings(cfg, batch, seq)[::-1]
     graphs, skipped = [], []
+    over = {}  # family (dimensions named) -> the largest tile size found over max_tasks
     for t in tilings:
+        family = tuple(sorted(t.sizes))
+        size = max(t.sizes.values(), default=0)
+        if not explicit and family in over and size <= over[family]:
+            skipped.append({"tiling": t.describe(), "reason": f"finer than a tiling over --max-tasks {max_tasks}"})
+            continue  # finer tilings of a family only have more tasks: not worth building
         g = build_gpt2_step(cfg, batch, seq, t)
         if g.n_tasks > max_tasks:
             skipped.append({"tiling": t.describe(), "reason": f"{g.n_tasks} tasks > --max-tasks {max_tasks}"})
+            over[family] = max(size, over.get(family, 0))
             continue
         graphs.append((t, g))
     return graphs, skipped
