@@ -3,7 +3,7 @@
 The full suite crosses two model shapes, three tilings each and two StarPU
 schedulers (12 configurations, all workers), from a step of tens of
 milliseconds (gpt2-tiny, batch 8 x 128: the host cost is most of it) to one of
-about two seconds (a 4-layer, 512-wide model, batch 8 x 256: GEMMs dominate). The quick suite is a
+about three seconds (a 4-layer, 512-wide model, batch 16 x 256: GEMMs dominate). The quick suite is a
 two-tiling subset of the tiny shape, to exercise the code path cheaply.
 
 Figures (:func:`tilecast.reports.ranking_accuracy`): median and maximum
@@ -28,7 +28,7 @@ SMALL = {"name": "gpt2-4x512", "n_layer": 4, "n_embd": 512, "n_head": 8, "vocab_
 SUITES = {
     "full": [
         ("gpt2-tiny", 8, 128, ("32", "embd=32,inner=32,vocab=32", "128"), ("eager", "dmda")),
-        (SMALL, 8, 256, ("128", "256", "512"), ("eager", "dmda")),
+        (SMALL, 16, 256, ("128", "256", "512"), ("eager", "dmda")),
     ],
     "quick": [
         ("gpt2-tiny", 2, 32, ("64", "256"), ("eager",)),
