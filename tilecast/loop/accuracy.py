@@ -1,10 +1,11 @@
 """The accuracy suite: fixed configurations on this machine, predicted and measured.
 
 The full suite crosses two model shapes, three tilings each and two StarPU
-schedulers (12 configurations, all workers), from a step of tens of
-milliseconds (gpt2-tiny, batch 8 x 128: the host cost is most of it) to one of
-about three seconds (a 4-layer, 512-wide model, batch 16 x 256: GEMMs dominate). The quick suite is a
-two-tiling subset of the tiny shape, to exercise the code path cheaply.
+schedulers (12 configurations, all workers), from a step of about ten
+milliseconds (gpt2-tiny, batch 8 x 128: many small kernels and the host cost)
+to one of about three seconds (a 4-layer, 512-wide model, batch 16 x 256:
+GEMMs dominate). The quick suite is a two-tiling subset of the tiny shape, to
+exercise the code path cheaply.
 
 Figures (:func:`tilecast.reports.ranking_accuracy`): median and maximum
 absolute relative error of the step time, Kendall's tau between predicted and
@@ -90,8 +91,9 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
     """Predict then measure every configuration of the suite; the accuracy figures.
 
     ``recalibrate``: the kernel models also learn from the measured traces, the
-    host-cost fits from the measured step times, and both are stored; ``after`` holds the figures the updated models give on the same
-    runs (in-sample; a later run of the suite measures them out of sample).
+    host-cost fits from the measured step times, and both are stored;
+    ``after`` holds the figures the updated models give on the same runs
+    (in-sample; a later run of the suite measures them out of sample).
     """
     from threadpoolctl import threadpool_info
 
