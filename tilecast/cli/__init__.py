@@ -19,9 +19,12 @@ COMMANDS = {
     "train": "train_cmd",
     "calibrate": "calibrate_cmd",
     "simulate": "simulate_cmd",
+    "compare": "compare_cmd",
+    "tune": "tune_cmd",
+    "accuracy": "accuracy_cmd",
+    "demo": "demo_cmd",
     "whatif": "whatif_cmd",
     "validate": "validate_cmd",
-    "compare": "compare_cmd",
 }
 
 

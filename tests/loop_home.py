@@ -1,0 +1,14 @@
+"""One tilecast home for the loop tests: calibrations and host-cost fits made by one test are reused by the next."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def loop_home_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tilecast-home")
+
+
+@pytest.fixture
+def loop_home(loop_home_dir, monkeypatch):
+    monkeypatch.setenv("TILECAST_HOME", str(loop_home_dir))
+    return loop_home_dir

@@ -1,0 +1,43 @@
+"""The closed loop on a tiny model: simulate two tilings, run them on StarPU, compare, recalibrate."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tilecast.cli import main
+from tilecast.loop.execute import steps_for
+from tilecast.loop.tune import starpu_policies
+
+from loop_home import loop_home, loop_home_dir  # noqa: F401
+
+pytestmark = pytest.mark.skipif(starpu_policies() is None, reason="StarPU or the C kernels are not available here")
+
+
+def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa: F811
+    report = tmp_path / "report"
+    assert main(["tune", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tiles", "64;256",
+                 "--scheds", "eager", "--workers", "2", "--execute", "1", "--others", "1", "--steps", "2",
+                 "--warmup", "1", "--recalibrate", "--report", str(report), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ex = doc["executed"]
+    assert [r["rank"] for r in ex] == [1, 2]  # the best, then the only other
+    assert {r["tiling"] for r in ex} == {r["tiling"] for r in doc["ranking"]}
+    for r in ex:
+        # at least --steps timed steps after --warmup (short steps are timed more often)
+        assert len(r["real_steps_s"]) == 1 + steps_for(r["pred_step_s"], 2) and r["warmup_steps"] == 1
+        assert r["real_step_s"] == pytest.approx(float(np.median(r["real_steps_s"][1:])))
+        assert r["error"] == pytest.approx((r["pred_step_s"] - r["real_step_s"]) / r["real_step_s"])
+        assert r["error_recalibrated"] == pytest.approx(
+            (r["pred_step_s_recalibrated"] - r["real_step_s"]) / r["real_step_s"])
+    # the recalibrated models were stored and learned from the run's trace
+    cal = json.load(open(doc["calibration_files"][0]))
+    assert cal["timer"] == "trace" and "gemm" in cal["points"]
+    host = json.load(open(doc["calibration_files"][1]))
+    assert len(host["fits"]["2:eager"]["points"]) == 5 + 2  # the probes and the two measured eager steps
+    # the comparison report of the best configuration, with the before/after errors
+    assert os.path.getsize(doc["report"]["html"]) > 1000 and os.path.getsize(doc["report"]["gantt_png"]) > 1000
+    summary = json.load(open(doc["report"]["summary_json"]))
+    assert "before_after" in summary
+    assert summary["makespan"]["real_s"] > 0

@@ -1,0 +1,101 @@
+"""tilecast tune: candidates, ranking by simulation, choice of what to execute, host-cost fit."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tilecast.cli import main
+from tilecast.graph.model_config import load_model
+from tilecast.loop import pick_for_execution, tune
+from tilecast.loop.candidates import candidate_tilings, dims_of, effective
+from tilecast.loop.host_cost import HostCost
+from tilecast.loop.kernel_calibration import missing_cases
+
+from loop_home import loop_home, loop_home_dir  # noqa: F401
+
+
+def test_candidate_tilings_are_distinct_and_end_untiled():
+    cfg = load_model("gpt2-tiny")
+    tilings = candidate_tilings(cfg, 4, 64)
+    dims = dims_of(cfg, 4, 64)
+    keys = [effective(t, dims) for t in tilings]
+    assert len(set(keys)) == len(keys) >= 3
+    assert keys[-1] == tuple(dims[d] for d in ("batch", "seq", "embd", "head", "inner", "vocab"))
+
+
+def test_tune_ranks_fastest_prediction_first_and_caches_calibration(loop_home):  # noqa: F811
+    cfg = load_model("gpt2-tiny")
+    res = tune(cfg, 2, 32, scheds=("eager", "dmda"), workers=[1, 2], progress=False)
+    times = [p.step_s for p in res.ranking]
+    assert res.ranking[0].step_s == min(times)
+    assert times == sorted(times)
+    assert len(res.ranking) == 2 * 2 * len(res.graphs)
+    assert {p.config.sched for p in res.ranking} == {"eager", "dmda"}
+    for p in res.ranking:
+        g = res.graphs[p.config.tiling.describe()]
+        assert p.tasks == g.n_tasks and p.fits
+        assert sum(p.peak_memory_bytes.values()) == int(g.tile_nbytes.sum())
+        assert p.step_s == pytest.approx(p.makespan_s + p.host_s)
+    # first use calibrated every shape of the candidates and stored them: nothing is left to time
+    assert missing_cases(res.calibration, res.graphs.values()) == []
+    assert list((loop_home / "calibration").glob("local-*.json"))
+    if res.host_costs:  # StarPU present: its per-step cost was measured for both worker counts
+        assert {1, 2} <= set(res.host_costs)
+        assert all(p.host_s > 0 for p in res.ranking)
+
+
+def test_tune_cli_json_and_bad_input(loop_home, capsys):  # noqa: F811
+    argv = ["tune", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--scheds", "eager", "--workers", "1",
+            "--tiles", "64;256"]
+    assert main(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["tiling"] for r in doc["ranking"]].count("batch=64,seq=64,embd=64,head=64,inner=64,vocab=64") == 1
+    assert doc["ranking"][0]["pred_step_s"] <= doc["ranking"][1]["pred_step_s"]
+    assert main(argv[:-4] + ["--scheds", "fastest"]) == 2
+    assert "--scheds" in capsys.readouterr().err
+    assert main(argv + ["--workers", "0"]) == 2
+    assert main(["tune", "--machine", "h100-sxm5-80gb-8", "--execute", "1"]) == 2
+
+
+class _P:
+    def __init__(self, i, fits=True):
+        self.i, self.fits = i, fits
+
+
+def test_pick_for_execution_takes_the_best_and_spreads_the_rest():
+    ranking = [_P(i) for i in range(10)] + [_P(10, fits=False)]
+    chosen = [p.i for p in pick_for_execution(ranking, 3, 2)]
+    assert chosen[:3] == [0, 1, 2]
+    assert chosen[3:] == [6, 9]  # middle and last of the fitting rest; never one over capacity
+    assert [p.i for p in pick_for_execution(ranking[:2], 3, 2)] == [0, 1]
+
+
+def test_host_cost_fit_recovers_a_linear_cost():
+    rng = np.random.default_rng(1)
+    pts = [[t, n, mk, 0.004 + 2e-5 * t + 7e-6 * n + 0.05 * mk]
+           for (t, n), mk in zip(rng.integers(100, 20_000, size=(8, 2)), rng.uniform(0.001, 2.0, size=8))]
+    h = HostCost.fit(2, pts)
+    assert h.fixed_s == pytest.approx(0.004, rel=1e-6)
+    assert h.per_tile_s == pytest.approx(2e-5, rel=1e-6)
+    assert h.per_task_s == pytest.approx(7e-6, rel=1e-6)
+    assert h.stretch == pytest.approx(0.05, rel=1e-6)
+    assert h.seconds(1000, 2000, 1.0) == pytest.approx(0.004 + 0.02 + 0.014 + 0.05)
+
+
+def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_changes(tmp_path, monkeypatch):
+    from tilecast.loop import host_cost
+    from tilecast.perfmodel import load_machine
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    machine = load_machine("local")
+    probes = HostCost.fit(2, [[100, 100, 0.001, 0.01], [1000, 2000, 0.002, 0.03], [3000, 9000, 0.004, 0.09]])
+    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.5, 0.55), (2, "dmda", 50, 40, 1.0, 1.1)])
+    assert host_cost.host_cost_for(fits, 2, "dmda") is fits["2:dmda"]
+    assert host_cost.host_cost_for(fits, 2, "eager") is probes  # no runs of eager: the probe fit
+    assert len(fits["2:dmda"].points) == 3 + 2
+    host_cost.save_host_costs(machine, fits)
+    back = host_cost.load_host_costs(machine)
+    assert set(back) == {2, "2:dmda"} and back[2].per_task_s == pytest.approx(probes.per_task_s)
+    monkeypatch.setattr(host_cost, "executor_fingerprint", lambda: "another executor")
+    assert host_cost.load_host_costs(machine) == {}

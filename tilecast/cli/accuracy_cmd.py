@@ -1,0 +1,90 @@
+"""tilecast accuracy: the fixed suite of configurations, predicted and measured on this machine."""
+
+from __future__ import annotations
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, print_json
+from tilecast.cli.starpu_errors import with_starpu_errors
+from tilecast.loop.candidates import short_label
+
+
+def add_parser(sub):
+    from tilecast.loop.accuracy import SUITES, TARGETS
+
+    p = sub.add_parser(
+        "accuracy", help="how well predicted step times match StarPU on this machine (a fixed suite)",
+        description="Predict, then measure on StarPU, the step time of every configuration of a fixed suite "
+                    "(full: 2 model shapes x 3 tilings x 2 schedulers); print each error, then the median and "
+                    "maximum absolute error, Kendall's tau between the predicted and measured rankings, and how "
+                    "much slower the predicted-best configuration measures than the measured best. Exit 1 when "
+                    f"a target is missed (median <= {TARGETS['median_abs_error']:.0%}, max <= "
+                    f"{TARGETS['max_abs_error']:.0%}, tau >= {TARGETS['kendall_tau']}, best gap <= "
+                    f"{TARGETS['best_gap']:.0%}). The cores should be otherwise idle while it runs.")
+    p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full)")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="CPU workers (default: every core)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
+    p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="update the stored kernel models and host-cost fits from the measured runs and also show the "
+                        "figures they "
+                        "give on the same runs (in-sample; the next run of the suite measures them afresh)")
+    add_json_arg(p)
+    return p
+
+
+@with_starpu_errors("accuracy")
+def run(args) -> int:
+    from tilecast.loop.accuracy import run_suite
+
+    if args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    try:
+        res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
+                        workers=args.workers)
+    except ValueError as e:
+        raise UsageError(f"--workers: {e}") from None
+    if args.json:
+        print_json(res.to_dict())
+        return 0 if res.ok else 1
+    print_table(res)
+    return 0 if res.ok else 1
+
+
+def print_table(res) -> None:
+    c = res.conditions
+    print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
+          f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
+          f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
+    print()
+    print(f"{'model':<12}{'batch':>7}{'tiling':>30}{'sched':>7}{'wk':>4}{'tasks':>7}{'pred ms':>10}{'real ms':>10}"
+          f"{'error':>8}{'spread':>8}")
+    for r in res.rows:
+        print(f"{r['model']:<12}{r['batch']:>3}x{r['seq']:<3}{_tile(r['tiling']):>30}{r['sched']:>7}"
+              f"{r['workers']:>4}{r['tasks']:>7}{r['pred_step_s'] * 1e3:>10.2f}{r['real_step_s'] * 1e3:>10.2f}"
+              f"{100 * r['error']:>7.1f}%{100 * r['real_spread']:>7.0f}%")
+    print()
+    _figures("figures", res.figures, res.targets_met)
+    if res.after is not None:
+        from tilecast.loop.accuracy import check_targets
+
+        _figures("recalibrated from these runs (in-sample)", res.after, check_targets(res.after))
+        print(f"models updated from the measured runs: {', '.join(res.calibration_files)}")
+
+
+def _tile(desc: str) -> str:
+    from tilecast.graph import Tiling
+
+    return short_label(Tiling.parse(desc))
+
+
+def _figures(title, f, met) -> None:
+    tau = f["kendall_tau"]
+    mark = lambda k: "ok" if met[k] else "MISSED"  # noqa: E731
+    print(f"{title}: median |error| {100 * f['median_abs_error']:.1f}% ({mark('median_abs_error')}), "
+          f"max {100 * f['max_abs_error']:.1f}% ({mark('max_abs_error')}), Kendall tau "
+          f"{'n/a' if tau is None else f'{tau:.2f}'} ({mark('kendall_tau')}), predicted best "
+          f"{100 * f['best_gap']:.1f}% from the measured best ({mark('best_gap')})")

@@ -1,0 +1,158 @@
+"""tilecast tune: rank tilings, schedulers and worker counts by simulation; optionally run the best on StarPU."""
+
+from __future__ import annotations
+
+import sys
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json
+from tilecast.cli.starpu_errors import with_starpu_errors
+from tilecast.loop.candidates import short_label
+
+
+def add_parser(sub):
+    from tilecast.loop.candidates import DEFAULT_SCHEDS
+    from tilecast.loop.tune import DEFAULT_MAX_TASKS
+
+    p = sub.add_parser(
+        "tune", help="search tilings, schedulers and worker counts by simulation; run the best on StarPU",
+        description="Simulate the training step under every candidate tiling (uniform tile sizes, and the "
+                    "same with batch and sequence whole), scheduler and worker count on a calibrated machine "
+                    "model (the local machine is calibrated on first use and cached), and print the "
+                    "configurations ranked by predicted step time. --execute K runs the K best and a few "
+                    "from the rest of the ranking on StarPU (median of several steps after warm-up) and "
+                    "prints predicted and measured step times side by side.")
+    add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile=None)
+    p.add_argument("--machine", default="local", metavar="NAME|FILE",
+                   help="machine description (default: local, this computer; --execute needs local)")
+    p.add_argument("--scheds", default=",".join(DEFAULT_SCHEDS), metavar="LIST",
+                   help=f"scheduling policies to search (default: {','.join(DEFAULT_SCHEDS)})")
+    p.add_argument("--workers", default=None, metavar="LIST",
+                   help="worker counts to search, e.g. 1,2 (default: 1 to the machine's workers)")
+    p.add_argument("--tiles", default=None, metavar="SPEC;SPEC",
+                   help="tilings to search, separated by ';' (default: the candidates above; --tile adds one)")
+    p.add_argument("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, metavar="N",
+                   help=f"skip tilings whose step has more tasks (default: {DEFAULT_MAX_TASKS})")
+    p.add_argument("--top", type=int, default=15, metavar="N", help="rows of the ranking to print (default: 15)")
+    p.add_argument("--execute", type=int, default=0, metavar="K",
+                   help="run the K best configurations on StarPU, plus --others from the rest of the ranking")
+    p.add_argument("--others", type=int, default=2, metavar="N",
+                   help="with --execute: also run N configurations spread over the rest of the ranking (default: 2)")
+    p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per execution (default: 5)")
+    p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="with --execute: update the stored kernel models and host-cost fits from the measured "
+                        "runs and show the errors before and after")
+    p.add_argument("--report", metavar="DIR",
+                   help="with --execute: write the comparison report of the best configuration to DIR")
+    add_json_arg(p)
+    return p
+
+
+def parse_list(text, what, conv=str):
+    try:
+        out = [conv(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what}: expected a comma-separated list, got {text!r}") from None
+    if not out:
+        raise UsageError(f"{what}: empty list")
+    return out
+
+
+def parse_tilings(args):
+    from tilecast.graph import Tiling, TilingError
+
+    specs = [s for s in (args.tiles or "").split(";") if s.strip()]
+    if args.tile:
+        specs.append(args.tile)
+    try:
+        return [Tiling.parse(s) for s in specs] or None
+    except TilingError as e:
+        raise UsageError(f"--tiles: {e}") from None
+
+
+@with_starpu_errors("tune")
+def run(args) -> int:
+    from tilecast.loop import execute, pick_for_execution, tune
+    from tilecast.perfmodel import MachineError, load_machine
+
+    cfg, batch, seq, _ = model_args(args)
+    tilings = parse_tilings(args)
+    scheds = parse_list(args.scheds, "--scheds")
+    workers = parse_list(args.workers, "--workers", int) if args.workers else None
+    for flag, v, low in (("--execute", args.execute, 0), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
+                         ("--others", args.others, 0), ("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
+        if v < low:
+            raise UsageError(f"{flag} must be at least {low}, got {v}")
+    if args.machine != "local" and args.execute:
+        raise UsageError("--execute: only the local machine can be run (drop --machine or --execute)")
+    try:
+        machine = load_machine(args.machine)
+    except MachineError as e:
+        raise UsageError(f"--machine: {e}") from None
+    try:
+        result = tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
+                      max_tasks=args.max_tasks, progress=True)
+    except ValueError as e:
+        raise UsageError(f"--scheds/--workers/--tiles: {e}") from None
+    out = {"model": cfg.name, "batch": batch, "seq": seq, "machine": machine.name,
+           "configurations": len(result.ranking), "skipped": result.skipped,
+           "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
+    execution = None
+    if args.execute:
+        chosen = pick_for_execution(result.ranking, args.execute, args.others)
+        execution = execute(chosen, result.ranking, machine, result.calibration, result.host_costs,
+                            steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate)
+        out["executed"] = execution.rows()
+        out["load_average"] = list(execution.load_average)
+        if args.recalibrate:
+            out["calibration_files"] = execution.save_models(machine)
+        if args.report and execution.checked:
+            out["report"] = execution.checked[0].comparison().write(args.report)
+    if args.json:
+        print_json(out)
+        return 0
+    print_ranking(out, result, args.top)
+    if execution is not None:
+        print()
+        print_executed(execution)
+        if "report" in out:
+            print(f"\nreport of the best configuration: {out['report']['html']}")
+        if args.recalibrate:
+            print(f"models updated from the measured runs: {', '.join(out['calibration_files'])}")
+    return 0
+
+
+def print_ranking(out, result, top) -> None:
+    print(f"{out['model']}, batch {out['batch']} x {out['seq']} on {out['machine']}: "
+          f"{out['configurations']} configurations simulated"
+          + ("" if out["host_cost"] else " (kernel time only: StarPU's per-step cost not measured)"))
+    for s in out["skipped"]:
+        print(f"  skipped tiling {s['tiling']}: {s['reason']}")
+    print()
+    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
+          f"{'tasks':>8}")
+    for i, p in enumerate(result.ranking[:top]):
+        c = p.config
+        mem = sum(p.peak_memory_bytes.values())
+        print(f"{i + 1:>3} {short_label(c.tiling):<30} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
+              f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
+    if len(result.ranking) > top:
+        print(f"... {len(result.ranking) - top} more (--top N, --json)")
+
+
+def print_executed(execution) -> None:
+    recal = any(c.after is not None for c in execution.checked)
+    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'pred ms':>10}{'real ms':>10}{'error':>8}"
+          + (f"{'recal ms':>10}{'error':>8}" if recal else "") + f"{'spread':>8}")
+    for c in execution.checked:
+        cfg = c.prediction.config
+        line = (f"{c.rank:>3} {short_label(cfg.tiling):<30} {cfg.sched:<7}{cfg.workers:>3}"
+                f"{c.prediction.step_s * 1e3:>10.2f}{c.measurement.median_s * 1e3:>10.2f}{100 * c.error:>7.1f}%")
+        if recal:
+            line += f"{c.after.step_s * 1e3:>10.2f}{100 * c.error_after:>7.1f}%"
+        print(line + f"{100 * c.measurement.spread:>7.0f}%")
+    print("error = (predicted - measured) / measured; measured = median of the timed steps after warm-up; "
+          "spread = (max - min) / median of those steps")
+    if execution.busy_note():
+        print(execution.busy_note())

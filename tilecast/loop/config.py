@@ -1,0 +1,37 @@
+"""One configuration of a training step: what the loop simulates, ranks, executes and compares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecast.graph import Tiling
+from tilecast.graph.model_config import ModelConfig
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """A model, a batch and sequence length, a tiling, a StarPU scheduler and a worker count."""
+
+    model: ModelConfig
+    batch: int
+    seq: int
+    tiling: Tiling
+    sched: str
+    workers: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    def label(self) -> str:
+        return f"{self.model.name} {self.batch}x{self.seq} tile {self.tiling} {self.sched} w{self.workers}"
+
+    def to_dict(self) -> dict:
+        return {"model": self.model.name, "batch": self.batch, "seq": self.seq, "tiling": self.tiling.describe(),
+                "sched": self.sched, "workers": self.workers}
+
+    def build(self):
+        """The step's task graph."""
+        from tilecast.graph.gpt2 import build_gpt2_step
+
+        return build_gpt2_step(self.model, self.batch, self.seq, self.tiling)

@@ -1,0 +1,100 @@
+"""Kernel calibration on first use: time the step's tile shapes that the machine's store lacks.
+
+The first ``tilecast tune`` (or ``accuracy``, ``demo``) on a computer times
+every distinct task shape of the candidate graphs on the C kernels StarPU
+runs, one BLAS thread each as in StarPU's CPU workers, and adds them to the
+perfmodel's calibration store (``$TILECAST_HOME/calibration``); later runs
+find them there and time only shapes they have not seen. Long shapes are
+repeated fewer times so that first use stays quick.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tilecast.kernels import get
+from tilecast.perfmodel.calibration import Calibration, calibrate, cases_from_shapes, find_calibration
+from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
+from tilecast.perfmodel.timers import default_timer
+
+TARGET_S = 0.05  # seconds of timing per shape, at most MAX_REPEATS runs, at least one
+MAX_REPEATS = 7
+
+
+def known_shapes(cal: Calibration | None) -> set:
+    if cal is None:
+        return set()
+    return {(name, tuple(float(x) for x in s)) for name, e in cal.points.items() for s in e["shapes"]}
+
+
+def missing_cases(cal: Calibration | None, graphs) -> list:
+    """Calibration cases (kernel name, shape) of ``graphs`` that ``cal`` does not hold."""
+    have = known_shapes(cal)
+    shapes = [ks for g in graphs for ks in graph_shapes(g)]
+    if not shapes:
+        return []
+    out, seen = [], set()
+    for name, row in cases_from_shapes(shapes):
+        key = (name, tuple(float(x) for x in row))
+        if key not in have and key not in seen:
+            seen.add(key)
+            out.append((name, row))
+    return out
+
+
+def estimated_seconds(machine, cases) -> np.ndarray:
+    """Roofline estimate of each case's duration (to choose how often to repeat it)."""
+    wk = machine.kinds[machine.kind_names[0]]
+    out = np.zeros(len(cases))
+    for i, (name, row) in enumerate(cases):
+        k = get(name)
+        p, b = row[None, :len(k.params)], row[None, len(k.params):]
+        out[i] = wk.roofline(shape_flops(k.id, p), shape_bytes(k.id, b))[0]
+    return out
+
+
+def ensure_calibration(machine, graphs, progress: bool = True, timer=None) -> Calibration:
+    """The machine's stored calibration, extended with every shape of ``graphs`` it lacks (then saved).
+
+    ``machine`` must be the machine as stored (e.g. ``load_machine('local')``, all
+    workers): calibrations are keyed by its fingerprint.
+    """
+    cal = find_calibration(machine)
+    todo = missing_cases(cal, graphs)
+    if not todo:
+        return cal
+    if timer is None:
+        timer_name, timer = default_timer()
+    else:
+        timer_name = "custom"
+    est = estimated_seconds(machine, todo)
+    repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="shape", desc="calibrating kernels", file=sys.stderr, leave=False)
+    try:
+        for r in sorted(set(repeats.tolist())):
+            group = [c for c, rr in zip(todo, repeats) if rr == r]
+
+            def counted(items):
+                for item in items:
+                    yield item
+                    if bar is not None:
+                        bar.update(1)
+
+            new = calibrate(machine, group, repeats=int(r), timer=timer, timer_name=timer_name, progress=counted)
+            if cal is None:
+                cal = new
+            else:
+                for name, e in new.points.items():
+                    for s, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
+                        cal.add(name, s, m, d)
+    finally:
+        if bar is not None:
+            bar.close()
+    cal.save()
+    return cal

@@ -1,0 +1,142 @@
+"""Search configurations by simulation and rank them by predicted step time.
+
+>>> result = tune(load_model("gpt2-tiny"), 4, 64)          # doctest: +SKIP
+>>> result.ranking[0].config.label(), result.ranking[0].step_s
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from tilecast.loop.candidates import DEFAULT_SCHEDS, candidate_tilings, worker_counts
+from tilecast.loop.config import StepConfig
+from tilecast.loop.predict import predict, rank
+
+DEFAULT_MAX_TASKS = 100_000
+
+
+@dataclass
+class TuneResult:
+    ranking: list  # Predictions, best first
+    skipped: list = field(default_factory=list)  # {"tiling", "reason"}
+    machine: object = None
+    calibration: object = None
+    host_costs: dict = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)  # tiling description -> Graph
+
+
+def starpu_policies() -> set | None:
+    """Scheduling policies of the installed StarPU, or None when StarPU cannot be loaded here."""
+    try:
+        from tilecast.executor.starpu_session import policies
+
+        return set(policies())
+    except Exception:  # no StarPU library or no compiler: tune still simulates
+        return None
+
+
+def starpu_max_workers() -> int | None:
+    try:
+        from tilecast.executor.starpu_session import max_workers
+
+        return max_workers()
+    except Exception:
+        return None
+
+
+def usable_scheds(requested) -> list:
+    """Requested policies that both the simulator models and (when present) StarPU offers."""
+    from tilecast.simulator.simulate import POLICIES
+
+    offered = starpu_policies()
+    return [s for s in requested if s in POLICIES and (offered is None or s in offered)]
+
+
+def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS):
+    """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``."""
+    from tilecast.graph.gpt2 import build_gpt2_step
+
+    explicit = bool(tilings)
+    tilings = list(tilings) if tilings else candidate_tilings(cfg, batch, seq)[::-1]
+    graphs, skipped = [], []
+    over = {}  # family (dimensions named) -> the largest tile size found over max_tasks
+    for t in tilings:
+        family = tuple(sorted(t.sizes))
+        size = max(t.sizes.values(), default=0)
+        if not explicit and family in over and size <= over[family]:
+            skipped.append({"tiling": t.describe(), "reason": f"finer than a tiling over --max-tasks {max_tasks}"})
+            continue  # finer tilings of a family only have more tasks: not worth building
+        g = build_gpt2_step(cfg, batch, seq, t)
+        if g.n_tasks > max_tasks:
+            skipped.append({"tiling": t.describe(), "reason": f"{g.n_tasks} tasks > --max-tasks {max_tasks}"})
+            over[family] = max(size, over.get(family, 0))
+            continue
+        graphs.append((t, g))
+    return graphs, skipped
+
+
+def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers=None, tilings=None,
+         max_tasks: int = DEFAULT_MAX_TASKS, host: bool = True, progress: bool = True) -> TuneResult:
+    """Rank every (tiling, scheduler, worker count) of a step by simulation on ``machine`` (default: local).
+
+    Kernels are calibrated on first use and host costs measured on StarPU when
+    it is available (both stored and reused); configurations whose tiles do not
+    fit the memory node are ranked last, marked ``fits=False``.
+    """
+    from tilecast.loop.host_cost import ensure_host_costs
+    from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.kernel_model import DurationModel
+
+    machine = machine or load_machine("local")
+    scheds = usable_scheds(scheds)
+    if not scheds:
+        raise ValueError("none of the requested schedulers is both simulated and offered by StarPU")
+    limit = len(machine.workers)
+    cap = starpu_max_workers() if machine.name == "local" else None  # the local machine runs on StarPU
+    if cap is not None:
+        limit = min(limit, cap)
+    workers = list(workers) if workers else worker_counts(limit)
+    bad = [w for w in workers if not 1 <= w <= limit]
+    if bad:
+        raise ValueError(f"worker count {bad[0]} is outside 1..{limit} for {machine.name}")
+    graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks)
+    if not graphs:
+        raise ValueError(f"every candidate tiling has more than {max_tasks} tasks")
+    host_costs = {}
+    if host and machine.name == "local" and starpu_policies() is not None:
+        host_costs = ensure_host_costs(machine, workers, progress=progress)
+    cal = ensure_calibration(machine, [g for _, g in graphs], progress=progress) if machine.name == "local" else None
+    model = DurationModel(machine, cal)
+    preds = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(graphs) * len(scheds) * len(workers), desc="simulating", unit="config",
+                   file=sys.stderr, leave=False)
+    try:
+        for t, g in graphs:
+            durations = model.durations(g)
+            for w in workers:
+                for s in scheds:
+                    c = StepConfig(cfg, batch, seq, t, s, w)
+                    preds.append(predict(c, machine, cal, host_costs, graph=g, durations=durations))
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return TuneResult(rank(preds), skipped, machine, cal, host_costs,
+                      {t.describe(): g for t, g in graphs})
+
+
+def pick_for_execution(ranking: list, k: int, others: int = 2) -> list:
+    """The ``k`` best fitting configurations and ``others`` spread over the rest of the ranking (the last included)."""
+    fitting = [p for p in ranking if p.fits]
+    chosen = fitting[:k]
+    rest = fitting[k:]
+    n = min(max(others, 0), len(rest))
+    idx = sorted({round((i + 1) * (len(rest) - 1) / n) for i in range(n)}) if n else []
+    return chosen + [rest[i] for i in idx]
