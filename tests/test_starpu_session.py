@@ -35,6 +35,15 @@ def test_unknown_scheduler_lists_the_offered_ones():
         StarPUSession("fastest")
 
 
+def test_withheld_scheduler_says_why():
+    from tilecast.executor.starpu_session import WITHHELD
+
+    for name, why in WITHHELD.items():
+        assert name not in policies()
+        with pytest.raises(ValueError, match="not available"):
+            StarPUSession(name)
+
+
 @pytest.mark.parametrize("workers", [0, 1000])
 def test_bad_worker_count_is_refused(workers):
     with pytest.raises(ValueError, match=f"between 1 and {max_workers()}"):
