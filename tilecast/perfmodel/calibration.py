@@ -1,7 +1,7 @@
 """Calibration: time real kernels over a grid of tile shapes, store per machine, reuse.
 
 Each shape is run ``repeats`` times after a warm-up; the median is kept with
-the median absolute deviation (robust to the other engineers' jobs sharing the
+the median absolute deviation (robust to other jobs sharing the
 cores). Results go to a versioned JSON file named after the machine and its
 fingerprint, under ``$TILECAST_HOME/calibration`` (default
 ``~/.cache/tilecast/calibration``); a file whose fingerprint or format differs
