@@ -129,9 +129,7 @@ def _print_result(r):
 
 
 def _run_sweeps(args, shape, st, cluster):
-    import pandas as pd
-
-    from tilecast.cluster.sweep import PARAMS, parse_values, sweep
+    from tilecast.cluster.sweep import PARAMS, parse_values, plot_sweeps, sweep, sweep_table
 
     out = []
     for spec in args.sweep:
@@ -147,53 +145,10 @@ def _run_sweeps(args, shape, st, cluster):
             raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
         if not values:
             raise UsageError(f"--sweep: no values for {param}")
-        rows = sweep(shape, st, cluster, param, values, gpus=args.gpus)
-        table = []
-        for row in rows:
-            r = row.get("result")
-            rec = {param: row["value"]}
-            if r is None:
-                rec["error"] = row["error"]
-            else:
-                rec.update(step_s=r.step_s, tokens_per_s=r.tokens_per_s, tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu,
-                           **{k: v for k, v in r.breakdown.items() if k.endswith("_s")},
-                           memory_per_gpu_gb=r.memory_per_gpu_bytes / 1e9, fits=r.fits)
-            table.append(rec)
-        df = pd.DataFrame(table)
-        out.append((param, df))
+        out.append((param, sweep_table(param, sweep(shape, st, cluster, param, values, gpus=args.gpus))))
     if args.plot:
-        _plot(out, args.plot)
+        plot_sweeps(out, args.plot)
     return out
-
-
-def _plot(sweeps, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(sweeps), 2, figsize=(11, 3.6 * len(sweeps)), squeeze=False)
-    parts = ["compute_s", "exposed_comm_s", "bubble_s", "optimizer_s"]
-    for (param, df), (a1, a2) in zip(sweeps, axes):
-        ok = df[df["step_s"].notna()] if "step_s" in df else df.iloc[0:0]
-        labels = [str(v) for v in ok[param]]
-        a1.plot(labels, ok["tokens_per_s"] if len(ok) else [], marker="o")
-        a1.set_xlabel(param)
-        a1.set_ylabel("tokens/s")
-        a1.set_title(f"throughput vs {param}")
-        bottom = None
-        for part in parts:
-            if part in ok:
-                vals = ok[part].to_numpy()
-                a2.bar(labels, vals, bottom=bottom, label=part[:-2].replace("_", " "))
-                bottom = vals if bottom is None else bottom + vals
-        a2.set_xlabel(param)
-        a2.set_ylabel("seconds per step")
-        a2.set_title("step breakdown")
-        a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(args):

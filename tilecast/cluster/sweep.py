@@ -61,3 +61,52 @@ def sweep(shape, strat: Strategy, cluster, param: str, values: list, gpus: int =
         except StrategyError as e:
             rows.append({"value": v, "error": str(e)})
     return rows
+
+
+def sweep_table(param: str, rows: list):
+    """The rows of :func:`sweep` as a DataFrame: the swept value, step figures, breakdown, memory, fit."""
+    import pandas as pd
+
+    table = []
+    for row in rows:
+        r = row.get("result")
+        rec = {param: row["value"]}
+        if r is None:
+            rec["error"] = row["error"]
+        else:
+            rec.update(step_s=r.step_s, tokens_per_s=r.tokens_per_s, tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu,
+                       **{k: v for k, v in r.breakdown.items() if k.endswith("_s")},
+                       memory_per_gpu_gb=r.memory_per_gpu_bytes / 1e9, fits=r.fits)
+        table.append(rec)
+    return pd.DataFrame(table)
+
+
+def plot_sweeps(sweeps: list, path: str) -> None:
+    """One row of panels per swept parameter: tokens/s, and the step's breakdown as stacked bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(sweeps), 2, figsize=(11, 3.6 * len(sweeps)), squeeze=False)
+    parts = ["compute_s", "exposed_comm_s", "bubble_s", "optimizer_s"]
+    for (param, df), (a1, a2) in zip(sweeps, axes):
+        ok = df[df["step_s"].notna()] if "step_s" in df else df.iloc[0:0]
+        labels = [str(v) for v in ok[param]]
+        a1.plot(labels, ok["tokens_per_s"] if len(ok) else [], marker="o")
+        a1.set_xlabel(param)
+        a1.set_ylabel("tokens/s")
+        a1.set_title(f"throughput vs {param}")
+        bottom = None
+        for part in parts:
+            if part in ok:
+                vals = ok[part].to_numpy()
+                a2.bar(labels, vals, bottom=bottom, label=part[:-2].replace("_", " "))
+                bottom = vals if bottom is None else bottom + vals
+        a2.set_xlabel(param)
+        a2.set_ylabel("seconds per step")
+        a2.set_title("step breakdown")
+        a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
