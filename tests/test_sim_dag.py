@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from tilecast.simulator.dag import bottom_level, longest_path_end, successors
+from tilecast.graph.analysis import longest_path_end
+from tilecast.simulator.dag import bottom_level, successors
 
 
 def _random_dag(rng, n):

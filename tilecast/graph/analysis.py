@@ -17,25 +17,40 @@ def kernel_table(graph: Graph) -> pd.DataFrame:
     return table.sort_values(["flops", "tasks"], ascending=False).reset_index()
 
 
-def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None) -> float:
-    """Length of the heaviest dependency chain, weighting each task by ``weights`` (default: flops).
+def longest_path_end(weights, pred_ptr: np.ndarray, pred: np.ndarray, progress=None) -> np.ndarray:
+    """Earliest finish of every task with unlimited workers: its weight plus its latest predecessor's finish.
 
-    Tasks are in submission order, which is a topological order, so one pass suffices.
+    Tasks are in submission order, a topological order, so one pass in id order
+    suffices. Plain Python over lists (about 0.5 us per task): a level-by-level
+    numpy version pays per level, and training-step graphs have thousands of levels.
+    ``progress`` is an optional callable taking the number of tasks just done.
     """
-    w = (graph.flops if weights is None else np.asarray(weights, dtype=np.float64)).tolist()
-    ptr, pred = graph.dependencies
-    ptr, pred = ptr.tolist(), pred.tolist()
-    n = graph.n_tasks
-    cp = [0.0] * n
-    get = cp.__getitem__
+    w = np.asarray(weights, dtype=np.float64).tolist()
+    ptr, pr = np.asarray(pred_ptr).tolist(), np.asarray(pred).tolist()
+    n = len(w)
+    finish = [0.0] * n
+    get = finish.__getitem__
     step = 100_000
     for start in range(0, n, step):
         for i in range(start, min(n, start + step)):
-            a, b = ptr[i], ptr[i + 1]
-            cp[i] = (max(map(get, pred[a:b])) if b > a else 0.0) + w[i]
+            a, b, wi = ptr[i], ptr[i + 1], w[i]
+            if b - a == 2:  # the most common case in training-step graphs, without a slice
+                x, y = finish[pr[a]], finish[pr[a + 1]]
+                finish[i] = (x if x > y else y) + wi
+            elif b - a == 1:
+                finish[i] = finish[pr[a]] + wi
+            else:
+                finish[i] = (max(map(get, pr[a:b])) if b > a else 0.0) + wi
         if progress is not None:
             progress(min(step, n - start))
-    return max(cp, default=0.0)
+    return np.asarray(finish)
+
+
+def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None) -> float:
+    """Length of the heaviest dependency chain, weighting each task by ``weights`` (default: flops)."""
+    ptr, pred = graph.dependencies
+    finish = longest_path_end(graph.flops if weights is None else weights, ptr, pred, progress)
+    return float(finish.max()) if len(finish) else 0.0
 
 
 def live_bytes(graph: Graph) -> int:

@@ -1,9 +1,11 @@
-"""DAG helpers: successors, earliest finishes, bottom levels.
+"""DAG helpers: successors and bottom levels.
 
 Tasks are in submission order, so every predecessor has a smaller id and one
 pass in id order (or its reverse) is a topological sweep. The sweeps are plain
 Python over lists (about 0.5 us per task): a level-by-level numpy version pays
-per level, and training-step graphs have thousands of levels.
+per level, and training-step graphs have thousands of levels. Earliest finishes
+come from the graph package (``longest_path_end``), which the critical path of
+``tilecast graph`` uses too.
 """
 
 from __future__ import annotations
@@ -20,23 +22,6 @@ def successors(pred_ptr: np.ndarray, pred: np.ndarray, n_tasks: int) -> tuple[np
     succ_ptr = np.zeros(n_tasks + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n_tasks), out=succ_ptr[1:])
     return succ_ptr, succ
-
-
-def longest_path_end(duration: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Earliest finish of every task with unlimited workers: duration + latest predecessor finish."""
-    w = np.asarray(duration, dtype=np.float64).tolist()
-    ptr, pr = np.asarray(pred_ptr).tolist(), np.asarray(pred).tolist()
-    finish = [0.0] * len(w)
-    get = finish.__getitem__
-    for i, a, b, wi in zip(range(len(w)), ptr, ptr[1:], w):
-        if b - a == 2:  # the most common case in training-step graphs, without a slice
-            x, y = finish[pr[a]], finish[pr[a + 1]]
-            finish[i] = (x if x > y else y) + wi
-        elif b - a == 1:
-            finish[i] = finish[pr[a]] + wi
-        else:
-            finish[i] = (max(map(get, pr[a:b])) if b > a else 0.0) + wi
-    return np.asarray(finish)
 
 
 def bottom_level(duration: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from tilecast.kernels import all_kernels
-from tilecast.simulator.dag import bottom_level, longest_path_end
+from tilecast.graph.analysis import longest_path_end
+from tilecast.simulator.dag import bottom_level
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
