@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecast.executor.step import step_loss
 from tilecast.executor.tiles import TileStore
 from tilecast.graph.gpt2 import build_gpt2_forward, gpt2_parameters
 
@@ -42,5 +43,5 @@ class Evaluator:
             self.store.set_tensor("ids", ids)
             self.store.set_tensor("targets", targets)
             session.execute(self.graph, self.store, trace=False)
-            total += float(self.store.tensor("loss")[0])
+            total += step_loss(self.store)
         return total / len(self.batches)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_gpt2_params, load_step, reference_step
+from tilecast.executor.step import (TrainState, init_gpt2_params, load_step, reference_step, set_batch,
+                                    step_loss)
 from tilecast.executor.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step, grad_name
 from tilecast.kernels import get
@@ -109,13 +110,11 @@ class StarPUTraining:
         t = self.t
         t0 = time.perf_counter()
         if t:
-            self.graph.set_param("adamw", "step", t + 1)
-            self.store.set_tensor("ids", self.data[t, :, :-1])
-            self.store.set_tensor("targets", self.data[t, :, 1:])
+            set_batch(self.graph, self.store, self.data[t, :, :-1], self.data[t, :, 1:], t + 1)
         trace = self.session.execute(self.graph, self.store, trace=trace)
         seconds = time.perf_counter() - t0
         self.t += 1
-        return seconds, float(self.store.tensor("loss")[0]), trace
+        return seconds, step_loss(self.store), trace
 
 
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,

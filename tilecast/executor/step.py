@@ -59,17 +59,27 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def set_batch(graph: Graph, store: TileStore, ids, targets, step: int) -> None:
+    """Put a batch into a store and set AdamW's (1-based) step number: what changes between steps."""
+    graph.set_param("adamw", "step", step)
+    store.set_tensor("ids", np.asarray(ids, dtype=np.int64))
+    store.set_tensor("targets", np.asarray(targets, dtype=np.int64))
+
+
+def step_loss(store: TileStore) -> float:
+    """The loss a step left in its store."""
+    return float(store.tensor("loss")[0])
+
+
 def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray) -> TileStore:
     """A store holding the step's inputs; sets AdamW's step number on the graph."""
-    graph.set_param("adamw", "step", state.step + 1)
     store = TileStore(graph)
     for name, p in state.params.items():
         store.set_tensor(name, p)
         m_name, v_name = adam_names(name)
         store.set_tensor(m_name, state.m[name])
         store.set_tensor(v_name, state.v[name])
-    store.set_tensor("ids", np.asarray(ids, dtype=np.int64))
-    store.set_tensor("targets", np.asarray(targets, dtype=np.int64))
+    set_batch(graph, store, ids, targets, state.step + 1)
     return store
 
 
@@ -84,7 +94,7 @@ def finish_step(graph: Graph, store: TileStore, state: TrainState, want_grads: b
         if want_grads:
             grads[name] = store.tensor(grad_name(name))
     state.step += 1
-    return StepResult(loss=float(store.tensor("loss")[0]), grads=grads)
+    return StepResult(loss=step_loss(store), grads=grads)
 
 
 def reference_step(graph: Graph, state: TrainState, ids, targets, want_grads: bool = True) -> StepResult:

@@ -30,7 +30,7 @@ import numpy as np
 from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.executor.evaluation import Evaluator
-from tilecast.executor.step import TrainState, init_gpt2_params, load_step
+from tilecast.executor.step import TrainState, init_gpt2_params, load_step, set_batch, step_loss
 from tilecast.graph.gpt2 import AdamWConfig, adam_names, build_gpt2_step
 
 
@@ -209,14 +209,12 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
         while res.step < o.steps and not interrupts.requested:
             ids, targets = sampler.next()
             t0 = time.perf_counter()
-            store.set_tensor("ids", ids)
-            store.set_tensor("targets", targets)
-            graph.set_param("adamw", "step", res.step + 1)
+            set_batch(graph, store, ids, targets, res.step + 1)
             session.execute(graph, store, trace=False)
             dt = time.perf_counter() - t0
             res.step_time_s += dt
             res.step += 1
-            res.losses.append(float(store.tensor("loss")[0]))
+            res.losses.append(step_loss(store))
             if not math.isfinite(res.losses[-1]):
                 res.diverged = True
                 log(f"step {res.step}: training loss {res.losses[-1]}, stopping (try a smaller --lr)")
