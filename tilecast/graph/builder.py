@@ -55,11 +55,15 @@ class GraphBuilder:
             self._mark_written(np.arange(t.first_tile, t.first_tile + t.n_tiles))
         return t
 
-    def _mark_written(self, tiles: np.ndarray) -> None:
+    def _grow_written(self) -> None:
+        """Make the per-tile 'written' flags cover every tile declared so far."""
         if len(self._written) < self._n_tiles:
             grown = np.zeros(max(self._n_tiles, 2 * len(self._written)), dtype=bool)
             grown[: len(self._written)] = self._written
             self._written = grown
+
+    def _mark_written(self, tiles: np.ndarray) -> None:
+        self._grow_written()
         self._written[tiles] = True
 
     # --- tags --------------------------------------------------------------
@@ -86,7 +90,7 @@ class GraphBuilder:
         (beta 1, mode RW). Tiles already written earlier in the graph only add.
         """
         tiles = np.asarray(tiles, dtype=np.int64)
-        self._mark_written(np.zeros(0, dtype=np.int64))
+        self._grow_written()
         _, first_idx = np.unique(tiles, return_index=True)
         first = np.zeros(len(tiles), dtype=bool)
         first[first_idx] = True
@@ -96,7 +100,7 @@ class GraphBuilder:
 
     def unwritten(self, tensor: Tensor) -> np.ndarray:
         """Tile ids of a tensor that no task has written yet."""
-        self._mark_written(np.zeros(0, dtype=np.int64))
+        self._grow_written()
         ids = np.arange(tensor.first_tile, tensor.first_tile + tensor.n_tiles)
         return ids[~self._written[ids]]
 
