@@ -5,6 +5,7 @@ tiles, the layout a token-major projection writes; scores and probabilities are
 (batch, head, seq_q, seq_k) tiles. Every product loops over (batch, head) pairs.
 """
 
+from tilecast.kernels.definitions.blend import blend
 from tilecast.kernels.registry import kernel
 
 
@@ -44,13 +45,7 @@ def attn_pv(xp, bufs, p):
     """O = alpha * P V + beta * O per (batch, head); O is a (batch, seq_q, head, d) tile."""
     pr, v, o = bufs
     prod = xp.matmul(_scores(pr, p), _tok(v, p, p.sk).transpose(0, 2, 1, 3))
-    if p.alpha != 1.0:
-        prod *= o.dtype.type(p.alpha)
-    ov = _tok(o, p, p.sq).transpose(0, 2, 1, 3)
-    if p.beta == 0.0:
-        ov[...] = prod
-    else:
-        ov += prod
+    blend(_tok(o, p, p.sq).transpose(0, 2, 1, 3), prod, p.alpha, p.beta)
 
 
 @kernel("attn_ptv", "p:R x:R y:RW", "bt ht sq sk d alpha beta", _bmm_flops)
@@ -58,13 +53,7 @@ def attn_ptv(xp, bufs, p):
     """Y = alpha * P^T X + beta * Y per (batch, head); X is (batch, seq_q, ...), Y (batch, seq_k, ...)."""
     pr, x, y = bufs
     prod = xp.matmul(_scores(pr, p).transpose(0, 1, 3, 2), _tok(x, p, p.sq).transpose(0, 2, 1, 3))
-    if p.alpha != 1.0:
-        prod *= y.dtype.type(p.alpha)
-    yv = _tok(y, p, p.sk).transpose(0, 2, 1, 3)
-    if p.beta == 0.0:
-        yv[...] = prod
-    else:
-        yv += prod
+    blend(_tok(y, p, p.sk).transpose(0, 2, 1, 3), prod, p.alpha, p.beta)
 
 
 @kernel("attn_rowdot", "do:R o:R d:W", "bt sq ht dh", lambda p: 2.0 * p["bt"] * p["sq"] * p["ht"] * p["dh"])

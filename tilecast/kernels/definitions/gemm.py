@@ -1,5 +1,6 @@
 """General matrix multiply on tiles viewed as matrices."""
 
+from tilecast.kernels.definitions.blend import blend
 from tilecast.kernels.registry import kernel
 
 
@@ -18,12 +19,4 @@ def gemm(xp, bufs, p):
     am = a.reshape((k, m)).T if p.trans_a else a.reshape((m, k))
     bm = b.reshape((n, k)).T if p.trans_b else b.reshape((k, n))
     cm = c.reshape((m, n))
-    prod = am @ bm
-    if p.alpha != 1.0:
-        prod *= c.dtype.type(p.alpha)
-    if p.beta == 0.0:
-        cm[...] = prod
-    else:
-        if p.beta != 1.0:
-            cm *= c.dtype.type(p.beta)
-        cm += prod
+    blend(cm, am @ bm, p.alpha, p.beta)
