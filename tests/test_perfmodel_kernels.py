@@ -21,11 +21,22 @@ HELDOUT_MEDIAN_REL_ERR = 0.25
 
 @pytest.fixture(scope="module")
 def gemm_calibration():
-    """GEMM timed on the C kernels StarPU runs (the numpy references if the C build is unavailable)."""
+    """GEMM timed on the C kernels StarPU runs (the numpy references if the C build is unavailable).
+
+    The grid is timed in two passes and each shape keeps its faster median: other processes can only slow
+    a kernel down, and a burst of them during one pass would otherwise make the fit's error about the
+    machine's load rather than about the model.
+    """
     name, timer = default_timer()
     print(f"\ncalibration timer: {name}", file=sys.stderr)
-    return calibrate(load_machine("local"), gemm_cases([32, 64, 96, 128, 192, 256]), repeats=5,
-                     timer=timer, timer_name=name)
+    machine, cases = load_machine("local"), gemm_cases([32, 64, 96, 128, 192, 256])
+    passes = [calibrate(machine, cases, repeats=5, timer=timer, timer_name=name) for _ in range(2)]
+    first, second = passes[0].points["gemm"], passes[1].points["gemm"]
+    assert first["shapes"] == second["shapes"]
+    faster = [0 if a <= b else 1 for a, b in zip(first["median_s"], second["median_s"])]
+    for key in ("median_s", "mad_s"):
+        first[key] = [(first, second)[j][key][i] for i, j in enumerate(faster)]
+    return passes[0]
 
 
 def test_fitted_gemm_model_predicts_held_out_shapes(gemm_calibration):
