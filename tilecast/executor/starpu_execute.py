@@ -8,6 +8,8 @@ into arrays that become the trace in one go.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from tilecast.executor.starpu_native import glue
@@ -173,6 +175,7 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
     if err[0] != 0:
         raise RuntimeError(f"StarPU refused task {submitted} ({all_kernels()[a['kernel'][submitted]].name}): "
                            f"error {err[0]}")
+    session.tasks_done_at = time.perf_counter()  # a step's end, before the trace (instrumentation) is built
     if not trace:
         return None
     names = np.array([k.name for k in all_kernels()], dtype=object)

@@ -78,6 +78,7 @@ class StarPUSession:
         self.sched = sched
         self.n_cpus = workers
         self._open = False
+        self.tasks_done_at = 0.0  # perf_counter() when the last executed graph's tasks were all done
 
     # --- lifetime ----------------------------------------------------------
     def start(self) -> "StarPUSession":
