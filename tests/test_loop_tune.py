@@ -73,14 +73,15 @@ def test_pick_for_execution_takes_the_best_and_spreads_the_rest():
 
 def test_host_cost_fit_recovers_a_linear_cost():
     rng = np.random.default_rng(1)
-    pts = [[t, n, mk, 0.004 + 2e-5 * t + 7e-6 * n + 0.05 * mk]
+    pts = [[t, n, mk, 0.004 + 2e-5 * t + 7e-6 * n]
            for (t, n), mk in zip(rng.integers(100, 20_000, size=(8, 2)), rng.uniform(0.001, 2.0, size=8))]
-    h = HostCost.fit(2, pts)
+    h = HostCost.fit(2, pts, overheads=[[1000, 2e-6], [3000, 4e-6]])
     assert h.fixed_s == pytest.approx(0.004, rel=1e-6)
     assert h.per_tile_s == pytest.approx(2e-5, rel=1e-6)
     assert h.per_task_s == pytest.approx(7e-6, rel=1e-6)
-    assert h.stretch == pytest.approx(0.05, rel=1e-6)
-    assert h.seconds(1000, 2000, 1.0) == pytest.approx(0.004 + 0.02 + 0.014 + 0.05)
+    assert h.seconds(1000, 2000) == pytest.approx(0.004 + 0.02 + 0.014)
+    assert h.task_overhead_s == pytest.approx(3.5e-6)  # weighted by tasks
+    assert HostCost.fit(2, pts).task_overhead_s is None
 
 
 def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_changes(tmp_path, monkeypatch):
@@ -90,10 +91,15 @@ def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_c
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
     machine = load_machine("local")
     probes = HostCost.fit(2, [[100, 100, 0.001, 0.01], [1000, 2000, 0.002, 0.03], [3000, 9000, 0.004, 0.09]])
-    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.5, 0.55), (2, "dmda", 50, 40, 1.0, 1.1)])
+    probes = HostCost.fit(2, probes.points, overheads=[[100, 2e-6]])
+    fits = host_cost.learn_from_runs({2: probes}, [(2, "dmda", 500, 700, 0.5, 0.55, 5e-6),
+                                                   (2, "dmda", 50, 40, 1.0, 1.1, 8e-6)])
     assert host_cost.host_cost_for(fits, 2, "dmda") is fits["2:dmda"]
     assert host_cost.host_cost_for(fits, 2, "eager") is probes  # no runs of eager: the probe fit
     assert len(fits["2:dmda"].points) == 3 + 2
+    # the scheduler's cost per task comes from its own runs only, weighted by their tasks
+    assert fits["2:dmda"].task_overhead_s == pytest.approx((700 * 5e-6 + 40 * 8e-6) / 740)
+    assert probes.task_overhead_s == pytest.approx(2e-6)
     host_cost.save_host_costs(machine, fits)
     back = host_cost.load_host_costs(machine)
     assert set(back) == {2, "2:dmda"} and back[2].per_task_s == pytest.approx(probes.per_task_s)

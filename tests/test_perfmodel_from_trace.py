@@ -8,6 +8,7 @@ from tilecast.kernels import get
 from tilecast.perfmodel import load_machine
 from tilecast.perfmodel.from_trace import calibration_from_trace
 from tilecast.perfmodel.kernel_model import DurationModel
+from tilecast.perfmodel.shapes import graph_shapes
 from tilecast.trace import make_trace
 
 
@@ -39,3 +40,39 @@ def test_a_trace_without_measured_tasks_is_refused():
     t = _trace(g, np.ones(g.n_tasks)).assign(source="sim")
     with pytest.raises(ValueError, match="no measured task rows"):
         calibration_from_trace(g, t, load_machine("local"))
+
+
+def test_shapes_timed_alone_and_traced_give_the_runtime_excess_added_to_other_shapes(tmp_path):
+    from tilecast.perfmodel.calibration import Calibration
+
+    # gemm shapes of three sizes, traced: each 1 us + 2 ns per byte slower than timed alone
+    graphs = [gemm_chain_graph(n_layers=2, tiles=2, tile=t) for t in (16, 32, 64)]
+    m = load_machine("local")
+    alone = Calibration(m.name, m.fingerprint(), m.kind_names[0], "c-kernels")
+    gemm = get("gemm")
+    for g in graphs:
+        for ks in graph_shapes(g):
+            for r in ks.shapes:
+                alone.add("gemm", r, 1e-9 * r[2] ** 3, 0.0)
+    big = np.array([0, 0, 128, 128, 128, 1.0, 1.0, 65536, 65536, 65536])  # never traced, 4x the largest bytes
+    alone.add("gemm", big, 1e-3, 0.0)
+    cal = alone
+    for g in graphs:
+        size = g.params[g.param_ptr[:-1] + gemm.params.index("m")]
+        nbytes = gemm.bytes(np.repeat(4.0 * size[:, None] ** 2, 3, axis=1))
+        real = 1e-9 * size ** 3 + 1e-6 + 2e-9 * nbytes
+        cal = calibration_from_trace(g, _trace(g, real), m, base=cal)
+    assert len(cal.runtime_samples["gemm"]) == 6  # two shapes (first write, accumulate) per size
+    fixed, per_byte, largest = cal.runtime_excess("gemm")
+    assert fixed == pytest.approx(1e-6, rel=1e-3) and per_byte == pytest.approx(2e-9, rel=1e-3)
+    largest_traced = gemm.bytes(np.full((1, 3), 4.0 * 64 ** 2))[0]
+    assert largest == pytest.approx(largest_traced)
+    shapes, t = cal.arrays("gemm")
+    got = dict(zip(map(tuple, shapes), t))
+    # the untraced shape gets the excess, not extrapolated past the largest traced bytes
+    assert got[tuple(big)] == pytest.approx(1e-3 + 1e-6 + 2e-9 * largest_traced)
+    assert cal.arrays("gemm", isolated=True)[1].max() == pytest.approx(1e-3)
+    # stored and read back with the points' sources and the excess
+    back = Calibration.load(cal.save(str(tmp_path / "c.json")), m.fingerprint())
+    assert back.runtime_samples == cal.runtime_samples and back.sources("gemm") == cal.sources("gemm")
+    np.testing.assert_allclose(back.arrays("gemm")[1], t)

@@ -1,8 +1,9 @@
 """Run predicted configurations on StarPU and put the measurement beside the prediction.
 
 Optionally (``recalibrate``) each measured trace updates the kernel models
-(:func:`tilecast.perfmodel.from_trace.calibration_from_trace`) and each
-measured step time the host-cost fit (:func:`tilecast.loop.host_cost.learn_from_runs`):
+(:func:`tilecast.perfmodel.from_trace.calibration_from_trace`), and the step
+times and traces the host-cost fit and the runtime's cost per task
+(:func:`tilecast.loop.host_cost.learn_from_runs`):
 the steps are predicted again with the updated models and both errors are reported.
 """
 
@@ -38,6 +39,7 @@ class Checked:
     def row(self) -> dict:
         out = {"rank": self.rank, **self.prediction.row(), "real_step_s": self.measurement.median_s,
                "real_steps_s": self.measurement.step_s, "warmup_steps": self.measurement.warmup,
+               "real_rounds_s": self.measurement.rounds, "real_round_medians_s": self.measurement.round_medians_s,
                "real_spread": self.measurement.spread, "error": self.error}
         if self.after is not None:
             out["pred_step_s_recalibrated"] = self.after.step_s
@@ -84,6 +86,8 @@ class Execution:
 
 MIN_TIMED_S = 1.0  # short steps are timed more often: at least this many predicted seconds of timed steps
 MAX_STEPS = 30
+SHORT_STEP_S = 0.25  # steps predicted shorter than this are measured over several StarPU sessions
+SHORT_ROUNDS = 3
 
 
 def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) -> int:
@@ -92,12 +96,17 @@ def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) 
     return max(steps, min(MAX_STEPS, want))
 
 
+def rounds_for(predicted_s: float, steps: int) -> int:
+    """StarPU sessions to measure a configuration in: several for short steps, whose time varies by session."""
+    return min(SHORT_ROUNDS, steps) if predicted_s < SHORT_STEP_S else 1
+
+
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
             recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
-    exactly ``steps``).
+    exactly ``steps``), short ones over :func:`rounds_for` StarPU sessions.
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
@@ -111,26 +120,27 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     for i, p in enumerate(predictions):
         cfg = p.config
         n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
+        r = rounds_for(p.step_s, n)
         if progress:
-            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({warmup} warm-up + {n} steps)",
-                  file=sys.stderr)
-        m = measure(cfg, steps=n, warmup=warmup)
+            how = f"{warmup} warm-up + {n} steps" + (f" over {r} sessions" if r > 1 else "")
+            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({how})", file=sys.stderr)
+        m = measure(cfg, steps=n, warmup=warmup, rounds=r)
         full = predict(cfg, machine, calibration, host_costs, graph=m.graph, keep_result=True)
         out.checked.append(Checked(full, m, position.get(id(p), 0)))
         if recalibrate:
             out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
     if recalibrate:
-        from tilecast.loop.host_cost import host_cost_for, learn_from_runs
+        from tilecast.loop.host_cost import learn_from_runs
+        from tilecast.loop.runtime_overhead import task_overhead
 
-        kernel_only = [predict(c.prediction.config, machine, out.calibration, None, graph=c.measurement.graph,
-                               keep_result=True) for c in out.checked]
-        runs = [(c.prediction.config.workers, c.prediction.config.sched, k.tiles, k.tasks, k.makespan_s,
-                 c.measurement.median_s) for c, k in zip(out.checked, kernel_only)]
+        runs = []
+        for c in out.checked:
+            m, cfg = c.measurement, c.prediction.config
+            runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, float(m.trace["end_s"].max()),
+                         m.median_s, task_overhead(m.graph, m.trace)))
         out.host_costs = learn_from_runs(host_costs or {}, runs)
-        for c, k in zip(out.checked, kernel_only):
-            cfg = c.prediction.config
-            host = host_cost_for(out.host_costs, cfg.workers, cfg.sched).seconds(k.tiles, k.tasks, k.makespan_s)
-            k.host_s, k.step_s = host, k.makespan_s + host
-            c.after = k
+        for c in out.checked:
+            c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,
+                              keep_result=True)
     return out

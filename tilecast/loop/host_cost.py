@@ -1,21 +1,22 @@
-"""What a step costs the executor besides its kernels' makespan, measured on small probe steps.
+"""What a step costs the executor besides its tasks: measured on small probe steps, refined by real runs.
 
-A timed step of ``tilecast run`` is not only the tasks' makespan: the host
-prepares every tile buffer, registers it with StarPU and unregisters it
-afterwards, submits every task from one thread, and builds the trace; StarPU
-schedules each task, updates its history-based performance model and runs its
-callback. These costs are measured on real runs of a few small probe steps
-(gpt2-tiny, fine tilings: many tasks, little kernel time), each less its
-simulated makespan:
+A timed step of ``tilecast run`` is not only its tasks' makespan: the host
+loads the next batch, StarPU's tile handles are registered and unregistered,
+the loss is read back, and the last task's end is waited for. These costs
+are the step's time less the makespan of its tasks in the trace (from the
+step's start to the last task's end), measured on real runs of a few small
+probe steps (gpt2-tiny, fine tilings: many tiles and tasks, little kernel
+time) and fitted as
 
-    host_s = fixed + per_tile * tiles + per_task * tasks (+ stretch * makespan)
+    host_s = fixed + per_tile * tiles + per_task * tasks
 
-(non-negative least squares, one fit per worker count because idle StarPU
-workers spin and compete with the submitting thread for the cores). Runs with
-empty codelets (``dry``) would miss the per-task performance-model updates,
-which cost several microseconds a task here. The prediction of a step is
-``host_s`` plus its simulated makespan. Fits are stored beside the kernel
-calibration and reused until the executor's code changes.
+(non-negative least squares on the relative error of the step time, one fit
+per worker count). The same traces give the runtime's own cost per task
+(:mod:`tilecast.loop.runtime_overhead`), which the simulation charges before
+every task. The prediction of a step is its simulated makespan plus
+``host_s``. Real runs of other schedulers refine both per scheduler
+(:func:`learn_from_runs`). Fits are stored beside the kernel calibration and
+reused until the executor's code changes.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from scipy.optimize import nnls
 
-FORMAT = 3
+FORMAT = 4
 # The executor's code the fits describe: a change to any of these files invalidates stored fits.
 EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
                   "executor/starpu_native.py", "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
@@ -39,34 +40,36 @@ PROBE_SCHED = "eager"
 
 @dataclass
 class HostCost:
-    """``fixed + per_tile * tiles + per_task * tasks + stretch * makespan`` seconds per step, one worker count.
+    """``fixed + per_tile * tiles + per_task * tasks`` seconds per step, and the runtime's cost per task.
 
-    ``stretch`` is the share by which real makespans exceed simulated ones (it
-    stays 0 until real steps are learned, see :func:`learn_from_runs`): a
-    shape's model is the median of its measured durations, while a makespan
-    adds up their mean, which interruptions of the workers raise.
+    ``points`` are the fitted runs: [tiles, tasks, traced makespan s, measured
+    step s - traced makespan s]; ``overheads`` [tasks, mean start delay s] of
+    the same runs, whose task-weighted mean is ``task_overhead_s``.
     """
 
     workers: int
     fixed_s: float
     per_tile_s: float
     per_task_s: float
-    points: list  # [tiles, tasks, simulated makespan s, measured s - makespan s] fitted
-    stretch: float = 0.0
+    points: list
+    task_overhead_s: float | None = None
+    overheads: list = field(default_factory=list)
 
-    def seconds(self, n_tiles: int, n_tasks: int, makespan_s: float = 0.0) -> float:
-        return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks + self.stretch * makespan_s
+    def seconds(self, n_tiles: int, n_tasks: int) -> float:
+        return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
 
     @classmethod
-    def fit(cls, workers: int, points) -> "HostCost":
+    def fit(cls, workers: int, points, overheads=()) -> "HostCost":
         p = np.asarray(points, dtype=np.float64)
-        x = np.stack([np.ones(len(p)), p[:, 0], p[:, 1], p[:, 2]], axis=1)
+        x = np.stack([np.ones(len(p)), p[:, 0], p[:, 1]], axis=1)
         w = 1.0 / (p[:, 2] + p[:, 3])  # relative error of the step time: small and large steps weigh alike
         scale = x.max(axis=0)
         scale[scale == 0] = 1.0
         c, _ = nnls((x / scale) * w[:, None], p[:, 3] * w)
         c = c / scale
-        return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist(), float(c[3]))
+        o = np.asarray(overheads, dtype=np.float64).reshape(-1, 2)
+        overhead = float(np.average(o[:, 1], weights=o[:, 0])) if len(o) and o[:, 0].sum() > 0 else None
+        return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist(), overhead, o.tolist())
 
 
 MAX_POINTS = 60  # points kept per fit: the probes and the most recent real steps
@@ -85,20 +88,23 @@ def host_cost_for(fits: dict, workers: int, sched: str):
 
 
 def learn_from_runs(fits: dict, runs) -> dict:
-    """Fits refined with measured steps: ``runs`` = [(workers, sched, tiles, tasks, makespan_s, measured_s)].
+    """Fits refined with measured steps.
 
-    A real step's time beyond its simulated makespan (with kernel models learned
-    from the same run) is what this model stands for: the host's work plus the
-    runtime's per-task costs and scheduling gaps the simulation leaves out. The
-    policies' own costs differ (dmda estimates every task's end on every
-    worker), so each scheduler gets its own fit, started from the probe points.
+    ``runs`` = [(workers, sched, tiles, tasks, traced makespan s, measured step s,
+    mean start delay s)]. The policies' own costs differ (dmda estimates every
+    task's end on every worker), so each scheduler gets its own fit, started
+    from the probe points; its cost per task is learned from its runs alone.
     """
     out = dict(fits)
     for w, sched in sorted({(r[0], r[1]) for r in runs}):
-        new = [[t, n, mk, max(s - mk, 1e-6)] for ww, ss, t, n, mk, s in runs if (ww, ss) == (w, sched)]
+        mine = [r for r in runs if (r[0], r[1]) == (w, sched)]
+        new = [[t, n, mk, max(s - mk, 1e-6)] for _, _, t, n, mk, s, _ in mine]
         key = fit_key(w, sched)
-        old = out[key].points if key in out else (out[w].points if w in out else [])
-        out[key] = HostCost.fit(w, (old + new)[-MAX_POINTS:])
+        old = out.get(key)
+        points = old.points if old is not None else (out[w].points if w in out else [])
+        overheads = old.overheads if old is not None else []
+        new_overheads = [[n, o] for _, _, _, n, _, _, o in mine]
+        out[key] = HostCost.fit(w, (points + new)[-MAX_POINTS:], (overheads + new_overheads)[-MAX_POINTS:])
     return out
 
 
@@ -152,24 +158,27 @@ def probe_graphs(probes=PROBES) -> list:
             for name, batch, seq, tile in probes]
 
 
-def measure_probes(machine, calibration, workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
-                   progress=None) -> list:
-    """[tiles, tasks, simulated makespan, median seconds less that makespan] of real runs of each probe step."""
-    from tilecast.simulator.simulate import simulate
+def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
+                   progress=None) -> tuple[list, list, list]:
+    """Host-cost points [tiles, tasks, traced makespan, median step less it], overhead points
+    [tasks, mean start delay] and the (graph, trace) of real runs of each probe step."""
+    from tilecast.loop.runtime_overhead import task_overhead
 
-    m = machine.with_workers(workers)
-    points = []
-    for graph, wall in measure_walls(workers, probes, repeats, sched, progress):
-        makespan = simulate(graph, m, sched, calibration=calibration).makespan
+    points, overheads, traced = [], [], []
+    for graph, wall, trace in measure_walls(workers, probes, repeats, sched, progress):
+        makespan = float(trace["end_s"].max())
         points.append([graph.n_tiles, graph.n_tasks, makespan, max(wall - makespan, 1e-6)])
-    return points
+        overheads.append([graph.n_tasks, task_overhead(graph, trace)])
+        traced.append((graph, trace))
+    return points, overheads, traced
 
 
 def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
-    """[(graph, median seconds)] of training steps of each probe, timed as ``tilecast run`` times them.
+    """[(graph, median seconds, trace)] of training steps of each probe, timed as ``tilecast run`` times them.
 
     One warm-up step, then ``repeats`` timed steps without building a trace
-    (as every step of ``tilecast run`` but the last).
+    (as every step of ``tilecast run`` but the last), then one traced step
+    (not timed: building the trace is not part of a step).
     """
     from tilecast.executor.starpu_run import StarPUTraining
     from tilecast.executor.starpu_session import StarPUSession
@@ -178,41 +187,48 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     out = []
     with StarPUSession(sched, workers) as session:
         for cfg, batch, seq, graph in probe_graphs(probes):
-            data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 1, batch, seq + 1))
+            data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 2, batch, seq + 1))
             training = StarPUTraining(session, graph, TrainState(init_gpt2_params(cfg, 0)), data)
             times = []
             for _ in range(repeats + 1):
                 times.append(training.step(trace=False)[0])
                 if progress:
                     progress()
-            out.append((graph, float(np.median(times[1:]))))
+            trace = training.step(trace=True)[2]
+            out.append((graph, float(np.median(times[1:])), trace))
     return out
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True) -> dict:
     """Host cost fits for every worker count, measured (and stored) for those not stored yet.
 
-    The probe steps' kernel shapes are calibrated first if the stored calibration lacks them.
+    The probes' traces also teach the stored kernel calibration (their shapes
+    timed alone first, when missing): their in-runtime durations and each
+    kernel's runtime factor (:mod:`tilecast.perfmodel.from_trace`).
     """
     from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.perfmodel.from_trace import calibration_from_trace
 
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
     if not todo:
         return fits
-    calibration = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress)
+    cal = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo) * len(PROBES) * 16, desc="measuring the executor's per-step cost", unit="run",
+        bar = tqdm(total=len(todo) * len(PROBES) * 16, desc="measuring the executor's per-step cost", unit="step",
                    file=sys.stderr, leave=False)
     try:
         for w in todo:
-            fits[w] = HostCost.fit(w, measure_probes(machine, calibration, w,
-                                                     progress=(lambda: bar.update(1)) if bar else None))
+            points, overheads, traced = measure_probes(w, progress=(lambda: bar.update(1)) if bar else None)
+            fits[w] = HostCost.fit(w, points, overheads)
+            for graph, trace in traced:
+                cal = calibration_from_trace(graph, trace, machine, base=cal)
     finally:
         if bar is not None:
             bar.close()
+    cal.save()
     save_host_costs(machine, fits)
     return fits

@@ -92,7 +92,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None) -> Ca
             else:
                 for name, e in new.points.items():
                     for s, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
-                        cal.add(name, s, m, d)
+                        cal.add(name, s, m, d, new.timer)
     finally:
         if bar is not None:
             bar.close()

@@ -49,25 +49,28 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     """Simulate ``config`` on ``machine`` (all its workers; ``config.workers`` of them are used).
 
     ``host_costs``: fits of :mod:`tilecast.loop.host_cost` ({workers or
-    "workers:sched": HostCost}); without one for the worker count the
-    prediction is the makespan alone.
+    "workers:sched": HostCost}): the host's cost per step, added to the
+    makespan, and the runtime's measured cost per task, charged before every
+    simulated task; without one for the worker count the prediction is the
+    makespan alone, with the machine description's cost per task.
     ``durations``: the graph's per-task durations, if already computed (they do
     not depend on the scheduler or worker count).
     """
+    from tilecast.loop.host_cost import host_cost_for
     from tilecast.simulator.simulate import simulate
 
     graph = graph if graph is not None else config.build()
     m = machine.with_workers(config.workers)
+    host = host_cost_for(host_costs, config.workers, config.sched)
+    if host is not None and host.task_overhead_s is not None:
+        m = m.with_task_overhead(host.task_overhead_s)
     whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel
 
         durations = DurationModel(m, calibration).durations(graph)
     res = simulate(graph, m, config.sched, durations=durations)
-    from tilecast.loop.host_cost import host_cost_for
-
-    host = host_cost_for(host_costs, config.workers, config.sched)
-    host_s = host.seconds(graph.n_tiles, graph.n_tasks, res.makespan) if host is not None else 0.0
+    host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0
     sim_peak = res.summary["peak_memory_bytes"]
     if len(m.nodes) == 1:
         peak = {k: max(v, peak.get(k, 0)) for k, v in sim_peak.items()}  # the CPU executor allocates every tile

@@ -27,34 +27,70 @@ class CalibrationError(ValueError):
     """A calibration file that cannot be used."""
 
 
+TRACE = "trace"  # the source of points learned from the runtime's own traces
+IN_RUNTIME = (TRACE, "starpu-history")  # sources measured inside the runtime (not scaled by its factor)
+
+
 @dataclass
 class Calibration:
-    """Measured points: per kernel name, shapes (params + buffer bytes) and median seconds."""
+    """Measured points: per kernel name, shapes (params + buffer bytes), median seconds and where
+    each was measured (``source``: the timer's name, or ``trace`` for a real run's tasks).
+
+    A kernel runs slower inside the runtime than timed alone: its inputs were
+    just written by another task, maybe on another core, instead of staying hot
+    in this core's caches, and the codelet's call costs a little.
+    ``runtime_samples`` holds, per kernel, shapes that were both timed alone
+    and traced: ``[bytes, seconds alone, seconds in the runtime]``. Fitted,
+    they give :meth:`runtime_excess`, ``fixed + per_byte * min(bytes,
+    largest traced bytes)`` (not extrapolated past the largest shape seen,
+    where the isolated timing already streams from memory), which
+    :meth:`arrays` adds to the points timed alone.
+    """
 
     machine: str
     fingerprint: str
     kind: str
     timer: str
-    points: dict = field(default_factory=dict)  # kernel -> {"shapes": [[...]], "median_s": [...], "mad_s": [...]}
+    points: dict = field(default_factory=dict)  # kernel -> {"shapes", "median_s", "mad_s", "source"}: lists
+    runtime_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, alone s, in-runtime s], ...]
 
-    def add(self, kernel: str, shape, median_s: float, mad_s: float) -> None:
-        entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": []})
+    def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
+        entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
+        entry.setdefault("source", [self.timer] * len(entry["shapes"]))
         entry["shapes"].append([float(x) for x in shape])
         entry["median_s"].append(float(median_s))
         entry["mad_s"].append(float(mad_s))
+        entry["source"].append(source or self.timer)
 
-    def arrays(self, kernel: str) -> tuple[np.ndarray, np.ndarray]:
+    def sources(self, kernel: str) -> list:
+        e = self.points.get(kernel) or {}
+        return e.get("source") or [self.timer] * len(e.get("shapes", []))
+
+    def runtime_excess(self, kernel: str) -> list | None:
+        """[fixed s, s per byte, largest bytes] fitted on the kernel's runtime samples, or None."""
+        samples = self.runtime_samples.get(kernel)
+        return fit_runtime_excess(samples) if samples else None
+
+    def arrays(self, kernel: str, isolated: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Shapes and seconds of a kernel's points; points timed alone get the kernel's runtime excess
+        (unless ``isolated``)."""
         e = self.points.get(kernel)
         if not e:
             return np.zeros((0, 0)), np.zeros(0)
-        return np.asarray(e["shapes"], dtype=np.float64), np.asarray(e["median_s"], dtype=np.float64)
+        shapes = np.asarray(e["shapes"], dtype=np.float64)
+        t = np.asarray(e["median_s"], dtype=np.float64)
+        excess = self.runtime_excess(kernel)
+        if excess is not None and not isolated:
+            alone = ~np.isin(np.asarray(self.sources(kernel)), IN_RUNTIME)
+            t = np.where(alone, t + runtime_excess_s(kernel, shapes, excess), t)
+        return shapes, t
 
     # --- files ---------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"format": CALIBRATION_FORMAT, "machine": self.machine, "fingerprint": self.fingerprint,
                 "kind": self.kind, "timer": self.timer,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "points": self.points}
+                "points": self.points, "runtime_samples": self.runtime_samples}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -85,7 +121,40 @@ class Calibration:
                 raise CalibrationError(f"{path}: field points.{name}: shapes must have {width} numbers each")
             if any(not (t > 0 and np.isfinite(t)) for t in e["median_s"]):
                 raise CalibrationError(f"{path}: field points.{name}.median_s: must be positive seconds")
-        return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"])
+            if "source" in e and len(e["source"]) != len(e["shapes"]):
+                raise CalibrationError(f"{path}: field points.{name}.source: one per shape")
+        samples = doc.get("runtime_samples") or {}
+        for name, rows in samples.items():
+            if name not in known or not all(isinstance(r, list) and len(r) == 3 and all(
+                    isinstance(v, (int, float)) and v > 0 and np.isfinite(v) for v in r) for r in rows):
+                raise CalibrationError(f"{path}: field runtime_samples.{name}: a known kernel, rows of three "
+                                       "positive numbers")
+        return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
+                   {k: [list(r) for r in v] for k, v in samples.items()})
+
+
+def fit_runtime_excess(samples) -> list:
+    """[fixed s, s per byte, largest bytes] from [bytes, alone s, in-runtime s] rows: non-negative least
+    squares on the relative error of the in-runtime seconds."""
+    from scipy.optimize import nnls
+
+    a = np.asarray(samples, dtype=np.float64).reshape(-1, 3)
+    x = np.stack([np.ones(len(a)), a[:, 0]], axis=1)
+    scale = np.maximum(x.max(axis=0), 1e-300)
+    w = 1.0 / a[:, 2]
+    c, _ = nnls((x / scale) * w[:, None], (a[:, 2] - a[:, 1]) * w)
+    c = c / scale
+    return [float(c[0]), float(c[1]), float(a[:, 0].max())]
+
+
+def runtime_excess_s(kernel: str, shapes: np.ndarray, excess) -> np.ndarray:
+    """Extra seconds inside the runtime of shapes of ``kernel``: ``fixed + per_byte * min(bytes, largest)``."""
+    from tilecast.perfmodel.shapes import shape_bytes
+
+    k = get(kernel)
+    fixed, per_byte, largest = excess
+    nbytes = shape_bytes(k.id, np.atleast_2d(shapes)[:, len(k.params):])
+    return fixed + per_byte * np.minimum(nbytes, largest)
 
 
 def tilecast_home() -> str:

@@ -3,7 +3,10 @@
 A real trace gives one duration per executed task; grouped by task shape
 (:mod:`tilecast.perfmodel.shapes`) they become calibration points (median and
 median absolute deviation per shape), so a run on the real runtime refines the
-models used by the next simulation.
+models used by the next simulation. Where the base calibration had timed the
+same shapes alone, both times become runtime samples, from which the
+kernel's runtime excess is fitted for its shapes only timed alone
+(:class:`~tilecast.perfmodel.calibration.Calibration`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from tilecast.kernels import all_kernels
-from tilecast.perfmodel.calibration import Calibration
-from tilecast.perfmodel.shapes import graph_shapes
+from tilecast.perfmodel.calibration import IN_RUNTIME, TRACE, Calibration
+from tilecast.perfmodel.shapes import graph_shapes, shape_bytes
 
 
 def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None = None,
@@ -30,8 +33,15 @@ def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None
         raise ValueError(f"the trace names task {int(tasks['task'].max())}, the graph has {graph.n_tasks}")
     seconds = np.full(graph.n_tasks, np.nan)
     seconds[tasks["task"].to_numpy()] = (tasks["end_s"] - tasks["start_s"]).to_numpy()
-    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], "trace")
+    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], TRACE)
     learned = set()
+    isolated = {}
+    if base is not None:
+        for name, e in base.points.items():
+            for shape, m, src in zip(e["shapes"], e["median_s"], base.sources(name)):
+                if src not in IN_RUNTIME:
+                    isolated[(name, tuple(shape))] = m
+    new_samples: dict = {}
     for ks in graph_shapes(graph):
         name = all_kernels()[ks.kernel].name
         t = seconds[ks.tasks]
@@ -42,11 +52,18 @@ def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None
         med = df.groupby("shape")["t"].median()
         mad = df.assign(dev=(df["t"] - df["shape"].map(med)).abs()).groupby("shape")["dev"].median()
         for row, m, d in zip(med.index.to_numpy(), med.to_numpy(), mad.to_numpy()):
-            cal.add(name, ks.shapes[row], m, d)
-            learned.add((name, tuple(ks.shapes[row].tolist())))
+            cal.add(name, ks.shapes[row], m, d, TRACE)
+            key = (name, tuple(ks.shapes[row].tolist()))
+            learned.add(key)
+            if key in isolated:
+                nbytes = float(shape_bytes(ks.kernel, ks.shapes[row:row + 1, ks.n_params:])[0])
+                new_samples.setdefault(name, []).append([nbytes, isolated[key], float(m)])
     if base is not None:
+        cal.runtime_samples = {k: [list(r) for r in v] for k, v in base.runtime_samples.items()}
         for name, e in base.points.items():
-            for shape, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
+            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name)):
                 if (name, tuple(shape)) not in learned:
-                    cal.add(name, shape, m, d)
+                    cal.add(name, shape, m, d, src)
+    for name, rows in new_samples.items():
+        cal.runtime_samples.setdefault(name, []).extend(rows)
     return cal

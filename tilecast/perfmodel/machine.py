@@ -151,6 +151,13 @@ class Machine:
         return Machine(self.name, self.description, self.nodes, self.workers[:n], self.kinds, self.links,
                        self.switches, self.task_overhead, self.source_text, dict(self.meta))
 
+    def with_task_overhead(self, seconds: float) -> "Machine":
+        """The same machine with another per-task runtime cost (e.g. one measured on StarPU traces)."""
+        if not seconds >= 0:
+            raise MachineError(f"{self.name}: the per-task overhead must be at least 0 s, got {seconds}")
+        return Machine(self.name, self.description, self.nodes, self.workers, self.kinds, self.links,
+                       self.switches, float(seconds), self.source_text, dict(self.meta))
+
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""
         if src == dst:

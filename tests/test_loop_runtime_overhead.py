@@ -1,0 +1,45 @@
+"""The runtime's cost per task, read back from traces whose cost per task is known."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_graphs import gemm_chain_graph, random_graph
+from sim_machines import cpu_machine
+from tilecast.loop.runtime_overhead import start_delays, task_overhead
+from tilecast.simulator.simulate import simulate
+
+
+@pytest.mark.parametrize("sched", ["eager", "dmda", "lws"])
+def test_the_overhead_a_simulation_charged_is_read_back_from_its_trace(sched):
+    rng = np.random.default_rng(3)
+    g = random_graph(rng, 300, 20)
+    m = cpu_machine(n_workers=3, overhead_us=7.0)
+    durations = rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))
+    trace = simulate(g, m, sched, durations=durations).trace()
+    d = start_delays(g, trace)
+    assert len(d) == g.n_tasks - 3  # each worker's first task left out
+    assert d == pytest.approx(np.full(len(d), 7e-6), abs=1e-12)
+    assert task_overhead(g, trace) == pytest.approx(7e-6, abs=1e-12)
+
+
+def test_waits_beyond_the_inputs_and_the_worker_count_and_the_largest_are_trimmed():
+    g = gemm_chain_graph(n_layers=2, tiles=2)  # 16 tasks; layer 1's tasks read layer 0's outputs
+    m = cpu_machine(n_workers=2, overhead_us=0.0)
+    trace = simulate(g, m, "eager", durations=np.full((1, g.n_tasks), 1e-4)).trace()
+    tasks = trace[trace["task"] >= 0].copy()
+    assert start_delays(g, tasks) == pytest.approx(np.zeros(g.n_tasks - 2), abs=1e-12)
+    # one task starts 50 us late: its delay is exactly that, and the mean drops it as the largest 2%
+    late = tasks.sort_values("start_s").iloc[-1]["task"]
+    tasks.loc[tasks["task"] == late, ["start_s", "end_s"]] += 5e-5
+    d = start_delays(g, tasks)
+    assert d.max() == pytest.approx(5e-5) and np.sum(d > 1e-9) == 1
+    assert task_overhead(g, tasks, trim=0.0) == pytest.approx(5e-5 / len(d))
+    assert task_overhead(g, tasks) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_trace_without_tasks_is_refused():
+    g = gemm_chain_graph(n_layers=1, tiles=1)
+    empty = pd.DataFrame({"task": [-1], "worker": [0], "start_s": [0.0], "end_s": [1.0]})
+    with pytest.raises(ValueError, match="no task rows"):
+        task_overhead(g, empty)
