@@ -9,21 +9,31 @@ holds even on a loaded machine; CPU-time rates are printed too. The simulation t
 timed apart.
 Target: >= 150,000 simulated tasks/s with dmda and transfers.
 
-Measured on the 2-core AMD EPYC development machine, shared with other jobs
-(load average 1-4): 317,193 tasks, 422,866 transfers; simulation about
-98,000 tasks/s wall (93,000-100,000 per CPU second), replay about 1,200,000
-per CPU second, ratio 0.084: the target is not met. The simulator before the
-speed work (fused dm/dmda/dmdas loop, flat replica and transfer records, cheaper
-setup and summary, no cyclic garbage collection during a simulation) gave
-81,000-83,000 tasks/s in this benchmark under the same conditions; side by side
-on the same inputs, with identical results: 3.9-4.0 s -> 3.1-3.3 s CPU for the
-whole simulate() call (1.2-1.25x).
-What limits it: the model's own work, about 130 interpreted lines per task at
-60-70 ns each on these cores: dmda's penalty over the task's ~2.9 reads and its
-choice among 8 workers, the prefetch with its ~1.33 transfers, the LRU touch of
-~3 replicas per task, and one simpy event; setup and summary (numpy, plus the
-critical path in Python) take 0.35 s more. The target needs <= 6.7 us per task
-in all, i.e. a compiled inner loop or a coarser model.
+The fused dm/dmda/dmdas loop runs compiled by Cython where it can be built
+(tilecast/simulator/compiled.py; the line "fused loop" says which ran), and one
+run of the interpreted loop is printed beside it (--no-interpreted skips it);
+the benchmark fails if the two disagree.
+
+Measured on the 2-core AMD EPYC development machine, shared with other jobs,
+317,193 tasks, 422,866 transfers, Python 3.11.7, Cython 3.3.1, gcc -O2:
+- load average about 2 (another job on the cores): compiled loop 1.94 s =
+  163,000 tasks/s wall (149,000 per CPU second), interpreted loop 3.28 s =
+  97,000 tasks/s, replay 1,190,000 tasks/s, ratio 0.137: the target is met;
+- load average 2.4-2.5 (the cores contended): compiled 100,900 tasks/s wall
+  (137,000 per CPU second), interpreted 57,000 (85,000 per CPU second):
+  on a busy machine only the per-CPU-second figures compare.
+Compiled vs interpreted on the same inputs, quiet cores: simulate() 2.0-2.1 s
+vs 3.3 s (1.6x; the run loop 1.6-1.7 s vs 2.9 s). Before the speed work
+(fused loop, flat records, no cyclic GC during a simulation) the simulator gave
+81,000-83,000 tasks/s here.
+What limits it now: simpy (about 0.7 us per task end: a Timeout and a step,
+interpreted), the Python objects the model shares with Memory and Links (LRU
+dicts of replicas on each node, float and int lists, the transfer log: about
+15 dict operations a task), the calls between the loop's closures, and
+setup and summary (0.4 s: numpy conversions and the critical path in Python).
+Next steps if needed: the critical path of the summary compiled too, and
+C-level state (cdef classes) in place of the closures, which the interpreted
+fallback could not share.
 Run: python3 benchmarks/simulator_speed.py [--model gpt2-xl --batch 8 --seq 1024 --tile 256
      --machine h100-sxm5-80gb-8 --sched dmda]
 """
@@ -48,6 +58,7 @@ from tilecast.graph.gpt2 import build_gpt2_step  # noqa: E402
 from tilecast.graph.model_config import load_model  # noqa: E402
 from tilecast.perfmodel import load_machine  # noqa: E402
 from tilecast.perfmodel.kernel_model import DurationModel  # noqa: E402
+from tilecast.simulator import compiled  # noqa: E402
 from tilecast.simulator import simulate as sim  # noqa: E402
 from tilecast.simulator.dag import successors  # noqa: E402
 
@@ -98,6 +109,8 @@ def main() -> None:
     ap.add_argument("--sched", default="dmda")
     ap.add_argument("--repeats", type=int, default=2,
                     help="runs of each; the fastest counts (the cores may be shared) (default: 2)")
+    ap.add_argument("--no-interpreted", action="store_true",
+                    help="skip the one run of the interpreted loop printed for comparison")
     args = ap.parse_args()
     cfg, tiling = load_model(args.model), Tiling.parse(args.tile)
     machine = load_machine(args.machine)
@@ -108,6 +121,7 @@ def main() -> None:
     model_s = time.perf_counter() - t0
 
     fixed = durations.min(axis=0) + machine.task_overhead
+    loop_compiled = bool(compiled.fused_loop_module().COMPILED)  # builds it on first use, before timing
     sim_s = replay_s = sim_cpu = replay_cpu = float("inf")
     for _ in range(max(1, args.repeats)):  # interleaved, so both see the same load
         t0, c0 = time.perf_counter(), time.process_time()
@@ -116,6 +130,19 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         replay_makespan = heapq_replay(fixed, pred_ptr, pred, len(machine.workers))
         replay_s, replay_cpu = min(replay_s, time.perf_counter() - t0), min(replay_cpu, time.process_time() - c0)
+
+    interp_s = interp_cpu = None
+    if loop_compiled and not args.no_interpreted:  # one run of the interpreted loop, for comparison
+        os.environ[compiled.ENV] = "0"
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            interp = sim.simulate(g, machine, args.sched, durations=durations, transfers=True)
+            interp_s, interp_cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            del os.environ[compiled.ENV]
+        if not (np.array_equal(interp.start, res.start) and np.array_equal(interp.end, res.end)
+                and np.array_equal(interp.worker, res.worker)):
+            raise SystemExit("the compiled and interpreted loops disagree")
 
     n = g.n_tasks
     s = res.summary
@@ -129,6 +156,8 @@ def main() -> None:
         "sim_tasks_per_s": n / sim_s, "replay_tasks_per_s": n / replay_s, "ratio": (n / sim_s) / (n / replay_s),
         "makespan_s": s["makespan_s"], "replay_makespan_s": replay_makespan,
         "critical_path_s": s["critical_path_s"], "target_tasks_per_s": TARGET_TASKS_PER_S,
+        "compiled_loop": loop_compiled, "interpreted_sim_s": interp_s, "interpreted_sim_cpu_s": interp_cpu,
+        "interpreted_sim_tasks_per_s": n / interp_s if interp_s else None,
         "target_met": bool(n / sim_s >= TARGET_TASKS_PER_S), "cpus": os.cpu_count(), "blas": blas_info(),
     }
     print(f"{cfg.name}, batch {args.batch} x {args.seq}, tiling {tiling}, {machine.name}, {args.sched}")
@@ -137,6 +166,9 @@ def main() -> None:
         ("transfers", f"{s['transfers']:,} ({s['bytes_moved'] / 1e9:.1f} GB)"),
         ("duration model", f"{model_s:.2f} s"),
         ("simulation (dmda + transfers)", f"{sim_s:.2f} s = {n / sim_s:,.0f} tasks/s (target >= {TARGET_TASKS_PER_S:,})"),
+        ("fused loop", "compiled (Cython)" if loop_compiled else "interpreted (no compiled build)"),
+        *([("interpreted loop, one run", f"{interp_s:.2f} s = {n / interp_s:,.0f} tasks/s "
+                                         f"({n / interp_cpu:,.0f} per CPU second)")] if interp_s else []),
         ("bare heapq replay", f"{replay_s:.2f} s = {n / replay_s:,.0f} tasks/s"),
         ("ratio simulation / replay", f"{out['ratio']:.3f}"),
         ("per CPU second (shared cores)", f"simulation {n / sim_cpu:,.0f} tasks/s, replay {n / replay_cpu:,.0f} tasks/s"),

@@ -76,8 +76,9 @@ def test_fused_loop_equals_the_general_loop(case):
 def test_fused_loop_is_the_one_that_runs(sched, monkeypatch):
     """Guard against the fast path silently falling back to the general loop."""
     calls = []
-    import tilecast.simulator.fused_deque_model as fused
+    from tilecast.simulator.compiled import fused_loop_module
 
+    fused = fused_loop_module()  # compiled where it can be built, else the interpreted module
     real = fused.run_deque_model
     monkeypatch.setattr(fused, "run_deque_model", lambda eng: calls.append(1) or real(eng))
     g = random_graph(np.random.default_rng(0), 30, 6, TILE)

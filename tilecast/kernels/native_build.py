@@ -1,12 +1,14 @@
-"""Build a cffi API-mode extension once, cache it, and load it.
+"""Build a native extension once, cache it, and load it.
 
 Extensions are compiled into ``$TILECAST_HOME/native/<name>-<key>/`` (default
 home: ``~/.cache/tilecast``), where the key hashes everything that affects the
-binary: sources, declarations, flags, Python and cffi versions, and the CPU
-(the code is built with ``-march=native``). A file lock keeps two processes
-from building the same extension at once; a finished build is moved into place
-atomically, so a half-built directory is never loaded. Compiler output goes to
-a ``build.log`` beside the build, never to standard output.
+binary: for the cffi kernels, sources, declarations, flags, Python and cffi
+versions, and the CPU (the code is built with ``-march=native``). A file lock
+keeps two processes from building the same extension at once; a finished build
+is moved into place atomically, so a half-built directory is never loaded.
+Compiler output goes to a ``build.log`` beside the build, never to standard
+output. :func:`cached_extension` is that cache for any builder (the simulator's
+Cython loop uses it too); :func:`build_extension` is the cffi builder.
 """
 
 from __future__ import annotations
@@ -97,6 +99,24 @@ def build_extension(name: str, cdef: str, source: str, *, sources=(), include_di
                + [Path(s).read_bytes() for s in sources]
                + [Path(d, h).read_bytes() for d in include_dirs if Path(d).is_dir()
                   for h in sorted(os.listdir(d)) if h.endswith(".h")])
+
+    def compile_into(tmp: Path) -> None:
+        ffi = cffi.FFI()
+        ffi.cdef(cdef)
+        ffi.set_source(name, source, sources=sources, **flags)
+        ffi.compile(tmpdir=str(tmp), verbose=True)
+
+    module = cached_extension(name, key, compile_into, hint)
+    _LOADED[name] = module
+    return module
+
+
+def cached_extension(name: str, key: str, compile_into, hint: str = ""):
+    """Load extension module ``name`` built under ``key``, first building it with ``compile_into(tmpdir)``.
+
+    ``compile_into`` leaves ``<name>*.so`` in the directory it is given (its
+    output goes to the build log); a failure raises :class:`NativeUnavailable`.
+    """
     root = tilecast_home() / "native"
     target = root / f"{name}-{key}"
     root.mkdir(parents=True, exist_ok=True)
@@ -104,28 +124,27 @@ def build_extension(name: str, cdef: str, source: str, *, sources=(), include_di
         with open(root / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not _built(target, name):
-                _compile(cffi, name, cdef, source, sources, flags, root, target, hint)
-    module = _load(target, name)
-    _LOADED[name] = module
-    return module
+                _compile(name, compile_into, root, target, hint)
+    return _load(target, name)
 
 
 def _built(target: Path, name: str) -> bool:
     return (target / "ok").exists() and any(target.glob(f"{name}*.so"))
 
 
-def _compile(cffi, name, cdef, source, sources, flags, root: Path, target: Path, hint: str) -> None:
+def _compile(name, compile_into, root: Path, target: Path, hint: str) -> None:
     if not (shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")):
         raise NativeUnavailable(f"building {name}: no C compiler found (install: apt-get install build-essential)")
     tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
     log = tmp / "build.log"
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
-    ffi.set_source(name, source, sources=sources, **flags)
     try:
         with _redirect_fds(log):
-            ffi.compile(tmpdir=str(tmp), verbose=True)
-    except Exception:
+            compile_into(tmp)
+        if not any(tmp.glob(f"{name}*.so")):
+            raise RuntimeError(f"error: the build left no {name}*.so")
+    except Exception as e:
+        with open(log, "a") as f:
+            f.write(f"\n{type(e).__name__}: {e}\n")
         failed = root / f"{name}-failed.log"
         shutil.copy(log, failed)
         shutil.rmtree(tmp, ignore_errors=True)

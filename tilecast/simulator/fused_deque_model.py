@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False, initializedcheck=False
 """The run loop of the deque-model policies (dm, dmda, dmdas), fused with data replicas and links.
 
 It simulates exactly what :class:`~tilecast.simulator.engine.Engine` does with a
@@ -17,14 +18,41 @@ lookup is most of the simulation time. Differences in form only:
 - the engine's idle set and done count are set once at the end.
 
 The clock is still simpy's: one timeout event per task end, as in the engine.
+
+The module is also valid Cython in pure-Python mode: :mod:`tilecast.simulator.compiled`
+compiles it on first use (about 1.6x faster), and it runs interpreted where
+Cython or a compiler is missing. The ``cython`` annotations type the hot
+scalars and containers; they are never evaluated when the module runs
+interpreted (``from __future__ import annotations``). Compiled, the CSR lists
+are read as C arrays, and indices are not checked (the directives on the first
+line): every index is a task, tile, worker, node or link id the model made
+itself, and the interpreted module, which the tests run too, would raise on a
+wrong one. Only the choice of a worker in ``push`` has two forms, a C loop
+when compiled and list comprehensions when interpreted, both equal to the
+policy's scan.
 """
 
 from __future__ import annotations
 
+from array import array
 from heapq import heappop, heappush
 from operator import add
 
 from tilecast.simulator.engine import SimulationError
+
+try:
+    import cython
+except ImportError:  # interpreted without Cython installed: only this flag is read at run time
+    class cython:  # noqa: N801
+        compiled = False
+
+
+COMPILED: bool = cython.compiled  # True in the Cython-built module
+
+
+def _flat(values: list):
+    """A list of ints as the loop reads it: a C array of int64 when compiled, the list itself when interpreted."""
+    return array("q", values) if cython.compiled else values
 
 
 def run_deque_model(eng) -> None:
@@ -33,34 +61,62 @@ def run_deque_model(eng) -> None:
     mem = eng.memory
     env = eng.env
     timeout = env.timeout
-    overhead = eng.overhead
-    n_workers = eng.n_workers
-    wnode = eng.worker_node
-    rows = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
-    row0 = rows[0]
-    one_kind = all(r is row0 for r in rows)
-    busy, start, end, where = eng.busy, eng.start, eng.end, eng.where
-    missing, succ, succ_ptr = eng.missing, eng.succ, eng.succ_ptr
-    exp_end, exp_len, assigned = pol.exp_end, pol.exp_len, pol.assigned_len
-    queues = pol.queues
-    sorted_queues = pol.sorted_queues
+    overhead: cython.double = eng.overhead
+    n_workers: cython.Py_ssize_t = eng.n_workers
+    wnode: list = eng.worker_node
+    rows: list = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
+    row0: list = rows[0]
+    one_kind: cython.bint = all(r is row0 for r in rows)
+    busy: list = eng.busy
+    start: cython.double[:] = eng.start  # array.array: typed views when compiled
+    end: cython.double[:] = eng.end
+    where: cython.longlong[:] = eng.where
+    missing: list = eng.missing
+    succ: cython.longlong[:] = _flat(eng.succ)
+    succ_ptr: cython.longlong[:] = _flat(eng.succ_ptr)
+    exp_end: list = pol.exp_end
+    exp_len: list = pol.exp_len
+    assigned: list = pol.assigned_len
+    queues: list = pol.queues
+    sorted_queues: cython.bint = pol.sorted_queues
     neg = pol.neg if pol.neg else None
-    inf = float("inf")
+    inf: cython.double = float("inf")
+    has_mem: cython.bint = mem is not None
+    pwc: cython.double[:] = None  # compiled push: the summed data penalty per worker
+    if cython.compiled:
+        pwc = array("d", [0.0] * n_workers)
 
-    if mem is not None:
+    # with data: Memory's and Links' own lists and dicts, shared (Memory._make_room updates them too)
+    links = log = None
+    valid: list = None
+    size: list = None
+    avail: list = None
+    used: list = None
+    peak: list = None
+    capacity: list = None
+    acc_ptr: cython.longlong[:] = None  # CSR lists: flat C arrays when compiled, else Memory's lists
+    acc_code: cython.longlong[:] = None
+    read_ptr: cython.longlong[:] = None
+    read_tile: cython.longlong[:] = None
+    free_at: list = None
+    skey: list = None
+    src_cache: list = None
+    node_workers: list = None
+    cur: list = None
+    n_nodes: cython.Py_ssize_t = 0
+    if has_mem:
         links = mem.links
         valid, size, avail, used, peak, capacity = mem.valid, mem.size, mem.avail, mem.used, mem.peak, mem.capacity
-        acc_ptr, acc_code = mem.acc_ptr, mem.acc_code
-        read_ptr, read_tile = mem.read_ptr, mem.read_tile
+        acc_ptr, acc_code, read_ptr, read_tile = _flat(mem.acc_ptr), _flat(mem.acc_code), _flat(mem.read_ptr), _flat(mem.read_tile)
         free_at = links.free_at
         log = links.flat_log.extend
         n_nodes = mem.n_nodes
         skey = [b << n_nodes for b in size]  # per tile, its size in the keys of the caches below
         # per destination node, (replica set, size) -> a copy plan (see copy_plan)
-        src_cache: list[dict] = [dict() for _ in range(n_nodes)]
+        src_cache = [dict() for _ in range(n_nodes)]
         node_workers = [[w for w in range(n_workers) if wnode[w] == nd] for nd in range(n_nodes)]
         cur = [-1] * n_workers  # the task each busy worker runs
-    data_aware = pol.data_aware and mem is not None
+    data_aware: cython.bint = pol.data_aware and has_mem
 
     def copy_plan(v: int, nd: int, sz: int, key: int):
         """Where a copy of ``sz`` bytes held on nodes ``v`` to ``nd`` comes from, and its route and costs:
@@ -71,19 +127,19 @@ def run_deque_model(eng) -> None:
         # routes of one or two links (every shipped machine's) are unrolled: first and last link
         # (the same one twice for a single link: taking the max and reserving are idempotent)
         short = 1 <= len(route) <= 2
-        plan = (src, route[0] if short else -1, route[-1] if short else -1, None if short else route,
+        plan = (src, route[0] if short else -1, route[len(route) - 1] if short else -1, None if short else route,
                 links.latency[src][nd], sz * links.inv_bw[src][nd], route)
         src_cache[nd][key] = plan
         return plan
 
-    def make_room(nd: int, sz: int, now: float, acquiring: int) -> None:
+    def make_room(nd: cython.Py_ssize_t, sz: cython.longlong, now: cython.double,
+                  acquiring: cython.Py_ssize_t) -> None:
         """Memory._make_room, its running set rebuilt from the busy workers (and the task acquiring data)."""
         on_node = {cur[w] for w in node_workers[nd] if busy[w]}
         if acquiring >= 0:
             on_node.add(acquiring)
         mem.running[nd] = on_node
         mem._make_room(nd, sz, now)
-    data_aware = pol.data_aware and mem is not None
 
     # --- dmda's data penalty: per worker, uncontended time to fetch the task's missing inputs ---
     pen_cache: dict = {}
@@ -99,8 +155,18 @@ def run_deque_model(eng) -> None:
         return vec
 
     # --- data replicas and transfers (Memory._bring, Memory.prefetch, Links.transfer) ---
-    def bring(tile: int, nd: int, now: float, fetch: int, acquiring: int) -> float:
-        sz = size[tile]
+    def bring(tile: cython.Py_ssize_t, nd: cython.Py_ssize_t, now: cython.double, fetch: cython.longlong,
+              acquiring: cython.Py_ssize_t) -> cython.double:
+        sz: cython.longlong = size[tile]
+        v: cython.longlong
+        key: cython.longlong
+        u: cython.longlong
+        t0: cython.double
+        ready: cython.double
+        lat: cython.double
+        xfer: cython.double
+        src: cython.Py_ssize_t
+        i: cython.Py_ssize_t
         if used[nd] + sz > capacity[nd]:
             make_room(nd, sz, now, acquiring)
         v = valid[tile]
@@ -128,13 +194,29 @@ def run_deque_model(eng) -> None:
             peak[nd] = u
         return ready
 
-    def prefetch(task: int, nd: int, now: float) -> None:
+    def prefetch(task: cython.Py_ssize_t, nd: cython.Py_ssize_t, now: cython.double) -> None:
         """Memory.prefetch with _bring inlined (most transfers are issued here)."""
-        bit = 1 << nd
-        held = avail[nd]
-        plans = src_cache[nd]
-        cap = capacity[nd]
-        for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
+        j: cython.Py_ssize_t
+        bit: cython.longlong = 1 << nd
+        held: dict = avail[nd]
+        plans: dict = src_cache[nd]
+        cap: cython.double = capacity[nd]
+        tile: cython.Py_ssize_t
+        v: cython.longlong
+        sz: cython.longlong
+        key: cython.longlong
+        u: cython.longlong
+        src: cython.Py_ssize_t
+        first: cython.Py_ssize_t
+        last: cython.Py_ssize_t
+        i: cython.Py_ssize_t
+        t0: cython.double
+        f: cython.double
+        ready: cython.double
+        lat: cython.double
+        xfer: cython.double
+        for j in range(read_ptr[task], read_ptr[task + 1]):
+            tile = read_tile[j]
             v = valid[tile]
             if v & bit:
                 continue
@@ -180,22 +262,37 @@ def run_deque_model(eng) -> None:
                 peak[nd] = u
 
     # --- the engine: start a task, end a task, give a ready task to a worker ---
-    def begin(w: int, t: int) -> None:
-        now = env._now
-        b = now + overhead
-        if mem is not None:  # Memory.acquire
+    def begin(w: cython.Py_ssize_t, t: cython.Py_ssize_t) -> None:
+        now: cython.double = env._now
+        b: cython.double = now + overhead
+        e: cython.double
+        ready: cython.double
+        r: cython.double
+        nd: cython.Py_ssize_t
+        tile: cython.Py_ssize_t
+        d: cython.Py_ssize_t
+        c: cython.longlong
+        j: cython.Py_ssize_t
+        v: cython.longlong
+        low: cython.longlong
+        bit: cython.longlong
+        sz: cython.longlong
+        held: dict
+        if has_mem:  # Memory.acquire
             nd = wnode[w]
             cur[w] = t
             held = avail[nd]
             bit = 1 << nd
             ready = now
-            for c in acc_code[acc_ptr[t]:acc_ptr[t + 1]]:
+            for j in range(acc_ptr[t], acc_ptr[t + 1]):
+                c = acc_code[j]
                 tile = c >> 2
-                r = held.pop(tile, None)
-                if r is None:
+                got = held.pop(tile, None)
+                if got is None:
                     r = bring(tile, nd, now, c & 1, t)
                 else:
-                    held[tile] = r  # most recently used
+                    held[tile] = got  # most recently used
+                    r = got
                 if r > ready:
                     ready = r
                 if c & 2:
@@ -219,53 +316,92 @@ def run_deque_model(eng) -> None:
         where[t] = w
         timeout(e - now, t).callbacks.append(finish)
 
-    def push(task: int) -> None:
-        now = env._now
+    def push(task: cython.Py_ssize_t) -> None:
+        now: cython.double = env._now
+        d: cython.double
+        e: cython.double
+        x: cython.double
+        best: cython.double
+        p: cython.double
+        length: cython.double
+        arrival: cython.double
+        w: cython.Py_ssize_t
+        i: cython.Py_ssize_t
+        tile: cython.Py_ssize_t
+        v: cython.longlong
+        has_pw: cython.bint = False
+        j: cython.Py_ssize_t
         pw = None  # Memory.penalty, per worker: non-zero tile costs summed in read order
         if data_aware:
-            for tile in read_tile[read_ptr[task]:read_ptr[task + 1]]:
+            for j in range(read_ptr[task], read_ptr[task + 1]):
+                tile = read_tile[j]
                 v = valid[tile]
                 if v:
                     vec = pen_get(skey[tile] | v)
                     if vec is None:
                         vec = tile_penalty(v, size[tile])
                     if vec is not ZERO:
-                        pw = vec if pw is None else list(map(add, pw, vec))
-        if one_kind:
-            d = row0[task]
-            if pw is None:
-                f = [(e if e > now else now) + d for e in exp_end]
-            else:
-                f = [((e if e > now else now) + d) + p for e, p in zip(exp_end, pw)]
-        else:
-            if pw is None:
-                f = [(e if e > now else now) + r[task] for e, r in zip(exp_end, rows)]
-            else:
-                f = [((e if e > now else now) + r[task]) + p for e, r, p in zip(exp_end, rows, pw)]
-            d = None
-        best = min(f)
-        if best < inf:
-            w = f.index(best)  # the lowest worker id among equals, as the policy's scan
-        else:  # no finite choice, or a NaN first (min() would stop on it): the policy's own scan
+                        if cython.compiled:  # summed in place, in the same order
+                            if has_pw:
+                                for i in range(n_workers):
+                                    pwc[i] = pwc[i] + vec[i]
+                            else:
+                                for i in range(n_workers):
+                                    pwc[i] = vec[i]
+                        else:
+                            pw = vec if pw is None else list(map(add, pw, vec))
+                        has_pw = True
+        if cython.compiled:  # the policy's scan: the first worker of least expected end + penalty
             w, best = -1, inf
-            for i, x in enumerate(f):
+            d = row0[task] if one_kind else 0.0
+            for i in range(n_workers):
+                e = exp_end[i]
+                x = (e if e > now else now) + (d if one_kind else rows[i][task])
+                if has_pw:
+                    x = x + pwc[i]
                 if x < best:
                     w, best = i, x
             if w < 0:
                 raise RuntimeError(f"task {task}: no worker can run it")
-        if d is None:
             d = rows[w][task]
+            p = pwc[w] if has_pw else 0.0
+        else:  # the same choice through list comprehensions, faster interpreted
+            d = -1.0
+            if one_kind:
+                d = row0[task]
+                if pw is None:
+                    f = [(e if e > now else now) + d for e in exp_end]
+                else:
+                    f = [((e if e > now else now) + d) + p for e, p in zip(exp_end, pw)]
+            else:
+                if pw is None:
+                    f = [(e if e > now else now) + r[task] for e, r in zip(exp_end, rows)]
+                else:
+                    f = [((e if e > now else now) + r[task]) + p for e, r, p in zip(exp_end, rows, pw)]
+            best = min(f)
+            if best < inf:
+                w = f.index(best)  # the lowest worker id among equals, as the policy's scan
+            else:  # no finite choice, or a NaN first (min() would stop on it): the policy's own scan
+                w, best = -1, inf
+                for i, x in enumerate(f):
+                    if x < best:
+                        w, best = i, x
+                if w < 0:
+                    raise RuntimeError(f"task {task}: no worker can run it")
+            if not one_kind:
+                d = rows[w][task]
+            p = pw[w] if pw is not None else 0.0
         e = exp_end[w]
         if e < now:
             e = now
-        arrival = now + (pw[w] if pw is not None else 0.0)  # the worker cannot start before the data arrives
+        arrival = now + p  # the worker cannot start before the data arrives
         length = d + overhead + (arrival - e if arrival > e else 0.0)
         exp_end[w] = e + length
         exp_len[w] += length
         assigned[task] = length
         q = queues[w]
         if q or busy[w]:
-            if mem is not None:
+            if has_mem:
                 prefetch(task, wnode[w], now)
             if sorted_queues:
                 heappush(q, (neg[task] if neg else 0.0, task))
@@ -277,15 +413,20 @@ def run_deque_model(eng) -> None:
             begin(w, task)
 
     def finish(ev) -> None:
-        t = ev._value
-        w = where[t]
+        t: cython.Py_ssize_t = ev._value
+        w: cython.Py_ssize_t = where[t]
+        s: cython.Py_ssize_t
+        m: cython.Py_ssize_t
+        left: cython.double
+        j: cython.Py_ssize_t
         busy[w] = False
         left = exp_len[w] - assigned[t]
         if left < 1e-15:
             left = 0.0
         exp_len[w] = left
         exp_end[w] = env._now + left
-        for s in succ[succ_ptr[t]:succ_ptr[t + 1]]:
+        for j in range(succ_ptr[t], succ_ptr[t + 1]):
+            s = succ[j]
             m = missing[s] - 1
             missing[s] = m
             if not m:
@@ -298,7 +439,8 @@ def run_deque_model(eng) -> None:
     for t in [i for i, m in enumerate(missing) if m == 0]:
         push(t)
     env.run()
-    eng.n_done = eng.n_tasks - where.count(-1)
+    eng.n_done = eng.n_tasks - eng.where.count(-1)
     eng.idle = {w for w in range(n_workers) if not busy[w]}
-    if mem is not None:
+    if has_mem:
         mem.running = [set() for _ in range(n_nodes)]
+

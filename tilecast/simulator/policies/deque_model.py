@@ -80,12 +80,12 @@ class DequeModel(Policy):
             eng.wake(w)
 
     def fused_run(self) -> bool:
-        from tilecast.simulator.fused_deque_model import run_deque_model
+        from tilecast.simulator.compiled import fused_loop_module
         from tilecast.simulator.memory import Memory
 
         if self.engine.memory is not None and type(self.engine.memory) is not Memory:
             return False
-        run_deque_model(self.engine)
+        fused_loop_module().run_deque_model(self.engine)
         return True
 
     def pop(self, worker: int) -> int:
