@@ -46,7 +46,8 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
-def _key(parts: list) -> str:
+def build_key(parts: list) -> str:
+    """A short hash of everything that makes a build what it is (its cache directory's suffix)."""
     h = hashlib.sha256()
     for part in parts:
         h.update(repr(part).encode() if not isinstance(part, bytes) else part)
@@ -95,7 +96,7 @@ def build_extension(name: str, cdef: str, source: str, *, sources=(), include_di
     sources = [str(Path(s).resolve()) for s in sources]
     flags = dict(include_dirs=list(include_dirs), libraries=list(libraries), library_dirs=list(library_dirs),
                  extra_compile_args=list(extra_compile_args), extra_link_args=list(extra_link_args))
-    key = _key([name, cdef, source, flags, sys.version, cffi.__version__, _cpu_id()]
+    key = build_key([name, cdef, source, flags, sys.version, cffi.__version__, _cpu_id()]
                + [Path(s).read_bytes() for s in sources]
                + [Path(d, h).read_bytes() for d in include_dirs if Path(d).is_dir()
                   for h in sorted(os.listdir(d)) if h.endswith(".h")])

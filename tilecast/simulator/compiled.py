@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from tilecast.kernels.native_build import NativeUnavailable, _key, cached_extension
+from tilecast.kernels.native_build import NativeUnavailable, build_key, cached_extension
 from tilecast.simulator import fused_deque_model as interpreted
 
 NAME = "fused_deque_model"
@@ -51,7 +51,7 @@ def _build():
         raise NativeUnavailable("the Cython package is missing (install: pip install cython)") from None
     source = Path(interpreted.__file__).with_suffix(".py")
     text = source.read_bytes()
-    key = _key([NAME, text, FLAGS, sys.version, Cython.__version__])
+    key = build_key([NAME, text, FLAGS, sys.version, Cython.__version__])
 
     def compile_into(tmp: Path) -> None:
         from Cython.Build import cythonize
