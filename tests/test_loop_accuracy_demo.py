@@ -37,10 +37,13 @@ def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
     assert doc["targets"] == TARGETS
     assert status == (0 if all(doc["targets_met"].values()) else 1)
     assert doc["conditions"]["load_average_before"] >= 0
+    c = doc["conditions"]  # the cores were loaded for the quick suite's settle time first
+    assert 2.0 <= c["settle_s"] < 10 and c["settle_steps"] >= 1 and c["settle_first_step_s"] > 0
 
 
 def test_accuracy_bad_input(capsys):
     assert main(["accuracy", "--steps", "0"]) == 2
+    assert main(["accuracy", "--settle", "-1"]) == 2
     assert "--steps" in capsys.readouterr().err
 
 

@@ -80,7 +80,7 @@ def test_host_cost_fit_recovers_a_linear_cost():
     assert h.per_tile_s == pytest.approx(2e-5, rel=1e-6)
     assert h.per_task_s == pytest.approx(7e-6, rel=1e-6)
     assert h.seconds(1000, 2000) == pytest.approx(0.004 + 0.02 + 0.014)
-    assert h.task_overhead_s == pytest.approx(3.5e-6)  # weighted by tasks
+    assert h.task_overhead_s == pytest.approx(3.5e-6)  # weighted by the task rate
     assert HostCost.fit(2, pts).task_overhead_s is None
 
 
@@ -96,12 +96,29 @@ def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_c
                                                    (2, "dmda", 50, 40, 1.0, 1.1, 8e-6)])
     assert host_cost.host_cost_for(fits, 2, "dmda") is fits["2:dmda"]
     assert host_cost.host_cost_for(fits, 2, "eager") is probes  # no runs of eager: the probe fit
-    assert len(fits["2:dmda"].points) == 3 + 2
-    # the scheduler's cost per task comes from its own runs only, weighted by their tasks
-    assert fits["2:dmda"].task_overhead_s == pytest.approx((700 * 5e-6 + 40 * 8e-6) / 740)
+    assert len(fits["2:dmda"].points) == 3 + 2 and fits["2:dmda"].probe_points == 3
+    # with enough runs of its own, a scheduler's fit leaves the (eager) probe points out
+    more = host_cost.learn_from_runs(fits, [(2, "dmda", 100 * i, 90 * i, 0.1 * i, 0.1 * i + 0.001, 5e-6)
+                                             for i in range(1, 3)])
+    assert more["2:dmda"].probe_points == 0 and len(more["2:dmda"].points) == 2 + 2
+    # the scheduler's cost per task comes from its own runs only, weighted by their tasks per second
+    rate = [700 / 0.55, 40 / 1.1]
+    assert fits["2:dmda"].task_overhead_s == pytest.approx((rate[0] * 5e-6 + rate[1] * 8e-6) / sum(rate))
     assert probes.task_overhead_s == pytest.approx(2e-6)
     host_cost.save_host_costs(machine, fits)
     back = host_cost.load_host_costs(machine)
     assert set(back) == {2, "2:dmda"} and back[2].per_task_s == pytest.approx(probes.per_task_s)
     monkeypatch.setattr(host_cost, "executor_fingerprint", lambda: "another executor")
     assert host_cost.load_host_costs(machine) == {}
+
+
+def test_sessions_of_short_configurations_are_interleaved():
+    from tilecast.loop.execute import rounds_for, session_order, steps_for
+    from tilecast.loop.measure import split_steps
+
+    assert split_steps(29, 5) == [6, 6, 6, 6, 5] and split_steps(2, 5) == [1, 1]
+    plans = [split_steps(steps_for(t, 5), rounds_for(t, steps_for(t, 5))) for t in (0.04, 3.0, 0.05)]
+    assert [len(p) for p in plans] == [5, 1, 5]  # short steps over several sessions, long ones in one
+    order = session_order(plans)
+    assert order[:4] == [(0, 0), (1, 0), (2, 0), (0, 1)] and order[-1] == (2, 4)
+    assert sorted(order) == [(i, k) for i, p in enumerate(plans) for k in range(len(p))]

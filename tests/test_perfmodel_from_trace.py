@@ -19,18 +19,19 @@ def _trace(graph, seconds):
                       bytes=0, flops=0.0, source="real", tag="")
 
 
-def test_medians_per_shape_become_measured_points():
+def test_means_per_shape_become_measured_points():
     g = gemm_chain_graph(n_layers=2, tiles=2, tile=32)  # two shapes: beta 0 (first write) and beta 1
     beta = g.params[g.param_ptr[:-1] + get("gemm").params.index("beta")]
     rng = np.random.default_rng(0)
     seconds = np.where(beta == 0, 2e-5, 5e-5) * rng.uniform(0.9, 1.1, g.n_tasks)
-    seconds[0] = 1.0  # one outlier does not move a median
+    seconds[0] = 1e-3  # an interrupted task counts: a makespan adds tasks up
     m = load_machine("local")
     cal = calibration_from_trace(g, _trace(g, seconds), m)
     assert cal.timer == "trace" and cal.fingerprint == m.fingerprint()
     med = dict(zip([s[6] for s in cal.points["gemm"]["shapes"]], cal.points["gemm"]["median_s"]))
-    assert med[0.0] == pytest.approx(np.median(seconds[beta == 0]))
-    assert med[1.0] == pytest.approx(np.median(seconds[beta == 1]))
+    assert med[0.0] == pytest.approx(np.mean(seconds[beta == 0]))
+    assert med[1.0] == pytest.approx(np.mean(seconds[beta == 1]))
+    assert max(med.values()) > 1e-3 / g.n_tasks
     d = DurationModel(m, cal).durations(g)
     np.testing.assert_allclose(d[0], np.where(beta == 0, med[0.0], med[1.0]))
 
@@ -76,3 +77,18 @@ def test_shapes_timed_alone_and_traced_give_the_runtime_excess_added_to_other_sh
     back = Calibration.load(cal.save(str(tmp_path / "c.json")), m.fingerprint())
     assert back.runtime_samples == cal.runtime_samples and back.sources("gemm") == cal.sources("gemm")
     np.testing.assert_allclose(back.arrays("gemm")[1], t)
+
+
+def test_several_traces_give_the_median_over_steps_of_each_steps_mean():
+    g = gemm_chain_graph(n_layers=2, tiles=2, tile=32)
+    beta = g.params[g.param_ptr[:-1] + get("gemm").params.index("beta")]
+    base = np.where(beta == 0, 2e-5, 5e-5)
+    steps = [base * 1.0, base * 1.1, base * 3.0]  # the third step ran in a slow spell
+    steps[0] = steps[0].copy()
+    steps[0][np.flatnonzero(beta == 1)[0]] *= 2  # one interrupted task in the first step
+    cal = calibration_from_trace(g, [_trace(g, s) for s in steps], load_machine("local"))
+    got = dict(zip([s[6] for s in cal.points["gemm"]["shapes"]], cal.points["gemm"]["median_s"]))
+    means = [[s[beta == b].mean() for s in steps] for b in (0, 1)]
+    assert got[0.0] == pytest.approx(np.median(means[0])) and got[0.0] == pytest.approx(2.2e-5)
+    assert got[1.0] == pytest.approx(np.median(means[1]))
+    assert got[1.0] > 5.5e-5  # the first step's mean, with its interrupted task, is the median of the three

@@ -23,7 +23,8 @@ from tilecast.kernels import get
 
 @dataclass
 class RunResult:
-    """Per-step wall times and losses, the graph's figures, the last step's trace, the check."""
+    """Per-step wall times, makespans (submission to the last task's end) and losses, the graph's
+    figures, the last step's trace, the check."""
 
     step_s: list[float]
     losses: list[float]
@@ -34,6 +35,8 @@ class RunResult:
     graph: object = None
     check: dict | None = None
     workers: list[str] = field(default_factory=list)
+    makespan_s: list[float] = field(default_factory=list)
+    traces: list = field(default_factory=list)  # the traced steps' traces (the last one is ``trace``)
 
     @property
     def median_step_s(self) -> float:
@@ -118,8 +121,12 @@ class StarPUTraining:
 
 
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
-              lr: float = 1e-3, check: bool = False, progress=None) -> RunResult:
-    """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task)."""
+              lr: float = 1e-3, check: bool = False, progress=None, trace_from: int | None = None) -> RunResult:
+    """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task).
+
+    The last step is traced (``trace``); with ``trace_from``, every step from that one on is, and
+    ``traces`` holds them all (building a trace is not part of a step's time).
+    """
     if steps < 1:
         raise ValueError(f"--steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers)  # validates before the graph is built
@@ -128,12 +135,16 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None
-    step_s, losses, trace, report = [], [], None, None
+    step_s, makespans, losses, trace, report, traces = [], [], [], None, None, []
+    first_traced = steps - 1 if trace_from is None else min(max(trace_from, 0), steps - 1)
     with session:
         training = StarPUTraining(session, graph, state, data)
         for t in range(steps):
-            dt, loss, trace = training.step(trace=(t == steps - 1))
+            dt, loss, trace = training.step(trace=(t >= first_traced))
+            if trace is not None:
+                traces.append(trace)
             step_s.append(dt)
+            makespans.append(session.last_makespan_s)
             losses.append(loss)
             if check and t == 0:
                 store = training.store
@@ -147,4 +158,4 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
         report = check_step(*got, (ref.loss, ref.grads, ref_state.params), adamw_expected(graph, start_params, got[1]))
     return RunResult(step_s=step_s, losses=losses, tokens_per_step=batch * seq,
                      flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph,
-                     check=report, workers=names)
+                     check=report, workers=names, makespan_s=makespans, traces=traces)

@@ -79,6 +79,7 @@ class StarPUSession:
         self.n_cpus = workers
         self._open = False
         self.tasks_done_at = 0.0  # perf_counter() when the last executed graph's tasks were all done
+        self.last_makespan_s = 0.0  # that graph's makespan (its tasks' traced times, untraced steps too)
 
     # --- lifetime ----------------------------------------------------------
     def start(self) -> "StarPUSession":

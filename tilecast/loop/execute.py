@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecast.loop.measure import measure
+from tilecast.loop.measure import measure_round, measurement_of, split_steps
 from tilecast.loop.predict import predict, relative_error
 
 
@@ -40,6 +40,7 @@ class Checked:
         out = {"rank": self.rank, **self.prediction.row(), "real_step_s": self.measurement.median_s,
                "real_steps_s": self.measurement.step_s, "warmup_steps": self.measurement.warmup,
                "real_rounds_s": self.measurement.rounds, "real_round_medians_s": self.measurement.round_medians_s,
+               "real_makespan_s": self.measurement.makespan_s, "real_host_s": self.measurement.host_s,
                "real_spread": self.measurement.spread, "error": self.error}
         if self.after is not None:
             out["pred_step_s_recalibrated"] = self.after.step_s
@@ -87,7 +88,7 @@ class Execution:
 MIN_TIMED_S = 1.0  # short steps are timed more often: at least this many predicted seconds of timed steps
 MAX_STEPS = 30
 SHORT_STEP_S = 0.25  # steps predicted shorter than this are measured over several StarPU sessions
-SHORT_ROUNDS = 3
+SHORT_ROUNDS = 5
 
 
 def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) -> int:
@@ -101,12 +102,25 @@ def rounds_for(predicted_s: float, steps: int) -> int:
     return min(SHORT_ROUNDS, steps) if predicted_s < SHORT_STEP_S else 1
 
 
+def session_order(plans: list) -> list:
+    """(configuration, session) pairs to run: every configuration's first session, then every second one, ...
+
+    ``plans`` holds, per configuration, its timed steps per session.
+    """
+    return [(i, k) for k in range(max((len(p) for p in plans), default=0))
+            for i, p in enumerate(plans) if k < len(p)]
+
+
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
             recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
     exactly ``steps``), short ones over :func:`rounds_for` StarPU sessions.
+    The sessions of different configurations are interleaved (the first of
+    each, then the second of each, ...), so that a slow spell of the machine
+    (other tenants of its cores) spreads over several configurations instead
+    of shifting one of them.
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
@@ -117,18 +131,26 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     out = Execution(calibration=calibration)
     load_before = os.getloadavg()[0]
     position = {id(p): i + 1 for i, p in enumerate(ranking)}
+    plans = []
+    for p in predictions:
+        n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
+        plans.append(split_steps(n, rounds_for(p.step_s, n)))
+    order = session_order(plans)
+    done: list = [[] for _ in predictions]
+    for j, (i, k) in enumerate(order):
+        cfg = predictions[i].config
+        if progress:
+            of = f", session {k + 1} of {len(plans[i])}" if len(plans[i]) > 1 else ""
+            print(f"executing {j + 1}/{len(order)}: {cfg.label()} ({warmup} warm-up + {plans[i][k]} steps{of})",
+                  file=sys.stderr)
+        done[i].append(measure_round(cfg, plans[i][k], warmup))
     for i, p in enumerate(predictions):
         cfg = p.config
-        n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
-        r = rounds_for(p.step_s, n)
-        if progress:
-            how = f"{warmup} warm-up + {n} steps" + (f" over {r} sessions" if r > 1 else "")
-            print(f"executing {i + 1}/{len(predictions)}: {cfg.label()} ({how})", file=sys.stderr)
-        m = measure(cfg, steps=n, warmup=warmup, rounds=r)
+        m = measurement_of(done[i], warmup)
         full = predict(cfg, machine, calibration, host_costs, graph=m.graph, keep_result=True)
         out.checked.append(Checked(full, m, position.get(id(p), 0)))
         if recalibrate:
-            out.calibration = calibration_from_trace(m.graph, m.trace, machine, base=out.calibration)
+            out.calibration = calibration_from_trace(m.graph, m.traces, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
     if recalibrate:
         from tilecast.loop.host_cost import learn_from_runs
@@ -137,8 +159,9 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         runs = []
         for c in out.checked:
             m, cfg = c.measurement, c.prediction.config
-            runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, float(m.trace["end_s"].max()),
-                         m.median_s, task_overhead(m.graph, m.trace)))
+            overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
+            runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, m.makespan_s,
+                         m.makespan_s + m.host_s, overhead))
         out.host_costs = learn_from_runs(host_costs or {}, runs)
         for c in out.checked:
             c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,

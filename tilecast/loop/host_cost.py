@@ -42,9 +42,13 @@ PROBE_SCHED = "eager"
 class HostCost:
     """``fixed + per_tile * tiles + per_task * tasks`` seconds per step, and the runtime's cost per task.
 
-    ``points`` are the fitted runs: [tiles, tasks, traced makespan s, measured
-    step s - traced makespan s]; ``overheads`` [tasks, mean start delay s] of
-    the same runs, whose task-weighted mean is ``task_overhead_s``.
+    ``points`` are the fitted runs: [tiles, tasks, makespan s, step s less its
+    makespan] (medians over the timed steps); ``overheads`` [tasks per second
+    of the step, mean start delay s] of the same runs, whose mean weighted by
+    the task rate is ``task_overhead_s``: the cost per task matters as much as
+    there are tasks in a second of the step, so runs of many short tasks
+    decide it (a worker idle for long sleeps, and on waking makes a long
+    task's start delay longer, which costs the step nothing in proportion).
     """
 
     workers: int
@@ -54,6 +58,7 @@ class HostCost:
     points: list
     task_overhead_s: float | None = None
     overheads: list = field(default_factory=list)
+    probe_points: int = 0  # how many of ``points`` (the first ones) are the probes'
 
     def seconds(self, n_tiles: int, n_tasks: int) -> float:
         return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
@@ -72,7 +77,8 @@ class HostCost:
         return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist(), overhead, o.tolist())
 
 
-MAX_POINTS = 60  # points kept per fit: the probes and the most recent real steps
+MAX_POINTS = 60  # a scheduler's own points kept per fit: the most recent runs
+MIN_OWN_POINTS = 4  # a scheduler's fit drops the (eager) probe points once it has this many runs of its own
 
 
 def fit_key(workers: int, sched: str) -> str:
@@ -90,21 +96,25 @@ def host_cost_for(fits: dict, workers: int, sched: str):
 def learn_from_runs(fits: dict, runs) -> dict:
     """Fits refined with measured steps.
 
-    ``runs`` = [(workers, sched, tiles, tasks, traced makespan s, measured step s,
-    mean start delay s)]. The policies' own costs differ (dmda estimates every
-    task's end on every worker), so each scheduler gets its own fit, started
-    from the probe points; its cost per task is learned from its runs alone.
+    ``runs`` = [(workers, sched, tiles, tasks, makespan s, makespan s + host s,
+    mean start delay s)] (medians over a configuration's timed steps). A
+    scheduler's fit starts from the probe points (run with eager) and keeps
+    only its own once it has ``MIN_OWN_POINTS`` of them: dmda's host cost is
+    not eager's (it pushes ready tasks with its estimates, for every worker,
+    from the submitting thread). Its cost per task is learned from its runs alone.
     """
     out = dict(fits)
     for w, sched in sorted({(r[0], r[1]) for r in runs}):
         mine = [r for r in runs if (r[0], r[1]) == (w, sched)]
-        new = [[t, n, mk, max(s - mk, 1e-6)] for _, _, t, n, mk, s, _ in mine]
         key = fit_key(w, sched)
         old = out.get(key)
-        points = old.points if old is not None else (out[w].points if w in out else [])
-        overheads = old.overheads if old is not None else []
-        new_overheads = [[n, o] for _, _, _, n, _, _, o in mine]
-        out[key] = HostCost.fit(w, (points + new)[-MAX_POINTS:], (overheads + new_overheads)[-MAX_POINTS:])
+        own = (old.points[old.probe_points:] if old is not None else []) + [
+            [t, n, mk, max(s - mk, 1e-6)] for _, _, t, n, mk, s, _ in mine]
+        own = own[-MAX_POINTS:]
+        probes = (out[w].points if w in out else []) if len(own) < MIN_OWN_POINTS else []
+        overheads = (old.overheads if old is not None else []) + [[n / s, o] for _, _, _, n, _, s, o in mine]
+        out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
+        out[key].probe_points = len(probes)
     return out
 
 
@@ -165,16 +175,16 @@ def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = 
     from tilecast.loop.runtime_overhead import task_overhead
 
     points, overheads, traced = [], [], []
-    for graph, wall, trace in measure_walls(workers, probes, repeats, sched, progress):
-        makespan = float(trace["end_s"].max())
-        points.append([graph.n_tiles, graph.n_tasks, makespan, max(wall - makespan, 1e-6)])
-        overheads.append([graph.n_tasks, task_overhead(graph, trace)])
+    for graph, makespan, host, trace in measure_walls(workers, probes, repeats, sched, progress):
+        points.append([graph.n_tiles, graph.n_tasks, makespan, max(host, 1e-6)])
+        overheads.append([graph.n_tasks / (makespan + host), task_overhead(graph, trace)])
         traced.append((graph, trace))
     return points, overheads, traced
 
 
 def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
-    """[(graph, median seconds, trace)] of training steps of each probe, timed as ``tilecast run`` times them.
+    """[(graph, median makespan s, median step s less its makespan, trace)] of training steps of each probe,
+    timed as ``tilecast run`` times them.
 
     One warm-up step, then ``repeats`` timed steps without building a trace
     (as every step of ``tilecast run`` but the last), then one traced step
@@ -189,13 +199,15 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
         for cfg, batch, seq, graph in probe_graphs(probes):
             data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 2, batch, seq + 1))
             training = StarPUTraining(session, graph, TrainState(init_gpt2_params(cfg, 0)), data)
-            times = []
+            times, makespans = [], []
             for _ in range(repeats + 1):
                 times.append(training.step(trace=False)[0])
+                makespans.append(session.last_makespan_s)
                 if progress:
                     progress()
             trace = training.step(trace=True)[2]
-            out.append((graph, float(np.median(times[1:])), trace))
+            t, mk = np.asarray(times[1:]), np.asarray(makespans[1:])
+            out.append((graph, float(np.median(mk)), float(np.median(t - mk)), trace))
     return out
 
 

@@ -13,7 +13,8 @@ class Measurement:
 
     ``rounds`` holds the step times of each StarPU session (warm-up steps
     included, the first ``warmup`` of each); the figure is the median of all
-    timed steps of all rounds.
+    timed steps of all rounds. ``makespans`` holds the same steps' makespans
+    (submission to the last task's end).
     """
 
     rounds: list
@@ -21,6 +22,11 @@ class Measurement:
     trace: object
     graph: object
     losses: list
+    makespans: list | None = None
+    traces: list | None = None  # the trace of every timed step of every round (``trace`` is the last)
+
+    def _timed(self, rounds) -> np.ndarray:
+        return np.asarray([t for r in rounds for t in r[self.warmup:]], dtype=np.float64)
 
     @property
     def step_s(self) -> list:
@@ -29,7 +35,17 @@ class Measurement:
 
     @property
     def timed_s(self) -> np.ndarray:
-        return np.asarray([t for r in self.rounds for t in r[self.warmup:]], dtype=np.float64)
+        return self._timed(self.rounds)
+
+    @property
+    def makespan_s(self) -> float:
+        """Median makespan of the timed steps."""
+        return float(np.median(self._timed(self.makespans)))
+
+    @property
+    def host_s(self) -> float:
+        """Median over the timed steps of the step's time beyond its makespan."""
+        return float(np.median(self.timed_s - self._timed(self.makespans)))
 
     @property
     def median_s(self) -> float:
@@ -52,6 +68,23 @@ def split_steps(steps: int, rounds: int) -> list:
     return [steps // rounds + (1 if i < steps % rounds else 0) for i in range(rounds)]
 
 
+def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None):
+    """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result)."""
+    from tilecast.executor.starpu_run import run_steps
+
+    res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
+                    warmup + steps, seed=seed, progress=progress, trace_from=warmup)
+    return list(res.step_s), list(res.makespan_s), res
+
+
+def measurement_of(rounds: list, warmup: int) -> Measurement:
+    """The Measurement of a configuration's rounds (what :func:`measure_round` returned, in order)."""
+    last = rounds[-1][2]
+    return Measurement(rounds=[r[0] for r in rounds], warmup=warmup, trace=last.trace, graph=last.graph,
+                       losses=last.losses, makespans=[r[1] for r in rounds],
+                       traces=[t for r in rounds for t in r[2].traces])
+
+
 def measure(config, steps: int = 5, warmup: int = 2, seed: int = 0, rounds: int = 1, progress=None) -> Measurement:
     """Run ``warmup + steps`` training steps of ``config`` on StarPU; time each.
 
@@ -62,14 +95,8 @@ def measure(config, steps: int = 5, warmup: int = 2, seed: int = 0, rounds: int 
     the session too (where the threads landed, which memory the tiles got),
     by up to half on this kind of machine, so one session is one sample of that.
     """
-    from tilecast.executor.starpu_run import run_steps
-
     if steps < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"need at least one timed step, no negative warm-up and at least one round, "
                          f"got {steps}, {warmup} and {rounds}")
-    times, res = [], None
-    for n in split_steps(steps, rounds):
-        res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
-                        warmup + n, seed=seed, progress=progress)
-        times.append(list(res.step_s))
-    return Measurement(rounds=times, warmup=warmup, trace=res.trace, graph=res.graph, losses=res.losses)
+    return measurement_of([measure_round(config, n, warmup, seed, progress) for n in split_steps(steps, rounds)],
+                          warmup)

@@ -1,9 +1,15 @@
 """Kernel models learned from measured execution traces (StarPU runs).
 
 A real trace gives one duration per executed task; grouped by task shape
-(:mod:`tilecast.perfmodel.shapes`) they become calibration points (median and
-median absolute deviation per shape), so a run on the real runtime refines the
-models used by the next simulation. Where the base calibration had timed the
+(:mod:`tilecast.perfmodel.shapes`) they become calibration points, so a run on
+the real runtime refines the models used by the next simulation. A point's
+seconds are the shape's mean in the trace, not its median as for a shape timed
+alone: a makespan adds tasks up, and the few that the submitting thread (a
+third thread on the workers' cores) interrupted count in it too. Given several
+traces of the same graph (steps from different sessions), a point is the
+median over the traces of those means: a step that ran in a slow spell of the
+machine does not move it. The spread kept is the median absolute deviation
+of all the durations. Where the base calibration had timed the
 same shapes alone, both times become runtime samples, from which the
 kernel's runtime excess is fitted for its shapes only timed alone
 (:class:`~tilecast.perfmodel.calibration.Calibration`).
@@ -19,13 +25,8 @@ from tilecast.perfmodel.calibration import IN_RUNTIME, TRACE, Calibration
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes
 
 
-def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None = None,
-                           base: Calibration | None = None) -> Calibration:
-    """Calibration points from the task rows of a ``source='real'`` trace of ``graph``.
-
-    Points measured here replace those of ``base`` (if given) for the same
-    kernel and shape; other points of ``base`` are kept.
-    """
+def task_seconds(graph, trace: pd.DataFrame) -> np.ndarray:
+    """Per task of ``graph``, its measured duration in a ``source='real'`` trace (NaN where absent)."""
     tasks = trace[(trace["task"] >= 0) & (trace["source"] == "real")]
     if tasks.empty:
         raise ValueError("the trace has no measured task rows (source='real', task >= 0)")
@@ -33,6 +34,20 @@ def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None
         raise ValueError(f"the trace names task {int(tasks['task'].max())}, the graph has {graph.n_tasks}")
     seconds = np.full(graph.n_tasks, np.nan)
     seconds[tasks["task"].to_numpy()] = (tasks["end_s"] - tasks["start_s"]).to_numpy()
+    return seconds
+
+
+def calibration_from_trace(graph, trace, machine, kind: str | None = None,
+                           base: Calibration | None = None) -> Calibration:
+    """Calibration points from the task rows of a ``source='real'`` trace of ``graph`` (or a list of them).
+
+    Points measured here replace those of ``base`` (if given) for the same
+    kernel and shape; other points of ``base`` are kept.
+    """
+    traces = list(trace) if isinstance(trace, (list, tuple)) else [trace]
+    if not traces:
+        raise ValueError("no trace to learn from")
+    per_step = [task_seconds(graph, t) for t in traces]
     cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], TRACE)
     learned = set()
     isolated = {}
@@ -44,14 +59,16 @@ def calibration_from_trace(graph, trace: pd.DataFrame, machine, kind: str | None
     new_samples: dict = {}
     for ks in graph_shapes(graph):
         name = all_kernels()[ks.kernel].name
-        t = seconds[ks.tasks]
+        t = np.concatenate([s[ks.tasks] for s in per_step])
+        step = np.repeat(np.arange(len(per_step)), len(ks.tasks))
         ok = np.isfinite(t) & (t > 0)
         if not ok.any():
             continue
-        df = pd.DataFrame({"shape": ks.inverse[ok], "t": t[ok]})
+        df = pd.DataFrame({"shape": np.tile(ks.inverse, len(per_step))[ok], "step": step[ok], "t": t[ok]})
+        mean = df.groupby(["shape", "step"])["t"].mean().groupby(level="shape").median()
         med = df.groupby("shape")["t"].median()
         mad = df.assign(dev=(df["t"] - df["shape"].map(med)).abs()).groupby("shape")["dev"].median()
-        for row, m, d in zip(med.index.to_numpy(), med.to_numpy(), mad.to_numpy()):
+        for row, m, d in zip(mean.index.to_numpy(), mean.to_numpy(), mad.loc[mean.index].to_numpy()):
             cal.add(name, ks.shapes[row], m, d, TRACE)
             key = (name, tuple(ks.shapes[row].tolist()))
             learned.add(key)
