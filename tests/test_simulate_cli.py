@@ -64,3 +64,25 @@ def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, 
     sim = json.loads(capsys.readouterr().out)
     assert sim["calibration"] == "stored"
     assert sim["duration_sources"]["measured"] > 0  # the same shapes were timed
+
+
+def test_local_simulation_uses_the_cost_per_task_measured_on_starpu(tmp_path, monkeypatch, capsys):
+    from tilecast.loop.host_cost import HostCost, save_host_costs
+    from tilecast.perfmodel import load_machine
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    args = ["simulate", *SMALL, "--sched", "eager", "--workers", "1", "--no-trace", "--json"]
+    assert main(args) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["task_overhead_source"] == "machine description"
+    machine = load_machine("local")  # fits are stored for the machine with all its workers, keyed by worker count
+    fit = HostCost.fit(1, [[10, 10, 1e-3, 1e-4], [20, 30, 2e-3, 2e-4], [40, 50, 3e-3, 3e-4]],
+                       overheads=[[1000.0, 25e-6]])
+    save_host_costs(machine, {1: fit})
+    assert main(args) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["task_overhead_source"] == "measured on StarPU traces"
+    assert after["task_overhead_us"] == pytest.approx(25.0)
+    # one worker runs every task, each paying the cost per task: the step grows by tasks x the difference
+    grown = after["tasks"] * (25e-6 - before["task_overhead_us"] * 1e-6)
+    assert after["step_s"] - before["step_s"] == pytest.approx(grown, rel=1e-6)

@@ -69,6 +69,18 @@ def _figures(s: dict, sim_s: float) -> dict:
     return out
 
 
+def _with_measured_overhead(machine, sched: str):
+    """The machine with the runtime's cost per task measured on StarPU traces of this scheduler, where
+    stored (the local machine, after ``tune``, ``accuracy`` or ``demo``); else as described."""
+    if machine.name == "local":
+        from tilecast.loop.host_cost import measured_task_overhead
+
+        seconds = measured_task_overhead(machine, sched)
+        if seconds is not None:
+            return machine.with_task_overhead(seconds), "measured on StarPU traces"
+    return machine, "machine description"
+
+
 def run(args) -> int:
     from tilecast.graph.gpt2 import build_gpt2_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -90,14 +102,16 @@ def run(args) -> int:
     for sched in scheds:
         print(f"simulating {graph.n_tasks} tasks on {machine.name} ({len(machine.workers)} workers) with {sched}",
               file=sys.stderr)
+        m, overhead_source = _with_measured_overhead(machine, sched)
         t0 = time.perf_counter()
         try:
-            result = simulate(graph, machine, sched, durations=durations, transfers=not args.no_transfers,
+            result = simulate(graph, m, sched, durations=durations, transfers=not args.no_transfers,
                               seed=args.seed)
         except SimulationError as e:
             print(f"tilecast simulate: {e}", file=sys.stderr)
             return 1
-        rows.append(_figures(result.summary, time.perf_counter() - t0))
+        rows.append({**_figures(result.summary, time.perf_counter() - t0),
+                     "task_overhead_us": m.task_overhead * 1e6, "task_overhead_source": overhead_source})
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(),
               "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
               "duration_sources": provenance}
@@ -140,6 +154,7 @@ def _print_summary(common, machine, s) -> None:
     print(f"tasks               {s['tasks']}  ({human(s['flops'])}flop, "
           f"{human(s['flops'] / max(s['step_s'], 1e-30))}flop/s)")
     print(f"utilization         {100 * s['utilization']:.1f} %")
+    print(f"cost per task       {s['task_overhead_us']:.2f} us ({s['task_overhead_source']})")
     print(f"transfers           {s['transfers']} ({human(s['bytes_moved'], 'B')}), "
           f"{s['evictions']} evictions, {s['writebacks']} write-backs")
     print()

@@ -103,12 +103,22 @@ def rounds_for(predicted_s: float, steps: int) -> int:
 
 
 def session_order(plans: list) -> list:
-    """(configuration, session) pairs to run: every configuration's first session, then every second one, ...
+    """(configuration, session) pairs to run, spread over the whole measurement.
 
-    ``plans`` holds, per configuration, its timed steps per session.
+    ``plans`` holds, per configuration, its timed steps per session. The
+    sessions run in blocks: block ``b`` holds session ``b`` of every
+    configuration measured in several, then its share of the single-session
+    (long) configurations, in order. A slow spell of the machine then shifts
+    one session of many configurations instead of all sessions of a few.
     """
-    return [(i, k) for k in range(max((len(p) for p in plans), default=0))
-            for i, p in enumerate(plans) if k < len(p)]
+    short = [i for i, p in enumerate(plans) if len(p) > 1]
+    long = [i for i, p in enumerate(plans) if len(p) == 1]
+    blocks = max((len(plans[i]) for i in short), default=1)
+    order = []
+    for b in range(blocks):
+        order += [(i, b) for i in short if b < len(plans[i])]
+        order += [(i, 0) for i in long[b * len(long) // blocks:(b + 1) * len(long) // blocks]]
+    return order
 
 
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
@@ -117,10 +127,9 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
     exactly ``steps``), short ones over :func:`rounds_for` StarPU sessions.
-    The sessions of different configurations are interleaved (the first of
-    each, then the second of each, ...), so that a slow spell of the machine
-    (other tenants of its cores) spreads over several configurations instead
-    of shifting one of them.
+    The sessions of different configurations are interleaved
+    (:func:`session_order`), so that a slow spell of the machine spreads over
+    several configurations instead of shifting one of them.
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
