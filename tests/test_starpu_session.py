@@ -90,7 +90,8 @@ def test_error_inside_session_still_shuts_down():
 
 def test_ctrl_c_during_execution_stops_cleanly():
     p = _python("""
-        import sys
+        import faulthandler, signal, sys
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, should it ever hang
         from tilecast.executor.sample_graphs import tiled_matmul_gelu
         from tilecast.executor.starpu_session import StarPUSession
         from tilecast.executor.tiles import TileStore
@@ -112,8 +113,11 @@ def test_ctrl_c_during_execution_stops_cleanly():
     try:
         out, err = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
         p.kill()
-        pytest.fail("StarPU did not stop within 30 s of Ctrl-C")
+        out, err = p.communicate()
+        pytest.fail(f"StarPU did not stop within 30 s of Ctrl-C; output: {out!r}; Python stacks:\n{err[-4000:]}")
     assert p.returncode == 130, err
     assert "interrupted, session open: False" in out
 

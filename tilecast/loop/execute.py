@@ -98,8 +98,9 @@ def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) 
 
 
 def rounds_for(predicted_s: float, steps: int) -> int:
-    """StarPU sessions to measure a configuration in: several for short steps, whose time varies by session."""
-    return min(SHORT_ROUNDS, steps) if predicted_s < SHORT_STEP_S else 1
+    """StarPU sessions to measure a configuration in: several for short steps, whose time varies by session
+    (at least 3 timed steps each, every session paying its own warm-up)."""
+    return max(1, min(SHORT_ROUNDS, steps // 3)) if predicted_s < SHORT_STEP_S else 1
 
 
 def session_order(plans: list) -> list:

@@ -23,7 +23,7 @@ class Measurement:
     graph: object
     losses: list
     makespans: list | None = None
-    traces: list | None = None  # the trace of every timed step of every round (``trace`` is the last)
+    traces: list | None = None  # traces of the last timed steps of every round (``trace`` is the last)
 
     def _timed(self, rounds) -> np.ndarray:
         return np.asarray([t for r in rounds for t in r[self.warmup:]], dtype=np.float64)
@@ -68,12 +68,17 @@ def split_steps(steps: int, rounds: int) -> list:
     return [steps // rounds + (1 if i < steps % rounds else 0) for i in range(rounds)]
 
 
+TRACED_PER_ROUND = 3  # the last timed steps of a session whose traces are kept (bounded memory on big graphs)
+
+
 def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None):
-    """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result)."""
+    """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result,
+    whose ``traces`` are those of its last ``TRACED_PER_ROUND`` timed steps)."""
     from tilecast.executor.starpu_run import run_steps
 
     res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
-                    warmup + steps, seed=seed, progress=progress, trace_from=warmup)
+                    warmup + steps, seed=seed, progress=progress,
+                    trace_from=warmup + max(0, steps - TRACED_PER_ROUND))
     return list(res.step_s), list(res.makespan_s), res
 
 
