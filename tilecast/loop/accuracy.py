@@ -7,7 +7,7 @@ about three seconds (a 4-layer, 512-wide model, batch 16 x 256: GEMMs
 dominate). Finer tilings of the tiny model (2346 tasks of about 20 us at
 tile 32) are left out: on the 2-core machine their step time changed by
 26-34% from one StarPU session to the next (5 sessions each, same
-configuration), against 2-7% for the tilings kept, so no model could be held
+configuration), against 2-11% for the tilings kept, so no model could be held
 to 10% on them. The quick suite is a two-tiling subset of the tiny shape, to
 exercise the code path cheaply.
 

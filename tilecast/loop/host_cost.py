@@ -47,8 +47,9 @@ class HostCost:
     of the step, mean start delay s] of the same runs, whose mean weighted by
     the task rate is ``task_overhead_s``: the cost per task matters as much as
     there are tasks in a second of the step, so runs of many short tasks
-    decide it (a worker idle for long sleeps, and on waking makes a long
-    task's start delay longer, which costs the step nothing in proportion).
+    decide it (measured here: a mean start delay of 2-5 us on tasks of tens of
+    microseconds, 15-20 us on tasks of 15-20 ms, where it costs the step
+    nothing in proportion).
     """
 
     workers: int
@@ -179,8 +180,8 @@ def probe_graphs(probes=PROBES) -> list:
 
 def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
                    progress=None) -> tuple[list, list, list]:
-    """Host-cost points [tiles, tasks, traced makespan, median step less it], overhead points
-    [tasks, mean start delay] and the (graph, trace) of real runs of each probe step."""
+    """Host-cost points [tiles, tasks, median makespan, median step less its makespan], overhead points
+    [tasks per second, mean start delay] and the (graph, trace) of real runs of each probe step."""
     from tilecast.loop.runtime_overhead import task_overhead
 
     points, overheads, traced = [], [], []
@@ -225,7 +226,7 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True) -> dict:
 
     The probes' traces also teach the stored kernel calibration (their shapes
     timed alone first, when missing): their in-runtime durations and each
-    kernel's runtime factor (:mod:`tilecast.perfmodel.from_trace`).
+    kernel's runtime excess (:mod:`tilecast.perfmodel.from_trace`).
     """
     from tilecast.loop.kernel_calibration import ensure_calibration
     from tilecast.perfmodel.from_trace import calibration_from_trace

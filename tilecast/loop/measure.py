@@ -98,7 +98,7 @@ def measure(config, steps: int = 5, warmup: int = 2, seed: int = 0, rounds: int 
     after them. With ``rounds`` > 1 the timed steps are shared among that many
     StarPU sessions, each with its own warm-up: a short step's time depends on
     the session too (where the threads landed, which memory the tiles got),
-    by up to half on this kind of machine, so one session is one sample of that.
+    by up to 45% on this kind of machine, so one session is one sample of that.
     """
     if steps < 1 or warmup < 0 or rounds < 1:
         raise ValueError(f"need at least one timed step, no negative warm-up and at least one round, "

@@ -3,8 +3,9 @@
 Some machines do not run at one speed: on the 2-core development machine, a
 gpt2-tiny step (32 x 128, tile 64, eager) took 35.5-36.2 ms for the first
 30 seconds of continuous StarPU runs, then 44.0-45.1 ms for as long as the
-load lasted (75 s measured), and 36 ms again after 20 idle seconds: the host
-grants its virtual cores a burst of speed, then a lower sustained rate. A
+load lasted (75 s measured), and 36 ms again after 20 idle seconds; other
+runs started slow and sped up. Most likely the host grants the virtual cores
+a burst of speed, then a lower sustained rate. A
 training run lives at the sustained rate, and so should the measurements its
 predictions are checked against: mixing the two makes a configuration 24%
 slower or faster depending on when it ran. :func:`settle` runs that small step
