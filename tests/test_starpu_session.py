@@ -171,3 +171,21 @@ def test_every_offered_scheduler_runs_a_graph_correctly():
     results = dict(line.split(" ", 1) for line in out.strip().splitlines())
     assert set(results) == set(policies())
     assert all(r == "ok" for r in results.values()), results
+
+
+def test_ctrl_c_is_left_to_the_main_thread():
+    """StarPU's threads block SIGINT, so Python's handler (main thread) always gets a Ctrl-C."""
+    import threading
+
+    def sigint_blocked(tid: int) -> bool:
+        with open(f"/proc/self/task/{tid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+        return bool(mask & (1 << (signal.SIGINT - 1)))
+
+    main_tid = threading.get_native_id()
+    before = set(map(int, os.listdir("/proc/self/task")))
+    with StarPUSession("eager", 2):
+        started = set(map(int, os.listdir("/proc/self/task"))) - before
+        assert started, "StarPU started no thread"
+        assert all(sigint_blocked(t) for t in started)
+        assert not sigint_blocked(main_tid)

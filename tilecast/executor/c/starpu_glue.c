@@ -1,6 +1,7 @@
 /* See starpu_glue.h. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,7 +62,14 @@ int tcs_start(const char *sched, int ncpus)
     conf.nmpi_ms = 0;
     conf.precedence_over_environment_variables = 1;
     conf.catch_signals = 0;
+    /* StarPU's threads inherit this thread's signal mask: with SIGINT blocked while they are created, a
+       Ctrl-C always reaches the main thread, where Python turns it into KeyboardInterrupt. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     int ret = starpu_init(&conf);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (ret != 0)
         return ret;
     started = 1;
