@@ -42,8 +42,8 @@ PROBE_SCHED = "eager"
 class HostCost:
     """``fixed + per_tile * tiles + per_task * tasks`` seconds per step, and the runtime's cost per task.
 
-    ``points`` are the fitted runs: [tiles, tasks, makespan s, step s less its
-    makespan] (medians over the timed steps); ``overheads`` [tasks per second
+    ``points`` are the fitted runs: [tiles, tasks, median makespan s, median
+    step s less that]; ``overheads`` [tasks per second
     of the step, mean start delay s] of the same runs, whose mean weighted by
     the task rate is ``task_overhead_s``: the cost per task matters as much as
     there are tasks in a second of the step, so runs of many short tasks
@@ -180,7 +180,7 @@ def probe_graphs(probes=PROBES) -> list:
 
 def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
                    progress=None) -> tuple[list, list, list]:
-    """Host-cost points [tiles, tasks, median makespan, median step less its makespan], overhead points
+    """Host-cost points [tiles, tasks, median makespan, median step less median makespan], overhead points
     [tasks per second, mean start delay] and the (graph, trace) of real runs of each probe step."""
     from tilecast.loop.runtime_overhead import task_overhead
 
@@ -193,8 +193,8 @@ def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = 
 
 
 def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
-    """[(graph, median makespan s, median step s less its makespan, trace)] of training steps of each probe,
-    timed as ``tilecast run`` times them.
+    """[(graph, median makespan s, median step s less the median makespan, trace)] of training steps of each
+    probe, timed as ``tilecast run`` times them.
 
     One warm-up step, then ``repeats`` timed steps without building a trace
     (as every step of ``tilecast run`` but the last), then one traced step
@@ -217,7 +217,7 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
                     progress()
             trace = training.step(trace=True)[2]
             t, mk = np.asarray(times[1:]), np.asarray(makespans[1:])
-            out.append((graph, float(np.median(mk)), float(np.median(t - mk)), trace))
+            out.append((graph, float(np.median(mk)), float(np.median(t) - np.median(mk)), trace))
     return out
 
 
