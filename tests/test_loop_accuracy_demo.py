@@ -37,13 +37,16 @@ def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
     assert doc["targets"] == TARGETS
     assert status == (0 if all(doc["targets_met"].values()) else 1)
     assert doc["conditions"]["load_average_before"] >= 0
-    c = doc["conditions"]  # the cores were loaded for the quick suite's settle time first
-    assert 2.0 <= c["settle_s"] < 10 and c["settle_steps"] >= 1 and c["settle_first_step_s"] > 0
+    q = doc["conditions"]["quiet"]  # every session ran between two reference steps
+    sessions = sum(len(r["real_rounds_s"]) for r in doc["rows"])
+    assert q["reference_probes"] >= 2 * sessions and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
+    for r in doc["rows"]:
+        assert 0 <= r["sessions_disturbed"] <= len(r["real_rounds_s"]) and r["reference_ratio_max"] >= 1.0
 
 
 def test_accuracy_bad_input(capsys):
     assert main(["accuracy", "--steps", "0"]) == 2
-    assert main(["accuracy", "--settle", "-1"]) == 2
+    assert main(["accuracy", "--max-wait", "-1"]) == 2
     assert "--steps" in capsys.readouterr().err
 
 

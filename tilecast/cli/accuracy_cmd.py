@@ -19,9 +19,10 @@ def add_parser(sub):
                     "much slower the predicted-best configuration measures than the measured best. Exit 1 when "
                     f"a target is missed (median <= {TARGETS['median_abs_error']:.0%}, max <= "
                     f"{TARGETS['max_abs_error']:.0%}, tau >= {TARGETS['kendall_tau']}, best gap <= "
-                    f"{TARGETS['best_gap']:.0%}). The cores should be otherwise idle while it runs. Before "
-                    "measuring, small steps run on every core for --settle seconds: a machine whose host grants a "
-                    "burst of speed then a lower sustained rate is measured at the sustained rate throughout.")
+                    f"{TARGETS['best_gap']:.0%}). The cores should be otherwise idle while it runs. Every StarPU "
+                    "session runs between two reference steps (gpt2-tiny 32x128, tile 64, eager, every worker) and "
+                    "is retaken when they ran over 12% slower than the fastest seen: some machines have spells "
+                    "in which such steps run 20-30% slower, which say nothing about the models.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="CPU workers (default: every core)")
     p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
@@ -30,8 +31,12 @@ def add_parser(sub):
                    help="update the stored kernel models and host-cost fits from the measured runs and also show the "
                         "figures they "
                         "give on the same runs (in-sample; the next run of the suite measures them afresh)")
-    p.add_argument("--settle", type=float, default=None, metavar="SECONDS",
-                   help="seconds of load before measuring (default: 45 for the full suite, 2 for quick; 0: none)")
+    p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
+                   help="measure every session once, without the reference steps around it")
+    p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
+                   help="the longest the quiet check may wait for slow spells to pass, in all (default: 120 for "
+                        "the full suite, 5 for quick); "
+                        "after that, sessions are kept whatever the reference says, and counted as disturbed")
     add_json_arg(p)
     return p
 
@@ -46,11 +51,11 @@ def run(args) -> int:
         raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    if args.settle is not None and not 0 <= args.settle <= 3600:
-        raise UsageError(f"--settle must be between 0 and 3600 seconds, got {args.settle}")
+    if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
+        raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
     try:
         res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
-                        workers=args.workers, settle_s=args.settle)
+                        workers=args.workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait)
     except ValueError as e:
         raise UsageError(f"--workers: {e}") from None
     if args.json:
@@ -65,16 +70,22 @@ def print_table(res) -> None:
     print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
           f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
           f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
-    if c.get("settle_steps"):
-        print(f"settled {c['settle_s']:.0f} s first: its step went from {c['settle_first_step_s'] * 1e3:.1f} ms to "
-              f"{c['settle_last_step_s'] * 1e3:.1f} ms")
+    q = c.get("quiet")
+    if q:
+        disturbed = sum(r.get("sessions_disturbed", 0) for r in res.rows)
+        print(f"reference step ({q['reference']}): fastest {q['reference_best_s'] * 1e3:.1f} ms over "
+              f"{q['reference_probes']} probes; {q['sessions_retaken']} sessions retaken, {q['waited_s']:.0f} s "
+              f"waited for slow spells to pass, {disturbed} kept though disturbed")
     print()
     print(f"{'model':<12}{'batch':>7}{'tiling':>30}{'sched':>7}{'wk':>4}{'tasks':>7}{'pred ms':>10}{'real ms':>10}"
-          f"{'error':>8}{'spread':>8}")
+          f"{'error':>8}{'spread':>8}{'ref':>7}")
     for r in res.rows:
+        ref = f"{r['reference_ratio_max']:>7.2f}" if "reference_ratio_max" in r else f"{'-':>7}"
         print(f"{r['model']:<12}{r['batch']:>3}x{r['seq']:<3}{_tile(r['tiling']):>30}{r['sched']:>7}"
               f"{r['workers']:>4}{r['tasks']:>7}{r['pred_step_s'] * 1e3:>10.2f}{r['real_step_s'] * 1e3:>10.2f}"
-              f"{100 * r['error']:>7.1f}%{100 * r['real_spread']:>7.0f}%")
+              f"{100 * r['error']:>7.1f}%{100 * r['real_spread']:>7.0f}%{ref}")
+    if any("reference_ratio_max" in r for r in res.rows):
+        print("(ref: the slowest reference step around the configuration's kept sessions, over the fastest seen)")
     print()
     _figures("figures", res.figures, res.targets_met)
     if res.after is not None:

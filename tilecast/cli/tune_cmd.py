@@ -43,6 +43,10 @@ def add_parser(sub):
     p.add_argument("--recalibrate", action="store_true",
                    help="with --execute: update the stored kernel models and host-cost fits from the measured "
                         "runs and show the errors before and after")
+    p.add_argument("--quiet-check", action="store_true",
+                   help="with --execute: run every StarPU session between two reference steps and retake it when "
+                        "they show the machine in a slow spell (about 0.6 s more per session; see tilecast "
+                        "accuracy --help)")
     p.add_argument("--report", metavar="DIR",
                    help="with --execute: write the comparison report of the best configuration to DIR")
     add_json_arg(p)
@@ -100,10 +104,15 @@ def run(args) -> int:
            "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
     execution = None
     if args.execute:
+        from tilecast.loop.interference import QuietGuard
+
         chosen = pick_for_execution(result.ranking, args.execute, args.others)
+        guard = QuietGuard(workers=max(p.config.workers for p in chosen)) if args.quiet_check else None
         execution = execute(chosen, result.ranking, machine, result.calibration, result.host_costs,
-                            steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate)
+                            steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate, guard=guard)
         out["executed"] = execution.rows()
+        if execution.quiet:
+            out["quiet"] = execution.quiet
         out["load_average"] = list(execution.load_average)
         if args.recalibrate:
             out["calibration_files"] = execution.save_models(machine)
@@ -156,3 +165,8 @@ def print_executed(execution) -> None:
           "spread = (max - min) / median of those steps")
     if execution.busy_note():
         print(execution.busy_note())
+    q = execution.quiet
+    if q:
+        disturbed = sum(r.get("sessions_disturbed", 0) for r in execution.rows())
+        print(f"quiet check: reference step fastest {q['reference_best_s'] * 1e3:.1f} ms; {q['sessions_retaken']} "
+              f"sessions retaken, {q['waited_s']:.0f} s waited, {disturbed} kept though disturbed")

@@ -41,8 +41,8 @@ SUITES = {
 }
 
 
-# Seconds of load before measuring (see tilecast.loop.settle): the quick suite only exercises it.
-SETTLE_S = {"full": 45.0, "quick": 2.0}
+# The longest the quiet check may wait for slow spells to pass, in all (see tilecast.loop.interference).
+MAX_WAIT_S = {"full": 120.0, "quick": 5.0}
 
 
 def suite_configs(name: str = "full", workers: int | None = None) -> list:
@@ -95,12 +95,15 @@ def check_targets(figures: dict) -> dict:
 
 
 def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: bool = False,
-              progress: bool = True, workers: int | None = None, settle_s: float | None = None) -> SuiteResult:
+              progress: bool = True, workers: int | None = None, quiet_check: bool = True,
+              max_wait_s: float | None = None) -> SuiteResult:
     """Predict then measure every configuration of the suite; the accuracy figures.
 
-    Before measuring, the cores run for ``settle_s`` seconds (default: the
-    suite's :data:`SETTLE_S`; 0: not at all), so that every configuration is
-    measured at the machine's sustained speed (:mod:`tilecast.loop.settle`).
+    With ``quiet_check`` every StarPU session runs between two reference
+    steps and is retaken when they show the machine in one of its slow spells
+    (:mod:`tilecast.loop.interference`; at most ``max_wait_s`` of waiting in
+    all, by default the suite's :data:`MAX_WAIT_S`); the rows and conditions
+    say how the sessions fared.
 
     ``recalibrate``: the kernel models also learn from the measured traces, the
     host-cost fits from the measured step times, and both are stored;
@@ -127,12 +130,13 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
     cal = ensure_calibration(machine, graphs.values(), progress=progress)
     preds = [predict(c, machine, cal, host, graph=graphs[(c.model.name, c.batch, c.seq, c.tiling.describe())])
              for c in configs]
-    from tilecast.loop.settle import settle
+    from tilecast.loop.interference import QuietGuard
 
     load_before = os.getloadavg()
-    settled = settle(SETTLE_S[name] if settle_s is None else settle_s, configs[0].workers, progress=progress)
+    wait = MAX_WAIT_S[name] if max_wait_s is None else max_wait_s
+    guard = QuietGuard(workers=configs[0].workers, max_wait_s=wait) if quiet_check else None
     ex = execute(preds, preds, machine, cal, host, steps=steps, warmup=warmup, recalibrate=recalibrate,
-                 progress=progress)
+                 progress=progress, guard=guard)
     load_after = os.getloadavg()
     rows = ex.rows()
     figures = ranking_accuracy([r["pred_step_s"] for r in rows], [r["real_step_s"] for r in rows])
@@ -140,7 +144,7 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
             for i in threadpool_info() if i.get("user_api") == "blas"]
     conditions = {"suite": name, "steps": steps, "warmup": warmup, "cpu_count": os.cpu_count(),
                   "load_average_before": load_before[0], "load_average_after": load_after[0], "blas": blas,
-                  **settled}
+                  "quiet": ex.quiet}
     after, path = None, None
     if recalibrate:
         after = ranking_accuracy([r["pred_step_s_recalibrated"] for r in rows], [r["real_step_s"] for r in rows])

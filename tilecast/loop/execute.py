@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilecast.loop.interference import RETAKE_UNDER_S
 from tilecast.loop.measure import measure_round, measurement_of, split_steps
 from tilecast.loop.predict import predict, relative_error
 
@@ -27,6 +28,7 @@ class Checked:
     measurement: object
     rank: int  # 1-based position in the predicted ranking
     after: object = None  # the prediction with recalibrated kernel models
+    sessions: list | None = None  # per session, the reference probes around it (QuietGuard.verdict), if guarded
 
     @property
     def error(self) -> float:
@@ -42,6 +44,10 @@ class Checked:
                "real_rounds_s": self.measurement.rounds, "real_round_medians_s": self.measurement.round_medians_s,
                "real_makespan_s": self.measurement.makespan_s, "real_host_s": self.measurement.host_s,
                "real_spread": self.measurement.spread, "error": self.error}
+        if self.sessions is not None:
+            out["sessions_disturbed"] = sum(s["disturbed"] for s in self.sessions)
+            out["sessions_retaken"] = sum(s["retakes"] for s in self.sessions)
+            out["reference_ratio_max"] = max(max(s["probe_before"], s["probe_after"]) for s in self.sessions)
         if self.after is not None:
             out["pred_step_s_recalibrated"] = self.after.step_s
             out["error_recalibrated"] = self.error_after
@@ -62,6 +68,7 @@ class Execution:
     calibration: object = None  # the recalibrated kernel models, when asked for
     host_costs: dict | None = None  # the host-cost fits refined with the measured steps, when asked for
     load_average: tuple = ()  # 1-minute load average before and after the runs
+    quiet: dict | None = None  # QuietGuard.summary() when sessions were guarded
 
     def busy_note(self) -> str | None:
         """A warning when other processes shared the cores while measuring, else None."""
@@ -123,7 +130,8 @@ def session_order(plans: list) -> list:
 
 
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
-            recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S) -> Execution:
+            recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S,
+            guard=None) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
@@ -131,6 +139,10 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     The sessions of different configurations are interleaved
     (:func:`session_order`), so that a slow spell of the machine spreads over
     several configurations instead of shifting one of them.
+
+    With a ``guard`` (:class:`tilecast.loop.interference.QuietGuard`) every
+    session runs between two reference probes and is retaken when they show
+    the machine disturbed; each row then says how its sessions fared.
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
@@ -145,23 +157,17 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     for p in predictions:
         n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
         plans.append(split_steps(n, rounds_for(p.step_s, n)))
-    order = session_order(plans)
-    done: list = [[] for _ in predictions]
-    for j, (i, k) in enumerate(order):
-        cfg = predictions[i].config
-        if progress:
-            of = f", session {k + 1} of {len(plans[i])}" if len(plans[i]) > 1 else ""
-            print(f"executing {j + 1}/{len(order)}: {cfg.label()} ({warmup} warm-up + {plans[i][k]} steps{of})",
-                  file=sys.stderr)
-        done[i].append(measure_round(cfg, plans[i][k], warmup))
+    done, probes = _measure_sessions(predictions, plans, warmup, guard, progress)
     for i, p in enumerate(predictions):
         cfg = p.config
         m = measurement_of(done[i], warmup)
         full = predict(cfg, machine, calibration, host_costs, graph=m.graph, keep_result=True)
-        out.checked.append(Checked(full, m, position.get(id(p), 0)))
+        sessions = [guard.verdict(info) for info in probes[i]] if guard is not None else None
+        out.checked.append(Checked(full, m, position.get(id(p), 0), sessions=sessions))
         if recalibrate:
             out.calibration = calibration_from_trace(m.graph, m.traces, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
+    out.quiet = guard.summary() if guard is not None else None
     if recalibrate:
         from tilecast.loop.host_cost import learn_from_runs
         from tilecast.loop.runtime_overhead import task_overhead
@@ -177,3 +183,47 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
             c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,
                               keep_result=True)
     return out
+
+
+def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
+    """Every session of every configuration, in :func:`session_order`; per configuration, its sessions'
+    :func:`measure_round` results and (with a ``guard``) their reference probes.
+
+    With a guard, a last pass retakes the sessions that the run's fastest
+    reference shows disturbed though they looked quiet when measured (the
+    run began in a slow spell), while the guard has waiting budget left.
+    """
+    order = session_order(plans)
+    done = [[None] * len(p) for p in plans]
+    probes = [[None] * len(p) for p in plans]
+
+    def retakable(i, k):
+        return (warmup + plans[i][k]) * predictions[i].step_s < RETAKE_UNDER_S
+
+    def run(i, k, what):
+        cfg = predictions[i].config
+        if progress:
+            of = f", session {k + 1} of {len(plans[i])}" if len(plans[i]) > 1 else ""
+            print(f"executing {what}: {cfg.label()} ({warmup} warm-up + {plans[i][k]} steps{of})", file=sys.stderr)
+        if guard is None:
+            done[i][k] = measure_round(cfg, plans[i][k], warmup)
+            return
+        result, info = guard.measure(lambda c=cfg, n=plans[i][k]: measure_round(c, n, warmup),
+                                     retake=retakable(i, k))
+        if probes[i][k] is not None:  # a retake of the last pass
+            info["retakes"] += probes[i][k]["retakes"] + 1
+        if progress and info["retakes"]:
+            print(f"  retaken {info['retakes']}x: the reference step ran slow around it", file=sys.stderr)
+        done[i][k], probes[i][k] = result, info
+
+    for j, (i, k) in enumerate(order):
+        run(i, k, f"{j + 1}/{len(order)}")
+    if guard is not None:
+        late = [(i, k) for i, k in order if retakable(i, k) and guard.verdict(probes[i][k])["disturbed"]
+                and probes[i][k]["retakes"] < guard.max_retakes]
+        for j, (i, k) in enumerate(late):
+            if guard.budget_left_s <= 0:
+                break
+            guard.retaken += 1
+            run(i, k, f"again {j + 1}/{len(late)}")
+    return done, probes
