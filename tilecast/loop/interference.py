@@ -8,11 +8,12 @@ spells, the memory-heavy kernels slowed and the compute-bound ones hardly:
 softmax_apply 1.9 -> 3.8 ms per step, attn_qk +20%, GEMM +12%,
 softmax_stats and GELU unchanged. Nothing single-core saw them: the same
 step on one worker, timed just before and after each two-worker session,
-was 67.6 ms in and out of the spells (+3%); in-L2 matrix products, an
+took 67.6 ms outside the spells and 69.7 ms in them (+3%); in-L2 matrix products, an
 L3-sized copy and a page-writing loop in the main thread were unchanged
 too (and the copy had slow spells of its own, at other times, that the step
-did not feel). Something about how the host places the two virtual cores,
-then, not the cores' own speed; its cause is outside the VM.
+did not feel). Not the cores' own speed, then, but something only two busy
+cores feel (most likely how the host places the virtual cores); its cause
+is outside the VM.
 
 A session measured in a spell says nothing about a model's accuracy, and it
 wrongs a comparison of configurations measured at different times. The
@@ -24,10 +25,10 @@ probe more than ``threshold`` slower than the fastest probe seen is
 retaken once the probe is fast again (within a waiting budget), and every
 row reports how its sessions fared. Sessions longer than a spell (over
 :data:`RETAKE_UNDER_S`) are probed and reported but not retaken: a spell
-touches a few of their steps and hardly moves the median (the 2.5-3 s steps
-of the accuracy suite were within 0.2-6.6% of their predictions however the
-spells fell). The reference step's fastest of three
-varied by 7% outside spells (34.0-36.4 ms) and was 42-45 ms inside them, hence the 12%.
+touches a few of their steps and hardly moves the median (the 2.5-3.2 s
+steps of the accuracy suite were within 7% of their predictions in every
+run with learned models, however the spells fell). The reference step's fastest of three varied by 7% outside
+spells (34.0-36.4 ms) and was 42-47 ms inside them, hence the 12%.
 """
 
 from __future__ import annotations
