@@ -113,16 +113,17 @@ def test_host_cost_fits_are_stored_per_scheduler_and_dropped_when_the_executor_c
 
 
 def test_sessions_of_short_configurations_are_interleaved():
-    from tilecast.loop.execute import rounds_for, session_order, steps_for
+    from tilecast.loop.execute import SHORT_ROUNDS, rounds_for, session_order, steps_for
     from tilecast.loop.measure import split_steps
 
     assert split_steps(29, 5) == [6, 6, 6, 6, 5] and split_steps(2, 5) == [1, 1]
     plans = [split_steps(steps_for(t, 5), rounds_for(t, steps_for(t, 5))) for t in (0.04, 3.0, 0.05, 2.0, 4.0)]
-    assert [len(p) for p in plans] == [5, 1, 5, 1, 1]  # short steps over several sessions, long ones in one
+    n = SHORT_ROUNDS
+    assert [len(p) for p in plans] == [n, 1, n, 1, 1]  # short steps over several sessions, long ones in one
     order = session_order(plans)
     assert sorted(order) == [(i, k) for i, p in enumerate(plans) for k in range(len(p))]
     # block b: session b of each short configuration, then a share of the long ones, spread over the blocks
-    assert order[:2] == [(0, 0), (2, 0)] and order[-2:] == [(2, 4), (4, 0)]
+    assert order[:2] == [(0, 0), (2, 0)] and order[-2:] == [(2, n - 1), (4, 0)]
     long_at = [order.index((i, 0)) for i in (1, 3, 4)]
     assert long_at == sorted(long_at) and long_at[0] > 2 and long_at[-1] == len(order) - 1
     assert session_order([[3], [4]]) == [(0, 0), (1, 0)]

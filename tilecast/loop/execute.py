@@ -92,14 +92,17 @@ class Execution:
         return paths
 
 
-MIN_TIMED_S = 1.0  # short steps are timed more often: at least this many predicted seconds of timed steps
-MAX_STEPS = 30
+MIN_TIMED_S = 1.5  # short steps are timed more often: at least this many predicted seconds of timed steps
+MAX_STEPS = 40
 SHORT_STEP_S = 0.25  # steps predicted shorter than this are measured over several StarPU sessions
-SHORT_ROUNDS = 5
+# Sessions of a short configuration: on the 2-core machine one session in five of the tiny model's tile-128
+# step (196 tasks, 46-54 ms a step) could run 15-20% slow throughout, with quiet reference steps around it.
+SHORT_ROUNDS = 8
 
 
 def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) -> int:
-    """Timed steps for a configuration: ``steps``, more for short steps (their times jitter more), at most 30."""
+    """Timed steps for a configuration: ``steps``, more for short steps (their times jitter more), at most
+    :data:`MAX_STEPS`."""
     want = int(np.ceil(min_timed_s / max(predicted_s, 1e-6)))
     return max(steps, min(MAX_STEPS, want))
 
