@@ -34,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
-                   help="the longest the quiet check may wait for slow spells to pass, in all (default: 120 for "
+                   help="the longest the quiet check may wait for slow spells to pass, in all (default: 240 for "
                         "the full suite, 5 for quick); "
                         "after that, sessions are kept whatever the reference says, and counted as disturbed")
     add_json_arg(p)

@@ -42,7 +42,7 @@ SUITES = {
 
 
 # The longest the quiet check may wait for slow spells to pass, in all (see tilecast.loop.interference).
-MAX_WAIT_S = {"full": 120.0, "quick": 5.0}
+MAX_WAIT_S = {"full": 240.0, "quick": 5.0}
 
 
 def suite_configs(name: str = "full", workers: int | None = None) -> list:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecast.loop.interference import RETAKE_UNDER_S
 from tilecast.loop.measure import measure_round, measurement_of, split_steps
 from tilecast.loop.predict import predict, relative_error
 
@@ -200,9 +199,6 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
     done = [[None] * len(p) for p in plans]
     probes = [[None] * len(p) for p in plans]
 
-    def retakable(i, k):
-        return (warmup + plans[i][k]) * predictions[i].step_s < RETAKE_UNDER_S
-
     def run(i, k, what):
         cfg = predictions[i].config
         if progress:
@@ -211,8 +207,7 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
         if guard is None:
             done[i][k] = measure_round(cfg, plans[i][k], warmup)
             return
-        result, info = guard.measure(lambda c=cfg, n=plans[i][k]: measure_round(c, n, warmup),
-                                     retake=retakable(i, k))
+        result, info = guard.measure(lambda c=cfg, n=plans[i][k]: measure_round(c, n, warmup))
         if probes[i][k] is not None:  # a retake of the last pass
             info["retakes"] += probes[i][k]["retakes"] + 1
         if progress and info["retakes"]:
@@ -222,8 +217,8 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
     for j, (i, k) in enumerate(order):
         run(i, k, f"{j + 1}/{len(order)}")
     if guard is not None:
-        late = [(i, k) for i, k in order if retakable(i, k) and guard.verdict(probes[i][k])["disturbed"]
-                and probes[i][k]["retakes"] < guard.max_retakes]
+        late = [(i, k) for i, k in order
+                if guard.verdict(probes[i][k])["disturbed"] and probes[i][k]["retakes"] < guard.max_retakes]
         for j, (i, k) in enumerate(late):
             if guard.budget_left_s <= 0:
                 break
