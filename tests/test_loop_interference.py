@@ -146,3 +146,13 @@ def test_execute_retakes_sessions_the_runs_fastest_reference_shows_disturbed(mon
     a, b, c = (c.sessions[0] for c in out.checked)
     assert a["retakes"] == 1 and not a["disturbed"] and b["retakes"] == 0 and c["retakes"] == 0
     assert out.quiet["sessions_retaken"] == 1
+
+
+def test_recalibration_learns_from_the_quiet_sessions_only():
+    from tilecast.loop.execute import quiet_rounds
+
+    rounds = ["r0", "r1", "r2"]
+    sessions = [{"disturbed": False}, {"disturbed": True}, {"disturbed": False}]
+    assert quiet_rounds(rounds, sessions) == ["r0", "r2"]
+    assert quiet_rounds(rounds, None) == rounds  # unchecked: all
+    assert quiet_rounds(rounds, [{"disturbed": True}] * 3) == rounds  # none quiet: all rather than nothing

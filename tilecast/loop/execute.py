@@ -148,7 +148,8 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace in turn
-    and every configuration is predicted once more with the final models.
+    (of the sessions the guard found quiet, :func:`quiet_rounds`) and every
+    configuration is predicted once more with the final models.
     """
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -160,6 +161,7 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
         plans.append(split_steps(n, rounds_for(p.step_s, n)))
     done, probes = _measure_sessions(predictions, plans, warmup, guard, progress)
+    learned = []  # per configuration, the measurement the models learn from: its quiet sessions
     for i, p in enumerate(predictions):
         cfg = p.config
         m = measurement_of(done[i], warmup)
@@ -167,7 +169,8 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         sessions = [guard.verdict(info) for info in probes[i]] if guard is not None else None
         out.checked.append(Checked(full, m, position.get(id(p), 0), sessions=sessions))
         if recalibrate:
-            out.calibration = calibration_from_trace(m.graph, m.traces, machine, base=out.calibration)
+            learned.append(measurement_of(quiet_rounds(done[i], sessions), warmup))
+            out.calibration = calibration_from_trace(m.graph, learned[-1].traces, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
     out.quiet = guard.summary() if guard is not None else None
     if recalibrate:
@@ -175,8 +178,8 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         from tilecast.loop.runtime_overhead import task_overhead
 
         runs = []
-        for c in out.checked:
-            m, cfg = c.measurement, c.prediction.config
+        for c, m in zip(out.checked, learned):
+            cfg = c.prediction.config
             overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
             runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, m.makespan_s,
                          m.makespan_s + m.host_s, overhead))
@@ -185,6 +188,15 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
             c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,
                               keep_result=True)
     return out
+
+
+def quiet_rounds(rounds: list, sessions: list | None) -> list:
+    """The rounds (sessions) of a configuration that the quiet check found undisturbed; all of them when
+    unchecked or when none was quiet. Recalibration learns from these only: a session in one of the
+    machine's slow spells would teach the models its slowness."""
+    if not sessions:
+        return rounds
+    return [r for r, s in zip(rounds, sessions) if not s["disturbed"]] or rounds
 
 
 def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
