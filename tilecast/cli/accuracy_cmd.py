@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, print_json
+from tilecast.cli.common import add_json_arg, print_json, quiet_check_line
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -70,12 +70,8 @@ def print_table(res) -> None:
     print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
           f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
           f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
-    q = c.get("quiet")
-    if q:
-        disturbed = sum(r.get("sessions_disturbed", 0) for r in res.rows)
-        print(f"reference step ({q['reference']}): fastest {q['reference_best_s'] * 1e3:.1f} ms over "
-              f"{q['reference_probes']} probes; {q['sessions_retaken']} sessions retaken, {q['waited_s']:.0f} s "
-              f"waited for slow spells to pass, {disturbed} kept though disturbed")
+    if c.get("quiet"):
+        print(quiet_check_line(c["quiet"], res.rows))
     print()
     print(f"{'model':<12}{'batch':>7}{'tiling':>30}{'sched':>7}{'wk':>4}{'tasks':>7}{'pred ms':>10}{'real ms':>10}"
           f"{'error':>8}{'spread':>8}{'ref':>7}")

@@ -62,3 +62,11 @@ def human(n: float, unit: str = "") -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {prefix}{unit}"
     return f"{n:.0f} {unit}".rstrip()
+
+
+def quiet_check_line(quiet: dict, rows: list) -> str:
+    """One line on how the quiet check went (tilecast.loop.interference): the reference, retakes, waiting."""
+    disturbed = sum(r.get("sessions_disturbed", 0) for r in rows)
+    return (f"quiet check, reference step {quiet['reference']}: fastest {quiet['reference_best_s'] * 1e3:.1f} ms "
+            f"over {quiet['reference_probes']} probes; {quiet['sessions_retaken']} sessions retaken, "
+            f"{quiet['waited_s']:.0f} s waited for slow spells to pass, {disturbed} kept though disturbed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json, quiet_check_line
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -165,8 +165,5 @@ def print_executed(execution) -> None:
           "spread = (max - min) / median of those steps")
     if execution.busy_note():
         print(execution.busy_note())
-    q = execution.quiet
-    if q:
-        disturbed = sum(r.get("sessions_disturbed", 0) for r in execution.rows())
-        print(f"quiet check: reference step fastest {q['reference_best_s'] * 1e3:.1f} ms; {q['sessions_retaken']} "
-              f"sessions retaken, {q['waited_s']:.0f} s waited, {disturbed} kept though disturbed")
+    if execution.quiet:
+        print(quiet_check_line(execution.quiet, execution.rows()))
