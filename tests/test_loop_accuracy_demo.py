@@ -3,6 +3,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from tilecast.cli import main
@@ -26,10 +27,41 @@ def test_full_suite_covers_two_shapes_three_tilings_two_schedulers():
     assert len({c.label() for c in configs}) == len(configs)
 
 
+def test_learning_pass_is_needed_until_the_models_learned_the_suites_shapes_from_runs():
+    from tilecast.loop.accuracy import LEARNED_SHARE, needs_learning_pass
+    from tilecast.loop.kernel_calibration import missing_cases
+    from tilecast.perfmodel.calibration import TRACE, Calibration
+
+    graphs = {c.graph_key: c.build() for c in suite_configs("quick", workers=2)}.values()
+    cases = missing_cases(None, graphs)
+    cal = Calibration("m", "f", "cpu", "c-kernels")
+    for name, row in cases:
+        cal.add(name, row, 1e-5, 0.0)  # timed alone
+    assert needs_learning_pass(None, graphs) and needs_learning_pass(cal, graphs)
+    learned = int(np.ceil(LEARNED_SHARE * len(cases)))
+    for name, row in cases[:learned - 1]:
+        cal.add(name, row, 2e-5, 0.0, TRACE)
+    assert needs_learning_pass(cal, graphs)  # one short of the share
+    cal.add(*cases[learned - 1], 2e-5, 0.0, TRACE)
+    assert not needs_learning_pass(cal, graphs)
+
+
 @needs_starpu
 def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
-    status = main(["accuracy", "--suite", "quick", "--steps", "2", "--warmup", "1", "--json"])
+    status = main(["accuracy", "--suite", "quick", "--steps", "2", "--warmup", "1", "--learning-pass", "always",
+                   "--json"])
     doc = json.loads(capsys.readouterr().out)
+    first = doc["learning_pass"]  # the suite run once with recalibration, then predicted again and measured
+    assert len(first["rows"]) == len(doc["rows"]) and first["calibration_files"]
+    for a, b in zip(first["rows"], doc["rows"]):  # the measured pass predicts with the models stored by the first
+        assert (a["sched"], a["tiling"]) == (b["sched"], b["tiling"])
+        assert b["pred_step_s"] == pytest.approx(a["pred_step_s_recalibrated"], rel=1e-9)
+    from tilecast.loop.accuracy import needs_learning_pass
+    from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.perfmodel import load_machine
+
+    graphs = {c.graph_key: c.build() for c in suite_configs("quick")}.values()
+    assert not needs_learning_pass(ensure_calibration(load_machine("local"), graphs, progress=False), graphs)
     assert len(doc["rows"]) == len(suite_configs("quick"))
     want = ranking_accuracy([r["pred_step_s"] for r in doc["rows"]], [r["real_step_s"] for r in doc["rows"]])
     for k in ("median_abs_error", "max_abs_error", "kendall_tau", "best_gap"):

@@ -156,3 +156,22 @@ def test_recalibration_learns_from_the_quiet_sessions_only():
     assert quiet_rounds(rounds, sessions) == ["r0", "r2"]
     assert quiet_rounds(rounds, None) == rounds  # unchecked: all
     assert quiet_rounds(rounds, [{"disturbed": True}] * 3) == rounds  # none quiet: all rather than nothing
+
+
+def test_configurations_of_one_task_graph_are_learned_from_together():
+    from types import SimpleNamespace
+
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.execute import learning_groups
+
+    tiny = load_model("gpt2-tiny")
+    cfgs = [StepConfig(tiny, 2, 32, Tiling.parse(t), s, 2) for t, s in (("64", "eager"), ("256", "eager"),
+                                                                         ("64", "dmda"))]
+    assert cfgs[0].graph_key == cfgs[2].graph_key != cfgs[1].graph_key
+    preds = [SimpleNamespace(config=c) for c in cfgs]
+    learned = [SimpleNamespace(graph=f"g{i}", traces=[f"t{i}a", f"t{i}b"]) for i in range(3)]
+    groups = learning_groups(preds, learned)
+    # one group per graph, in the order first measured; a later scheduler's steps join, never replace
+    assert groups == [("g0", ["t0a", "t0b", "t2a", "t2b"]), ("g1", ["t1a", "t1b"])]

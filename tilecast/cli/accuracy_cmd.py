@@ -9,7 +9,7 @@ from tilecast.loop.candidates import short_label
 
 
 def add_parser(sub):
-    from tilecast.loop.accuracy import SUITES, TARGETS
+    from tilecast.loop.accuracy import LEARNING_PASSES, SUITES, TARGETS
 
     p = sub.add_parser(
         "accuracy", help="how well predicted step times match StarPU on this machine (a fixed suite)",
@@ -22,7 +22,10 @@ def add_parser(sub):
                     f"{TARGETS['best_gap']:.0%}). The cores should be otherwise idle while it runs. Every StarPU "
                     "session runs between two reference steps (gpt2-tiny 32x128, tile 64, eager, every worker) and "
                     "is retaken when they ran over 12% slower than the fastest seen: some machines have spells "
-                    "in which such steps run 20-30% slower, which say nothing about the models.")
+                    "in which such steps run 20-30% slower, which say nothing about the models. On first use "
+                    "(models that have not yet learned the suite's kernels from real runs) the suite runs twice: "
+                    "a learning pass that refines the models from its traces, then the measured pass; the full "
+                    "suite takes 5-12 minutes a pass on 2 cores.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="CPU workers (default: every core)")
     p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
@@ -31,6 +34,10 @@ def add_parser(sub):
                    help="update the stored kernel models and host-cost fits from the measured runs and also show the "
                         "figures they "
                         "give on the same runs (in-sample; the next run of the suite measures them afresh)")
+    p.add_argument("--learning-pass", choices=LEARNING_PASSES, default="auto",
+                   help="run the suite once with --recalibrate before the measured pass: auto (default) when "
+                        "fewer than 90%% of the suite's kernel shapes were learned from real runs, always, or "
+                        "never (then a first run's figures are those of isolated kernel timings)")
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
@@ -55,7 +62,8 @@ def run(args) -> int:
         raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
     try:
         res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
-                        workers=args.workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait)
+                        workers=args.workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait,
+                        learning_pass=args.learning_pass)
     except ValueError as e:
         raise UsageError(f"--workers: {e}") from None
     if args.json:
@@ -70,6 +78,16 @@ def print_table(res) -> None:
     print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
           f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
           f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
+    if res.learning is not None:
+        from tilecast.loop.accuracy import check_targets
+
+        first = res.learning
+        print("learning pass (the suite run once to teach the models; then predicted again and measured afresh):")
+        _figures("  first predictions", first, first["targets_met"])
+        _figures("  in-sample after learning", first["recalibrated"], check_targets(first["recalibrated"]))
+        if first["conditions"].get("quiet"):
+            print("  " + quiet_check_line(first["conditions"]["quiet"], first["rows"]))
+        print("measured pass, with the refined models:")
     if c.get("quiet"):
         print(quiet_check_line(c["quiet"], res.rows))
     print()

@@ -30,6 +30,12 @@ class StepConfig:
         return {"model": self.model.name, "batch": self.batch, "seq": self.seq, "tiling": self.tiling.describe(),
                 "sched": self.sched, "workers": self.workers}
 
+    @property
+    def graph_key(self) -> tuple:
+        """What determines the task graph (not the scheduler nor the workers): configurations with equal keys
+        run the same tasks on the same tile shapes."""
+        return (self.model.name, self.batch, self.seq, self.tiling.describe())
+
     def build(self):
         """The step's task graph."""
         from tilecast.graph.gpt2 import build_gpt2_step

@@ -147,8 +147,9 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     the machine disturbed; each row then says how its sessions fared.
 
     Each is simulated again with its trace kept (for the comparison). With
-    ``recalibrate`` the kernel models learn from every measured trace in turn
-    (of the sessions the guard found quiet, :func:`quiet_rounds`) and every
+    ``recalibrate`` the kernel models learn from every measured trace
+    (of the sessions the guard found quiet, :func:`quiet_rounds`; those of
+    one task graph together, :func:`learning_groups`) and every
     configuration is predicted once more with the final models.
     """
     from tilecast.perfmodel.from_trace import calibration_from_trace
@@ -170,7 +171,9 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         out.checked.append(Checked(full, m, position.get(id(p), 0), sessions=sessions))
         if recalibrate:
             learned.append(measurement_of(quiet_rounds(done[i], sessions), warmup))
-            out.calibration = calibration_from_trace(m.graph, learned[-1].traces, machine, base=out.calibration)
+    if recalibrate:
+        for graph, traces in learning_groups(predictions, learned):
+            out.calibration = calibration_from_trace(graph, traces, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
     out.quiet = guard.summary() if guard is not None else None
     if recalibrate:
@@ -188,6 +191,24 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
             c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,
                               keep_result=True)
     return out
+
+
+def learning_groups(predictions, learned: list) -> list:
+    """``(graph, traces)`` per task graph: the traces of every measured configuration that runs it (the same
+    tiling under several schedulers), learned from together.
+
+    A shape's figure is then the median over all those steps. Learning from
+    each configuration in turn let the last one measured replace the shapes
+    of the others: on the 2-core machine a single 20 s session of a 2.7 s
+    step can run 3-7% slow with references that looked quiet, and the
+    configuration that happened to be measured last decided the shapes of
+    both.
+    """
+    groups: dict = {}
+    for p, m in zip(predictions, learned):
+        graph, traces = groups.setdefault(p.config.graph_key, (m.graph, []))
+        traces.extend(m.traces)
+    return list(groups.values())
 
 
 def quiet_rounds(rounds: list, sessions: list | None) -> list:
