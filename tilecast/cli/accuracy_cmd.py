@@ -25,7 +25,7 @@ def add_parser(sub):
                     "in which such steps run 20-30% slower, which say nothing about the models. On first use "
                     "(models that have not yet learned the suite's kernels from real runs) the suite runs twice: "
                     "a learning pass that refines the models from its traces, then the measured pass; the full "
-                    "suite takes 5-12 minutes a pass on 2 cores.")
+                    "suite took 4.5-11.5 minutes a pass on 2 cores.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="CPU workers (default: every core)")
     p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
@@ -37,7 +37,7 @@ def add_parser(sub):
     p.add_argument("--learning-pass", choices=LEARNING_PASSES, default="auto",
                    help="run the suite once with --recalibrate before the measured pass: auto (default) when "
                         "fewer than 90%% of the suite's kernel shapes were learned from real runs, always, or "
-                        "never (then a first run's figures are those of isolated kernel timings)")
+                        "never (then a first run predicts from isolated kernel timings and the probes)")
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",

@@ -11,6 +11,13 @@ configuration), against 2-11% for the tilings kept, so no model could be held
 to 10% on them. The quick suite is a two-tiling subset of the tiny shape, to
 exercise the code path cheaply.
 
+What is measured is the tool as it predicts once it has run here: on first
+use :func:`run_suite` runs the suite once to let the models learn from real
+runs (the learning pass), then predicts every configuration again and
+measures it afresh. The refined models have then seen these configurations
+run before (in another pass, minutes earlier): the figures are out of sample
+in time, not in configuration.
+
 Figures (:func:`tilecast.reports.ranking_accuracy`): median and maximum
 absolute relative error of the step time, Kendall's tau between predicted and
 measured orders, and the gap between the measured time of the predicted-best
