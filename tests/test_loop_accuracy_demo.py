@@ -80,6 +80,12 @@ def test_accuracy_bad_input(capsys):
     assert main(["accuracy", "--steps", "0"]) == 2
     assert main(["accuracy", "--max-wait", "-1"]) == 2
     assert "--steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["accuracy", "--learning-pass", "sometimes"])
+    assert e.value.code == 2 and "--learning-pass" in capsys.readouterr().err
+    if starpu_policies() is not None:  # more workers than StarPU runs: told before anything is measured
+        assert main(["accuracy", "--workers", "100000"]) == 2
+        assert "--workers must be at most" in capsys.readouterr().err
 
 
 @needs_starpu

@@ -49,8 +49,8 @@ SUITES = {
 
 
 # A learning pass runs first (``learning_pass="auto"``) unless the stored models learned at least this share of
-# the suite's kernel shapes from runs inside the runtime. (After one, a few AdamW shapes stay timed alone: their
-# step counter differs from run to run.)
+# the suite's kernel shapes from runs inside the runtime (after one, all 720 of the full suite's were; the margin
+# lets a shape whose tasks all traced at zero duration not bring the pass back every time).
 LEARNED_SHARE = 0.9
 LEARNING_PASSES = ("auto", "always", "never")
 
@@ -83,7 +83,7 @@ class SuiteResult:
     conditions: dict = field(default_factory=dict)
     after: dict | None = None  # figures with recalibrated kernel models (same runs: in-sample)
     calibration_files: list | None = None  # where the recalibrated models were stored
-    learning: dict | None = None  # the learning pass run first, if any (learning_pass_summary)
+    learning: dict | None = None  # the learning pass run first, if any (its to_dict())
 
     @property
     def ok(self) -> bool:
@@ -133,7 +133,7 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
     ``learning_pass``: ``"auto"`` first measures the suite once with
     recalibration when the models have not yet learned its shapes from real
     runs (:func:`needs_learning_pass`: on first use, the kernel models hold
-    isolated timings, and the tiny model's steps are predicted 10-25% fast),
+    isolated timings, and the tiny model's steps are predicted 9-26% fast),
     then predicts every configuration again with the stored, refined models
     and measures it afresh; the first pass is reported in ``learning``.
     ``"always"`` and ``"never"`` force the choice.
