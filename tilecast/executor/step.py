@@ -66,6 +66,16 @@ def set_batch(graph: Graph, store: TileStore, ids, targets, step: int) -> None:
     store.set_tensor("targets", np.asarray(targets, dtype=np.int64))
 
 
+def restore_built_step(graph: Graph) -> None:
+    """AdamW's step number back to the 1 a built graph holds, once steps have run on ``graph``.
+
+    The number does not change a task's duration, but task shapes are keyed
+    by every parameter: kernel models learned from a run's traces would
+    otherwise hold AdamW shapes that no built graph asks about.
+    """
+    graph.set_param("adamw", "step", 1)
+
+
 def step_loss(store: TileStore) -> float:
     """The loss a step left in its store."""
     return float(store.tensor("loss")[0])

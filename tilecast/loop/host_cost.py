@@ -202,7 +202,7 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     """
     from tilecast.executor.starpu_run import StarPUTraining
     from tilecast.executor.starpu_session import StarPUSession
-    from tilecast.executor.step import TrainState, init_gpt2_params
+    from tilecast.executor.step import TrainState, init_gpt2_params, restore_built_step
 
     out = []
     with StarPUSession(sched, workers) as session:
@@ -216,6 +216,7 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
                 if progress:
                     progress()
             trace = training.step(trace=True)[2]
+            restore_built_step(graph)  # the calibration learns from the trace
             t, mk = np.asarray(times[1:]), np.asarray(makespans[1:])
             out.append((graph, float(np.median(mk)), float(np.median(t) - np.median(mk)), trace))
     return out

@@ -75,14 +75,12 @@ def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None)
     """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result,
     whose ``traces`` are those of its last ``TRACED_PER_ROUND`` timed steps)."""
     from tilecast.executor.starpu_run import run_steps
+    from tilecast.executor.step import restore_built_step
 
     res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
                     warmup + steps, seed=seed, progress=progress,
                     trace_from=warmup + max(0, steps - TRACED_PER_ROUND))
-    # AdamW's step number, left at the last step's, back to the 1 a built graph holds: it does not change a
-    # task's duration, but shapes are keyed by every parameter, and the models learned from these traces are
-    # asked about built graphs
-    res.graph.set_param("adamw", "step", 1)
+    restore_built_step(res.graph)  # the models learn from these traces
     return list(res.step_s), list(res.makespan_s), res
 
 
