@@ -58,11 +58,6 @@ def run(args) -> int:
         raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    from tilecast.loop.tune import starpu_max_workers
-
-    limit = starpu_max_workers()
-    if args.workers is not None and limit is not None and args.workers > limit:
-        raise UsageError(f"--workers must be at most {limit} (StarPU's CPU workers here), got {args.workers}")
     if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
         raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
     try:

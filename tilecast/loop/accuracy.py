@@ -64,8 +64,11 @@ def suite_configs(name: str = "full", workers: int | None = None) -> list:
 
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r} (known: {', '.join(SUITES)})")
+    limit = starpu_max_workers()
     if workers is None:
-        workers = max(1, min(os.cpu_count() or 1, starpu_max_workers() or 1))
+        workers = max(1, min(os.cpu_count() or 1, limit or 1))
+    elif limit is not None and workers > limit:  # told before anything is calibrated or measured
+        raise ValueError(f"--workers must be at most {limit} (StarPU's CPU workers here), got {workers}")
     out = []
     for model, batch, seq, tiles, scheds in SUITES[name]:
         cfg = from_dict(model, name=model["name"]) if isinstance(model, dict) else load_model(model)
