@@ -13,12 +13,15 @@ from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.models import load_shape
 from tilecast.cluster.search import candidates
 from tilecast.cluster.strategy import Strategy
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", type=int, default=1000)
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     c = load_cluster("dgx-a100")
     shape = load_shape("gpt3-175b")
     st = Strategy(tp=8, pp=16, dp=24, seq=2048, global_batch=1536, recompute="selective", sequence_parallel=True,
@@ -41,7 +44,7 @@ def main():
     print(f"{'one 3072-GPU configuration':<40} {one:>8.3f} {r.n_tasks:>9}")
     print(f"{f'{len(cands)} configurations (search space)':<40} {many:>8.2f} {tasks:>9}")
     print(json.dumps({"one_config_3072_gpus_cpu_s": one, "one_config_tasks": r.n_tasks, "configs": len(cands),
-                      "configs_cpu_s": many, "configs_tasks": tasks}))
+                      "configs_cpu_s": many, "configs_tasks": tasks, "conditions": conditions}))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from tilecast.perfmodel.local import conditions_line, run_conditions
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -32,6 +34,8 @@ def main() -> int:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
 
     import numpy as np
     import torch
@@ -90,7 +94,8 @@ def main() -> int:
                       "threads": args.threads, "steps": step, "tokens_per_s": tokens / elapsed,
                       "initial_val_loss": rows[0][2], "final_val_loss": rows[-1][2],
                       "seconds_to_val_below_2": below2, "ln256": math.log(256),
-                      "curve": [{"step": s, "seconds": t, "val_loss": v} for s, t, v in rows]}))
+                      "curve": [{"step": s, "seconds": t, "val_loss": v} for s, t, v in rows],
+                      "conditions": conditions}))
     return 0
 
 

@@ -29,6 +29,7 @@ from tilecast.executor.step import TrainState, init_gpt2_params
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
 from tilecast.graph.model_config import ModelConfig
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 CANDIDATES = "batch=1;batch=2;batch=4;batch=2,vocab=4096;batch=1,seq=128;256"
 
@@ -53,6 +54,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up round")
     ap.add_argument("--tiles", default=CANDIDATES, help="candidate tilings separated by ';'")
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     cfg = ModelConfig(n_layer=args.layers, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
     tiles = [t.strip() for t in args.tiles.split(";") if t.strip()]
     data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(args.rounds + 1, args.batch, args.seq + 1))
@@ -85,7 +88,7 @@ def main() -> None:
     for t, row in sorted(table.items(), key=lambda kv: kv[1]["step_s"]):
         print(f"{t:<24}{row['tasks']:>7}{row['step_s']:>9.3f}{row['gflops']:>9.1f}{row['gemm_share']:>9.0%}")
     print(json.dumps(dict(best=best, sched=args.sched, workers=args.workers, layers=args.layers,
-                          gemm_gflops=peak, tilings=table)))
+                          gemm_gflops=peak, tilings=table, conditions=conditions)))
 
 
 if __name__ == "__main__":

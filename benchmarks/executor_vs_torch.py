@@ -28,6 +28,7 @@ from tilecast.executor.step import TrainState, init_gpt2_params
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
 from tilecast.graph.model_config import load_model
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
 def gemm_rate(threads: int, n: int = 2048, repeats: int = 3) -> float:
@@ -83,6 +84,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     cfg = load_model(json.dumps(dict(n_layer=args.layers, n_embd=768, n_head=12, vocab_size=50257,
                                      n_positions=1024)))
     data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(args.steps, args.batch, args.seq + 1))
@@ -114,7 +117,7 @@ def main() -> None:
     print(f"{'StarPU':<10}{s_step:>10.3f}{s_tps:>12.1f}{gflops:>10.1f}")
     print(f"{'PyTorch':<10}{t_step:>10.3f}{t_tps:>12.1f}{flops / t_step / 1e9:>10.1f}")
     print(f"ratio {s_tps / t_tps:.2f}x; StarPU at {100 * gflops / peak:.0f}% of numpy's SGEMM rate ({peak:.0f} GFLOP/s)")
-    print(json.dumps(res))
+    print(json.dumps({**res, "conditions": conditions}))
 
 
 if __name__ == "__main__":

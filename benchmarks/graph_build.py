@@ -20,6 +20,7 @@ import numpy as np
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 TARGET_TASKS_PER_S = 200_000
 TARGET_BYTES_PER_TASK = 600
@@ -47,6 +48,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--tile", default="256")
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     cfg, tiling = load_model(args.model), Tiling.parse(args.tile)
 
     build_gpt2_step(load_model("gpt2-tiny"), 1, 4, Tiling())  # warm imports and registry
@@ -82,6 +85,7 @@ def main() -> None:
         "peak_bytes_per_task": peak_build / n, "deps_s": deps_s, "peak_bytes_per_task_with_deps": peak_deps / n,
         "held_bytes_per_task": held / n,
         "targets_met": bool(n / build_s >= TARGET_TASKS_PER_S and peak_build / n <= TARGET_BYTES_PER_TASK),
+        "conditions": conditions,
     }))
 
 

@@ -61,6 +61,7 @@ from tilecast.perfmodel.kernel_model import DurationModel  # noqa: E402
 from tilecast.simulator import compiled  # noqa: E402
 from tilecast.simulator import simulate as sim  # noqa: E402
 from tilecast.simulator.dag import successors  # noqa: E402
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 TARGET_TASKS_PER_S = 150_000
 
@@ -90,15 +91,6 @@ def heapq_replay(duration: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, n
     return now
 
 
-def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-        return ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')})"
-                         for i in threadpool_info() if i.get("user_api") == "blas") or "none loaded"
-    except Exception as e:  # pragma: no cover - report, never fail on it
-        return f"unknown ({e})"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt2-xl")
@@ -112,6 +104,8 @@ def main() -> None:
     ap.add_argument("--no-interpreted", action="store_true",
                     help="skip the one run of the interpreted loop printed for comparison")
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     cfg, tiling = load_model(args.model), Tiling.parse(args.tile)
     machine = load_machine(args.machine)
     g = build_gpt2_step(cfg, args.batch, args.seq, tiling)
@@ -158,7 +152,7 @@ def main() -> None:
         "critical_path_s": s["critical_path_s"], "target_tasks_per_s": TARGET_TASKS_PER_S,
         "compiled_loop": loop_compiled, "interpreted_sim_s": interp_s, "interpreted_sim_cpu_s": interp_cpu,
         "interpreted_sim_tasks_per_s": n / interp_s if interp_s else None,
-        "target_met": bool(n / sim_s >= TARGET_TASKS_PER_S), "cpus": os.cpu_count(), "blas": blas_info(),
+        "target_met": bool(n / sim_s >= TARGET_TASKS_PER_S), "cpus": os.cpu_count(),
     }
     print(f"{cfg.name}, batch {args.batch} x {args.seq}, tiling {tiling}, {machine.name}, {args.sched}")
     rows = [
@@ -173,13 +167,12 @@ def main() -> None:
         ("ratio simulation / replay", f"{out['ratio']:.3f}"),
         ("per CPU second (shared cores)", f"simulation {n / sim_cpu:,.0f} tasks/s, replay {n / replay_cpu:,.0f} tasks/s"),
         ("predicted step", f"{s['makespan_s'] * 1e3:.1f} ms (critical path {s['critical_path_s'] * 1e3:.1f} ms)"),
-        ("BLAS", out["blas"]),
     ]
     for k, v in rows:
         print(f"  {k:<32}{v}")
     # the last line's four headline figures, then the rest
     head = {k: out[k] for k in ("tasks", "sim_tasks_per_s", "replay_tasks_per_s", "ratio")}
-    print(json.dumps({**head, **out}))
+    print(json.dumps({**head, **out, "conditions": conditions}))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from tilecast.executor.tiles import TileStore
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model
+from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
 def main() -> None:
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
     if args.model:
         g = build_gpt2_step(load_model(args.model), args.batch, args.seq, Tiling.parse(args.tile))
     else:
@@ -79,7 +82,7 @@ def main() -> None:
     print(f"{'StarPU alone':>14} {'+ profiling':>12} {'tilecast, no table':>19} {'tilecast total':>15} "
           f"{'tilecast own':>13}")
     print(f"{b_us:>14.2f} {bp_us:>12.2f} {tc_us:>19.2f} {t_us:>15.2f} {t_us - b_us:>13.2f}")
-    print(json.dumps(res))
+    print(json.dumps({**res, "conditions": conditions}))
 
 
 if __name__ == "__main__":

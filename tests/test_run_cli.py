@@ -21,6 +21,7 @@ def test_run_json_check_and_trace(tmp_path, capsys):
     assert res["tokens_per_s"] == pytest.approx(2 * 32 / res["step_s"])
     assert res["gflops"] == pytest.approx(res["flops_per_step"] / res["step_s"] / 1e9)
     assert res["losses"][0] == pytest.approx(5.545, abs=0.05)  # ln 256 for a fresh model
+    assert res["blas"]["library"] == "scipy-openblas32" and res["blas"]["core"]
     trace = load(str(path))
     assert len(trace) == res["tasks"] and (trace["source"] == "real").all()
 
@@ -31,6 +32,7 @@ def test_run_human_output_and_chrome_trace(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "tokens/s" in out and "GFLOP/s" in out and "median of steps after the first" in out
+    assert "BLAS: OpenBLAS" in out and ", core " in out
     events = json.loads(path.read_text())["traceEvents"]
     assert any(e["ph"] == "X" for e in events) and any(e["ph"] == "s" for e in events)
 
@@ -73,4 +75,4 @@ def test_run_without_starpu_names_what_to_install(tmp_path):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "tilecast run: StarPU not found (pkg-config starpu-not-installed); to execute graphs, install: "
-        "apt-get install libstarpu-dev libopenblas-dev"]
+        "apt-get install libstarpu-dev"]

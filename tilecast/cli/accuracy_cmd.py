@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, print_json, quiet_check_line
+from tilecast.cli.common import add_json_arg, blas_summary, print_json, quiet_check_line
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -60,6 +60,7 @@ def run(args) -> int:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
     if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
         raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
+    blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
     try:
         res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
                         workers=args.workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait,
@@ -78,6 +79,7 @@ def print_table(res) -> None:
     print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
           f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
           f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
+    print(blas_summary()[1])
     if res.learning is not None:
         from tilecast.loop.accuracy import check_targets
 

@@ -7,7 +7,7 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 
 def add_parser(sub):
@@ -61,6 +61,7 @@ def run(args) -> int:
                       file=sys.stderr)
                 return 1
             timer_name, timer = "numpy-reference", numpy_reference_timer
+    blas, blas_line = blas_summary()
     machine = load_machine("local")
     shapes = []
     for t in tilings:
@@ -79,11 +80,12 @@ def run(args) -> int:
     path = cal.save(args.output)
     report = holdout_errors(cal)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
-           "shapes": len(cases), "kernels": len(cal.points), "heldout": report}
+           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas}
     if args.json:
         print_json(out)
         return 0
     print(f"calibrated {len(cases)} shapes of {len(cal.points)} kernels with the {timer_name} timer -> {path}")
+    print(blas_line)
     print()
     print(f"{'kernel':<16}{'fit/held out':>14}{'median err':>12}{'max err':>10}{'fixed us':>10}{'GFLOP/s':>10}"
           f"{'GB/s':>10}")

@@ -1,4 +1,4 @@
-"""Flags shared by subcommands, with the same meaning everywhere (see DESIGN.md)."""
+"""Flags shared by subcommands, with the same meaning everywhere (docs/design.md), and shared output lines."""
 
 from __future__ import annotations
 
@@ -70,3 +70,26 @@ def quiet_check_line(quiet: dict, rows: list) -> str:
     return (f"quiet check, reference step {quiet['reference']}: fastest {quiet['reference_best_s'] * 1e3:.1f} ms "
             f"over {quiet['reference_probes']} probes; {quiet['sessions_retaken']} sessions retaken, "
             f"{quiet['waited_s']:.0f} s waited for slow spells to pass, {disturbed} kept though disturbed")
+
+
+_BLAS_WARNED: list = []
+
+
+def blas_summary() -> tuple[dict, str]:
+    """The C kernels' BLAS for a command's output: its JSON object and one line for people.
+
+    A fallback core (kernels older than the CPU) is warned about once per process on standard error.
+    Where the BLAS cannot be loaded, the line says why (the command itself fails later if it needs it).
+    """
+    from tilecast.kernels.blas import blas_info
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    try:
+        info = blas_info()
+    except NativeUnavailable as e:
+        return {"error": str(e)}, f"BLAS: unavailable ({e})"
+    warning = info.warning()
+    if warning and not _BLAS_WARNED:
+        _BLAS_WARNED.append(True)
+        print(warning, file=sys.stderr)
+    return info.to_dict(), f"BLAS: {info.describe()}, one thread per worker"

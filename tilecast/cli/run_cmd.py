@@ -7,7 +7,7 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 
 def add_parser(sub):
@@ -45,6 +45,7 @@ def run(args) -> int:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
         raise UsageError(f"--trace: unknown file type of {args.trace!r} (use .parquet, .csv or .json)")
+    blas, blas_line = blas_summary()
     bars = []
 
     def progress(t, dt, loss):
@@ -76,7 +77,7 @@ def run(args) -> int:
         "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
         "workers": len(res.workers), "tasks": res.n_tasks, "steps": args.steps,
         "step_s": res.median_step_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
-        "step_times_s": res.step_s, "losses": res.losses, "flops_per_step": res.flops_per_step,
+        "step_times_s": res.step_s, "losses": res.losses, "flops_per_step": res.flops_per_step, "blas": blas,
     }
     if res.check is not None:
         out["check"] = res.check
@@ -87,6 +88,7 @@ def run(args) -> int:
         return 0 if ok else 1
     print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU {args.sched} on {len(res.workers)} CPU "
           f"workers; {res.n_tasks} tasks, {res.flops_per_step / 1e9:.2f} GFLOP per step")
+    print(blas_line)
     print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'GFLOP/s':>10}{'loss':>10}")
     for t, (dt, loss) in enumerate(zip(res.step_s, res.losses)):
         print(f"{t + 1:>5}{dt:>10.4f}{res.tokens_per_step / dt:>12.1f}{res.flops_per_step / dt / 1e9:>10.2f}"

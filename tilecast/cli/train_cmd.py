@@ -7,7 +7,7 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 # A small GPT-2 (gpt2-tiny: 2 layers, n_embd 64, vocab 256) whose validation loss falls below 2.0
 # after about 600 steps of 16 x 128 bytes at lr 3e-3 (1.95 at step 600, 1.79 at step 1000, measured here
@@ -59,6 +59,7 @@ def run(args) -> int:
                         workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
                         seed=args.seed)
+    blas, blas_line = blas_summary()
     bars = []
 
     def progress(step, loss, tokens_per_s, val):
@@ -100,7 +101,7 @@ def run(args) -> int:
         "final_val_loss": res.val[-1][1] if res.val else None,
         "tokens_per_s": res.tokens_per_s, "step_time_s": res.step_time_s, "wall_s": res.wall_s,
         "checkpoint": res.checkpoints[-1][1] if res.checkpoints else None,
-        "losses": res.losses,
+        "losses": res.losses, "blas": blas,
     }
     status = 130 if res.interrupted else 1 if res.diverged else 0
     if res.interrupted:
@@ -112,6 +113,7 @@ def run(args) -> int:
         return status
     print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU {args.sched} on {len(res.workers)} CPU "
           f"workers; {res.n_tasks} tasks per step; AdamW lr {args.lr}")
+    print(blas_line)
     print(f"steps {res.start_step + 1}-{res.step}: {res.tokens_per_s:.0f} tokens/s, {res.wall_s:.1f} s wall time")
     if res.losses:
         print(f"final training loss {res.losses[-1]:.4f}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from tilecast.kernels.native_build import NativeUnavailable, build_extension
 
 C_DIR = Path(__file__).parent / "c"
-INSTALL_HINT = "apt-get install libstarpu-dev libopenblas-dev"
+INSTALL_HINT = "apt-get install libstarpu-dev"
 
 
 def starpu_package() -> str:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tilecast.kernels import blas
 from tilecast.kernels.native_build import NativeUnavailable, build_extension
 from tilecast.kernels.registry import Kernel, all_kernels, get
 
 C_DIR = Path(__file__).parent / "c"
 C_SOURCES = sorted(str(p) for p in C_DIR.glob("*.c"))
-INSTALL_HINT = "apt-get install libopenblas-dev"
 # Buffers holding token ids instead of float32 values.
 INT64_BUFFERS = {"ids", "targets"}
 
@@ -41,10 +41,12 @@ _FNS: list | None = None
 
 def library():
     """The compiled kernels module (``.ffi``, ``.lib``), built on first use."""
+    flags = blas.build_flags()
     mod = build_extension(
         "_tilecast_kernels", CDEF, '#include "tilecast_kernels.h"', sources=C_SOURCES,
-        include_dirs=[str(C_DIR)], libraries=["openblas", "m"], extra_compile_args=COMPILE_ARGS,
-        hint=INSTALL_HINT,
+        include_dirs=[str(C_DIR)] + flags["include_dirs"], libraries=flags["libraries"] + ["m"],
+        library_dirs=flags["library_dirs"], extra_link_args=flags["extra_link_args"],
+        extra_compile_args=COMPILE_ARGS, hint=blas.INSTALL_HINT,
     )
     global _FNS
     if _FNS is None:

@@ -189,8 +189,7 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
 def _measure_suite(name, preds, machine, cal, host, steps, warmup, recalibrate, progress, quiet_check,
                    max_wait_s) -> SuiteResult:
     """Measure the predictions (one pass of the suite) and give their figures."""
-    from threadpoolctl import threadpool_info
-
+    from tilecast.kernels.blas import blas_info
     from tilecast.loop.execute import execute
     from tilecast.loop.interference import QuietGuard
     from tilecast.reports import ranking_accuracy
@@ -202,10 +201,8 @@ def _measure_suite(name, preds, machine, cal, host, steps, warmup, recalibrate, 
     load_after = os.getloadavg()
     rows = ex.rows()
     figures = ranking_accuracy([r["pred_step_s"] for r in rows], [r["real_step_s"] for r in rows])
-    blas = [{k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
-            for i in threadpool_info() if i.get("user_api") == "blas"]
     conditions = {"suite": name, "steps": steps, "warmup": warmup, "cpu_count": os.cpu_count(),
-                  "load_average_before": load_before[0], "load_average_after": load_after[0], "blas": blas,
+                  "load_average_before": load_before[0], "load_average_after": load_after[0], "blas": blas_info().to_dict(),
                   "quiet": ex.quiet}
     after, path = None, None
     if recalibrate:

@@ -4,7 +4,8 @@ Cores come from the scheduler affinity, memory from ``sysconf``; the host copy
 bandwidth and the one-core float32 GEMM rate are measured here (medians of a
 few runs, one BLAS thread), so every figure's source is the measurement itself.
 The detected description is written to ``$TILECAST_HOME/machines/local-<fingerprint>.yaml``
-and reused while the hardware fingerprint (CPU model, cores, memory) is unchanged.
+and reused while the hardware fingerprint (CPU model, cores, memory, the C kernels' BLAS
+and its core) is unchanged.
 These roofline figures are only the fallback: calibrated kernel models
 (:mod:`tilecast.perfmodel.calibration`) replace them where present.
 """
@@ -74,8 +75,22 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def kernels_blas() -> str:
+    """The C kernels' BLAS and the core it runs here: a change of either makes kernel timings stale."""
+    from tilecast.kernels.blas import blas_info
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    try:
+        info = blas_info()
+    except NativeUnavailable:
+        return "unavailable"
+    return f"{info.library} {info.version} {info.core}"
+
+
 def hardware() -> dict:
-    return {"cpu": cpu_model(), "cores": cpu_count(), "memory_bytes": memory_bytes(), "machine": platform.machine()}
+    """What kernel speeds depend on; part of the local machine's fingerprint (its calibrations' key)."""
+    return {"cpu": cpu_model(), "cores": cpu_count(), "memory_bytes": memory_bytes(), "machine": platform.machine(),
+            "blas": kernels_blas()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,3 +142,39 @@ def _detect(hw: dict) -> Machine:
     m.meta["hardware"] = hw
     m.meta["doc"] = doc
     return m
+
+
+def run_conditions() -> dict:
+    """The CPU and both BLAS libraries in use, for a benchmark's or report's figures.
+
+    ``kernels_blas`` is what the C kernels (and so StarPU's tasks) run; ``numpy_blas``
+    is numpy's own OpenBLAS (as threadpoolctl reports it), which numpy-side
+    references such as a full-matrix SGEMM rate use. A fallback core is warned
+    about on standard error.
+    """
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    from tilecast.kernels.blas import blas_info
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    try:
+        info = blas_info()
+        kernels, fallback = f"{info.describe()} [{info.core_isa}]", info.fallback
+        if info.warning():
+            print(info.warning(), file=sys.stderr)
+    except NativeUnavailable as e:
+        kernels, fallback = f"unavailable ({e})", None
+    numpy_blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} core {i.get('architecture')}"
+                           for i in threadpool_info()
+                           if i.get("user_api") == "blas" and "scipy_openblas32" not in str(i.get("filepath"))
+                           ) or "none loaded"
+    return {"cpu": cpu_model(), "cores": cpu_count(), "kernels_blas": kernels, "kernels_blas_fallback": fallback,
+            "numpy_blas": numpy_blas}
+
+
+def conditions_line(c: dict) -> str:
+    """:func:`run_conditions` in one line for people."""
+    return (f"CPU {c['cpu']} ({c['cores']} cores); C kernels' BLAS {c['kernels_blas']}; "
+            f"numpy's BLAS {c['numpy_blas']}")

@@ -4,7 +4,7 @@
  * one head are strided by head * head_dim. Scores/probabilities are
  * (batch, head, seq_q, seq_k) tiles, contiguous per (batch, head). */
 #include <math.h>
-#include <cblas.h>
+#include "tc_blas.h"
 #include "tilecast_kernels.h"
 
 /* p: bt ht sq sk d alpha q0 k0 causal; bufs: q k s; S = alpha Q K^T, masked when causal */
@@ -18,7 +18,7 @@ TC_KERNEL(attn_qk)
     for (int64_t b = 0; b < bt; b++)
         for (int64_t h = 0; h < ht; h++) {
             float *sbh = s + (b * ht + h) * sq * sk;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, (float)p[5],
+            tc_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, (float)p[5],
                         q + (b * sq * ht + h) * d, ld, k + (b * sk * ht + h) * d, ld, 0.0f, sbh, (int)sk);
             if (p[8] != 0.0)
                 for (int64_t i = 0; i < sq; i++) {
@@ -41,7 +41,7 @@ TC_KERNEL(attn_pv)
     const float beta = p[6] == 0.0 ? 0.0f : 1.0f;
     for (int64_t b = 0; b < bt; b++)
         for (int64_t h = 0; h < ht; h++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)d, (int)sk, (float)p[5],
+            tc_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)d, (int)sk, (float)p[5],
                         pr + (b * ht + h) * sq * sk, (int)sk, v + (b * sk * ht + h) * d, ld, beta,
                         o + (b * sq * ht + h) * d, ld);
 }
@@ -56,7 +56,7 @@ TC_KERNEL(attn_ptv)
     const float beta = p[6] == 0.0 ? 0.0f : 1.0f;
     for (int64_t b = 0; b < bt; b++)
         for (int64_t h = 0; h < ht; h++)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)sk, (int)d, (int)sq, (float)p[5],
+            tc_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)sk, (int)d, (int)sq, (float)p[5],
                         pr + (b * ht + h) * sq * sk, (int)sk, x + (b * sq * ht + h) * d, ld, beta,
                         y + (b * sk * ht + h) * d, ld);
 }

@@ -2,9 +2,8 @@
  * that calibration microbenchmarks use (the same functions StarPU runs). */
 #include <string.h>
 #include <time.h>
+#include "tc_blas.h"
 #include "tilecast_kernels.h"
-
-void openblas_set_num_threads(int n);
 
 #define ENTRY(name) {#name, tc_##name}
 
@@ -41,7 +40,7 @@ tc_kernel_fn tc_kernel_lookup(const char *name)
 /* One BLAS thread per caller: parallelism comes from the task runtime's workers. */
 void tc_init(void)
 {
-    openblas_set_num_threads(1);
+    tc_blas_set_threads(1);
 }
 
 void tc_run(tc_kernel_fn f, const double *p, void *const *buf)
