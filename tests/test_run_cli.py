@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from tilecast.cli import main
@@ -21,6 +22,8 @@ def test_run_json_check_and_trace(tmp_path, capsys):
     assert res["tokens_per_s"] == pytest.approx(2 * 32 / res["step_s"])
     assert res["gflops"] == pytest.approx(res["flops_per_step"] / res["step_s"] / 1e9)
     assert res["losses"][0] == pytest.approx(5.545, abs=0.05)  # ln 256 for a fresh model
+    assert 0 < res["makespan_s"] <= res["step_s"] and res["host_s"] == pytest.approx(
+        float(np.median(np.subtract(res["step_times_s"][1:], res["makespans_s"][1:]))))
     assert res["blas"]["library"] == "scipy-openblas32" and res["blas"]["core"]
     trace = load(str(path))
     assert len(trace) == res["tasks"] and (trace["source"] == "real").all()

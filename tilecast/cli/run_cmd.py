@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
@@ -76,8 +77,10 @@ def run(args) -> int:
     out = {
         "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
         "workers": len(res.workers), "tasks": res.n_tasks, "steps": args.steps,
-        "step_s": res.median_step_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
-        "step_times_s": res.step_s, "losses": res.losses, "flops_per_step": res.flops_per_step, "blas": blas,
+        "step_s": res.median_step_s, "makespan_s": float(np.median(res.makespan_s[1:] or res.makespan_s)),
+        "host_s": res.host_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
+        "step_times_s": res.step_s, "makespans_s": res.makespan_s, "losses": res.losses,
+        "flops_per_step": res.flops_per_step, "blas": blas,
     }
     if res.check is not None:
         out["check"] = res.check
@@ -94,7 +97,7 @@ def run(args) -> int:
         print(f"{t + 1:>5}{dt:>10.4f}{res.tokens_per_step / dt:>12.1f}{res.flops_per_step / dt / 1e9:>10.2f}"
               f"{loss:>10.4f}")
     print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
-          f"{res.gflops:.2f} GFLOP/s")
+          f"{res.gflops:.2f} GFLOP/s; {1e3 * res.host_s:.2f} ms of each step outside the task graph")
     if args.trace:
         print(f"trace of the last step: {args.trace}")
     if res.check is not None:

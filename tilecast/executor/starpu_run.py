@@ -45,6 +45,12 @@ class RunResult:
         return float(np.median(steps))
 
     @property
+    def host_s(self) -> float:
+        """Median time a step spends outside its task graph (step less makespan), steps after the first."""
+        steps, spans = self.step_s[1:] or self.step_s, self.makespan_s[1:] or self.makespan_s
+        return float(np.median(np.subtract(steps, spans))) if spans else 0.0
+
+    @property
     def tokens_per_s(self) -> float:
         return self.tokens_per_step / self.median_step_s
 
