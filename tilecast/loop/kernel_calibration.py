@@ -1,11 +1,14 @@
 """Kernel calibration on first use: time the step's tile shapes that the machine's store lacks.
 
 The first ``tilecast tune`` (or ``accuracy``, ``demo``) on a computer times
-every distinct task shape of the candidate graphs on the C kernels StarPU
-runs, one BLAS thread each as in StarPU's CPU workers, and adds them to the
+every distinct task shape of the candidate graphs and adds them to the
 perfmodel's calibration store (``$TILECAST_HOME/calibration``); later runs
-find them there and time only shapes they have not seen. Long shapes are
-repeated fewer times so that first use stays quick.
+find them there and time only shapes they have not seen. Where StarPU runs,
+shapes are timed as StarPU tasks with every worker busy
+(:mod:`tilecast.executor.runtime_timer`, source ``starpu-tasks``), since that is
+how a step runs them and they run slower there than alone; elsewhere, and for
+shapes StarPU cannot run, the C kernels are timed alone on one BLAS thread.
+Long shapes are repeated fewer times so that first use stays quick.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import sys
 import numpy as np
 
 from tilecast.kernels import get
-from tilecast.perfmodel.calibration import IN_RUNTIME, Calibration, calibrate, cases_from_shapes, find_calibration
+from tilecast.perfmodel.calibration import (IN_RUNTIME, STARPU_TASKS, Calibration, calibrate, cases_from_shapes,
+                                           find_calibration)
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 from tilecast.perfmodel.timers import default_timer
 
@@ -68,28 +72,65 @@ def estimated_seconds(machine, cases) -> np.ndarray:
     return out
 
 
-def ensure_calibration(machine, graphs, progress: bool = True, timer=None) -> Calibration:
+def starpu_workers(machine) -> int | None:
+    """Workers to time shapes on inside StarPU (the machine's, at most StarPU's limit), or None without StarPU."""
+    try:
+        from tilecast.executor.starpu_session import max_workers
+
+        return min(len(machine.workers), max_workers())
+    except Exception:  # no StarPU library or no compiler: isolated timing only
+        return None
+
+
+def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: int, bar=None):
+    """Time ``cases`` as StarPU tasks on ``workers`` busy workers and add them to ``cal`` (made if None).
+
+    Returns (calibration, the cases StarPU could not run)."""
+    from tilecast.executor.runtime_timer import runnable, time_in_runtime
+    from tilecast.executor.starpu_session import StarPUSession
+
+    if cal is None:
+        cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
+    with StarPUSession("eager", workers) as session:
+        med, mad = time_in_runtime(cases, np.maximum(repeats, 2), session,
+                                   progress=bar.update if bar is not None else None)
+    for (name, row), m, d in zip(cases, med, mad):
+        if np.isfinite(m):
+            cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
+    return cal, [c for c in cases if not runnable(*c)]
+
+
+def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_runtime: bool | None = None
+                       ) -> Calibration:
     """The machine's stored calibration, extended with every shape of ``graphs`` it lacks (then saved).
 
     ``machine`` must be the machine as stored (e.g. ``load_machine('local')``, all
-    workers): calibrations are keyed by its fingerprint.
+    workers): calibrations are keyed by its fingerprint. ``in_runtime`` (default:
+    when StarPU runs here and no ``timer`` is given) times shapes as StarPU tasks.
     """
     cal = find_calibration(machine)
     todo = missing_cases(cal, graphs)
     if not todo:
         return cal
+    est = estimated_seconds(machine, todo)
+    repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
+    workers = starpu_workers(machine) if (in_runtime or (in_runtime is None and timer is None)) else None
     if timer is None:
         timer_name, timer = default_timer()
     else:
         timer_name = "custom"
-    est = estimated_seconds(machine, todo)
-    repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo), unit="shape", desc="calibrating kernels", file=sys.stderr, leave=False)
+        desc = "calibrating kernels" + (f" (StarPU tasks, {workers} workers)" if workers else "")
+        bar = tqdm(total=len(todo), unit="shape", desc=desc, file=sys.stderr, leave=False)
     try:
+        if workers:
+            cal, todo = time_in_starpu(machine, cal, todo, repeats, workers, bar)
+            cal.save()  # kept even if the isolated timing below is interrupted
+            est = estimated_seconds(machine, todo)
+            repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
         for r in sorted(set(repeats.tolist())):
             group = [c for c, rr in zip(todo, repeats) if rr == r]
 

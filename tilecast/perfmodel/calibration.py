@@ -28,7 +28,8 @@ class CalibrationError(ValueError):
 
 
 TRACE = "trace"  # the source of points learned from the runtime's own traces
-IN_RUNTIME = (TRACE, "starpu-history")  # sources measured inside the runtime (not scaled by its factor)
+STARPU_TASKS = "starpu-tasks"  # the source of points timed as StarPU tasks by calibration
+IN_RUNTIME = (TRACE, "starpu-history", STARPU_TASKS)  # sources measured inside the runtime (not scaled by its factor)
 
 
 @dataclass

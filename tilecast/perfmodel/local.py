@@ -22,6 +22,7 @@ import time
 import numpy as np
 import yaml
 
+from tilecast.kernels.native_build import NativeUnavailable
 from tilecast.perfmodel.machine import Machine, MachineError, parse_machine
 
 
@@ -148,7 +149,10 @@ def detect_local() -> Machine:
 def _detect(hw: dict) -> Machine:
     cores, mem = hw["cores"], hw["memory_bytes"]
     copy_bw = measure_copy_bandwidth()
-    gemm = measure_gemm_rate()
+    try:  # the rate of the BLAS that the C kernels (so StarPU's tasks) call; numpy's where they cannot build
+        gemm, gemm_source = measure_kernel_gemm_rate(1, n=512), "the C kernels' BLAS"
+    except NativeUnavailable:
+        gemm, gemm_source = measure_gemm_rate(), "numpy's BLAS (the C kernels cannot be built here)"
     doc = {
         "format": 1,
         "name": "local",
@@ -158,7 +162,8 @@ def _detect(hw: dict) -> Machine:
         "memory_nodes": [{"name": "host", "kind": "ram",
                           "capacity_GiB": {"value": mem / 2**30, "source": "detected: sysconf(SC_PHYS_PAGES)"}}],
         "worker_kinds": {"cpu": {
-            "peak_tflops": {"value": gemm / 1e12, "source": "measured: 512^3 float32 GEMM, one BLAS thread, best of 5"},
+            "peak_tflops": {"value": gemm / 1e12, "source": f"measured: 512^3 float32 GEMM of {gemm_source}, one "
+                                                                  "BLAS thread, best of 5"},
             "memory_bandwidth_GBps": {"value": 2 * copy_bw / 1e9,
                                       "source": "measured: 64 MiB numpy copy, bytes read + written, best of 5"},
             "compute_efficiency": {"value": 1.0, "source": "the peak above is already a measured rate"},

@@ -1,0 +1,72 @@
+"""Kernel shapes timed as StarPU tasks (lanes of chained tasks, every worker busy) and stored as such."""
+
+import numpy as np
+import pytest
+
+from tilecast.executor.runtime_timer import lanes_graph, runnable, time_in_runtime
+from tilecast.executor.starpu_session import StarPUSession
+from tilecast.graph import Tiling
+from tilecast.graph.gpt2 import build_gpt2_step
+from tilecast.graph.model_config import load_model
+from tilecast.perfmodel.calibration import STARPU_TASKS, cases_from_shapes
+from tilecast.perfmodel.shapes import graph_shapes
+
+
+def _cases():
+    g = build_gpt2_step(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"))
+    return cases_from_shapes(graph_shapes(g), per_kernel=2)
+
+
+def test_lanes_are_independent_chains():
+    cases = _cases()[:5]
+    reps = [3, 2, 4, 2, 3]
+    g, contents, task_case, first = lanes_graph(cases, range(5), reps, lanes=2)
+    assert g.n_tasks == 2 * sum(reps) == len(task_case)
+    assert len(contents) == g.n_tiles and all(c.nbytes == n for c, n in zip(contents, g.tile_nbytes))
+    assert first.sum() == 2 * len(cases)
+    pred_ptr, pred = g.dependencies
+    for t in range(g.n_tasks):
+        preds = pred[pred_ptr[t]:pred_ptr[t + 1]]
+        assert all(task_case[p] == task_case[t] for p in preds)  # no dependency across shapes
+        if first[t]:
+            assert len(preds) == 0
+        else:  # the previous task of the same lane: two positions back in a case's block (2 lanes)
+            assert list(preds) == [t - 2]
+
+
+def test_time_in_runtime_gives_each_shape_its_tasks_durations():
+    cases = _cases()
+    cases.append(("gemm", np.array([0, 0, 0, 8, 8, 1.0, 0.0, 0, 256, 0], dtype=np.float64)))  # empty buffers
+    assert not runnable(*cases[-1])
+    done = []
+    with StarPUSession("eager", 2) as s:
+        med, mad = time_in_runtime(cases, [3] * len(cases), s, progress=done.append)
+    assert np.isnan(med[-1]) and np.isfinite(med[:-1]).all() and (med[:-1] > 0).all()
+    assert (mad[:-1] >= 0).all() and sum(done) == len(cases) - 1
+    gemm = [i for i, (n, _) in enumerate(cases[:-1]) if n == "gemm"]
+    flops = [2 * cases[i][1][2] * cases[i][1][3] * cases[i][1][4] for i in gemm]
+    assert med[gemm[int(np.argmax(flops))]] >= med[gemm[int(np.argmin(flops))]]  # more work takes longer
+
+
+def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
+    from tilecast.loop.kernel_calibration import ensure_calibration, missing_cases
+    from tilecast.perfmodel import load_machine
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    g = build_gpt2_step(load_model("gpt2-tiny"), 1, 16, Tiling.parse("16"))
+    machine = load_machine("local")
+    cal = ensure_calibration(machine, [g], progress=False)
+    sources = {src for name in cal.points for src in cal.sources(name)}
+    assert sources == {STARPU_TASKS}
+    assert not missing_cases(cal, [g])
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "isolated"))
+    alone = ensure_calibration(machine, [g], progress=False, in_runtime=False)
+    assert {src for name in alone.points for src in alone.sources(name)} == {"c-kernels"}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lanes_follow_the_worker_count(workers):
+    cases = _cases()[:3]
+    with StarPUSession("eager", workers) as s:
+        med, _ = time_in_runtime(cases, [2, 2, 2], s)
+    assert np.isfinite(med).all()
