@@ -86,3 +86,45 @@ def test_local_simulation_uses_the_cost_per_task_measured_on_starpu(tmp_path, mo
     # one worker runs every task, each paying the cost per task: the step grows by tasks x the difference
     grown = after["tasks"] * (25e-6 - before["task_overhead_us"] * 1e-6)
     assert after["step_s"] - before["step_s"] == pytest.approx(grown, rel=1e-6)
+
+
+def _two_core_machine(tmp_path):
+    """A 2-worker CPU machine file and a stored calibration for it whose kernels are far slower than its
+    roofline (as the C kernels are than the local machine's detected peak at small tiles)."""
+    import yaml
+
+    from sim_machines import KIND, fig
+    from tilecast.graph import Tiling
+    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.model_config import load_model
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
+    from tilecast.perfmodel.shapes import graph_shapes
+
+    doc = {"format": 1, "name": "test-two-cores", "runtime": {"task_overhead_us": fig(1.0)},
+           "memory_nodes": [{"name": "host", "kind": "ram", "capacity_GiB": fig(64)}],
+           "worker_kinds": {"cpu": KIND},
+           "workers": [{"name": "cpu", "kind": "cpu", "count": 2, "memory_node": "host"}]}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    machine = load_machine(str(path))
+    graph = build_gpt2_step(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"))
+    cases = cases_from_shapes(graph_shapes(graph))
+    calibrate(machine, cases, repeats=1, timer=lambda kid, params, bufs, n: [1e-4] * n,
+              timer_name="test").save()
+    return str(path)
+
+
+def test_fewer_workers_use_the_same_calibration_and_never_predict_faster(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    machine = _two_core_machine(tmp_path)
+    steps = {}
+    for w in (1, 2):
+        assert main(["simulate", *SMALL, "--machine", machine, "--workers", str(w), "--sched", "eager",
+                     "--no-trace", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["calibration"] == "stored" and doc["duration_sources"]["roofline"] == 0
+        steps[w] = doc["step_s"]
+    assert steps[2] < steps[1]
+    # one worker runs every task one after the other: 0.1 ms each plus the machine's 1 us per task
+    assert steps[1] == pytest.approx(doc["tasks"] * (1e-4 + 1e-6), rel=1e-6)
