@@ -16,7 +16,8 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
     assert main(["simulate", *SMALL, "--machine", "h100-sxm5-80gb-8", "--workers", "4", "--out", str(out),
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["step_s"] == doc["makespan_s"] > 0
+    assert doc["step_s"] == doc["makespan_s"] > 0 and doc["host_s"] == 0  # no host cost measured on this machine
+    assert not doc["host_known"] and "unknown" in doc["host_cost"]
     assert doc["step_s"] >= doc["critical_path_s"] and doc["workers"] == 4 and doc["sched"] == "dmda"
     assert len(doc["busy_s"]) == 4 and doc["transfers"] > 0
     trace = load(doc["trace"]["table"])
@@ -30,7 +31,10 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
 def test_human_summary_on_the_local_machine(tmp_path, capsys):
     assert main(["simulate", *SMALL, "--sched", "eager", "--no-trace"]) == 0
     text = capsys.readouterr().out
-    assert "predicted step" in text and "(eager)" in text and "critical path" in text
+    assert "(eager, " in text and "critical path" in text
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("predicted step"))
+    assert lines[first + 1].split()[0] == "makespan" and lines[first + 2].split()[:2] == ["host", "cost"]
 
 
 def test_compare_policies_has_one_row_per_policy(capsys):
@@ -83,9 +87,15 @@ def test_local_simulation_uses_the_cost_per_task_measured_on_starpu(tmp_path, mo
     after = json.loads(capsys.readouterr().out)
     assert after["task_overhead_source"] == "measured on StarPU traces"
     assert after["task_overhead_us"] == pytest.approx(25.0)
-    # one worker runs every task, each paying the cost per task: the step grows by tasks x the difference
+    # one worker runs every task, each paying the cost per task: the makespan grows by tasks x the difference
     grown = after["tasks"] * (25e-6 - before["task_overhead_us"] * 1e-6)
-    assert after["step_s"] - before["step_s"] == pytest.approx(grown, rel=1e-6)
+    assert after["makespan_s"] - before["makespan_s"] == pytest.approx(grown, rel=1e-6)
+    # and the step time is the makespan plus the host cost fitted for one worker, as tune predicts it
+    assert not before["host_known"] and before["host_s"] == 0 and before["step_s"] == before["makespan_s"]
+    assert after["host_known"] and after["host_s"] == pytest.approx(fit.seconds(after["tiles"], after["tasks"]))
+    assert after["step_s"] == pytest.approx(after["makespan_s"] + after["host_s"])
+    assert after["step_s"] > after["makespan_s"]
+    assert list(after)[:3] == ["step_s", "makespan_s", "host_s"]
 
 
 def _two_core_machine(tmp_path):
