@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tilecast.cli import main
-from tilecast.trace import load
+from tilecast.trace import load, step_time
 
 
 def test_run_json_check_and_trace(tmp_path, capsys):
@@ -23,6 +23,8 @@ def test_run_json_check_and_trace(tmp_path, capsys):
     assert res["losses"][0] == pytest.approx(5.545, abs=0.05)  # ln 256 for a fresh model
     trace = load(str(path))
     assert len(trace) == res["tasks"] and (trace["source"] == "real").all()
+    # the file records the traced (last) step's time, which its tasks' makespan is part of
+    assert step_time(trace) == pytest.approx(res["step_times_s"][-1]) and step_time(trace) >= trace["end_s"].max()
 
 
 def test_run_human_output_and_chrome_trace(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from tilecast.cli import main
 from tilecast.simulator.simulate import POLICIES
-from tilecast.trace import load
+from tilecast.trace import load, step_time
 
 SMALL = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32"]
 
@@ -24,6 +24,7 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
     assert (trace["task"] >= 0).sum() == doc["tasks"]
     assert (trace["kernel"] == "transfer").sum() == doc["transfers"]
     assert trace["end_s"].max() == pytest.approx(doc["step_s"])
+    assert step_time(trace) == doc["step_s"]  # recorded in the file for tilecast compare
     chrome = json.load(open(doc["trace"]["chrome"]))
     assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
 

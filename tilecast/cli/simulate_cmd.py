@@ -87,7 +87,7 @@ def run(args) -> int:
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator import SimulationError
     from tilecast.simulator.simulate import POLICIES
-    from tilecast.trace import save
+    from tilecast.trace import save, with_step_time
 
     cfg, batch, seq, tiling = model_args(args)
     machine, workers = _machine(args)
@@ -133,7 +133,7 @@ def run(args) -> int:
     out = {**rows[0], **common}
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
-        trace = pred.result.trace()
+        trace = with_step_time(pred.result.trace(), pred.step_s)  # kept in the Parquet file for tilecast compare
         table = save(trace, f"{args.out}.parquet")
         chrome = save(trace, f"{args.out}.json", graph if graph.n_tasks <= 200_000 else None)
         out["trace"] = {"table": os.path.abspath(table), "chrome": os.path.abspath(chrome)}
