@@ -100,6 +100,9 @@ def test_demo_writes_the_report(loop_home, tmp_path, capsys):  # noqa: F811
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert str(out / "report.html") in text
+    assert "step time predicted" in text.splitlines()[1] and "makespan" in text
+    summary = json.load(open(out / "summary.json"))
+    assert list(summary)[0] == "step" and summary["step"]["error"] is not None
     for name in ("report.html", "gantt.png", "kernel_errors.png", "summary.json", "ranking.csv", "executed.json"):
         assert os.path.getsize(out / name) > 0, name
     executed = json.load(open(out / "executed.json"))

@@ -45,3 +45,13 @@ def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa:
     summary = json.load(open(doc["report"]["summary_json"]))
     assert "before_after" in summary
     assert summary["makespan"]["real_s"] > 0
+    # headed by the step time the tables show (recalibrated prediction, median measured step), the makespan its part
+    best, step = ex[0], summary["step"]
+    assert step["pred_s"] == pytest.approx(best["pred_step_s_recalibrated"])
+    assert step["real_s"] == pytest.approx(best["real_step_s"])
+    assert step["error"] == pytest.approx(best["error_recalibrated"])
+    assert step["real_makespan_s"] == pytest.approx(best["real_makespan_s"])
+    assert step["real_host_s"] == pytest.approx(best["real_step_s"] - best["real_makespan_s"])
+    assert summary["before_after"]["step_error_before"] == pytest.approx(best["error"])
+    page = open(doc["report"]["html"], encoding="utf-8").read()
+    assert page.index("Step time: predicted") < page.index("Makespan of the traced step")

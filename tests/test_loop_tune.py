@@ -45,6 +45,23 @@ def test_tune_ranks_fastest_prediction_first_and_caches_calibration(loop_home): 
         assert all(p.host_s > 0 for p in res.ranking)
 
 
+def test_simulate_predicts_the_step_time_that_tune_predicts(loop_home, capsys):  # noqa: F811
+    from tilecast.graph import Tiling
+
+    res = tune(load_model("gpt2-tiny"), 2, 32, scheds=("eager", "dmda"), workers=[1], tilings=[Tiling.parse("32")],
+               progress=False)
+    assert len(res.ranking) == 2
+    for p in res.ranking:
+        assert main(["simulate", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32",
+                     "--sched", p.config.sched, "--workers", "1", "--no-trace", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["step_s"] == pytest.approx(p.step_s, rel=1e-12)
+        assert doc["makespan_s"] == pytest.approx(p.makespan_s, rel=1e-12)
+        assert doc["host_s"] == pytest.approx(p.host_s, rel=1e-12, abs=1e-15)
+        assert doc["host_known"] == bool(res.host_costs) == p.host_known
+        assert doc["task_overhead_us"] == pytest.approx(p.task_overhead_s * 1e6)
+
+
 def test_tune_cli_json_and_bad_input(loop_home, capsys):  # noqa: F811
     argv = ["tune", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--scheds", "eager", "--workers", "1",
             "--tiles", "64;256"]

@@ -50,6 +50,13 @@ def test_with_workers_keeps_a_prefix_and_checks_the_count():
         m.with_workers(9)
 
 
+def test_fewer_workers_keep_the_fingerprint_that_calibrations_are_stored_under():
+    full = load_machine("h100-sxm5-80gb-8")
+    assert full.with_workers(1).fingerprint() == full.with_workers(8).fingerprint() == full.fingerprint()
+    assert full.with_workers(3).with_task_overhead(1e-6).with_workers(2).fingerprint() == full.fingerprint()
+    assert load_machine("a100-sxm4-80gb-8").with_workers(1).fingerprint() != full.fingerprint()
+
+
 def _doc():
     with open(f"tilecast/perfmodel/machines/{GPU_MACHINES[1]}.yaml") as f:
         return yaml.safe_load(f)

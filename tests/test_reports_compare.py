@@ -160,3 +160,27 @@ def test_before_of_another_graph_is_refused():
     other["task"] += 50
     with pytest.raises(ComparisonError, match="share no task id"):
         compare(schedule("sim"), schedule("real"), before=other)
+
+
+def test_step_time_comes_first_with_the_makespan_as_its_part():
+    real = schedule("real", {"gemm": 1.2})  # makespan 29 ms
+    # predicted: the step of the trace (25 ms of tasks) took 30 ms; measured: a median step of 40 ms whose median
+    # makespan was 31 ms (the traced step's own makespan is 29 ms)
+    c = compare(schedule("sim", {"gemm": 1.2}), real, before=schedule("sim"), pred_step=0.031,
+                real_step=(0.040, 0.031), before_step=0.027)
+    s = c.summary()
+    assert list(s)[:2] == ["step", "makespan"]
+    st = s["step"]
+    assert st["error"] == pytest.approx((31 - 40) / 40, **EXACT) == c.step_error
+    assert st["pred_makespan_s"] == pytest.approx(0.029, **EXACT) and st["real_makespan_s"] == 0.031
+    assert st["pred_host_s"] == pytest.approx(0.002, **EXACT) and st["real_host_s"] == pytest.approx(0.009, **EXACT)
+    assert st["makespan_error"] == pytest.approx((29 - 31) / 31, **EXACT)
+    assert s["makespan"]["error"] == pytest.approx(0.0, abs=1e-12)  # the traced step's own makespan
+    assert s["before_after"]["step_error_before"] == pytest.approx((27 - 40) / 40, **EXACT)
+    html = c._repr_html_()
+    assert html.index("Step time: predicted 31.000 ms, measured 40.000 ms") < html.index("Makespan of the traced")
+    # without step times (trace tables from elsewhere) the makespan is the headline, and the page says why
+    plain = compare(schedule("sim"), real)
+    assert plain.step_error is None and plain.summary()["step"]["pred_s"] is None
+    assert "Step time: predicted and measured not recorded" in plain._repr_html_()
+    assert "class=big>Makespan of the traced step" in plain._repr_html_()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tilecast.cli import main
-from tilecast.trace import load
+from tilecast.trace import load, step_time
 
 
 def test_run_json_check_and_trace(tmp_path, capsys):
@@ -27,6 +27,8 @@ def test_run_json_check_and_trace(tmp_path, capsys):
     assert res["blas"]["library"] == "scipy-openblas32" and res["blas"]["core"]
     trace = load(str(path))
     assert len(trace) == res["tasks"] and (trace["source"] == "real").all()
+    # the file records the traced (last) step's time, which its tasks' makespan is part of
+    assert step_time(trace) == pytest.approx(res["step_times_s"][-1]) and step_time(trace) >= trace["end_s"].max()
 
 
 def test_run_human_output_and_chrome_trace(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from tilecast.cli import main
 from tilecast.simulator.simulate import POLICIES
-from tilecast.trace import load
+from tilecast.trace import load, step_time
 
 SMALL = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32"]
 
@@ -16,13 +16,15 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
     assert main(["simulate", *SMALL, "--machine", "h100-sxm5-80gb-8", "--workers", "4", "--out", str(out),
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["step_s"] == doc["makespan_s"] > 0
+    assert doc["step_s"] == doc["makespan_s"] > 0 and doc["host_s"] == 0  # no host cost measured on this machine
+    assert not doc["host_known"] and "unknown" in doc["host_cost"]
     assert doc["step_s"] >= doc["critical_path_s"] and doc["workers"] == 4 and doc["sched"] == "dmda"
     assert len(doc["busy_s"]) == 4 and doc["transfers"] > 0
     trace = load(doc["trace"]["table"])
     assert (trace["task"] >= 0).sum() == doc["tasks"]
     assert (trace["kernel"] == "transfer").sum() == doc["transfers"]
     assert trace["end_s"].max() == pytest.approx(doc["step_s"])
+    assert step_time(trace) == doc["step_s"]  # recorded in the file for tilecast compare
     chrome = json.load(open(doc["trace"]["chrome"]))
     assert any(e.get("ph") == "X" for e in chrome["traceEvents"])
 
@@ -30,7 +32,10 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
 def test_human_summary_on_the_local_machine(tmp_path, capsys):
     assert main(["simulate", *SMALL, "--sched", "eager", "--no-trace"]) == 0
     text = capsys.readouterr().out
-    assert "predicted step" in text and "(eager)" in text and "critical path" in text
+    assert "(eager, " in text and "critical path" in text
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("predicted step"))
+    assert lines[first + 1].split()[0] == "makespan" and lines[first + 2].split()[:2] == ["host", "cost"]
 
 
 def test_compare_policies_has_one_row_per_policy(capsys):
@@ -83,6 +88,54 @@ def test_local_simulation_uses_the_cost_per_task_measured_on_starpu(tmp_path, mo
     after = json.loads(capsys.readouterr().out)
     assert after["task_overhead_source"] == "measured on StarPU traces"
     assert after["task_overhead_us"] == pytest.approx(25.0)
-    # one worker runs every task, each paying the cost per task: the step grows by tasks x the difference
+    # one worker runs every task, each paying the cost per task: the makespan grows by tasks x the difference
     grown = after["tasks"] * (25e-6 - before["task_overhead_us"] * 1e-6)
-    assert after["step_s"] - before["step_s"] == pytest.approx(grown, rel=1e-6)
+    assert after["makespan_s"] - before["makespan_s"] == pytest.approx(grown, rel=1e-6)
+    # and the step time is the makespan plus the host cost fitted for one worker, as tune predicts it
+    assert not before["host_known"] and before["host_s"] == 0 and before["step_s"] == before["makespan_s"]
+    assert after["host_known"] and after["host_s"] == pytest.approx(fit.seconds(after["tiles"], after["tasks"]))
+    assert after["step_s"] == pytest.approx(after["makespan_s"] + after["host_s"])
+    assert after["step_s"] > after["makespan_s"]
+    assert list(after)[:3] == ["step_s", "makespan_s", "host_s"]
+
+
+def _two_core_machine(tmp_path):
+    """A 2-worker CPU machine file and a stored calibration for it whose kernels are far slower than its
+    roofline (as the C kernels are than the local machine's detected peak at small tiles)."""
+    import yaml
+
+    from sim_machines import KIND, fig
+    from tilecast.graph import Tiling
+    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.model_config import load_model
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
+    from tilecast.perfmodel.shapes import graph_shapes
+
+    doc = {"format": 1, "name": "test-two-cores", "runtime": {"task_overhead_us": fig(1.0)},
+           "memory_nodes": [{"name": "host", "kind": "ram", "capacity_GiB": fig(64)}],
+           "worker_kinds": {"cpu": KIND},
+           "workers": [{"name": "cpu", "kind": "cpu", "count": 2, "memory_node": "host"}]}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    machine = load_machine(str(path))
+    graph = build_gpt2_step(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"))
+    cases = cases_from_shapes(graph_shapes(graph))
+    calibrate(machine, cases, repeats=1, timer=lambda kid, params, bufs, n: [1e-4] * n,
+              timer_name="test").save()
+    return str(path)
+
+
+def test_fewer_workers_use_the_same_calibration_and_never_predict_faster(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    machine = _two_core_machine(tmp_path)
+    steps = {}
+    for w in (1, 2):
+        assert main(["simulate", *SMALL, "--machine", machine, "--workers", str(w), "--sched", "eager",
+                     "--no-trace", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["calibration"] == "stored" and doc["duration_sources"]["roofline"] == 0
+        steps[w] = doc["step_s"]
+    assert steps[2] < steps[1]
+    # one worker runs every task one after the other: 0.1 ms each plus the machine's 1 us per task
+    assert steps[1] == pytest.approx(doc["tasks"] * (1e-4 + 1e-6), rel=1e-6)

@@ -17,6 +17,11 @@ source        str        "sim" or "real"
 tag           str        layer/phase label of the task
 ============  =========  ==========================================================
 
+A trace covers a step's tasks; the step itself may take longer (the host's
+work outside the tasks). Its time, when known, is ``df.attrs["step_s"]``
+(predicted: makespan plus host cost; measured: the step's wall time), kept
+in Parquet files (not in CSV or Chrome JSON); see :func:`with_step_time`.
+
 Files: Parquet (``.parquet``) or CSV (``.csv``) for the table, and Chrome Trace
 Event JSON (``.json``) that opens in Perfetto: complete events (``ph: "X"``) in
 microseconds, pid = memory node, tid = worker, and flow events for dependencies.
@@ -61,6 +66,19 @@ def make_trace(**columns) -> pd.DataFrame:
         data[name] = np.broadcast_to(np.asarray(v), (n,)) if np.ndim(v) == 0 else np.asarray(v)
     df = pd.DataFrame(data)
     return validate(df)
+
+
+def with_step_time(df: pd.DataFrame, step_s: float) -> pd.DataFrame:
+    """``df`` (a copy) recording the time of the step it traces: its makespan plus the time outside its tasks."""
+    out = df.copy()
+    out.attrs["step_s"] = float(step_s)
+    return out
+
+
+def step_time(df: pd.DataFrame) -> float | None:
+    """The step time a trace records (:func:`with_step_time`), or None."""
+    v = df.attrs.get("step_s")
+    return None if v is None else float(v)
 
 
 def validate(df: pd.DataFrame) -> pd.DataFrame:

@@ -11,9 +11,10 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "compare", help="compare a predicted trace with a measured one and write a report",
         description="Compare a predicted (simulated) trace with a measured one of the same graph: "
-                    "makespan error, per-kernel duration errors, busy/idle time per worker, and the "
-                    "kernels and phases that account for most of the difference. Writes a report "
-                    "folder (HTML page, Gantt and error PNGs, Chrome traces, summary JSON).")
+                    "step time error (when the traces record it: .parquet files of tilecast simulate --out and "
+                    "tilecast run --trace), makespan error, per-kernel duration errors, busy/idle time per "
+                    "worker, and the kernels and phases that account for most of the difference. Writes a "
+                    "report folder (HTML page, Gantt and error PNGs, Chrome traces, summary JSON).")
     p.add_argument("pred", metavar="PRED", help="predicted trace (.parquet or .csv, source 'sim')")
     p.add_argument("real", metavar="REAL", help="measured trace (.parquet or .csv, source 'real')")
     p.add_argument("--out", metavar="DIR", default="tilecast-report", help="report folder (default: %(default)s)")
@@ -42,14 +43,24 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({**s, "files": paths}))
         return 0
-    m, e = s["makespan"], s["task_duration_error"]
+    st, m, e = s["step"], s["makespan"], s["task_duration_error"]
+    if st["error"] is not None:
+        print(f"step      predicted {st['pred_s'] * 1e3:.3f} ms  measured {st['real_s'] * 1e3:.3f} ms  "
+              f"error {st['error'] * 100:+.2f}%")
+        print(f"  = makespan {st['pred_makespan_s'] * 1e3:.3f} / {st['real_makespan_s'] * 1e3:.3f} ms "
+              f"+ host {st['pred_host_s'] * 1e3:.3f} / {st['real_host_s'] * 1e3:.3f} ms (predicted / measured)")
+    else:
+        print("step      time not recorded with "
+              + " and ".join(w for w, k in (("PRED", "pred_s"), ("REAL", "real_s")) if st[k] is None)
+              + " (tilecast simulate --out and run --trace record it in .parquet files): makespan only")
     print(f"makespan  predicted {m['pred_s'] * 1e3:.3f} ms  measured {m['real_s'] * 1e3:.3f} ms  "
           f"error {m['error'] * 100:+.2f}%")
     print(f"  difference {m['diff_s'] * 1e3:+.3f} ms = task time {m['from_task_time_s'] * 1e3:+.3f} ms "
           f"+ idle time {m['from_idle_time_s'] * 1e3:+.3f} ms (per worker, {m['workers']} workers)")
     if "before_after" in s:
         b = s["before_after"]
-        print(f"  before recalibration (--before): makespan error {b['makespan_error_before'] * 100:+.2f}%")
+        step = "" if b["step_error_before"] is None else f"step error {b['step_error_before'] * 100:+.2f}%, "
+        print(f"  before recalibration (--before): {step}makespan error {b['makespan_error_before'] * 100:+.2f}%")
     if e["median_error"] is not None:
         print(f"task durations  median error {e['median_error'] * 100:+.2f}%  "
               f"90th pct |error| {e['p90_abs_error'] * 100:.2f}%  ({s['tasks']['matched']} tasks)")

@@ -72,7 +72,7 @@ def run(args) -> int:
         for bar in bars:
             bar.close()
     if args.trace:
-        tracefile.save(res.trace, args.trace, res.graph)
+        tracefile.save(tracefile.with_step_time(res.trace, res.step_s[-1]), args.trace, res.graph)
     ok = res.check is None or res.check["ok"]
     out = {
         "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,

@@ -19,8 +19,10 @@ def add_parser(sub):
         "simulate", help="predict a training step's execution on a machine model",
         description="Build the tiled task graph of one GPT-2 training step and simulate it on a machine "
                     "description with one of StarPU's scheduling policies: workers, data replicas per memory "
-                    "node, transfers over links. Prints the predicted step time and a summary, and writes the "
-                    "predicted trace (table and Chrome JSON).")
+                    "node, transfers over links. Prints the predicted step time (the simulated makespan plus the "
+                    "executor's host cost per step, predicted as tilecast tune predicts it: measured on StarPU "
+                    "on the local machine, unknown elsewhere) and a summary, and writes the predicted trace "
+                    "(table and Chrome JSON).")
     add_model_args(p)
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description: local (this computer, detected), a shipped name "
@@ -42,55 +44,54 @@ def add_parser(sub):
 
 
 def _machine(args):
+    """The machine as described (all its workers: its stored models are keyed by it) and the worker count."""
     from tilecast.perfmodel import MachineError, load_machine
 
     try:
         m = load_machine(args.machine)
-        if args.workers is not None:
-            m = m.with_workers(args.workers)
+        workers = len(m.workers) if args.workers is None else len(m.with_workers(args.workers).workers)
     except MachineError as e:
         raise UsageError(f"--machine/--workers: {e}") from None
-    return m
+    return m, workers
 
 
-def _calibration(args, machine):
-    from tilecast.perfmodel.calibration import Calibration, CalibrationError, find_calibration
+def _models(args, machine):
+    """(kernel calibration, host-cost fits): those stored for the machine, or --calibration's file."""
+    from tilecast.loop.predict import stored_models
+    from tilecast.perfmodel.calibration import Calibration, CalibrationError
 
+    calibration, host_costs = stored_models(machine)
     if args.calibration:
         try:
-            return Calibration.load(args.calibration, machine.fingerprint())
+            calibration = Calibration.load(args.calibration, machine.fingerprint())
         except CalibrationError as e:
             raise UsageError(f"--calibration: {e}") from None
-    return find_calibration(machine)
+    return calibration, host_costs
 
 
-def _figures(s: dict, sim_s: float) -> dict:
-    out = {"step_s": s["makespan_s"], **s, "simulation_s": sim_s}
-    return out
+def _row(p, machine, sim_s: float) -> dict:
+    """The prediction's figures: the step time first, then its parts, then the simulation's summary."""
+    from tilecast.loop.predict import host_note
 
-
-def _with_measured_overhead(machine, sched: str):
-    """The machine with the runtime's cost per task measured on StarPU traces of this scheduler, where
-    stored (the local machine, after ``tune``, ``accuracy`` or ``demo``); else as described."""
-    if machine.name == "local":
-        from tilecast.loop.host_cost import measured_task_overhead
-
-        seconds = measured_task_overhead(machine, sched)
-        if seconds is not None:
-            return machine.with_task_overhead(seconds), "measured on StarPU traces"
-    return machine, "machine description"
+    s = dict(p.summary)
+    s.pop("makespan_s")
+    return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s, "host_known": p.host_known,
+            "host_cost": host_note(p, machine), **s, "tiles": p.tiles, "simulation_s": sim_s,
+            "task_overhead_us": p.task_overhead_s * 1e6, "task_overhead_source": p.task_overhead_source}
 
 
 def run(args) -> int:
     from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import predict
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator import SimulationError
-    from tilecast.simulator.simulate import POLICIES, simulate
-    from tilecast.trace import save
+    from tilecast.simulator.simulate import POLICIES
+    from tilecast.trace import save, with_step_time
 
     cfg, batch, seq, tiling = model_args(args)
-    machine = _machine(args)
-    calibration = _calibration(args, machine)
+    machine, workers = _machine(args)
+    calibration, host_costs = _models(args, machine)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}", file=sys.stderr)
     graph = build_gpt2_step(cfg, batch, seq, tiling)
     model = DurationModel(machine, calibration)
@@ -98,20 +99,19 @@ def run(args) -> int:
     provenance = dict(model.provenance)
     scheds = list(POLICIES) if args.compare_policies else [args.sched]
     rows = []
-    result = None
+    pred = None
     for sched in scheds:
-        print(f"simulating {graph.n_tasks} tasks on {machine.name} ({len(machine.workers)} workers) with {sched}",
+        print(f"simulating {graph.n_tasks} tasks on {machine.name} ({workers} workers) with {sched}",
               file=sys.stderr)
-        m, overhead_source = _with_measured_overhead(machine, sched)
         t0 = time.perf_counter()
         try:
-            result = simulate(graph, m, sched, durations=durations, transfers=not args.no_transfers,
-                              seed=args.seed)
+            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers), machine, calibration, host_costs,
+                           graph=graph, durations=durations, keep_result=not args.compare_policies,
+                           transfers=not args.no_transfers, seed=args.seed)
         except SimulationError as e:
             print(f"tilecast simulate: {e}", file=sys.stderr)
             return 1
-        rows.append({**_figures(result.summary, time.perf_counter() - t0),
-                     "task_overhead_us": m.task_overhead * 1e6, "task_overhead_source": overhead_source})
+        rows.append(_row(pred, machine, time.perf_counter() - t0))
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(),
               "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
               "duration_sources": provenance}
@@ -119,16 +119,21 @@ def run(args) -> int:
         if args.json:
             print_json({**common, "policies": rows})
             return 0
-        _print_header(common, machine)
-        print(f"{'policy':<8}{'step':>12}{'util %':>8}{'transfers':>11}{'moved':>12}{'sim s':>8}")
+        _print_header(common, machine, workers)
+        print(f"{'policy':<8}{'step':>12}{'makespan':>12}{'host':>10}{'util %':>8}{'transfers':>11}{'moved':>12}"
+              f"{'sim s':>8}")
         for r in rows:
-            print(f"{r['sched']:<8}{r['step_s'] * 1e3:>10.2f}ms{100 * r['utilization']:>8.1f}{r['transfers']:>11}"
+            host = f"{r['host_s'] * 1e3:.2f}ms" if r["host_known"] else "?"
+            print(f"{r['sched']:<8}{r['step_s'] * 1e3:>10.2f}ms{r['makespan_s'] * 1e3:>10.2f}ms"
+                  f"{host:>10}{100 * r['utilization']:>8.1f}{r['transfers']:>11}"
                   f"{human(r['bytes_moved'], 'B'):>12}{r['simulation_s']:>8.2f}")
+        print(f"step = makespan + host cost; host cost: {rows[0]['host_cost']}" if not rows[0]["host_known"]
+              else "step = makespan + host cost (" + "; ".join(sorted({r['host_cost'] for r in rows})) + ")")
         return 0
-    out = {**common, **rows[0]}
+    out = {**rows[0], **common}
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
-        trace = result.trace()
+        trace = with_step_time(pred.result.trace(), pred.step_s)  # kept in the Parquet file for tilecast compare
         table = save(trace, f"{args.out}.parquet")
         chrome = save(trace, f"{args.out}.json", graph if graph.n_tasks <= 200_000 else None)
         out["trace"] = {"table": os.path.abspath(table), "chrome": os.path.abspath(chrome)}
@@ -139,16 +144,19 @@ def run(args) -> int:
     return 0
 
 
-def _print_header(common, machine) -> None:
+def _print_header(common, machine, workers) -> None:
     print(f"{common['model']}, batch {common['batch']} x {common['seq']}, tiling {common['tiling']}; "
-          f"{machine.name}: {len(machine.workers)} workers, {len(machine.nodes)} memory nodes; "
+          f"{machine.name}: {workers} workers, {len(machine.nodes)} memory nodes; "
           f"kernel durations: {common['calibration']}")
 
 
 def _print_summary(common, machine, s) -> None:
-    _print_header(common, machine)
+    _print_header(common, machine, s["workers"])
     print()
-    print(f"predicted step      {s['step_s'] * 1e3:.3f} ms  ({s['sched']})")
+    print(f"predicted step      {s['step_s'] * 1e3:.3f} ms  ({s['sched']}, {s['workers']} workers)")
+    print(f"  makespan          {s['makespan_s'] * 1e3:.3f} ms  (the tasks, simulated)")
+    host = f"{s['host_s'] * 1e3:.3f} ms  ({s['host_cost']})" if s["host_known"] else s["host_cost"]
+    print(f"  host cost         {host}")
     print(f"lower bounds        critical path {s['critical_path_s'] * 1e3:.3f} ms, "
           f"work / workers {s['work_bound_s'] * 1e3:.3f} ms")
     print(f"tasks               {s['tasks']}  ({human(s['flops'])}flop, "
@@ -159,7 +167,7 @@ def _print_summary(common, machine, s) -> None:
           f"{s['evictions']} evictions, {s['writebacks']} write-backs")
     print()
     print(f"{'worker':<12}{'busy ms':>10}{'idle ms':>10}")
-    for w, b, i in zip(machine.workers, s["busy_s"], s["idle_s"]):
+    for w, b, i in zip(machine.workers[:s["workers"]], s["busy_s"], s["idle_s"]):
         print(f"{w.name:<12}{b * 1e3:>10.3f}{i * 1e3:>10.3f}")
     if s["bytes_per_link"]:
         print()

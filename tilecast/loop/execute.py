@@ -53,12 +53,16 @@ class Checked:
         return out
 
     def comparison(self):
-        """:func:`tilecast.reports.compare` of the predicted and the measured last step (with ``before``)."""
+        """:func:`tilecast.reports.compare` of the predicted and the measured last step (with ``before``),
+        headed by the step times: predicted, and the median measured with its median makespan."""
         from tilecast.reports import compare
 
         pred = self.after if self.after is not None else self.prediction
         before = self.prediction.result.trace() if self.after is not None else None
-        return compare(pred.result.trace(), self.measurement.trace, graph=self.measurement.graph, before=before)
+        m = self.measurement
+        return compare(pred.result.trace(), m.trace, graph=m.graph, before=before, pred_step=pred.step_s,
+                       real_step=(m.median_s, m.makespan_s),
+                       before_step=self.prediction.step_s if before is not None else None)
 
 
 @dataclass

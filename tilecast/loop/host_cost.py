@@ -94,13 +94,13 @@ def host_cost_for(fits: dict, workers: int, sched: str):
     return fits.get(fit_key(workers, sched)) or fits.get(workers)
 
 
-def measured_task_overhead(machine, sched: str) -> float | None:
-    """The runtime's cost per task measured on StarPU traces of ``sched`` (else of the probes) on ``machine``
-    with its workers, if stored (fits are stored for the machine with all its workers)."""
-    from tilecast.perfmodel import load_machine
-
-    fit = host_cost_for(load_host_costs(load_machine(machine.name)), len(machine.workers), sched)
-    return fit.task_overhead_s if fit is not None else None
+def host_cost_source(fits: dict, workers: int, sched: str) -> str | None:
+    """Where :func:`host_cost_for`'s fit comes from, in words; None when there is none."""
+    if fits and fit_key(workers, sched) in fits:
+        return f"learned from measured {sched} steps"
+    if fits and workers in fits:
+        return "measured on StarPU probe steps"
+    return None
 
 
 def learn_from_runs(fits: dict, runs) -> dict:

@@ -1,4 +1,10 @@
-"""Predicted step time of a configuration: simulated makespan plus the executor's host cost."""
+"""Predicted step time of a configuration: simulated makespan plus the executor's host cost.
+
+:func:`predict` is the one prediction path: ``tilecast tune`` (and what runs
+on its ranking), ``tilecast simulate``, ``accuracy`` and ``demo`` all predict
+a configuration with it, from the models stored for the machine
+(:func:`stored_models`, or those ``tune`` has just completed).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,13 @@ class Prediction:
     fits: bool = True
     summary: dict = field(default_factory=dict)
     result: object = None  # the SimResult (its trace() is the predicted trace)
+    host_source: str | None = None  # where host_s comes from; None: not measured for this machine (host_s = 0)
+    task_overhead_s: float = 0.0  # the runtime's cost per task the simulation charged
+    task_overhead_source: str = "machine description"
+
+    @property
+    def host_known(self) -> bool:
+        return self.host_source is not None
 
     @property
     def tokens_per_s(self) -> float:
@@ -30,6 +43,16 @@ class Prediction:
         return {**self.config.to_dict(), "pred_step_s": self.step_s, "pred_makespan_s": self.makespan_s,
                 "pred_host_s": self.host_s, "tokens_per_s": self.tokens_per_s, "tasks": self.tasks,
                 "tiles": self.tiles, "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits}
+
+
+def host_note(p: Prediction, machine) -> str:
+    """Where a prediction's host cost comes from, or why it is left out of its step time."""
+    if p.host_known:
+        return p.host_source
+    if machine.name == "local":
+        return (f"unknown: not measured yet for {p.config.workers} workers (tilecast tune measures it on StarPU); "
+                "the step time is the makespan alone")
+    return f"unknown: measured only on the local machine, not on {machine.name}; the step time is the makespan alone"
 
 
 def capacity_check(graph, machine) -> tuple[bool, dict]:
@@ -44,32 +67,44 @@ def fits_memory(peak: dict, machine) -> bool:
     return all(peak.get(n.name, 0) <= n.capacity for n in machine.nodes)
 
 
+def stored_models(machine) -> tuple:
+    """(kernel calibration or None, host-cost fits) stored for ``machine`` (as described, all its workers):
+    what ``tune`` predicts with once it has calibrated the shapes and measured the host cost."""
+    from tilecast.loop.host_cost import load_host_costs
+    from tilecast.perfmodel.calibration import find_calibration
+
+    return find_calibration(machine), load_host_costs(machine)
+
+
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,
-            keep_result: bool = False) -> Prediction:
+            keep_result: bool = False, transfers: bool = True, seed: int = 0) -> Prediction:
     """Simulate ``config`` on ``machine`` (all its workers; ``config.workers`` of them are used).
 
     ``host_costs``: fits of :mod:`tilecast.loop.host_cost` ({workers or
     "workers:sched": HostCost}): the host's cost per step, added to the
     makespan, and the runtime's measured cost per task, charged before every
     simulated task; without one for the worker count the prediction is the
-    makespan alone, with the machine description's cost per task.
-    ``durations``: the graph's per-task durations, if already computed (they do
-    not depend on the scheduler or worker count).
+    makespan alone (``host_source`` None), with the machine description's
+    cost per task. ``durations``: the graph's per-task durations, if already
+    computed (they do not depend on the scheduler or worker count).
+    ``transfers`` and ``seed``: as :func:`tilecast.simulator.simulate.simulate`.
     """
-    from tilecast.loop.host_cost import host_cost_for
+    from tilecast.loop.host_cost import host_cost_for, host_cost_source
     from tilecast.simulator.simulate import simulate
 
     graph = graph if graph is not None else config.build()
     m = machine.with_workers(config.workers)
     host = host_cost_for(host_costs, config.workers, config.sched)
+    overhead_source = "machine description"
     if host is not None and host.task_overhead_s is not None:
         m = m.with_task_overhead(host.task_overhead_s)
+        overhead_source = "measured on StarPU traces"
     whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel
 
         durations = DurationModel(m, calibration).durations(graph)
-    res = simulate(graph, m, config.sched, durations=durations)
+    res = simulate(graph, m, config.sched, durations=durations, transfers=transfers, seed=seed)
     host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0
     sim_peak = res.summary["peak_memory_bytes"]
     if len(m.nodes) == 1:
@@ -80,7 +115,9 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
         fits = fits_memory(peak, m)
     return Prediction(config=config, step_s=res.makespan + host_s, makespan_s=res.makespan, host_s=host_s,
                       peak_memory_bytes=peak, tasks=int(graph.n_tasks), tiles=int(graph.n_tiles), fits=fits,
-                      summary=res.summary, result=res if keep_result else None)
+                      summary=res.summary, result=res if keep_result else None,
+                      host_source=host_cost_source(host_costs, config.workers, config.sched),
+                      task_overhead_s=m.task_overhead, task_overhead_source=overhead_source)
 
 
 def rank(predictions) -> list:

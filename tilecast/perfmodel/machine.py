@@ -139,7 +139,15 @@ class Machine:
         return out
 
     def fingerprint(self) -> str:
-        """Stable hash of what determines kernel speeds: worker kinds, units, and detected hardware."""
+        """Stable hash of what determines kernel speeds: worker kinds, units, and detected hardware.
+
+        It is the fingerprint of the machine as described: a machine reduced to
+        some of its workers (:meth:`with_workers`) keeps it, so the kernel
+        calibration and host-cost fits stored for the machine serve every
+        worker count (a task runs no faster for having fewer neighbours).
+        """
+        if "fingerprint" in self.meta:
+            return self.meta["fingerprint"]
         what = {"name": self.name, "workers": [(w.kind, w.units) for w in self.workers],
                 "hardware": self.meta.get("hardware", {})}
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
@@ -149,7 +157,8 @@ class Machine:
         if not 1 <= n <= len(self.workers):
             raise MachineError(f"{self.name}: --workers must be between 1 and {len(self.workers)}, got {n}")
         return Machine(self.name, self.description, self.nodes, self.workers[:n], self.kinds, self.links,
-                       self.switches, self.task_overhead, self.source_text, dict(self.meta))
+                       self.switches, self.task_overhead, self.source_text,
+                       {**self.meta, "fingerprint": self.fingerprint()})
 
     def with_task_overhead(self, seconds: float) -> "Machine":
         """The same machine with another per-task runtime cost (e.g. one measured on StarPU traces)."""

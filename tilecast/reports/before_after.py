@@ -21,10 +21,12 @@ def before_after_kernels(before, after) -> pd.DataFrame:
 
 
 def before_after_summary(before, after) -> dict:
-    """Makespan and task-duration errors before and after (JSON-ready)."""
+    """Step-time (None when unknown), makespan and task-duration errors before and after (JSON-ready)."""
     from tilecast.reports.kernel_errors import overall_error
 
     return {
+        "step_error_before": before.step_error,
+        "step_error_after": after.step_error,
         "makespan_error_before": before.makespan_error,
         "makespan_error_after": after.makespan_error,
         "pred_makespan_before_s": before.pred_makespan_s,

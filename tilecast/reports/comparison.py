@@ -1,7 +1,8 @@
 """Comparing a predicted trace with a measured one of the same graph.
 
 >>> c = compare("pred.parquet", "real.parquet")      # or two DataFrames
->>> c.makespan_error                                 # (pred - real) / real
+>>> c.step_error                                     # (pred - real) / real of the step time, if the traces hold it
+>>> c.makespan_error                                 # the same for the makespan, the step's part in the traces
 >>> c.by_kernel                                      # per-kernel duration errors
 >>> c.write("report/")                               # PNGs, Chrome JSON, summary JSON, HTML
 
@@ -25,6 +26,7 @@ from tilecast.reports.before_after import before_after_kernels, before_after_sum
 from tilecast.reports.kernel_errors import kernel_errors, overall_error
 from tilecast.reports.makespan import makespan, relative_error
 from tilecast.reports.pairing import ComparisonError, check_trace, pair_tasks
+from tilecast.reports.step_time import step_parts, step_summary
 from tilecast.reports.worker_usage import makespan_breakdown, worker_usage
 
 TOP = 10  # rows of each ranking kept in the summary
@@ -40,7 +42,9 @@ class Comparison:
     - ``by_worker``: busy and idle seconds per worker, predicted and measured;
     - ``by_tag`` / ``by_phase``: the tags / phases (tags with layer numbers
       merged) ranked by their share of the total absolute difference;
-    - ``pred_makespan_s``, ``real_makespan_s``, :attr:`makespan_error`.
+    - ``pred_makespan_s``, ``real_makespan_s``, :attr:`makespan_error`;
+    - ``pred_step``, ``real_step``: ``(step s, its makespan s)`` when known
+      (:mod:`tilecast.reports.step_time`), and :attr:`step_error`.
     """
 
     pred: pd.DataFrame
@@ -55,10 +59,17 @@ class Comparison:
     unmatched: dict = field(default_factory=dict)
     graph: object = None  # optional: gives the Chrome traces dependency arrows
     before: "Comparison | None" = None  # optional: the same measurement against an earlier prediction
+    pred_step: tuple | None = None
+    real_step: tuple | None = None
 
     @property
     def makespan_error(self) -> float:
         return relative_error(self.pred_makespan_s, self.real_makespan_s)
+
+    @property
+    def step_error(self) -> float | None:
+        """(predicted - measured) / measured step time; None unless both are known."""
+        return step_summary(self.pred_step, self.real_step)["error"]
 
     def transfers(self) -> dict:
         out = {}
@@ -72,6 +83,7 @@ class Comparison:
     def summary(self, top: int = TOP) -> dict:
         """Every figure of the comparison as plain JSON-ready values (NaN -> None)."""
         s = {
+            "step": step_summary(self.pred_step, self.real_step),
             "makespan": {
                 "pred_s": self.pred_makespan_s,
                 "real_s": self.real_makespan_s,
@@ -147,7 +159,8 @@ def _read(x, name: str, source: str | None) -> pd.DataFrame:
     return check_trace(x, name, source)
 
 
-def compare(pred, real, *, check_sources: bool = True, graph=None, before=None) -> Comparison:
+def compare(pred, real, *, check_sources: bool = True, graph=None, before=None, pred_step=None, real_step=None,
+            before_step=None) -> Comparison:
     """Compare predicted trace ``pred`` with measured trace ``real`` (DataFrames or .parquet/.csv paths).
 
     ``graph``, if given (the traces' task graph), only adds dependency arrows to
@@ -155,19 +168,30 @@ def compare(pred, real, *, check_sources: bool = True, graph=None, before=None) 
     given, is an earlier prediction of the same run (e.g. before recalibrating
     the kernel models): the summary and the page then show both errors.
 
+    ``pred_step``, ``real_step``, ``before_step``: the step times, in seconds
+    (the step whose tasks the trace holds) or as ``(step s, makespan s)`` (a
+    median over several steps and their median makespan); by default the
+    step time a trace records (:func:`tilecast.trace.step_time`), if any. The
+    step time comes first in the summary and on the page, the makespan as its
+    part.
+
     With ``check_sources`` (default) ``pred`` must hold only source 'sim' rows
     and ``real`` only 'real' rows; turn it off to compare, say, two measured
     runs. Raises :class:`ComparisonError` (one-line message) for traces that
     are unreadable, empty, of different graphs, or hold a task twice.
     """
-    return _compare(pred, real, check_sources, graph, before, "PRED")
+    return _compare(pred, real, check_sources, graph, before, "PRED", pred_step, real_step, before_step)
 
 
-def _compare(pred, real, check_sources, graph, before, pred_name) -> Comparison:
+def _compare(pred, real, check_sources, graph, before, pred_name, pred_step=None, real_step=None,
+             before_step=None) -> Comparison:
     pred = _read(pred, pred_name, "sim" if check_sources else None)
     real = _read(real, "REAL", "real" if check_sources else None)
     pairs = pair_tasks(pred, real)
-    earlier = None if before is None else _compare(before, real, check_sources, graph, None, "--before")
+    if real_step is None:
+        real_step = tr.step_time(real)
+    earlier = None if before is None else _compare(before, real, check_sources, graph, None, "--before",
+                                                   before_step, real_step)
     pt, rt = set(pred.loc[pred["task"] >= 0, "task"]), set(real.loc[real["task"] >= 0, "task"])
     return Comparison(
         pred=pred, real=real, pairs=pairs,
@@ -180,6 +204,8 @@ def _compare(pred, real, check_sources, graph, before, pred_name) -> Comparison:
         unmatched={"pred_only": len(pt - rt), "real_only": len(rt - pt)},
         graph=graph,
         before=earlier,
+        pred_step=step_parts(tr.step_time(pred) if pred_step is None else pred_step, makespan(pred)),
+        real_step=step_parts(real_step, makespan(real)),
     )
 
 

@@ -40,8 +40,7 @@ def tables_html(c) -> str:
     med = "n/a" if e["median_error"] is None else f"{e['median_error'] * 100:+.2f}%"
     p90 = "n/a" if e["p90_abs_error"] is None else f"{e['p90_abs_error'] * 100:.2f}%"
     parts = [
-        "<p class=big>Makespan: predicted {:.4f} ms, measured {:.4f} ms, error <b>{:+.2f}%</b></p>".format(
-            m["pred_s"] * 1e3, m["real_s"] * 1e3, m["error"] * 100),
+        _step(s["step"], m),
         "<p>Of the makespan difference ({:+.4f} ms), task durations account for {:+.4f} ms and idle time "
         "(waiting on dependencies, scheduling) for {:+.4f} ms, averaged over {} workers.</p>".format(
             m["diff_s"] * 1e3, m["from_task_time_s"] * 1e3, m["from_idle_time_s"] * 1e3, m["workers"]),
@@ -58,6 +57,37 @@ def tables_html(c) -> str:
     return "\n".join(parts)
 
 
+def _ms(v) -> str:
+    return "unknown" if v is None else f"{v * 1e3:.3f} ms"
+
+
+def _pct(v) -> str:
+    return "" if v is None else f"{v * 100:+.2f}%"
+
+
+def _step(st: dict, m: dict) -> str:
+    """The step time first, with the makespan and the host time as its parts; the makespan of the traced
+    step after it. When a step time is unknown, the makespan is the headline."""
+    traced = ("<p{}>Makespan of the traced step: predicted {:.4f} ms, measured {:.4f} ms, error <b>{:+.2f}%</b>"
+              "</p>").format
+    if st["error"] is None:
+        missing = " and ".join(w for w, k in (("predicted", "pred_s"), ("measured", "real_s")) if st[k] is None)
+        known = "".join(f", {w} {_ms(st[k])}" for w, k in (("predicted", "pred_s"), ("measured", "real_s"))
+                        if st[k] is not None)
+        return (f"<p>Step time: {missing} not recorded with the traces{known}; only the makespan, the part of "
+                f"the step its tasks take, is compared.</p>"
+                + traced(" class=big", m["pred_s"] * 1e3, m["real_s"] * 1e3, m["error"] * 100))
+    rows = "".join(
+        f"<tr><td>{name}</td><td>{_ms(st[f'pred{k}'])}</td><td>{_ms(st[f'real{k}'])}</td><td>{_pct(err)}</td></tr>"
+        for name, k, err in (("<b>step time</b>", "_s", st["error"]),
+                             ("makespan (the tasks)", "_makespan_s", st["makespan_error"]),
+                             ("host (the step outside its tasks)", "_host_s", None)))
+    return ("<p class=big>Step time: predicted {:.3f} ms, measured {:.3f} ms, error <b>{:+.2f}%</b></p>".format(
+                st["pred_s"] * 1e3, st["real_s"] * 1e3, st["error"] * 100)
+            + f"<table><tr><th></th><th>predicted</th><th>measured</th><th>error</th></tr>{rows}</table>"
+            + traced("", m["pred_s"] * 1e3, m["real_s"] * 1e3, m["error"] * 100))
+
+
 def _before_after(c, s: dict) -> str:
     if c.before is None:
         return ""
@@ -65,7 +95,9 @@ def _before_after(c, s: dict) -> str:
 
     b = s["before_after"]
     return ("<h2>Before and after recalibration</h2>"
-            f"<p>Makespan error {b['makespan_error_before'] * 100:+.2f}% before, "
+            + (f"<p>Step time error {b['step_error_before'] * 100:+.2f}% before, "
+               f"{b['step_error_after'] * 100:+.2f}% after. " if b["step_error_after"] is not None else "<p>")
+            + f"Makespan error {b['makespan_error_before'] * 100:+.2f}% before, "
             f"{b['makespan_error_after'] * 100:+.2f}% after.</p>" + _fmt(before_after_kernels(c.before, c)))
 
 
