@@ -18,7 +18,7 @@ import pandas as pd
 
 from tilecast.kernels import all_kernels
 from tilecast.graph.analysis import longest_path_end
-from tilecast.simulator.dag import bottom_level
+from tilecast.graph import priorities as _prio
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
@@ -38,7 +38,7 @@ POLICIES = {
     "dmda": lambda prio, seed: DequeModelDataAware(prio),
     "dmdas": lambda prio, seed: DequeModelDataAwareSorted(prio),
 }
-USES_PRIORITIES = ("prio", "dmdas")
+USES_PRIORITIES = _prio.USES_PRIORITIES
 
 
 @dataclass
@@ -79,13 +79,15 @@ class SimResult:
         )
 
 
-def task_priorities(durations: np.ndarray, pred_ptr, pred) -> np.ndarray:
-    """Default priorities: each task's bottom level (longest path to the end) on its fastest kind.
+def task_priorities(durations: np.ndarray, pred_ptr, pred, sched: str = "prio") -> np.ndarray:
+    """Default priorities: each task's bottom level (longest path to the end) on its fastest kind,
+    as the int priorities StarPU policy ``sched`` is given by the executor.
 
     The graph carries no priorities; the critical-path-first order is what
-    StarPU users usually give ``prio``/``dmdas``.
+    StarPU users usually give ``prio``/``dmdas``. One definition,
+    :func:`tilecast.graph.priorities.task_priorities`, serves the executor too.
     """
-    return bottom_level(durations.min(axis=0), pred_ptr, pred)
+    return _prio.task_priorities(np.atleast_2d(durations).min(axis=0), pred_ptr, pred, sched)
 
 
 def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None = None, calibration=None,
@@ -119,7 +121,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
     pred_ptr, pred = graph.dependencies
     if priority is None and sched in USES_PRIORITIES:
-        priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred)
+        priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred, sched)
     kind_index = {k: i for i, k in enumerate(machine.kind_names)}
     worker_kind = [kind_index[w.kind] for w in machine.workers]
     worker_node = [w.node for w in machine.workers]
