@@ -23,21 +23,25 @@ from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.central import Eager, Prio
-from tilecast.simulator.policies.deque_model import DequeModel, DequeModelDataAware, DequeModelDataAwareSorted
+from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
+                                                     DequeModelDataAwareSortedDecision)
 from tilecast.simulator.policies.random_policy import Random
 from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing
 from tilecast.trace import make_trace
 
-POLICIES = {
-    "eager": lambda prio, seed: Eager(prio),
-    "prio": lambda prio, seed: Prio(prio),
-    "random": lambda prio, seed: Random(seed),
-    "ws": lambda prio, seed: WorkStealing(),
-    "lws": lambda prio, seed: LocalityWorkStealing(),
-    "dm": lambda prio, seed: DequeModel(prio),
-    "dmda": lambda prio, seed: DequeModelDataAware(prio),
-    "dmdas": lambda prio, seed: DequeModelDataAwareSorted(prio),
+POLICIES = {  # name -> (priority, seed, estimate) -> policy
+    "eager": lambda prio, seed, est: Eager(prio),
+    "prio": lambda prio, seed, est: Prio(prio),
+    "random": lambda prio, seed, est: Random(seed),
+    "ws": lambda prio, seed, est: WorkStealing(),
+    "lws": lambda prio, seed, est: LocalityWorkStealing(),
+    "dm": lambda prio, seed, est: DequeModel(prio, est),
+    "dmda": lambda prio, seed, est: DequeModelDataAware(prio, est),
+    "dmdas": lambda prio, seed, est: DequeModelDataAwareSorted(prio, est),
+    "dmdasd": lambda prio, seed, est: DequeModelDataAwareSortedDecision(prio, est),
 }
+#: policies that decide with StarPU's performance-model estimates (per-footprint means), not exact durations
+USES_ESTIMATES = ("dm", "dmda", "dmdas", "dmdasd")
 USES_PRIORITIES = _prio.USES_PRIORITIES
 
 
@@ -97,7 +101,10 @@ def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None =
     durations: optional (n_kinds, n_tasks) seconds (rows in ``machine.kind_names``
     order); by default from the duration model with ``calibration``.
     priority: optional per-task priorities (higher first); by default the
-    bottom level for ``prio`` and ``dmdas``, none otherwise.
+    bottom levels as StarPU priorities for ``prio``, ``dmdas`` and ``dmdasd``
+    (the ones the executor passes), none otherwise.
+    The dm family (``USES_ESTIMATES``) decides with the mean duration of each
+    task's footprint (StarPU's history-based estimate); tasks run their own.
     transfers: model data replicas and transfers (False: data is everywhere).
     """
     if sched not in POLICIES:
@@ -127,7 +134,10 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     worker_node = [w.node for w in machine.workers]
     links = Links(machine)
     memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
-    policy = POLICIES[sched](priority, seed)
+    # the dm family decides with what StarPU's history-based models predict: the mean duration of the
+    # task's footprint (kernel and buffer sizes), not the task's own (tilecast.graph.priorities)
+    estimate = _prio.footprint_means(durations, _prio.footprint_groups(graph)) if sched in USES_ESTIMATES else None
+    policy = POLICIES[sched](priority, seed, estimate)
     eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead=machine.task_overhead, memory=memory).run()
     start, end, worker = eng.arrays()
