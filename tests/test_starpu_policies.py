@@ -80,3 +80,55 @@ def test_priority_mapping_is_monotone_and_keeps_ties():
 
 def test_the_simulator_knows_every_policy_it_is_compared_with():
     assert {"prio", "dmdas", "dm", "dmda", "ws", "lws", "eager"} <= set(POLICIES)
+
+
+def independent_gemms(sizes):
+    """One square GEMM per entry of ``sizes``, each on tiles of its own (no dependencies)."""
+    b = GraphBuilder(Tiling.uniform(max(sizes)))
+    for i, n in enumerate(sizes):
+        a, bb, c = (b.tensor(f"{x}{i}", (n, n), (None, None), "activation") for x in "abc")
+        b.add("gemm", [a.tile_ids(0, 0), bb.tile_ids(0, 0), c.tile_ids(0, 0)],
+              dict(trans_a=0, trans_b=0, m=n, n=n, k=n, alpha=1.0, beta=0.0))
+    return b.build()
+
+
+BIG, SMALL = 192, 96  # about 8x apart: every decision below holds for any ratio above 3
+
+
+@pytest.mark.parametrize("sched", ["dm", "dmda"])
+def test_two_workers_place_tasks_where_the_simulated_dm_does(sched):
+    """With calibrated history models and every task pushed at submission (paused), StarPU's dm/dmda
+    place each task where it is expected to end first; the simulation, given the mean durations
+    StarPU measured, must place every task on the same worker."""
+    calib = independent_gemms([BIG, SMALL] * 12)  # more than 10 samples of each footprint
+    seq = [BIG, SMALL, SMALL, SMALL, BIG, SMALL, BIG, SMALL, SMALL]
+    g = independent_gemms(seq)
+    with StarPUSession(sched, 2) as s:
+        for _ in range(2):
+            tr = s.execute(calib, TileStore(calib), submit_paused=True)
+        took = (tr["end_s"] - tr["start_s"]).to_numpy()
+        mean = {n: took[np.array([BIG, SMALL] * 12) == n].mean() for n in (BIG, SMALL)}
+        assert mean[BIG] > 3 * mean[SMALL]
+        got = s.execute(g, TileStore(g), submit_paused=True)["worker"].to_numpy()
+    durations = np.array([[mean[n] for n in seq]])
+    sim = simulate(g, cpu_machine(n_workers=2), sched, durations=durations, transfers=False)
+    assert got.tolist() == sim.worker.tolist()
+    assert sim.worker.tolist() == [0, 1, 1, 1, 1, 0, 0, 1, 1]  # the decisions worked out by hand
+
+
+@pytest.mark.parametrize("sched", ["ws", "lws"])
+def test_work_stealing_places_ready_tasks_round_robin_from_worker_1_and_steals_the_oldest(sched):
+    """Tasks ready at submission go round robin starting at worker 1; the worker left without work
+    steals from the busy one. With one long task among short ones the placement is determined;
+    the simulation must give StarPU's."""
+    seq = [BIG, SMALL, SMALL, SMALL, SMALL, SMALL]
+    g = independent_gemms(seq)
+    with StarPUSession(sched, 2) as s:
+        s.execute(g, TileStore(g), submit_paused=True)  # warm the kernels up
+        tr = s.execute(g, TileStore(g), submit_paused=True)
+    took = (tr["end_s"] - tr["start_s"]).to_numpy()
+    got = tr["worker"].to_numpy()
+    assert took[0] > took[1:].sum()  # the long task outlasts all the short ones: no race left
+    sim = simulate(g, cpu_machine(n_workers=2), sched, durations=took[None, :], transfers=False)
+    assert got.tolist() == sim.worker.tolist()
+    assert got[0] == 1 and (got[1:] == 0).all()
