@@ -92,7 +92,7 @@ def independent_gemms(sizes):
     return b.build()
 
 
-BIG, SMALL = 192, 96  # about 8x apart: every decision below holds for any ratio above 3
+BIG, SMALL = 256, 64  # 64x apart in flops: every decision below holds for any ratio above 3
 
 
 @pytest.mark.parametrize("sched", ["dm", "dmda"])
@@ -117,18 +117,13 @@ def test_two_workers_place_tasks_where_the_simulated_dm_does(sched):
 
 
 @pytest.mark.parametrize("sched", ["ws", "lws"])
-def test_work_stealing_places_ready_tasks_round_robin_from_worker_1_and_steals_the_oldest(sched):
-    """Tasks ready at submission go round robin starting at worker 1; the worker left without work
-    steals from the busy one. With one long task among short ones the placement is determined;
-    the simulation must give StarPU's."""
-    seq = [BIG, SMALL, SMALL, SMALL, SMALL, SMALL]
-    g = independent_gemms(seq)
+def test_work_stealing_places_tasks_ready_at_submission_round_robin_from_worker_1(sched):
+    """Tasks ready at submission go round robin starting at worker 1. In a fresh session no worker
+    has run a task yet, so none is a victim (only busy workers are) until it pops its own: each
+    runs the task it was given, which the simulation must give it too. (Later steals race with the
+    owners' pops on StarPU, so their placement is not determined.)"""
+    g = independent_gemms([SMALL, SMALL])
     with StarPUSession(sched, 2) as s:
-        s.execute(g, TileStore(g), submit_paused=True)  # warm the kernels up
-        tr = s.execute(g, TileStore(g), submit_paused=True)
-    took = (tr["end_s"] - tr["start_s"]).to_numpy()
-    got = tr["worker"].to_numpy()
-    assert took[0] > took[1:].sum()  # the long task outlasts all the short ones: no race left
-    sim = simulate(g, cpu_machine(n_workers=2), sched, durations=took[None, :], transfers=False)
-    assert got.tolist() == sim.worker.tolist()
-    assert got[0] == 1 and (got[1:] == 0).all()
+        got = s.execute(g, TileStore(g), submit_paused=True)["worker"].to_numpy()
+    sim = simulate(g, cpu_machine(n_workers=2), sched, durations=np.full((1, 2), 1e-4), transfers=False)
+    assert got.tolist() == sim.worker.tolist() == [1, 0]
