@@ -383,6 +383,8 @@ def run_deque_model(eng) -> None:
                     x = x + pwc[i]
                 if w == -1 or x < p:
                     w, p = i, x
+            if not endc[w] < inf:  # a NaN end first
+                raise RuntimeError(f"task {task}: no worker can run it")
             d = erows[w][task]
             p = pwc[w] if has_pw else 0.0
         else:  # the same choice through list comprehensions, faster interpreted
@@ -395,13 +397,20 @@ def run_deque_model(eng) -> None:
             else:
                 f = [x + r[task] for x, r in zip(base, erows)]
             best = min(f)
-            if not best < inf:
-                raise RuntimeError(f"task {task}: no worker can run it")
+            if not best < inf:  # none finite, or a NaN first (min() would stop on it): the policy's scan
+                best = inf
+                for x in f:
+                    if x < best:
+                        best = x
+                if not best < inf:
+                    raise RuntimeError(f"task {task}: no worker can run it")
             if pw is None:
-                f = [x - best for x in f]
+                fit = [x - best for x in f]
             else:
-                f = [(x - best) + p for x, p in zip(f, pw)]
-            w = f.index(min(f))  # the first worker of least fitness, as the policy's scan
+                fit = [(x - best) + p for x, p in zip(f, pw)]
+            w = fit.index(min(fit))  # the first worker of least fitness, as the policy's scan
+            if not f[w] < inf:  # a NaN end first
+                raise RuntimeError(f"task {task}: no worker can run it")
             d = erows[w][task]
             p = pw[w] if pw is not None else 0.0
         # push_task_on_best_worker
