@@ -3,7 +3,9 @@
 StarPU derives the dependencies from the submission order and the access
 modes, exactly as :attr:`tilecast.graph.Graph.dependencies` does. Per-task
 start/end/worker come from StarPU's profiling info, read in a C callback
-into arrays that become the trace in one go.
+into arrays that become the trace in one go. Policies that order by priority
+get each task's priority (:func:`graph_priorities`), the same as the
+simulation of that policy assumes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 import numpy as np
 
 from tilecast.executor.starpu_native import glue
+from tilecast.graph.priorities import USES_PRIORITIES, bottom_level, starpu_priorities
 from tilecast.kernels import all_kernels
 from tilecast.trace import make_trace
 
@@ -148,11 +151,51 @@ def _graph_arrays(graph):
     )
 
 
-def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
+def local_priority_weights(graph) -> np.ndarray:
+    """Per-task weights of the default priorities: what ``tilecast simulate --machine local`` simulates,
+    the local machine's duration model (its stored calibration, else the roofline) on the fastest kind,
+    plus the machine's cost per task."""
+    from tilecast.perfmodel.calibration import find_calibration
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.perfmodel.local import detect_local
+
+    machine = detect_local()
+    durations = DurationModel(machine, find_calibration(machine)).durations(graph)
+    return np.atleast_2d(durations).min(axis=0) + machine.task_overhead
+
+
+def graph_priorities(session, graph, priority=None) -> np.ndarray | None:
+    """The int32 priorities to give StarPU for ``graph`` under the session's policy, or None (all 0).
+
+    Policies that order by priority (:data:`tilecast.graph.priorities.USES_PRIORITIES`) get the
+    bottom levels of ``priority`` (per-task weights, e.g. the durations a simulation used) or, by
+    default, of :func:`local_priority_weights`, mapped into the range the running policy declares:
+    the same function the simulator calls (:func:`tilecast.graph.priorities.task_priorities`).
+    Computed once per graph and session.
+    """
+    if session.sched not in USES_PRIORITIES:
+        return None
+    cached = session.priority_cache
+    if priority is None and cached is not None and cached[0] is graph and cached[1] == graph.n_tasks:
+        return cached[2]
+    lo, hi = session.priority_range
+    weights = local_priority_weights(graph) if priority is None else np.asarray(priority, dtype=np.float64)
+    if len(weights) != graph.n_tasks:
+        raise ValueError(f"priority weights for {len(weights)} tasks, the graph has {graph.n_tasks}")
+    pred_ptr, pred = graph.dependencies
+    prio = np.ascontiguousarray(starpu_priorities(bottom_level(weights, pred_ptr, pred), lo, hi), dtype=np.int32)
+    if priority is None:
+        session.priority_cache = (graph, graph.n_tasks, prio)
+    return prio
+
+
+def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True,
+                  priority=None):
     g = glue()
     lib, f = g.lib, g.ffi.from_buffer
     n = graph.n_tasks
     a = _graph_arrays(graph)
+    prio = graph_priorities(session, graph, priority)
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
     worker = np.full(n, -1, dtype=np.int32)
@@ -163,6 +206,7 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
         submitted = lib.tcs_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
             f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
+            g.ffi.NULL if prio is None else f("int32_t[]", prio),
             (lib.TCS_DRY if dry else 0) | (lib.TCS_SUBMIT_PAUSED if submit_paused else 0),
             f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
         while lib.tcs_wait(WAIT_SLICE_MS) < submitted:

@@ -110,6 +110,10 @@ class StarPUSession:
                 g.ffi.new("int[]", [len(k.buffers) for k in kernels]))
             if ret != 0:
                 raise StarPUError(f"setting up StarPU codelets failed: {os.strerror(-ret)}")
+            lo, hi = g.ffi.new("int *"), g.ffi.new("int *")
+            g.lib.tcs_priority_range(lo, hi)
+            self.priority_range = (int(lo[0]), int(hi[0]))  # what the running policy declares
+            self.priority_cache = None  # (graph, n_tasks, priorities) of the last graph executed
             n = g.lib.tcs_nworkers()
             self.worker_nodes = np.array([g.lib.tcs_worker_node(w) for w in range(n)], dtype=np.int64)
             buf = g.ffi.new("char[128]")
@@ -153,7 +157,8 @@ class StarPUSession:
             raise StarPUError("the StarPU session is not started (use it as a context manager)")
 
     # --- execution ---------------------------------------------------------
-    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True):
+    def execute(self, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True,
+                priority=None):
         """Run ``graph`` on the tiles of ``store`` in place; return the per-task trace (source 'real').
 
         With ``trace=False`` the trace table is not built (None is returned); it
@@ -163,11 +168,15 @@ class StarPUSession:
         ``submit_paused`` submits the whole graph before the workers start
         (no overlap of submission and execution, but the submitting thread does
         not compete with spinning idle workers for the cores).
+        ``priority``: per-task weights whose bottom levels become the tasks' priorities under the
+        policies that use them (default: the local machine's modelled durations; see
+        :func:`tilecast.executor.starpu_execute.graph_priorities`).
         """
         from tilecast.executor.starpu_execute import execute_graph
 
         self._require_open()
-        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused, trace=trace)
+        return execute_graph(self, graph, store, dry=dry, submit_paused=submit_paused, trace=trace,
+                             priority=priority)
 
     def baseline(self, graph, store, profiling: bool = False) -> float:
         """Seconds StarPU alone takes for the graph's tasks as empty codelets (no callbacks; StarPU's

@@ -1,4 +1,4 @@
-"""DAG helpers: successors and bottom levels.
+"""DAG helpers: successors; bottom levels come from :mod:`tilecast.graph.priorities`.
 
 Tasks are in submission order, so every predecessor has a smaller id and one
 pass in id order (or its reverse) is a topological sweep. The sweeps are plain
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecast.graph.priorities import bottom_level  # noqa: F401  (one definition, shared with the executor)
+
 
 def successors(pred_ptr: np.ndarray, pred: np.ndarray, n_tasks: int) -> tuple[np.ndarray, np.ndarray]:
     """(succ_ptr, succ): the transpose of the predecessor CSR, successors sorted by id."""
@@ -22,17 +24,3 @@ def successors(pred_ptr: np.ndarray, pred: np.ndarray, n_tasks: int) -> tuple[np
     succ_ptr = np.zeros(n_tasks + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n_tasks), out=succ_ptr[1:])
     return succ_ptr, succ
-
-
-def bottom_level(duration: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Longest path from the start of each task to the end of the graph (HEFT's upward rank)."""
-    n = len(duration)
-    succ_ptr, succ = successors(pred_ptr, pred, n)
-    w = np.asarray(duration, dtype=np.float64).tolist()
-    ptr, sc = succ_ptr.tolist(), succ.tolist()
-    bl = [0.0] * n
-    get = bl.__getitem__
-    for i in range(n - 1, -1, -1):
-        a, b = ptr[i], ptr[i + 1]
-        bl[i] = (max(map(get, sc[a:b])) if b > a else 0.0) + w[i]
-    return np.asarray(bl)

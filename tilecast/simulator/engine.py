@@ -85,7 +85,8 @@ class Engine:
         self.where = array("q", [-1]) * n
         self.n_done = 0
         policy.attach(self)
-        # the policy's end-of-task hook, skipped when it does nothing
+        # the policy's start- and end-of-task hooks, skipped when they do nothing
+        self._started = policy.started if type(policy).started is not Policy.started else None
         self._finished = policy.finished if type(policy).finished is not Policy.finished else None
 
     # --- running ------------------------------------------------------------
@@ -120,6 +121,8 @@ class Engine:
             if ready > begin:
                 begin = ready
         end = begin + self.duration[self.worker_kind[w]][t]
+        if self._started is not None:
+            self._started(t, w, begin)
         self.busy[w] = True
         self.idle.discard(w)
         self.start[t] = begin

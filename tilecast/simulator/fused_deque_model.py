@@ -65,8 +65,9 @@ def run_deque_model(eng) -> None:
     n_workers: cython.Py_ssize_t = eng.n_workers
     wnode: list = eng.worker_node
     rows: list = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
-    row0: list = rows[0]
-    one_kind: cython.bint = all(r is row0 for r in rows)
+    erows: list = [pol.rows[k] for k in eng.worker_kind]  # per worker, StarPU's estimate of each task
+    row0: list = erows[0]
+    one_kind: cython.bint = all(r is row0 for r in erows)
     busy: list = eng.busy
     start: cython.double[:] = eng.start  # array.array: typed views when compiled
     end: cython.double[:] = eng.end
@@ -74,17 +75,21 @@ def run_deque_model(eng) -> None:
     missing: list = eng.missing
     succ: cython.longlong[:] = _flat(eng.succ)
     succ_ptr: cython.longlong[:] = _flat(eng.succ_ptr)
-    exp_end: list = pol.exp_end
+    exp_start: list = pol.exp_start
     exp_len: list = pol.exp_len
-    assigned: list = pol.assigned_len
+    predicted: list = pol.predicted
+    predicted_transfer: list = pol.predicted_transfer
     queues: list = pol.queues
     sorted_queues: cython.bint = pol.sorted_queues
     neg = pol.neg if pol.neg else None
     inf: cython.double = float("inf")
     has_mem: cython.bint = mem is not None
     pwc: cython.double[:] = None  # compiled push: the summed data penalty per worker
+    endc: cython.double[:] = None  # compiled push: the task's expected end per worker
     if cython.compiled:
         pwc = array("d", [0.0] * n_workers)
+        endc = array("d", [0.0] * n_workers)
+    pushed = [0]  # sorted queues: equal priorities in push order
 
     # with data: Memory's and Links' own lists and dicts, shared (Memory._make_room updates them too)
     links = log = None
@@ -310,6 +315,9 @@ def run_deque_model(eng) -> None:
             if ready > b:
                 b = ready
         e = b + rows[w][t]
+        # dmda_pop_task + _starpu_fifo_task_transfer_started, dmda_pre_exec_hook + _starpu_fifo_task_started
+        exp_len[w] = (exp_len[w] - predicted_transfer[t]) - predicted[t]
+        exp_start[w] = b + predicted[t]
         busy[w] = True
         start[t] = b
         end[t] = e
@@ -351,64 +359,83 @@ def run_deque_model(eng) -> None:
                         else:
                             pw = vec if pw is None else list(map(add, pw, vec))
                         has_pw = True
-        if cython.compiled:  # the policy's scan: the first worker of least expected end + penalty
-            w, best = -1, inf
+        if cython.compiled:  # the policy's two scans: expected ends, then the first worker of least fitness
+            best = inf
             d = row0[task] if one_kind else 0.0
             for i in range(n_workers):
-                e = exp_end[i]
-                x = (e if e > now else now) + (d if one_kind else rows[i][task])
+                e = exp_start[i]
+                x = (e if e > now else now) + exp_len[i]
+                if has_pw:
+                    arrival = now + pwc[i]
+                    if arrival > x:
+                        x = arrival
+                x = x + (d if one_kind else erows[i][task])
+                endc[i] = x
+                if x < best:
+                    best = x
+            if not best < inf:
+                raise RuntimeError(f"task {task}: no worker can run it")
+            w = -1
+            p = 0.0
+            for i in range(n_workers):
+                x = endc[i] - best
                 if has_pw:
                     x = x + pwc[i]
-                if x < best:
-                    w, best = i, x
-            if w < 0:
+                if w == -1 or x < p:
+                    w, p = i, x
+            if not endc[w] < inf:  # a NaN end first
                 raise RuntimeError(f"task {task}: no worker can run it")
-            d = rows[w][task]
+            d = erows[w][task]
             p = pwc[w] if has_pw else 0.0
         else:  # the same choice through list comprehensions, faster interpreted
-            d = -1.0
+            base = [(e if e > now else now) + l for e, l in zip(exp_start, exp_len)]
+            if pw is not None:
+                base = [(now + p if now + p > x else x) for x, p in zip(base, pw)]
             if one_kind:
                 d = row0[task]
-                if pw is None:
-                    f = [(e if e > now else now) + d for e in exp_end]
-                else:
-                    f = [((e if e > now else now) + d) + p for e, p in zip(exp_end, pw)]
+                f = [x + d for x in base]
             else:
-                if pw is None:
-                    f = [(e if e > now else now) + r[task] for e, r in zip(exp_end, rows)]
-                else:
-                    f = [((e if e > now else now) + r[task]) + p for e, r, p in zip(exp_end, rows, pw)]
+                f = [x + r[task] for x, r in zip(base, erows)]
             best = min(f)
-            if best < inf:
-                w = f.index(best)  # the lowest worker id among equals, as the policy's scan
-            else:  # no finite choice, or a NaN first (min() would stop on it): the policy's own scan
-                w, best = -1, inf
-                for i, x in enumerate(f):
+            if not best < inf:  # none finite, or a NaN first (min() would stop on it): the policy's scan
+                best = inf
+                for x in f:
                     if x < best:
-                        w, best = i, x
-                if w < 0:
+                        best = x
+                if not best < inf:
                     raise RuntimeError(f"task {task}: no worker can run it")
-            if not one_kind:
-                d = rows[w][task]
+            if pw is None:
+                fit = [x - best for x in f]
+            else:
+                fit = [(x - best) + p for x, p in zip(f, pw)]
+            w = fit.index(min(fit))  # the first worker of least fitness, as the policy's scan
+            if not f[w] < inf:  # a NaN end first
+                raise RuntimeError(f"task {task}: no worker can run it")
+            d = erows[w][task]
             p = pw[w] if pw is not None else 0.0
-        e = exp_end[w]
+        # push_task_on_best_worker
+        e = exp_start[w]
         if e < now:
             e = now
-        arrival = now + p  # the worker cannot start before the data arrives
-        length = d + overhead + (arrival - e if arrival > e else 0.0)
-        exp_end[w] = e + length
+        exp_start[w] = e
+        x = e + exp_len[w]
+        arrival = now + p
+        length = 0.0 if arrival < x else arrival - x
         exp_len[w] += length
-        assigned[task] = length
+        exp_len[w] += d
+        predicted[task] = d
+        predicted_transfer[task] = length
         q = queues[w]
         if q or busy[w]:
             if has_mem:
                 prefetch(task, wnode[w], now)
             if sorted_queues:
-                heappush(q, (neg[task] if neg else 0.0, task))
+                pushed[0] += 1
+                heappush(q, (neg[task] if neg else 0.0, pushed[0], task))
             else:
                 q.append(task)
             if not busy[w]:  # the worker that just ended a task, its successors being pushed
-                begin(w, heappop(q)[1] if sorted_queues else q.popleft())
+                begin(w, heappop(q)[2] if sorted_queues else q.popleft())
         else:
             begin(w, task)
 
@@ -417,14 +444,10 @@ def run_deque_model(eng) -> None:
         w: cython.Py_ssize_t = where[t]
         s: cython.Py_ssize_t
         m: cython.Py_ssize_t
-        left: cython.double
         j: cython.Py_ssize_t
         busy[w] = False
-        left = exp_len[w] - assigned[t]
-        if left < 1e-15:
-            left = 0.0
-        exp_len[w] = left
-        exp_end[w] = env._now + left
+        if exp_start[w] < env._now:  # dmda_post_exec_hook / _starpu_fifo_task_finished
+            exp_start[w] = env._now
         for j in range(succ_ptr[t], succ_ptr[t + 1]):
             s = succ[j]
             m = missing[s] - 1
@@ -434,7 +457,7 @@ def run_deque_model(eng) -> None:
         if not busy[w]:
             q = queues[w]
             if q:
-                begin(w, heappop(q)[1] if sorted_queues else q.popleft())
+                begin(w, heappop(q)[2] if sorted_queues else q.popleft())
 
     for t in [i for i, m in enumerate(missing) if m == 0]:
         push(t)

@@ -18,27 +18,31 @@ import pandas as pd
 
 from tilecast.kernels import all_kernels
 from tilecast.graph.analysis import longest_path_end
-from tilecast.simulator.dag import bottom_level
+from tilecast.graph import priorities as _prio
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.central import Eager, Prio
-from tilecast.simulator.policies.deque_model import DequeModel, DequeModelDataAware, DequeModelDataAwareSorted
+from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
+                                                     DequeModelDataAwareSortedDecision)
 from tilecast.simulator.policies.random_policy import Random
 from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing
 from tilecast.trace import make_trace
 
-POLICIES = {
-    "eager": lambda prio, seed: Eager(prio),
-    "prio": lambda prio, seed: Prio(prio),
-    "random": lambda prio, seed: Random(seed),
-    "ws": lambda prio, seed: WorkStealing(),
-    "lws": lambda prio, seed: LocalityWorkStealing(),
-    "dm": lambda prio, seed: DequeModel(prio),
-    "dmda": lambda prio, seed: DequeModelDataAware(prio),
-    "dmdas": lambda prio, seed: DequeModelDataAwareSorted(prio),
+POLICIES = {  # name -> (priority, seed, estimate) -> policy
+    "eager": lambda prio, seed, est: Eager(prio),
+    "prio": lambda prio, seed, est: Prio(prio),
+    "random": lambda prio, seed, est: Random(seed),
+    "ws": lambda prio, seed, est: WorkStealing(),
+    "lws": lambda prio, seed, est: LocalityWorkStealing(),
+    "dm": lambda prio, seed, est: DequeModel(prio, est),
+    "dmda": lambda prio, seed, est: DequeModelDataAware(prio, est),
+    "dmdas": lambda prio, seed, est: DequeModelDataAwareSorted(prio, est),
+    "dmdasd": lambda prio, seed, est: DequeModelDataAwareSortedDecision(prio, est),
 }
-USES_PRIORITIES = ("prio", "dmdas")
+#: policies that decide with StarPU's performance-model estimates (per-footprint means), not exact durations
+USES_ESTIMATES = ("dm", "dmda", "dmdas", "dmdasd")
+USES_PRIORITIES = _prio.USES_PRIORITIES
 
 
 @dataclass
@@ -79,13 +83,15 @@ class SimResult:
         )
 
 
-def task_priorities(durations: np.ndarray, pred_ptr, pred) -> np.ndarray:
-    """Default priorities: each task's bottom level (longest path to the end) on its fastest kind.
+def task_priorities(durations: np.ndarray, pred_ptr, pred, sched: str = "prio") -> np.ndarray:
+    """Default priorities: each task's bottom level (longest path to the end) on its fastest kind,
+    as the int priorities StarPU policy ``sched`` is given by the executor.
 
     The graph carries no priorities; the critical-path-first order is what
-    StarPU users usually give ``prio``/``dmdas``.
+    StarPU users usually give ``prio``/``dmdas``. One definition,
+    :func:`tilecast.graph.priorities.task_priorities`, serves the executor too.
     """
-    return bottom_level(durations.min(axis=0), pred_ptr, pred)
+    return _prio.task_priorities(np.atleast_2d(durations).min(axis=0), pred_ptr, pred, sched)
 
 
 def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None = None, calibration=None,
@@ -95,7 +101,10 @@ def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None =
     durations: optional (n_kinds, n_tasks) seconds (rows in ``machine.kind_names``
     order); by default from the duration model with ``calibration``.
     priority: optional per-task priorities (higher first); by default the
-    bottom level for ``prio`` and ``dmdas``, none otherwise.
+    bottom levels as StarPU priorities for ``prio``, ``dmdas`` and ``dmdasd``
+    (the ones the executor passes), none otherwise.
+    The dm family (``USES_ESTIMATES``) decides with the mean duration of each
+    task's footprint (StarPU's history-based estimate); tasks run their own.
     transfers: model data replicas and transfers (False: data is everywhere).
     """
     if sched not in POLICIES:
@@ -119,13 +128,16 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
     pred_ptr, pred = graph.dependencies
     if priority is None and sched in USES_PRIORITIES:
-        priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred)
+        priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred, sched)
     kind_index = {k: i for i, k in enumerate(machine.kind_names)}
     worker_kind = [kind_index[w.kind] for w in machine.workers]
     worker_node = [w.node for w in machine.workers]
     links = Links(machine)
     memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
-    policy = POLICIES[sched](priority, seed)
+    # the dm family decides with what StarPU's history-based models predict: the mean duration of the
+    # task's footprint (kernel and buffer sizes), not the task's own (tilecast.graph.priorities)
+    estimate = _prio.footprint_means(durations, _prio.footprint_groups(graph)) if sched in USES_ESTIMATES else None
+    policy = POLICIES[sched](priority, seed, estimate)
     eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead=machine.task_overhead, memory=memory).run()
     start, end, worker = eng.arrays()

@@ -131,6 +131,12 @@ int tcs_worker_node(int worker)
     return (int)starpu_worker_get_memory_node(worker);
 }
 
+void tcs_priority_range(int *min_prio, int *max_prio)
+{
+    *min_prio = started ? starpu_sched_get_min_priority() : 0;
+    *max_prio = started ? starpu_sched_get_max_priority() : 0;
+}
+
 int tcs_worker_name(int worker, char *out, int len)
 {
     starpu_worker_get_name(worker, out, len);
@@ -252,7 +258,7 @@ static enum starpu_data_access_mode mode_of(int8_t m)
 
 int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
                    const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
-                   int flags, double *out_start, double *out_end, int32_t *out_worker, int *err)
+                   const int32_t *priority, int flags, double *out_start, double *out_end, int32_t *out_worker, int *err)
 {
     *err = 0;
     if (!started || run.tasks) {
@@ -288,6 +294,8 @@ int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_
             t->handles[j] = (starpu_data_handle_t)handles[acc_tile[a + j]];
             t->modes[j] = mode_of(acc_mode[a + j]);
         }
+        if (priority)
+            t->priority = priority[i];
         t->callback_func = done_cb;
         t->callback_arg = t;
         t->destroy = 0;

@@ -21,6 +21,8 @@ void tcs_resume(void);
 int tcs_nworkers(void);
 int tcs_worker_node(int worker);
 int tcs_worker_name(int worker, char *out, int len);
+/* The priority range the running policy declares (starpu_sched_get_min/max_priority). */
+void tcs_priority_range(int *min_prio, int *max_prio);
 
 /* Codelets (with history-based perfmodels named after the kernels) for n kernels. */
 int tcs_set_kernels(int n, const uint64_t *fns, const char *const *names, const int *nbuffers);
@@ -33,6 +35,7 @@ int tcs_reregister_at(int64_t n_idx, const int64_t *idx, const uint64_t *ptrs, c
                       const int64_t *elemsize, void **handles);
 
 /* Submit a whole graph in order. flags: TCS_DRY (empty codelets, no perfmodels).
+ * priority: per-task StarPU priority (within tcs_priority_range), or NULL for the default 0.
  * Per-task start/end (seconds from the submission start) and worker arrive in
  * out_start/out_end/out_worker as tasks finish. Returns the number of tasks
  * submitted; *err gets 0 or the first submission error. */
@@ -40,7 +43,7 @@ int tcs_reregister_at(int64_t n_idx, const int64_t *idx, const uint64_t *ptrs, c
 #define TCS_SUBMIT_PAUSED 2
 int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
                    const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
-                   int flags, double *out_start, double *out_end, int32_t *out_worker, int *err);
+                   const int32_t *priority, int flags, double *out_start, double *out_end, int32_t *out_worker, int *err);
 /* Wait up to timeout_ms for the submitted tasks; returns how many have finished. */
 int64_t tcs_wait(int timeout_ms);
 /* From now on, remaining tasks of the current run skip their kernels (after Ctrl-C). */

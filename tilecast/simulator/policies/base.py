@@ -4,7 +4,8 @@ The engine calls, in this order of a task's life: :meth:`Policy.submit` once
 (all tasks, in submission order), :meth:`Policy.push` when a task becomes ready
 (all its predecessors ended; ``by`` is the worker that ended the last one, -1
 at the start), :meth:`Policy.pop` when a worker is idle (return a task id or
--1), and :meth:`Policy.finished` when a task ends, before its successors are pushed. A policy wakes idle workers
+-1), :meth:`Policy.started` once the popped task's start is known, and
+:meth:`Policy.finished` when a task ends, before its successors are pushed. A policy wakes idle workers
 through ``engine.wake(w)``.
 """
 
@@ -35,6 +36,9 @@ class Policy:
 
     def pop(self, worker: int) -> int:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def started(self, task: int, worker: int, begin: float) -> None:
+        """Called when ``worker`` took ``task``, whose kernel starts at ``begin`` (after its data arrived)."""
 
     def finished(self, task: int, worker: int) -> None:
         """Called when ``task`` ended on ``worker``, before its successors are pushed."""

@@ -3,7 +3,11 @@
 Following the StarPU handbook (chapter Scheduling, section Task Scheduling
 Policy): *eager* keeps one central queue from which every worker draws; a task
 with a non-zero priority goes to the front. *prio* keeps one central queue
-sorted by priority (higher first; ties in submission order). Neither knows
+sorted by priority (higher first; equal priorities in the order they became
+ready: StarPU 1.3.10's ``_starpu_priority_push_task``,
+src/sched_policies/eager_central_priority_policy.c, pushes at the back of a
+``starpu_task_prio_list`` and pops the front of the highest priority,
+src/sched_policies/prio_deque.h, ``_starpu_prio_deque_pop_task_for_worker``). Neither knows
 where a task will run before a worker takes it, so neither prefetches data.
 """
 
@@ -49,12 +53,14 @@ class Prio(Policy):
         super().attach(engine)
         self.heap = []
         self.neg = [-float(p) for p in self.priority]
+        self.pushed = 0  # ties in push order
 
     def push(self, task: int, by: int) -> None:
-        heapq.heappush(self.heap, (self.neg[task], task))
+        self.pushed += 1
+        heapq.heappush(self.heap, (self.neg[task], self.pushed, task))
         idle = self.engine.idle
         if idle:
             self.engine.wake(min(idle))
 
     def pop(self, worker: int) -> int:
-        return heapq.heappop(self.heap)[1] if self.heap else -1
+        return heapq.heappop(self.heap)[2] if self.heap else -1

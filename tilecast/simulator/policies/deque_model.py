@@ -1,17 +1,42 @@
-"""Deque-model policies: ``dm``, ``dmda``, ``dmdas``.
+"""Deque-model policies: ``dm``, ``dmda``, ``dmdas``, ``dmdasd``, as StarPU 1.3.10 runs them.
 
-Following the StarPU handbook (Task Scheduling Policy): a task is assigned when
-it becomes ready to the worker where it is expected to *complete* first,
-given the worker's queued work and the task's modelled duration on that
-worker's kind (a HEFT-like rule). *dmda* also counts the time to move the
-task's missing input data to the worker's memory node (fitness = expected
-end + data penalty, StarPU's alpha = beta = 1); *dmdas* is dmda with each
-worker's queue sorted by priority. All three prefetch a task's inputs to the
-chosen node as soon as it is assigned. Ties go to the lowest worker id.
+Every rule below is StarPU 1.3.10's, from src/sched_policies/deque_modeling_policy_data_aware.c
+(cited by function beside the code that copies it):
 
-A worker's expected end is tracked as StarPU does: ``exp_start`` (moved to
-now when the worker finishes a task) plus ``exp_len`` (predicted work queued),
-kept here as their sum ``exp_end``.
+- A task is assigned when it becomes ready. Per worker, StarPU expects the
+  task to start at ``max(exp_start, now) + exp_len`` (the worker's expected
+  start, moved to now if the worker is late, e.g. its running task overran
+  its estimate, plus the predicted work queued), for the data-aware ones no
+  earlier than ``now + penalty`` (the time to fetch its missing inputs), and
+  to end its predicted length later (``compute_all_performance_predictions``).
+- The fitness is ``(end - best end) + beta * penalty`` for dmda/dmdas/dmdasd
+  (alpha = beta = 1, energy 0): the transfer counts once in the start and
+  once more here; dm's is ``end - best end``. The first worker of least
+  fitness wins (``_dmda_push_task``).
+- The chosen worker's ``exp_len`` grows by the part of the transfer not
+  hidden by its queue and by the predicted length
+  (``push_task_on_best_worker``); popping a task removes its transfer,
+  starting it removes its length and sets ``exp_start`` to its start plus its
+  predicted length (``dmda_pop_task``, ``_starpu_fifo_task_transfer_started``,
+  ``dmda_pre_exec_hook``, ``_starpu_fifo_task_started``); its end moves
+  ``exp_start`` to ``max(now, exp_start)`` (``dmda_post_exec_hook``,
+  ``_starpu_fifo_task_finished``). Both pop and start are applied when the
+  simulated worker takes the task (its start is known then).
+- The predicted length is StarPU's estimate, not the task's own duration:
+  its history-based model's mean per footprint (kernel and buffer sizes),
+  given by the caller as ``estimate`` (see :func:`tilecast.simulator.simulate.simulate`);
+  by default the durations themselves. StarPU's calibration mode (fewer than
+  10 samples of a footprint: greedy placement) is not modelled: the
+  executor's warm-up steps fill the history first.
+- dmdas and dmdasd keep each worker's queue sorted by priority, equal
+  priorities in push order (``_starpu_fifo_push_sorted_task``,
+  src/sched_policies/fifo_queues.c). dmdasd also decides with the length of
+  only the queued tasks of priority at least the task's
+  (``_starpu_fifo_get_exp_len_prev_task_list``); it runs in the general
+  loop only.
+
+All of them prefetch a task's inputs to the chosen node as soon as it is
+assigned.
 """
 
 from __future__ import annotations
@@ -26,54 +51,98 @@ class DequeModel(Policy):
     name = "dm"
     data_aware = False
     sorted_queues = False
+    sorted_decision = False
 
-    def __init__(self, priority=None):
+    def __init__(self, priority=None, estimate=None):
         self.priority = priority
+        self.estimate = estimate
 
     def attach(self, engine) -> None:
         super().attach(engine)
         n = engine.n_workers
-        self.exp_end = [0.0] * n  # exp_start + exp_len
-        self.exp_len = [0.0] * n
+        self.exp_start = [0.0] * n  # StarPU's fifo->exp_start
+        self.exp_len = [0.0] * n  # predicted work queued, not yet popped (fifo->exp_len)
         self.queues = [[] if self.sorted_queues else deque() for _ in range(n)]
         self.neg = None if self.priority is None else [-float(p) for p in self.priority]
-        self.assigned_len = [0.0] * engine.n_tasks
-        rows = engine.duration
+        self.pushed = 0  # sorted queues: equal priorities in push order
+        self.predicted = [0.0] * engine.n_tasks  # task->predicted
+        self.predicted_transfer = [0.0] * engine.n_tasks  # task->predicted_transfer
+        rows = engine.duration if self.estimate is None else [list(map(float, r)) for r in self.estimate]
+        self.rows = rows
         self.workers = [(w, rows[k], node) for w, (k, node) in enumerate(zip(engine.worker_kind, engine.worker_node))]
         self.no_penalty = [0.0] * (max(engine.worker_node) + 1)
+
+    def _prev_exp_len(self, w: int, task: int) -> float:
+        """dmdasd: predicted work queued ahead of ``task`` on ``w`` (fifo_queues.c,
+        ``_starpu_fifo_get_exp_len_prev_task_list``)."""
+        q = self.queues[w]
+        if not q:
+            return 0.0
+        neg = self.neg[task] if self.neg else 0.0
+        ahead = [e[2] for e in sorted(q) if e[0] <= neg]  # queue order; priority at least the task's
+        if not ahead:
+            return 0.0
+        if len(ahead) == len(q):
+            return self.exp_len[w]
+        total = 0.0
+        pred = self.predicted
+        for t in ahead:
+            total += pred[t]
+        return total
 
     def push(self, task: int, by: int) -> None:
         eng = self.engine
         now = eng.env._now
-        exp_end = self.exp_end
+        exp_start, exp_len = self.exp_start, self.exp_len
         memory = eng.memory
         pen = memory.penalty(task) if (self.data_aware and memory is not None) else self.no_penalty
-        best_w, best_f = -1, float("inf")
+        da = self.data_aware
+        # compute_all_performance_predictions: each worker's expected end of the task
+        ends = []
+        best_end = float("inf")
         for w, row, node in self.workers:
-            e = exp_end[w]
-            if e < now:
-                e = now
-            f = e + row[task] + pen[node]
-            if f < best_f:
+            es = exp_start[w]
+            if es < now:  # "Sometimes workers didn't take the tasks as early as we expected"
+                es = now
+            start = es + (self._prev_exp_len(w, task) if self.sorted_decision else exp_len[w])
+            if da:
+                a = now + pen[node]
+                if a > start:
+                    start = a
+            e = start + row[task]
+            ends.append(e)
+            if e < best_end:
+                best_end = e
+        # _dmda_push_task: fitness = alpha (end - best end) + beta penalty (+ gamma energy, 0 here)
+        best_w, best_f = -1, 0.0
+        for w, row, node in self.workers:
+            f = ends[w] - best_end
+            if da:
+                f = f + pen[node]
+            if best_w == -1 or f < best_f:
                 best_w, best_f = w, f
         w = best_w
-        if w < 0:
+        if w < 0 or not ends[w] < float("inf"):
             raise RuntimeError(f"task {task}: no worker can run it")
         _, row, node = self.workers[w]
-        e = exp_end[w]
-        if e < now:
-            e = now
-        # the worker cannot start before the data arrives
-        arrival = now + pen[node]
-        length = row[task] + eng.overhead + (arrival - e if arrival > e else 0.0)
-        exp_end[w] = e + length
-        self.exp_len[w] += length
-        self.assigned_len[task] = length
+        # push_task_on_best_worker
+        es = exp_start[w]
+        if es < now:
+            es = now
+        exp_start[w] = es
+        qend = es + exp_len[w]
+        a = now + pen[node]
+        tr = 0.0 if a < qend else a - qend
+        exp_len[w] += tr
+        exp_len[w] += row[task]
+        self.predicted[task] = row[task]
+        self.predicted_transfer[task] = tr
         q = self.queues[w]
         if memory is not None and (q or eng.busy[w]):  # an idle worker fetches at once anyway
             memory.prefetch(task, node, now)
         if self.sorted_queues:
-            heapq.heappush(q, (self.neg[task] if self.neg else 0.0, task))
+            self.pushed += 1
+            heapq.heappush(q, (self.neg[task] if self.neg else 0.0, self.pushed, task))
         else:
             q.append(task)
         if not eng.busy[w]:
@@ -83,7 +152,7 @@ class DequeModel(Policy):
         from tilecast.simulator.compiled import fused_loop_module
         from tilecast.simulator.memory import Memory
 
-        if self.engine.memory is not None and type(self.engine.memory) is not Memory:
+        if self.sorted_decision or (self.engine.memory is not None and type(self.engine.memory) is not Memory):
             return False
         fused_loop_module().run_deque_model(self.engine)
         return True
@@ -92,14 +161,20 @@ class DequeModel(Policy):
         q = self.queues[worker]
         if not q:
             return -1
-        return heapq.heappop(q)[1] if self.sorted_queues else q.popleft()
+        return heapq.heappop(q)[2] if self.sorted_queues else q.popleft()
+
+    def started(self, task: int, worker: int, begin: float) -> None:
+        # dmda_pop_task + _starpu_fifo_task_transfer_started, then dmda_pre_exec_hook +
+        # _starpu_fifo_task_started at the kernel's start: exp_start = begin + predicted
+        left = self.exp_len[worker] - self.predicted_transfer[task]
+        self.exp_len[worker] = left - self.predicted[task]
+        self.exp_start[worker] = begin + self.predicted[task]
 
     def finished(self, task: int, worker: int) -> None:
-        left = self.exp_len[worker] - self.assigned_len[task]
-        if left < 1e-15:
-            left = 0.0
-        self.exp_len[worker] = left
-        self.exp_end[worker] = self.engine.env._now + left
+        # dmda_post_exec_hook / _starpu_fifo_task_finished: exp_start = max(now + pipeline (0), exp_start)
+        now = self.engine.env._now
+        if self.exp_start[worker] < now:
+            self.exp_start[worker] = now
 
 
 class DequeModelDataAware(DequeModel):
@@ -111,3 +186,8 @@ class DequeModelDataAwareSorted(DequeModel):
     name = "dmdas"
     data_aware = True
     sorted_queues = True
+
+
+class DequeModelDataAwareSortedDecision(DequeModelDataAwareSorted):
+    name = "dmdasd"
+    sorted_decision = True

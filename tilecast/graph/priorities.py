@@ -1,0 +1,134 @@
+"""Task priorities and StarPU footprints: one definition for the simulator and the executor.
+
+Both the simulator (which models the StarPU policies) and the executor (which
+gives StarPU the tasks) call these functions, so that StarPU receives exactly
+the priorities the simulation assumed, and the simulated dm-family policies
+group tasks as StarPU's history-based performance models do.
+
+Priorities
+    A task's priority is its bottom level (the longest path from its start to
+    the end of the graph, HEFT's upward rank) over per-task weights (the
+    simulator's durations on the fastest kind plus the runtime's cost per
+    task). StarPU takes ``int`` priorities within the range the policy in use
+    declares (``starpu_sched_get_min_priority()`` ..
+    ``starpu_sched_get_max_priority()``); :func:`starpu_priorities` maps the
+    bottom levels there by dense rank: monotone, equal levels stay equal, and
+    distinct levels stay distinct whenever the range has room for them (it
+    has: the policies that use priorities declare the whole ``int`` range).
+
+Footprints
+    StarPU's history-based model keys its samples by the task's footprint,
+    which, for codelets without a footprint function (tilecast's), is a hash of
+    the buffers' interfaces only: for vector handles, their sizes
+    (``_starpu_compute_buffers_footprint``, src/core/perfmodel/perfmodel.c;
+    ``footprint_vector_interface_crc32``, src/datawizard/interfaces/vector_interface.c).
+    :func:`footprint_groups` numbers the (kernel, buffer sizes) groups.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: scheduling policies whose simulation orders tasks by priority, and to which the executor passes them
+USES_PRIORITIES = ("prio", "dmdas", "dmdasd")
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+#: the priority range each policy declares when the application sets none (StarPU 1.3.10): the
+#: policies that use priorities take "any integer" (eager_central_priority_policy.c,
+#: initialize_eager_center_priority_policy; deque_modeling_policy_data_aware.c,
+#: initialize_dmda_sorted_policy; work_stealing_policy.c, initialize_ws_policy); the others set
+#: none, so both bounds stay 0 (src/core/sched_ctx.c, _starpu_create_sched_ctx).
+PRIORITY_RANGE = {"prio": (INT_MIN, INT_MAX), "dmdas": (INT_MIN, INT_MAX), "dmdasd": (INT_MIN, INT_MAX),
+                  "ws": (INT_MIN, INT_MAX), "lws": (INT_MIN, INT_MAX)}
+
+
+def priority_range(sched: str) -> tuple[int, int]:
+    """(min, max) priority of StarPU policy ``sched`` (``(0, 0)`` for those that set none)."""
+    return PRIORITY_RANGE.get(sched, (0, 0))
+
+
+def bottom_level(duration, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Longest path from the start of each task to the end of the graph (HEFT's upward rank).
+
+    Tasks are in submission order, so every predecessor has a smaller id and
+    one pass in reverse id order is a topological sweep (plain Python over
+    lists, about 0.5 us per task).
+    """
+    n = len(duration)
+    pred_ptr = np.asarray(pred_ptr, dtype=np.int64)
+    src = np.asarray(pred, dtype=np.int64)
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(pred_ptr))
+    order = np.argsort(src, kind="stable")
+    succ = dst[order]
+    succ_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
+    w = np.asarray(duration, dtype=np.float64).tolist()
+    ptr, sc = succ_ptr.tolist(), succ.tolist()
+    bl = [0.0] * n
+    get = bl.__getitem__
+    for i in range(n - 1, -1, -1):
+        a, b = ptr[i], ptr[i + 1]
+        bl[i] = (max(map(get, sc[a:b])) if b > a else 0.0) + w[i]
+    return np.asarray(bl)
+
+
+def starpu_priorities(levels, lo: int, hi: int) -> np.ndarray:
+    """``levels`` (higher first) as StarPU int priorities within [lo, hi], by dense rank.
+
+    Monotone (a higher level never gets a lower priority), equal levels get
+    equal priorities; distinct levels stay distinct while their number fits
+    the range, else neighbouring ranks share a priority (evenly). The ranks
+    are centred in the range, so that a range holding 0 keeps the middle rank
+    near StarPU's default priority 0.
+    """
+    levels = np.asarray(levels, dtype=np.float64)
+    if lo > hi:
+        raise ValueError(f"empty priority range [{lo}, {hi}]")
+    if len(levels) == 0:
+        return np.zeros(0, dtype=np.int32)
+    distinct, rank = np.unique(levels, return_inverse=True)
+    m = len(distinct)
+    span = hi - lo + 1
+    if m <= span:
+        out = lo + (span - m) // 2 + rank.astype(np.int64)
+    else:
+        out = lo + (rank.astype(np.int64) * span) // m
+    return out.astype(np.int32)
+
+
+def task_priorities(weights, pred_ptr, pred, sched: str) -> np.ndarray:
+    """The priorities StarPU policy ``sched`` gets: bottom levels over ``weights``, as ints in its range."""
+    return starpu_priorities(bottom_level(weights, pred_ptr, pred), *priority_range(sched))
+
+
+def footprint_groups(graph) -> np.ndarray:
+    """Per task, the id of its (kernel, sizes of its buffers in order) group: StarPU's footprint."""
+    n = graph.n_tasks
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    counts = np.diff(graph.acc_ptr)
+    width = int(counts.max()) if len(counts) else 0
+    rows = np.full((n, 1 + width), -1, dtype=np.int64)
+    rows[:, 0] = graph.kernel
+    if width:
+        task = np.repeat(np.arange(n), counts)
+        slot = np.arange(len(graph.acc_tile)) - np.repeat(graph.acc_ptr[:-1], counts)
+        rows[task, 1 + slot] = np.asarray(graph.tile_nbytes, dtype=np.int64)[graph.acc_tile]
+    _, inverse = np.unique(rows, axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)
+
+
+def footprint_means(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each row of ``values`` (kinds x tasks) replaced by its mean over each task's footprint group,
+    the estimate StarPU's history-based model converges to (the mean of its samples per footprint)."""
+    values = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    n_groups = int(groups.max()) + 1 if len(groups) else 0
+    out = np.empty_like(values)
+    for k, row in enumerate(values):
+        finite = np.isfinite(row)
+        total = np.bincount(groups[finite], weights=row[finite], minlength=n_groups)
+        seen = np.bincount(groups[finite], minlength=n_groups)
+        mean = np.where(seen > 0, total / np.maximum(seen, 1), np.inf)
+        out[k] = np.where(finite, mean[groups], row)
+    return out
