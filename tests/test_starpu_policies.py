@@ -96,13 +96,11 @@ BIG, SMALL = 256, 64  # 64x apart in flops: every decision below holds for any r
 
 
 @pytest.mark.parametrize("sched", ["dm", "dmda"])
-def test_two_workers_place_tasks_where_the_simulated_dm_does(sched, tmp_path, monkeypatch):
+def test_two_workers_place_tasks_where_the_simulated_dm_does(sched):
     """With calibrated history models and every task pushed at submission (paused), StarPU's dm/dmda
     place each task where it is expected to end first. The decisions below hold whatever the two
     sizes' estimates are, as long as the big one is over 3 times the small one (here 64x in flops),
     so the simulation is given durations in that ratio rather than one run's noisy timings."""
-    # a history of its own: other tests' runs of the same footprints (under other loads) stay out of it
-    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
     calib = independent_gemms([BIG, SMALL] * 12)  # more than 10 samples of each footprint
     seq = [BIG, SMALL, SMALL, SMALL, BIG, SMALL, BIG, SMALL, SMALL]
     g = independent_gemms(seq)
