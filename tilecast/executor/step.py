@@ -62,8 +62,8 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
 def set_batch(graph: Graph, store: TileStore, ids, targets, step: int) -> None:
     """Put a batch into a store and set AdamW's (1-based) step number: what changes between steps."""
     graph.set_param("adamw", "step", step)
-    store.set_tensor("ids", np.asarray(ids, dtype=np.int64))
-    store.set_tensor("targets", np.asarray(targets, dtype=np.int64))
+    store.write_tensor("ids", np.asarray(ids, dtype=np.int64))  # in place: StarPU's handles stay valid
+    store.write_tensor("targets", np.asarray(targets, dtype=np.int64))
 
 
 def restore_built_step(graph: Graph) -> None:

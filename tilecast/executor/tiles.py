@@ -24,6 +24,25 @@ class TileStore:
         for i, buf in enumerate(t.split(np.asarray(full))):
             self.buffers[t.first_tile + i] = buf
 
+    def write_tensor(self, name: str, full: np.ndarray) -> None:
+        """Copy a full array into tensor ``name``'s existing tile buffers (allocating them if needed).
+
+        Unlike :meth:`set_tensor`, the buffers stay the same objects, so an
+        executor that keeps them registered (StarPU handles) need not register
+        them again: what a training loop does with each new batch.
+        """
+        t = self.graph.tensor(name)
+        full = np.asarray(full)
+        if tuple(full.shape) != t.shape:
+            raise ValueError(f"{name}: expected shape {t.shape}, got {tuple(full.shape)}")
+        tiles = self.buffers[t.first_tile:t.first_tile + t.n_tiles]
+        if any(b is None for b in tiles):
+            self.set_tensor(name, full)
+            return
+        for i, buf in enumerate(tiles):
+            sl = t.tile_slices(i)
+            np.copyto(buf.reshape([s.stop - s.start for s in sl]), full[sl], casting="same_kind")
+
     def tensor(self, name: str) -> np.ndarray:
         """Gather tensor ``name`` from its tiles (all must be allocated)."""
         t = self.graph.tensor(name)
