@@ -7,7 +7,9 @@ same process, interleaved, fastest of ``--repeats`` runs each, so the ratio
 holds even on a loaded machine; CPU-time rates are printed too. The simulation time covers all of
 ``simulate()`` (data structures, the run, the summary); the duration model is
 timed apart.
-Target: >= 150,000 simulated tasks/s with dmda and transfers.
+Target: >= 300,000 simulated tasks/s with dmda and transfers on a graph of over a million
+tasks (the default, gpt2-xl batch 8 x 1024 at tile 128: 2,023,471 tasks), and for every other
+policy (``per_policy``: one run each); the JSON also gives the peak resident memory per task.
 
 The fused dm/dmda/dmdas loop runs compiled by Cython where it can be built
 (tilecast/simulator/compiled.py; the line "fused loop" says which ran), and one
@@ -34,14 +36,15 @@ setup and summary (0.4 s: numpy conversions and the critical path in Python).
 Next steps if needed: the critical path of the summary compiled too, and
 C-level state (cdef classes) in place of the closures, which the interpreted
 fallback could not share.
-Run: python3 benchmarks/simulator_speed.py [--model gpt2-xl --batch 8 --seq 1024 --tile 256
-     --machine h100-sxm5-80gb-8 --sched dmda]
+Run: python3 benchmarks/simulator_speed.py [--model gpt2-xl --batch 8 --seq 1024 --tile 128
+     --machine h100-sxm5-80gb-8 --sched dmda --policies all]
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import resource
 import json
 import os
 import sys
@@ -63,7 +66,7 @@ from tilecast.simulator import simulate as sim  # noqa: E402
 from tilecast.simulator.dag import successors  # noqa: E402
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
-TARGET_TASKS_PER_S = 150_000
+TARGET_TASKS_PER_S = 300_000
 
 
 def heapq_replay(duration: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, n_workers: int) -> float:
@@ -96,13 +99,16 @@ def main() -> None:
     ap.add_argument("--model", default="gpt2-xl")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--tile", default="256")
+    ap.add_argument("--tile", default="128")
     ap.add_argument("--machine", default="h100-sxm5-80gb-8")
     ap.add_argument("--sched", default="dmda")
     ap.add_argument("--repeats", type=int, default=2,
                     help="runs of each; the fastest counts (the cores may be shared) (default: 2)")
     ap.add_argument("--no-interpreted", action="store_true",
                     help="skip the one run of the interpreted loop printed for comparison")
+    ap.add_argument("--policies", default="all",
+                    help="also simulate these policies once each, comma-separated, for per_policy "
+                         "(default: all the simulator offers; 'none' to skip)")
     args = ap.parse_args()
     conditions = run_conditions()
     print(conditions_line(conditions))
@@ -139,6 +145,19 @@ def main() -> None:
             raise SystemExit("the compiled and interpreted loops disagree")
 
     n = g.n_tasks
+    per_policy = {}
+    names = list(sim.POLICIES) if args.policies == "all" else [] if args.policies == "none" else \
+        [x.strip() for x in args.policies.split(",") if x.strip()]
+    for name in names:  # one run each: the whole set on a million-task graph takes minutes
+        if name == args.sched:
+            per_policy[name] = {"sim_s": sim_s, "tasks_per_s": n / sim_s, "tasks_per_cpu_s": n / sim_cpu}
+            continue
+        t0, c0 = time.perf_counter(), time.process_time()
+        sim.simulate(g, machine, name, durations=durations, transfers=True)
+        w, c = time.perf_counter() - t0, time.process_time() - c0
+        per_policy[name] = {"sim_s": w, "tasks_per_s": n / w, "tasks_per_cpu_s": n / c}
+        print(f"  {name:<8}{w:>8.2f} s  {n / w:>12,.0f} tasks/s  ({n / c:,.0f} per CPU second)", flush=True)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     s = res.summary
     out = {
         "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": tiling.describe(),
@@ -153,6 +172,7 @@ def main() -> None:
         "compiled_loop": loop_compiled, "interpreted_sim_s": interp_s, "interpreted_sim_cpu_s": interp_cpu,
         "interpreted_sim_tasks_per_s": n / interp_s if interp_s else None,
         "target_met": bool(n / sim_s >= TARGET_TASKS_PER_S), "cpus": os.cpu_count(),
+        "per_policy": per_policy, "peak_rss_bytes_per_task": peak_rss / n,
     }
     print(f"{cfg.name}, batch {args.batch} x {args.seq}, tiling {tiling}, {machine.name}, {args.sched}")
     rows = [

@@ -62,13 +62,17 @@ def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, 
     assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
                  "--tiles", "16", "--repeats", "2", "--per-kernel", "4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["kernels"] >= 10 and doc["timer"] in ("c-kernels", "numpy-reference")
+    assert doc["kernels"] >= 10 and doc["timer"] == "starpu-tasks"  # StarPU runs here: shapes timed as its tasks
     assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
     assert main(["simulate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
                  "--no-trace", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert sim["calibration"] == "stored"
     assert sim["duration_sources"]["measured"] > 0  # the same shapes were timed
+    assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "16", "--tile", "16", "--tiles", "",
+                 "--repeats", "2", "--per-kernel", "3", "--timer", "c", "--json",
+                 "--output", str(tmp_path / "alone.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["timer"] == "c-kernels"
 
 
 def test_local_simulation_uses_the_cost_per_task_measured_on_starpu(tmp_path, monkeypatch, capsys):

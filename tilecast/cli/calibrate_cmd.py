@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
@@ -13,10 +14,11 @@ from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, mode
 def add_parser(sub):
     p = sub.add_parser(
         "calibrate", help="time the kernels on this computer and store its kernel models",
-        description="Run the C kernels StarPU runs (one BLAS thread each, as StarPU's CPU workers) over the "
-                    "distinct tile shapes of a training step at several tilings, keep the median of the "
-                    "repeats, store the result for the local machine (reused by simulate), and report each "
-                    "kernel model's error on shapes held out of its fit.")
+        description="Time the C kernels over the distinct tile shapes of a training step at several tilings, "
+                    "the way a step runs them where StarPU runs: as StarPU tasks, one lane of tasks per worker, "
+                    "every worker busy, durations from StarPU's profiling (else alone, one BLAS thread); keep "
+                    "the median of the repeats, store the result for the local machine (reused by simulate "
+                    "and tune), and report each kernel model's error on shapes held out of its fit.")
     add_model_args(p, model="gpt2-tiny", batch=2, seq=128, tile="64")
     p.add_argument("--tiles", default="32,64,128", metavar="LIST",
                    help="comma-separated uniform tile sizes whose shapes are calibrated, besides --tile "
@@ -24,9 +26,10 @@ def add_parser(sub):
     p.add_argument("--repeats", type=int, default=7, metavar="N", help="runs per shape (default: 7)")
     p.add_argument("--per-kernel", type=int, default=16, metavar="N",
                    help="at most N shapes per kernel, spread over its sizes (default: 16)")
-    p.add_argument("--timer", choices=["auto", "c", "numpy"], default="auto",
-                   help="what runs the kernels: the C kernels (c), the numpy references (numpy), or C when "
-                        "it builds (auto, the default)")
+    p.add_argument("--timer", choices=["auto", "starpu", "c", "numpy"], default="auto",
+                   help="what runs the kernels: StarPU tasks of the C kernels on every worker (starpu), the C "
+                        "kernels alone (c), the numpy references (numpy), or the first of these that works "
+                        "here (auto, the default)")
     p.add_argument("--output", metavar="FILE", help="where to write the calibration (default: the machine's store)")
     add_json_arg(p)
     return p
@@ -39,7 +42,8 @@ def run(args) -> int:
     from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
     from tilecast.perfmodel.kernel_model import holdout_errors
     from tilecast.perfmodel.shapes import graph_shapes
-    from tilecast.perfmodel.timers import c_kernel_timer, numpy_reference_timer
+    from tilecast.loop.kernel_calibration import starpu_workers, time_in_starpu
+    from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
     if args.repeats < 1:
@@ -50,7 +54,14 @@ def run(args) -> int:
         tilings = [tiling] + [Tiling.parse(t) for t in args.tiles.split(",") if t.strip()]
     except TilingError as e:
         raise UsageError(f"--tiles: {e}") from None
-    if args.timer == "numpy":
+    machine = load_machine("local")
+    workers = starpu_workers(machine) if args.timer in ("auto", "starpu") else None
+    if args.timer == "starpu" and not workers:
+        print("tilecast calibrate: StarPU cannot run here (see tilecast run)", file=sys.stderr)
+        return 1
+    if workers:
+        timer_name, timer = "starpu-tasks", None
+    elif args.timer == "numpy":
         timer_name, timer = "numpy-reference", numpy_reference_timer
     else:
         timer = c_kernel_timer()
@@ -62,13 +73,12 @@ def run(args) -> int:
                 return 1
             timer_name, timer = "numpy-reference", numpy_reference_timer
     blas, blas_line = blas_summary()
-    machine = load_machine("local")
     shapes = []
     for t in tilings:
         shapes += graph_shapes(build_gpt2_step(cfg, batch, seq, t))
     cases = cases_from_shapes(shapes, per_kernel=args.per_kernel)
-    print(f"timing {len(cases)} kernel shapes with the {timer_name} timer, {args.repeats} runs each",
-          file=sys.stderr)
+    where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
+    print(f"timing {len(cases)} kernel shapes {where}, {args.repeats} runs each", file=sys.stderr)
     with tqdm(total=len(cases), unit="shape", file=sys.stderr, leave=False) as bar:
 
         def counted(items):
@@ -76,7 +86,17 @@ def run(args) -> int:
                 yield item
                 bar.update(1)
 
-        cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name, progress=counted)
+        if workers:
+            cal, alone = time_in_starpu(machine, None, cases, np.full(len(cases), args.repeats), workers, bar)
+            if alone:  # shapes StarPU cannot run (an empty buffer): timed alone
+                _, c_timer = default_timer()
+                extra = calibrate(machine, alone, repeats=args.repeats, timer=c_timer, progress=counted)
+                for name, e in extra.points.items():
+                    for sh, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
+                        cal.add(name, sh, m, d, extra.timer)
+        else:
+            cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name,
+                            progress=counted)
     path = cal.save(args.output)
     report = holdout_errors(cal)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
