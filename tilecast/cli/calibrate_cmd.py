@@ -90,10 +90,8 @@ def run(args) -> int:
             cal, alone = time_in_starpu(machine, None, cases, np.full(len(cases), args.repeats), workers, bar)
             if alone:  # shapes StarPU cannot run (an empty buffer): timed alone
                 _, c_timer = default_timer()
-                extra = calibrate(machine, alone, repeats=args.repeats, timer=c_timer, progress=counted)
-                for name, e in extra.points.items():
-                    for sh, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
-                        cal.add(name, sh, m, d, extra.timer)
+                cal.add_all(calibrate(machine, alone, repeats=args.repeats, timer=c_timer, timer_name="c-kernels",
+                                      progress=counted))
         else:
             cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name,
                             progress=counted)

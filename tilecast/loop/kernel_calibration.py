@@ -144,9 +144,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
             if cal is None:
                 cal = new
             else:
-                for name, e in new.points.items():
-                    for s, m, d in zip(e["shapes"], e["median_s"], e["mad_s"]):
-                        cal.add(name, s, m, d, new.timer)
+                cal.add_all(new)
     finally:
         if bar is not None:
             bar.close()

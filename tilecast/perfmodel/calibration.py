@@ -65,6 +65,12 @@ class Calibration:
         entry["mad_s"].append(float(mad_s))
         entry["source"].append(source or self.timer)
 
+    def add_all(self, other: "Calibration") -> None:
+        """Add every point of ``other``, each with its source."""
+        for name, e in other.points.items():
+            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], other.sources(name)):
+                self.add(name, shape, m, d, src)
+
     def sources(self, kernel: str) -> list:
         e = self.points.get(kernel) or {}
         return e.get("source") or [self.timer] * len(e.get("shapes", []))
