@@ -89,9 +89,9 @@ def run(args) -> int:
         if workers:
             cal, alone = time_in_starpu(machine, None, cases, np.full(len(cases), args.repeats), workers, bar)
             if alone:  # shapes StarPU cannot run (an empty buffer): timed alone
-                _, c_timer = default_timer()
-                cal.add_all(calibrate(machine, alone, repeats=args.repeats, timer=c_timer, timer_name="c-kernels",
-                                      progress=counted))
+                alone_name, alone_timer = default_timer()
+                cal.add_all(calibrate(machine, alone, repeats=args.repeats, timer=alone_timer,
+                                      timer_name=alone_name, progress=counted))
         else:
             cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name,
                             progress=counted)
