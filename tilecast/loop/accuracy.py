@@ -163,7 +163,8 @@ def run_suite(name: str = "full", steps: int = 5, warmup: int = 2, recalibrate: 
             graphs[c.graph_key] = c.build()
 
     def stored_models():
-        host = ensure_host_costs(machine, sorted({c.workers for c in configs}), progress=progress)
+        host = ensure_host_costs(machine, sorted({c.workers for c in configs}), progress=progress,
+                                 scheds=sorted({c.sched for c in configs}))
         cal = ensure_calibration(machine, graphs.values(), progress=progress)
         return cal, host, [predict(c, machine, cal, host, graph=graphs[c.graph_key]) for c in configs]
 

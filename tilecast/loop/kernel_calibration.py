@@ -25,6 +25,12 @@ from tilecast.perfmodel.timers import default_timer
 
 TARGET_S = 0.05  # seconds of timing per shape, at most MAX_REPEATS runs, at least one
 MAX_REPEATS = 7
+# As StarPU tasks, per lane: short tasks vary 10-40% from one chain of 7 to the next (VM speed spells,
+# the runtime around them), so they get up to 40 runs; each costs its duration plus a few microseconds.
+STARPU_REPEATS = (4, 40)
+# Passes over all the shapes, a shape's figure the median of its passes: the VM's slow spells (seconds
+# long) then move a shape's figure only when they cover most passes.
+STARPU_PASSES = 3
 
 
 def known_shapes(cal: Calibration | None) -> set:
@@ -91,9 +97,14 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
+    runs = []
     with StarPUSession("eager", workers) as session:
-        med, mad = time_in_runtime(cases, np.maximum(repeats, 2), session,
-                                   progress=bar.update if bar is not None else None)
+        for k in range(STARPU_PASSES):
+            step = (lambda n: bar.update(n / STARPU_PASSES)) if bar is not None else None
+            runs.append(time_in_runtime(cases, np.maximum(repeats, 2), session, progress=step)[0])
+    runs = np.asarray(runs)
+    med = np.median(runs, axis=0)
+    mad = np.median(np.abs(runs - med), axis=0)
     for (name, row), m, d in zip(cases, med, mad):
         if np.isfinite(m):
             cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
@@ -127,7 +138,8 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
         bar = tqdm(total=len(todo), unit="shape", desc=desc, file=sys.stderr, leave=False)
     try:
         if workers:
-            cal, todo = time_in_starpu(machine, cal, todo, repeats, workers, bar)
+            lane_repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), *STARPU_REPEATS).astype(int)
+            cal, todo = time_in_starpu(machine, cal, todo, lane_repeats, workers, bar)
             cal.save()  # kept even if the isolated timing below is interrupted
             est = estimated_seconds(machine, todo)
             repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)

@@ -106,7 +106,7 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
         raise ValueError(f"every candidate tiling has more than {max_tasks} tasks")
     host_costs = {}
     if host and machine.name == "local" and starpu_policies() is not None:
-        host_costs = ensure_host_costs(machine, workers, progress=progress)
+        host_costs = ensure_host_costs(machine, workers, progress=progress, scheds=scheds)
     cal = ensure_calibration(machine, [g for _, g in graphs], progress=progress) if machine.name == "local" else None
     model = DurationModel(machine, cal)
     preds = []

@@ -5,7 +5,9 @@ A real trace gives one duration per executed task; grouped by task shape
 the real runtime refines the models used by the next simulation. A point's
 seconds are the shape's mean in the trace, not its median as for a shape timed
 alone: a makespan adds tasks up, and the few that the submitting thread (a
-third thread on the workers' cores) interrupted count in it too. Given several
+third thread on the workers' cores) interrupted count in it too; a duration
+counts at most ``OUTLIER_FACTOR`` times the shape's median in that trace, so that
+one task preempted for a whole time slice does not set the point. Given several
 traces of the same graph (steps from different sessions), a point is the
 median over the traces of those means: a step that ran in a slow spell of the
 machine does not move it. The spread kept is the median absolute deviation
@@ -23,6 +25,8 @@ import pandas as pd
 from tilecast.kernels import all_kernels
 from tilecast.perfmodel.calibration import IN_RUNTIME, TRACE, Calibration
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes
+
+OUTLIER_FACTOR = 4.0  # a task's duration counts at most this many times its shape's median in the step
 
 
 def task_seconds(graph, trace: pd.DataFrame) -> np.ndarray:
@@ -65,7 +69,11 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
         if not ok.any():
             continue
         df = pd.DataFrame({"shape": np.tile(ks.inverse, len(per_step))[ok], "step": step[ok], "t": t[ok]})
-        mean = df.groupby(["shape", "step"])["t"].mean().groupby(level="shape").median()
+        # a task preempted for a whole time slice can last 30x its shape's median, and with one trace it
+        # alone would set the shape's mean (measured: a 19 us GEMM learned at 546 us from a probe step)
+        typical = df.groupby(["shape", "step"])["t"].transform("median")
+        mean = df.assign(t=np.minimum(df["t"], OUTLIER_FACTOR * typical)).groupby(["shape", "step"])["t"].mean() \
+            .groupby(level="shape").median()
         med = df.groupby("shape")["t"].median()
         mad = df.assign(dev=(df["t"] - df["shape"].map(med)).abs()).groupby("shape")["dev"].median()
         for row, m, d in zip(mean.index.to_numpy(), mean.to_numpy(), mad.loc[mean.index].to_numpy()):
