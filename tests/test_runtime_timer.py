@@ -49,7 +49,7 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
 
 
 def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
-    from tilecast.loop.kernel_calibration import ensure_calibration, missing_cases
+    from tilecast.loop.kernel_calibration import ensure_calibration, missing_cases, untraced_cases
     from tilecast.perfmodel import load_machine
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
@@ -59,6 +59,8 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     sources = {src for name in cal.points for src in cal.sources(name)}
     assert sources == {STARPU_TASKS}
     assert not missing_cases(cal, [g])
+    # timed in lanes, not learned from a training step: the accuracy suite's learning pass still runs
+    assert len(untraced_cases(cal, [g])) == len(missing_cases(None, [g]))
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "isolated"))
     alone = ensure_calibration(machine, [g], progress=False, in_runtime=False)
     assert {src for name in alone.points for src in alone.sources(name)} == {"c-kernels"}
