@@ -98,11 +98,10 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
-    runs = []
+    step = (lambda n: bar.update(n / STARPU_PASSES)) if bar is not None else None
     with StarPUSession("eager", workers) as session:
-        for k in range(STARPU_PASSES):
-            step = (lambda n: bar.update(n / STARPU_PASSES)) if bar is not None else None
-            runs.append(time_in_runtime(cases, np.maximum(repeats, 2), session, progress=step)[0])
+        runs = [time_in_runtime(cases, np.maximum(repeats, 2), session, progress=step)[0]
+                for _ in range(STARPU_PASSES)]
     runs = np.asarray(runs)
     med = np.median(runs, axis=0)
     mad = np.median(np.abs(runs - med), axis=0)
