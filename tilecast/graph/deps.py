@@ -93,3 +93,14 @@ def infer_dependencies(acc_ptr: np.ndarray, acc_tile: np.ndarray, acc_mode: np.n
     pred_ptr = np.zeros(n_tasks + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst_task, minlength=n_tasks), out=pred_ptr[1:])
     return pred_ptr, pred
+
+
+def successors(pred_ptr: np.ndarray, pred: np.ndarray, n_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(succ_ptr, succ): the transpose of the predecessor CSR, successors sorted by id."""
+    dst = np.repeat(np.arange(n_tasks, dtype=np.int64), np.diff(pred_ptr))
+    src = np.asarray(pred, dtype=np.int64)
+    order = np.argsort(src, kind="stable")  # dst is already in increasing order
+    succ = dst[order].astype(np.int32)
+    succ_ptr = np.zeros(n_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n_tasks), out=succ_ptr[1:])
+    return succ_ptr, succ

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilecast.graph.deps import successors
+
 #: scheduling policies whose simulation orders tasks by priority, and to which the executor passes them
 USES_PRIORITIES = ("prio", "dmdas", "dmdasd")
 
@@ -56,13 +58,7 @@ def bottom_level(duration, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray
     lists, about 0.5 us per task).
     """
     n = len(duration)
-    pred_ptr = np.asarray(pred_ptr, dtype=np.int64)
-    src = np.asarray(pred, dtype=np.int64)
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(pred_ptr))
-    order = np.argsort(src, kind="stable")
-    succ = dst[order]
-    succ_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=succ_ptr[1:])
+    succ_ptr, succ = successors(np.asarray(pred_ptr, dtype=np.int64), pred, n)
     w = np.asarray(duration, dtype=np.float64).tolist()
     ptr, sc = succ_ptr.tolist(), succ.tolist()
     bl = [0.0] * n
