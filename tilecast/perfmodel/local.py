@@ -108,7 +108,6 @@ def cpu_model() -> str:
 def kernels_blas() -> str:
     """The C kernels' BLAS and the core it runs here: a change of either makes kernel timings stale."""
     from tilecast.kernels.blas import blas_info
-    from tilecast.kernels.native_build import NativeUnavailable
 
     try:
         info = blas_info()
@@ -192,7 +191,6 @@ def run_conditions() -> dict:
     from threadpoolctl import threadpool_info
 
     from tilecast.kernels.blas import blas_info
-    from tilecast.kernels.native_build import NativeUnavailable
 
     try:
         info = blas_info()
