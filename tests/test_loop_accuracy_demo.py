@@ -16,68 +16,123 @@ from loop_home import loop_home, loop_home_dir  # noqa: F401
 needs_starpu = pytest.mark.skipif(starpu_policies() is None, reason="StarPU or the C kernels are not available here")
 
 
-def test_full_suite_covers_two_shapes_three_tilings_two_schedulers():
-    configs = suite_configs("full", workers=2)
-    assert len(configs) >= 12
+def test_full_suite_has_three_shapes_four_tilings_every_policy_and_both_worker_counts():
+    from tilecast.loop.accuracy_suite import suite_policies
+    from tilecast.loop.interference import REFERENCE
+
+    configs = suite_configs("full", workers=[1, 2], policies=suite_policies())
+    assert len(configs) >= 48 and len({c.label() for c in configs}) == len(configs)
     shapes = {c.model.name for c in configs}
-    assert len(shapes) >= 2
+    assert len(shapes) >= 3 and REFERENCE[0] not in shapes  # the quiet check's reference is not in the suite
     for s in shapes:
         mine = [c for c in configs if c.model.name == s]
-        assert len({c.tiling.describe() for c in mine}) >= 3 and len({c.sched for c in mine}) >= 2
-    assert len({c.label() for c in configs}) == len(configs)
+        assert len({c.tiling.describe() for c in mine}) >= 4
+        for key in {c.graph_key for c in mine}:  # every task graph runs with one worker and with two
+            assert {c.workers for c in mine if c.graph_key == key} == {1, 2}
+    assert {c.sched for c in configs} == set(suite_policies())
+    graphs = {c.graph_key: (c, c.build()) for c in configs}
+    # one shape with an odd head count and uneven tiles, one with at least 5,000 tasks, one of big GEMMs
+    odd = [c for c, _ in graphs.values() if c.model.n_head % 2 == 1]
+    assert odd and all(c.seq % c.tiling.tile("seq", c.seq) or c.model.n_embd % c.tiling.tile("embd", c.model.n_embd)
+                       for c in odd)
+    assert max(g.n_tasks for _, g in graphs.values()) >= 5000
+    assert max(c.model.n_embd for c, _ in graphs.values()) >= 512
 
 
-def test_learning_pass_is_needed_until_the_models_learned_the_suites_shapes_from_runs():
-    from tilecast.loop.accuracy import LEARNED_SHARE, needs_learning_pass
+def test_suite_workers_are_checked_before_anything_runs():
+    with pytest.raises(ValueError, match="workers must be positive"):
+        suite_configs("quick", workers=[0])
+    with pytest.raises(ValueError, match="suite must be one of"):
+        suite_configs("nope")
+
+
+def test_figures_rank_within_each_model_shape():
+    from tilecast.loop.accuracy import figures_of
+
+    rows = [{"model": "a", "real_step_s": 1.0, "pred_first_use_s": 1.1},
+            {"model": "a", "real_step_s": 2.0, "pred_first_use_s": 1.9},
+            {"model": "b", "real_step_s": 10.0, "pred_first_use_s": 12.0},
+            {"model": "b", "real_step_s": 11.0, "pred_first_use_s": 11.0}]
+    f = figures_of(rows, "first_use")
+    assert f["median_abs_error"] == pytest.approx(0.075) and f["max_abs_error"] == pytest.approx(0.2)
+    # shape a is ordered right, shape b reversed: the lowest tau and the largest gap are reported
+    assert f["per_shape"]["a"]["kendall_tau"] == pytest.approx(1.0)
+    assert f["kendall_tau"] == pytest.approx(-1.0) and f["best_gap"] == pytest.approx(0.1)
+    assert f["per_shape"]["b"]["predicted_best"] == 3 and f["per_shape"]["b"]["measured_best"] == 2
+
+
+def test_first_use_models_leave_out_what_runs_taught():
+    from tilecast.loop.host_cost import HostCost, calibrated_only, fit_key, learn_from_runs, probe_key
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import PROBE_TRACE, STARPU_TASKS, TRACE, Calibration
+    from tilecast.perfmodel.from_trace import calibration_from_trace
+    from tilecast.trace import make_trace
+
+    graph = suite_configs("quick", workers=[1])[0].build()
+    machine = load_machine("local")
+    cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     from tilecast.loop.kernel_calibration import missing_cases
-    from tilecast.perfmodel.calibration import TRACE, Calibration
 
-    graphs = {c.graph_key: c.build() for c in suite_configs("quick", workers=2)}.values()
-    cases = missing_cases(None, graphs)
-    cal = Calibration("m", "f", "cpu", "c-kernels")
-    for name, row in cases:
-        cal.add(name, row, 1e-5, 0.0)  # timed alone
-    assert needs_learning_pass(None, graphs) and needs_learning_pass(cal, graphs)
-    learned = int(np.ceil(LEARNED_SHARE * len(cases)))
-    for name, row in cases[:learned - 1]:
-        cal.add(name, row, 2e-5, 0.0, TRACE)
-    assert needs_learning_pass(cal, graphs)  # one short of the share
-    cal.add(*cases[learned - 1], 2e-5, 0.0, TRACE)
-    assert not needs_learning_pass(cal, graphs)
+    for name, row in missing_cases(None, [graph]):
+        cal.add(name, row, 1e-5, 0.0, STARPU_TASKS)
+    n = graph.n_tasks
+    trace = make_trace(task=np.arange(n), kernel=["k"] * n, worker=np.zeros(n, int), node=np.zeros(n, int),
+                       start_s=np.arange(n) * 1e-4, end_s=np.arange(n) * 1e-4 + 5e-5, bytes=0, flops=0.0,
+                       source="real", tag="")
+    probe = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
+    learned = calibration_from_trace(graph, trace, machine, base=probe)
+    name = next(iter(cal.points))
+    # the probes' trace replaces the shapes timed as tasks (both calibration); a run's trace comes first but
+    # the calibration's points stay beside it
+    assert set(probe.sources(name)) == {PROBE_TRACE}
+    assert set(learned.sources(name)) == {TRACE, PROBE_TRACE} and np.allclose(learned.arrays(name)[1], 5e-5)
+    learned.points[name]["median_s"] = [7e-5 if src == TRACE else m for m, src in
+                                        zip(learned.points[name]["median_s"], learned.sources(name))]
+    assert np.allclose(learned.arrays(name)[1], 7e-5)
+    view = learned.calibrated_only()
+    assert set(view.sources(name)) == {PROBE_TRACE} and np.allclose(view.arrays(name)[1], 5e-5)
+    assert set(cal.calibrated_only().sources(name)) == {STARPU_TASKS}
+    assert np.allclose(cal.calibrated_only().arrays(name)[1], 1e-5)
+
+    pts = [[100, 1000, 0.01, 0.001]] * 3
+    fits = {2: HostCost.fit(2, pts), probe_key(2, "dmda"): HostCost.fit(2, pts)}
+    fits[fit_key(2, "dmda")] = fits[probe_key(2, "dmda")]
+    runs = [(2, "dmda", 200, 5000, 0.1, 0.2, 1e-5)] * 5  # runs with ten times the probes' host cost
+    taught = learn_from_runs(fits, runs)
+    assert taught[fit_key(2, "dmda")].seconds(200, 5000) > 5 * fits[2].seconds(200, 5000)
+    view = calibrated_only(taught)
+    assert view[fit_key(2, "dmda")] is fits[probe_key(2, "dmda")] and view[2] is fits[2]
 
 
 @needs_starpu
 def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
-    status = main(["accuracy", "--suite", "quick", "--steps", "2", "--warmup", "1", "--learning-pass", "always",
-                   "--json"])
+    status = main(["accuracy", "--suite", "quick", "--steps", "1", "--warmup", "1", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    first = doc["learning_pass"]  # the suite run once with recalibration, then predicted again and measured
-    assert len(first["rows"]) == len(doc["rows"]) and first["calibration_files"]
-    for a, b in zip(first["rows"], doc["rows"]):  # the measured pass predicts with the models stored by the first
-        assert (a["sched"], a["tiling"]) == (b["sched"], b["tiling"])
-        assert b["pred_step_s"] == pytest.approx(a["pred_step_s_recalibrated"], rel=1e-9)
-    from tilecast.loop.accuracy import needs_learning_pass
-    from tilecast.loop.kernel_calibration import ensure_calibration
-    from tilecast.perfmodel import load_machine
-
-    from tilecast.loop.kernel_calibration import untraced_cases
-
-    graphs = {c.graph_key: c.build() for c in suite_configs("quick")}.values()
-    cal = ensure_calibration(load_machine("local"), graphs, progress=False)
-    assert not needs_learning_pass(cal, graphs)
-    # AdamW's shapes too, though its step number differed in every traced step
-    assert [name for name, _ in untraced_cases(cal, graphs) if name == "adamw"] == []
-    assert len(doc["rows"]) == len(suite_configs("quick"))
-    want = ranking_accuracy([r["pred_step_s"] for r in doc["rows"]], [r["real_step_s"] for r in doc["rows"]])
-    for k in ("median_abs_error", "max_abs_error", "kendall_tau", "best_gap"):
-        assert doc[k] == pytest.approx(want[k])
+    rows = doc["rows"]
+    assert len(rows) == len(suite_configs("quick"))
+    for v in ("first_use", "held_out", "repeatability"):
+        want = ranking_accuracy([r[f"pred_{v}_s"] for r in rows], [r["real_step_s"] for r in rows])
+        assert doc["views"][v]["median_abs_error"] == pytest.approx(want["median_abs_error"])
+        assert doc["views"][v]["max_abs_error"] == pytest.approx(want["max_abs_error"])
+    for k in ("median_abs_error", "max_abs_error", "kendall_tau", "best_gap"):  # the headline is first use
+        assert doc[k] == doc["views"]["first_use"][k]
     assert doc["targets"] == TARGETS
     assert status == (0 if all(doc["targets_met"].values()) else 1)
-    assert doc["conditions"]["load_average_before"] >= 0
-    q = doc["conditions"]["quiet"]  # every session ran between two reference steps
-    sessions = sum(len(r["real_rounds_s"]) for r in doc["rows"])
-    assert q["reference_probes"] >= 2 * sessions and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
-    for r in doc["rows"]:
+    # first use predicts from the calibration alone: the same as predicting in a home where nothing ran
+    from tilecast.loop.host_cost import calibrated_only, load_host_costs
+    from tilecast.loop.predict import predict
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import find_calibration
+
+    machine = load_machine("local")
+    cal, host = find_calibration(machine).calibrated_only(), calibrated_only(load_host_costs(machine))
+    for c, r in zip(suite_configs("quick"), rows):
+        assert predict(c, machine, cal, host).step_s == pytest.approx(r["pred_first_use_s"], rel=1e-9)
+    assert doc["conditions"]["load_average_before"] >= 0 and doc["conditions"]["blas"]["core"]
+    q = doc["conditions"]["quiet"]  # every session ran between reference steps (shared by consecutive ones)
+    sessions = sum(len(r["real_rounds_s"]) for r in rows)
+    assert q["reference_probes"] >= sessions + 1 and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
+    for r in rows:
         assert 0 <= r["sessions_disturbed"] <= len(r["real_rounds_s"]) and r["reference_ratio_max"] >= 1.0
 
 
@@ -86,11 +141,15 @@ def test_accuracy_bad_input(capsys):
     assert main(["accuracy", "--max-wait", "-1"]) == 2
     assert "--steps" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main(["accuracy", "--learning-pass", "sometimes"])
-    assert e.value.code == 2 and "--learning-pass" in capsys.readouterr().err
+        main(["accuracy", "--suite", "sometimes"])
+    assert e.value.code == 2 and "--suite" in capsys.readouterr().err
+    assert main(["accuracy", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
     if starpu_policies() is not None:  # more workers than StarPU runs: told before anything is measured
-        assert main(["accuracy", "--workers", "100000"]) == 2
-        assert "--workers must be at most" in capsys.readouterr().err
+        assert main(["accuracy", "--workers", "1,100000"]) == 2
+        assert "must be at most" in capsys.readouterr().err
+        assert main(["accuracy", "--policies", "eager,fifo9"]) == 2
+        assert "fifo9" in capsys.readouterr().err
 
 
 @needs_starpu

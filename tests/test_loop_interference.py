@@ -23,7 +23,20 @@ class Clock:
 
 def guard(times, **kw):
     c = Clock(times)
+    kw.setdefault("reuse_s", 0.0)  # every session probed before and after (reuse has its own test)
     return QuietGuard(probe=c.probe, sleep=c.sleep, **kw), c
+
+
+def test_a_sessions_closing_probe_opens_the_next_when_recent_and_quiet():
+    now = [0.0]
+    g, _ = guard([1.0, 1.02, 1.01, 1.3, 1.0, 1.0], reuse_s=5.0, clock=lambda: now[0])
+    g.measure(lambda: None)  # probes 1.0, 1.02
+    now[0] = 1.0
+    _, info = g.measure(lambda: None)  # opened by 1.02 (1 s old, quiet); closed by 1.01
+    assert info["probe_before_s"] == 1.02 and info["probe_after_s"] == 1.01 and len(g.probes) == 3
+    now[0] = 10.0
+    _, info = g.measure(lambda: None)  # 9 s old: probed afresh (1.3: waits), then 1.0 before, 1.0 after
+    assert info["probe_before_s"] == 1.0 and g.waited_s > 0 and len(g.probes) == 6
 
 
 def test_quiet_session_runs_once():
@@ -170,8 +183,7 @@ def test_configurations_of_one_task_graph_are_learned_from_together():
     cfgs = [StepConfig(tiny, 2, 32, Tiling.parse(t), s, 2) for t, s in (("64", "eager"), ("256", "eager"),
                                                                          ("64", "dmda"))]
     assert cfgs[0].graph_key == cfgs[2].graph_key != cfgs[1].graph_key
-    preds = [SimpleNamespace(config=c) for c in cfgs]
     learned = [SimpleNamespace(graph=f"g{i}", traces=[f"t{i}a", f"t{i}b"]) for i in range(3)]
-    groups = learning_groups(preds, learned)
+    groups = learning_groups(cfgs, learned)
     # one group per graph, in the order first measured; a later scheduler's steps join, never replace
     assert groups == [("g0", ["t0a", "t0b", "t2a", "t2b"]), ("g1", ["t1a", "t1b"])]

@@ -1,4 +1,4 @@
-"""tilecast accuracy: the fixed suite of configurations, predicted and measured on this machine."""
+"""tilecast accuracy: a fixed suite measured on StarPU and forecast three ways (first use, held out, repeatability)."""
 
 from __future__ import annotations
 
@@ -9,35 +9,38 @@ from tilecast.loop.candidates import short_label
 
 
 def add_parser(sub):
-    from tilecast.loop.accuracy import LEARNING_PASSES, SUITES, TARGETS
+    from tilecast.loop.accuracy import SUITES, TARGETS
 
     p = sub.add_parser(
-        "accuracy", help="how well predicted step times match StarPU on this machine (a fixed suite)",
-        description="Predict, then measure on StarPU, the step time of every configuration of a fixed suite "
-                    "(full: 2 model shapes x 3 tilings x 2 schedulers); print each error, then the median and "
-                    "maximum absolute error, Kendall's tau between the predicted and measured rankings, and how "
-                    "much slower the predicted-best configuration measures than the measured best. Exit 1 when "
-                    f"a target is missed (median <= {TARGETS['median_abs_error']:.0%}, max <= "
+        "accuracy", help="how well tilecast forecasts configurations that never ran (a fixed suite, on StarPU)",
+        description="Measure on StarPU every configuration of a fixed suite (full: 3 model shapes the project "
+                    "never tuned for x 4 tilings x 2 policies x 1 and all workers = 48 configurations, every "
+                    "policy the simulator offers) and predict each three ways: first use (the models as "
+                    "'tilecast calibrate' leaves them, nothing of the suite run: the headline), held out (refined "
+                    "from the runs of the other model shapes) and repeatability (refined from these same runs, "
+                    "in-sample). For each: the median and maximum absolute error of the step time, and per model "
+                    "shape Kendall's tau between predicted and measured orders and how much slower the "
+                    "predicted-best configuration measures than the measured best (tune's regret). Exit 1 when "
+                    f"first use misses a target (median <= {TARGETS['median_abs_error']:.0%}, max <= "
                     f"{TARGETS['max_abs_error']:.0%}, tau >= {TARGETS['kendall_tau']}, best gap <= "
-                    f"{TARGETS['best_gap']:.0%}). The cores should be otherwise idle while it runs. Every StarPU "
-                    "session runs between two reference steps (gpt2-tiny 32x128, tile 64, eager, every worker) and "
-                    "is retaken when they ran over 12% slower than the fastest seen: some machines have spells "
-                    "in which such steps run 20-30% slower, which say nothing about the models. On first use "
-                    "(models that have not yet learned the suite's kernels from real runs) the suite runs twice: "
-                    "a learning pass that refines the models from its traces, then the measured pass; the full "
-                    "suite took 4.5-11.5 minutes a pass on 2 cores.")
-    p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full)")
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="CPU workers (default: every core)")
-    p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per configuration (default: 5)")
-    p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
+                    f"{TARGETS['best_gap']:.0%}). Calibrates what is missing first (once per machine). The cores "
+                    "should be otherwise idle: every StarPU session runs between reference steps (gpt2-tiny 32x128, "
+                    "tile 64, eager, not a suite configuration) and is retaken when they ran over 12% slower than "
+                    "the fastest seen.")
+    p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full; quick: 4 "
+                   "configurations of two tiny shapes, to try the command)")
+    p.add_argument("--workers", default=None, metavar="LIST",
+                   help="worker counts, e.g. 1,2 (default: 1 and every core StarPU can use)")
+    p.add_argument("--policies", default=None, metavar="LIST",
+                   help="scheduling policies to take in turn (default: every policy both simulated and offered by "
+                        "StarPU)")
+    p.add_argument("--steps", type=int, default=3, metavar="N",
+                   help="timed steps per configuration, at least (short steps get more, over several sessions; "
+                        "default: 3)")
+    p.add_argument("--warmup", type=int, default=1, metavar="N", help="warm-up steps per session (default: 1)")
     p.add_argument("--recalibrate", action="store_true",
-                   help="update the stored kernel models and host-cost fits from the measured runs and also show the "
-                        "figures they "
-                        "give on the same runs (in-sample; the next run of the suite measures them afresh)")
-    p.add_argument("--learning-pass", choices=LEARNING_PASSES, default="auto",
-                   help="run the suite once with --recalibrate before the measured pass: auto (default) when "
-                        "fewer than 90%% of the suite's kernel shapes were learned from real runs, always, or "
-                        "never (then a first run predicts from isolated kernel timings and the probes)")
+                   help="also store the models learned from the measured runs, for later predictions (the suite's "
+                        "first-use figure never uses them)")
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
@@ -50,23 +53,33 @@ def add_parser(sub):
 
 @with_starpu_errors("accuracy")
 def run(args) -> int:
+    from tilecast.cli.tune_cmd import parse_list
     from tilecast.loop.accuracy import run_suite
+    from tilecast.loop.accuracy_suite import suite_configs
 
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
     if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
         raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
-    blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
+    workers = parse_list(args.workers, "--workers", int) if args.workers else None
+    policies = parse_list(args.policies, "--policies") if args.policies else None
+    if policies is not None:
+        from tilecast.loop.accuracy_suite import suite_policies
+
+        offered = suite_policies()
+        bad = [s for s in policies if s not in offered]
+        if bad:
+            raise UsageError(f"--policies: {', '.join(bad)} not both simulated and offered by StarPU here "
+                             f"(known: {', '.join(offered)})")
     try:
-        res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
-                        workers=args.workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait,
-                        learning_pass=args.learning_pass)
+        suite_configs(args.suite, workers, policies)  # told before anything is calibrated or measured
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(f"--workers: {e}") from None
+    blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
+    res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
+                    workers=workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait, policies=policies)
     if args.json:
         print_json(res.to_dict())
         return 0 if res.ok else 1
@@ -75,39 +88,36 @@ def run(args) -> int:
 
 
 def print_table(res) -> None:
-    c = res.conditions
-    print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations, median of {c['steps']} steps after "
-          f"{c['warmup']} warm-up; load average {c['load_average_before']:.2f} before, "
-          f"{c['load_average_after']:.2f} after, on {c['cpu_count']} cores")
-    print(blas_summary()[1])
-    if res.learning is not None:
-        from tilecast.loop.accuracy import check_targets
+    from tilecast.loop.accuracy import VIEW_TITLES, VIEWS, check_targets
 
-        first = res.learning
-        print("learning pass (the suite run once to teach the models; then predicted again and measured afresh):")
-        _figures("  first predictions", first, first["targets_met"])
-        _figures("  in-sample after learning", first["recalibrated"], check_targets(first["recalibrated"]))
-        if first["conditions"].get("quiet"):
-            print("  " + quiet_check_line(first["conditions"]["quiet"], first["rows"]))
-        print("measured pass, with the refined models:")
+    c = res.conditions
+    print(f"accuracy suite {c['suite']}: {len(res.rows)} configurations ({', '.join(c['policies'])}; workers "
+          f"{', '.join(map(str, c['workers']))}), median of at least {c['steps']} steps after {c['warmup']} "
+          f"warm-up; measured in {c['measure_s'] / 60:.1f} min (calibration {c['calibration_s'] / 60:.1f} min); "
+          f"load average {c['load_average_before']:.2f} before, {c['load_average_after']:.2f} after, on "
+          f"{c['cpu_count']} cores of {c['cpu']}")
+    print(blas_summary()[1])
     if c.get("quiet"):
         print(quiet_check_line(c["quiet"], res.rows))
     print()
-    print(f"{'model':<12}{'batch':>7}{'tiling':>30}{'sched':>7}{'wk':>4}{'tasks':>7}{'pred ms':>10}{'real ms':>10}"
-          f"{'error':>8}{'spread':>8}{'ref':>7}")
+    print(f"{'model':<11}{'batch':>7}{'tiling':>26}{'sched':>7}{'wk':>3}{'tasks':>6}{'real ms':>10}"
+          f"{'first':>8}{'held':>8}{'repeat':>8}{'spread':>7}{'ref':>6}")
     for r in res.rows:
-        ref = f"{r['reference_ratio_max']:>7.2f}" if "reference_ratio_max" in r else f"{'-':>7}"
-        print(f"{r['model']:<12}{r['batch']:>3}x{r['seq']:<3}{_tile(r['tiling']):>30}{r['sched']:>7}"
-              f"{r['workers']:>4}{r['tasks']:>7}{r['pred_step_s'] * 1e3:>10.2f}{r['real_step_s'] * 1e3:>10.2f}"
-              f"{100 * r['error']:>7.1f}%{100 * r['real_spread']:>7.0f}%{ref}")
-    if any("reference_ratio_max" in r for r in res.rows):
-        print("(ref: the slowest reference step around the configuration's kept sessions, over the fastest seen)")
+        ref = f"{r['reference_ratio_max']:>6.2f}" if "reference_ratio_max" in r else f"{'-':>6}"
+        errs = "".join(f"{100 * r[f'error_{v}']:>7.1f}%" for v in VIEWS)
+        print(f"{r['model']:<11}{r['batch']:>3}x{r['seq']:<3}{_tile(r['tiling']):>26}{r['sched']:>7}"
+              f"{r['workers']:>3}{r['tasks']:>6}{r['real_step_s'] * 1e3:>10.1f}{errs}"
+              f"{100 * r['real_spread']:>6.0f}%{ref}")
+    print("(errors: predicted step vs measured median; ref: the slowest reference step around the kept sessions, "
+          "over the fastest seen)")
     print()
-    _figures("figures", res.figures, res.targets_met)
-    if res.after is not None:
-        from tilecast.loop.accuracy import check_targets
-
-        _figures("recalibrated from these runs (in-sample)", res.after, check_targets(res.after))
+    for v in VIEWS:
+        f = res.figures[v]
+        _figures(VIEW_TITLES[v], f, check_targets(f), marks=v != "repeatability")
+        shapes = "; ".join(f"{name} tau {_tau(s['kendall_tau'])}, best gap {100 * s['best_gap']:.1f}%"
+                           for name, s in f["per_shape"].items())
+        print(f"  per shape: {shapes}; median bias {100 * f['bias']:+.1f}%")
+    if res.calibration_files:
         print(f"models updated from the measured runs: {', '.join(res.calibration_files)}")
 
 
@@ -117,10 +127,13 @@ def _tile(desc: str) -> str:
     return short_label(Tiling.parse(desc))
 
 
-def _figures(title, f, met) -> None:
-    tau = f["kendall_tau"]
-    mark = lambda k: "ok" if met[k] else "MISSED"  # noqa: E731
-    print(f"{title}: median |error| {100 * f['median_abs_error']:.1f}% ({mark('median_abs_error')}), "
-          f"max {100 * f['max_abs_error']:.1f}% ({mark('max_abs_error')}), Kendall tau "
-          f"{'n/a' if tau is None else f'{tau:.2f}'} ({mark('kendall_tau')}), predicted best "
-          f"{100 * f['best_gap']:.1f}% from the measured best ({mark('best_gap')})")
+def _tau(tau) -> str:
+    return "n/a" if tau is None else f"{tau:.2f}"
+
+
+def _figures(title, f, met, marks: bool = True) -> None:
+    mark = (lambda k: " (ok)" if met[k] else " (MISSED)") if marks else (lambda k: "")  # noqa: E731
+    print(f"{title}: median |error| {100 * f['median_abs_error']:.1f}%{mark('median_abs_error')}, "
+          f"max {100 * f['max_abs_error']:.1f}%{mark('max_abs_error')}, Kendall tau (lowest shape) "
+          f"{_tau(f['kendall_tau'])}{mark('kendall_tau')}, predicted best {100 * f['best_gap']:.1f}% from the "
+          f"measured best (largest shape){mark('best_gap')}")

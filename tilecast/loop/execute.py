@@ -72,6 +72,7 @@ class Execution:
     host_costs: dict | None = None  # the host-cost fits refined with the measured steps, when asked for
     load_average: tuple = ()  # 1-minute load average before and after the runs
     quiet: dict | None = None  # QuietGuard.summary() when sessions were guarded
+    learned: list | None = None  # per configuration, the measurement the models learned from (recalibrate)
 
     def busy_note(self) -> str | None:
         """A warning when other processes shared the cores while measuring, else None."""
@@ -156,8 +157,6 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     one task graph together, :func:`learning_groups`) and every
     configuration is predicted once more with the final models.
     """
-    from tilecast.perfmodel.from_trace import calibration_from_trace
-
     out = Execution(calibration=calibration)
     load_before = os.getloadavg()[0]
     position = {id(p): i + 1 for i, p in enumerate(ranking)}
@@ -175,29 +174,42 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
         out.checked.append(Checked(full, m, position.get(id(p), 0), sessions=sessions))
         if recalibrate:
             learned.append(measurement_of(quiet_rounds(done[i], sessions), warmup))
-    if recalibrate:
-        for graph, traces in learning_groups(predictions, learned):
-            out.calibration = calibration_from_trace(graph, traces, machine, base=out.calibration)
     out.load_average = (load_before, os.getloadavg()[0])
     out.quiet = guard.summary() if guard is not None else None
     if recalibrate:
-        from tilecast.loop.host_cost import learn_from_runs
-        from tilecast.loop.runtime_overhead import task_overhead
-
-        runs = []
-        for c, m in zip(out.checked, learned):
-            cfg = c.prediction.config
-            overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
-            runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, m.makespan_s,
-                         m.makespan_s + m.host_s, overhead))
-        out.host_costs = learn_from_runs(host_costs or {}, runs)
+        out.learned = learned
+        out.calibration, out.host_costs = learn_from_measurements(
+            [p.config for p in predictions], learned, machine, calibration, host_costs)
         for c in out.checked:
             c.after = predict(c.prediction.config, machine, out.calibration, out.host_costs, graph=c.measurement.graph,
                               keep_result=True)
     return out
 
 
-def learning_groups(predictions, learned: list) -> list:
+def learn_from_measurements(configs, measurements, machine, calibration, host_costs) -> tuple:
+    """(kernel calibration, host-cost fits) refined from measured runs of ``configs``.
+
+    The kernel models learn every measurement's traces (those of one task
+    graph together, :func:`learning_groups`); the host-cost fits and the
+    runtime's cost per task learn the step times and traces
+    (:func:`tilecast.loop.host_cost.learn_from_runs`).
+    """
+    from tilecast.loop.host_cost import learn_from_runs
+    from tilecast.loop.runtime_overhead import task_overhead
+    from tilecast.perfmodel.from_trace import calibration_from_trace
+
+    cal = calibration
+    for graph, traces in learning_groups(configs, measurements):
+        cal = calibration_from_trace(graph, traces, machine, base=cal)
+    runs = []
+    for cfg, m in zip(configs, measurements):
+        overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
+        runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, m.makespan_s,
+                     m.makespan_s + m.host_s, overhead))
+    return cal, learn_from_runs(host_costs or {}, runs)
+
+
+def learning_groups(configs, learned: list) -> list:
     """``(graph, traces)`` per task graph: the traces of every measured configuration that runs it (the same
     tiling under several schedulers), learned from together.
 
@@ -209,8 +221,8 @@ def learning_groups(predictions, learned: list) -> list:
     both.
     """
     groups: dict = {}
-    for p, m in zip(predictions, learned):
-        graph, traces = groups.setdefault(p.config.graph_key, (m.graph, []))
+    for cfg, m in zip(configs, learned):
+        graph, traces = groups.setdefault(cfg.graph_key, (m.graph, []))
         traces.extend(m.traces)
     return list(groups.values())
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 
-FORMAT = 4
+FORMAT = 5  # 5: schedulers' probe fits kept beside what runs teach (calibrated_only)
 # The executor's code the fits describe: a change to any of these files invalidates stored fits.
 EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
                   "executor/starpu_native.py", "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
@@ -92,6 +92,22 @@ def fit_key(workers: int, sched: str) -> str:
     return f"{workers}:{sched}"
 
 
+def probe_key(workers: int, sched: str) -> str:
+    """Key of a scheduler's fit measured on the probes alone (kept when runs refine ``fit_key``'s)."""
+    return f"probe:{workers}:{sched}"
+
+
+def calibrated_only(fits: dict) -> dict:
+    """The fits as ``tilecast calibrate`` measured them on the probe steps, without what runs of the user's
+    configurations taught: what a forecast of a configuration that never ran is made from."""
+    out = {k: h for k, h in fits.items() if isinstance(k, int)}
+    for k, h in fits.items():
+        if isinstance(k, str) and k.startswith("probe:"):
+            w, sched = k.split(":")[1:]
+            out[fit_key(int(w), sched)] = h
+    return out
+
+
 def host_cost_for(fits: dict, workers: int, sched: str):
     """The fit learned for this scheduler and worker count, else the worker count's probe fit, else None."""
     if not fits:
@@ -129,8 +145,12 @@ def learn_from_runs(fits: dict, runs) -> dict:
         own = (old.points[old.probe_points:] if old is not None else []) + [
             [t, n, mk, max(s - mk, 1e-6)] for _, _, t, n, mk, s, _ in mine]
         own = own[-MAX_POINTS:]
-        base = old.points[:old.probe_points] if old is not None and old.probe_points else \
-            (out[w].points if w in out else [])  # its own probe points, else eager's
+        if probe_key(w, sched) in out:  # its own probe points, else eager's
+            base = out[probe_key(w, sched)].points
+        elif old is not None and old.probe_points:
+            base = old.points[:old.probe_points]
+        else:
+            base = out[w].points if w in out else []
         probes = base if len(own) < MIN_OWN_POINTS else []
         overheads = (old.overheads if old is not None else []) + [[n / s, o] for _, _, _, n, _, s, o in mine]
         out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
@@ -241,11 +261,12 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     kernel's runtime excess (:mod:`tilecast.perfmodel.from_trace`).
     """
     from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.perfmodel.calibration import PROBE_TRACE
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
-    sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and fit_key(w, s) not in fits]
+    sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and probe_key(w, s) not in fits]
     if not todo and not sched_todo:
         return fits
     cal = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress)
@@ -261,11 +282,13 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
             points, overheads, traced = measure_probes(w, progress=tick)
             fits[w] = HostCost.fit(w, points, overheads)
             for graph, trace in traced:
-                cal = calibration_from_trace(graph, trace, machine, base=cal)
+                cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         for w, sched in sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, _ = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
-            fits[fit_key(w, sched)] = HostCost.fit(w, points, overheads)
-            fits[fit_key(w, sched)].probe_points = len(points)
+            probe = HostCost.fit(w, points, overheads)
+            probe.probe_points = len(points)
+            fits[probe_key(w, sched)] = probe
+            fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
     finally:
         if bar is not None:
             bar.close()

@@ -72,12 +72,15 @@ class QuietGuard:
     max_wait_s: float = 120.0
     poll_s: float = 1.0
     max_retakes: int = 2
+    reuse_s: float = 5.0  # a quiet probe taken this recently (the last session's closing one) opens the next
     probe: object = None
     sleep: object = time.sleep
     best_s: float = float("inf")
     waited_s: float = 0.0
     retaken: int = 0
     probes: list = field(default_factory=list)
+    clock: object = time.monotonic
+    _last: tuple | None = None  # (probe s, when) of the latest probe
 
     def _probe(self) -> float:
         return float(self.probe()) if self.probe is not None else reference_step(self.workers)
@@ -87,6 +90,7 @@ class QuietGuard:
         t = self._probe()
         self.best_s = min(self.best_s, t)
         self.probes.append(t)
+        self._last = (t, self.clock())
         return t
 
     def disturbed(self, probe_s: float) -> bool:
@@ -98,7 +102,11 @@ class QuietGuard:
         return max(0.0, self.max_wait_s - self.waited_s)
 
     def wait_until_quiet(self) -> float:
-        """Probe until the machine is quiet or the waiting budget is spent; the last probe's time."""
+        """Probe until the machine is quiet or the waiting budget is spent; the last probe's time. A quiet
+        probe taken within ``reuse_s`` (the previous session's closing probe) counts without probing again."""
+        if self._last is not None and self.clock() - self._last[1] <= self.reuse_s and not self.disturbed(
+                self._last[0]):
+            return self._last[0]
         t = self.check()
         while self.disturbed(t) and self.budget_left_s > 0:
             pause = min(self.poll_s, self.budget_left_s)

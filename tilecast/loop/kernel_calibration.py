@@ -31,6 +31,9 @@ STARPU_REPEATS = (4, 40)
 # Passes over all the shapes, a shape's figure the median of its passes: the VM's slow spells (seconds
 # long) then move a shape's figure only when they cover most passes.
 STARPU_PASSES = 3
+# Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
+# the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
+WORKER_SAMPLES_PER_KERNEL = 8
 
 
 def known_shapes(cal: Calibration | None) -> set:
@@ -98,17 +101,60 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
-    step = (lambda n: bar.update(n / STARPU_PASSES)) if bar is not None else None
+    sample = worker_sample(cases) if workers > 1 else []
+    share = len(cases) / (len(cases) + len(sample))
+
+    def advance(n):  # the bar counts cases: fractions of them per pass and phase, never past its total
+        bar.update(min(n, bar.total - bar.n) if bar.total else n)
+
+    step = (lambda n: advance(n * share / STARPU_PASSES)) if bar is not None else None
+    repeats = np.maximum(np.asarray(repeats), 2)
     with StarPUSession("eager", workers) as session:
-        runs = [time_in_runtime(cases, np.maximum(repeats, 2), session, progress=step)[0]
-                for _ in range(STARPU_PASSES)]
-    runs = np.asarray(runs)
-    med = np.median(runs, axis=0)
-    mad = np.median(np.abs(runs - med), axis=0)
+        runs = [time_in_runtime(cases, repeats, session, progress=step)[0] for _ in range(STARPU_PASSES)]
+    med, mad = _median_mad(runs)
     for (name, row), m, d in zip(cases, med, mad):
         if np.isfinite(m):
             cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
+    cal.lane_workers = workers
+    if sample:
+        step = (lambda n: advance(n * (1 - share) * len(cases) / len(sample) / STARPU_PASSES)) \
+            if bar is not None else None
+        with StarPUSession("eager", 1) as session:
+            runs = [time_in_runtime([cases[i] for i in sample], repeats[sample], session, progress=step)[0]
+                    for _ in range(STARPU_PASSES)]
+        one, _ = _median_mad(runs)
+        for i, t1 in zip(sample, one):
+            name, row = cases[i]
+            if np.isfinite(t1) and np.isfinite(med[i]) and t1 > 0 and med[i] > 0:
+                k = get(name)
+                nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
+                cal.worker_samples.setdefault(name, []).append([nbytes, float(t1), float(med[i])])
     return cal, [c for c in cases if not runnable(*c)]
+
+
+def _median_mad(runs) -> tuple[np.ndarray, np.ndarray]:
+    runs = np.asarray(runs)
+    med = np.median(runs, axis=0)
+    return med, np.median(np.abs(runs - med), axis=0)
+
+
+def worker_sample(cases) -> list:
+    """Indices of cases to time on one worker too: per kernel, up to :data:`WORKER_SAMPLES_PER_KERNEL` shapes
+    spread evenly over its sizes (smallest and largest included), among those StarPU can run."""
+    from tilecast.executor.runtime_timer import runnable
+
+    by_kernel: dict = {}
+    for i, (name, row) in enumerate(cases):
+        if runnable(name, row):
+            k = get(name)
+            nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
+            by_kernel.setdefault(name, []).append((nbytes, i))
+    out = []
+    for items in by_kernel.values():
+        items.sort()
+        n = min(WORKER_SAMPLES_PER_KERNEL, len(items))
+        out += [items[j][1] for j in np.unique(np.round(np.linspace(0, len(items) - 1, n)).astype(int))]
+    return sorted(out)
 
 
 def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_runtime: bool | None = None

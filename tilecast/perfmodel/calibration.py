@@ -22,7 +22,9 @@ from tilecast.perfmodel.timers import default_timer, make_buffers
 
 # 2: shapes are timed as StarPU tasks where StarPU runs (source starpu-tasks); stores of format 1 hold
 # shapes timed alone, which made first predictions 20-30% fast, and are calibrated again
-CALIBRATION_FORMAT = 2
+# 3: a sample of shapes is also timed on one worker (worker_samples): steps on fewer workers than calibration
+# kept busy run their kernels faster
+CALIBRATION_FORMAT = 3
 
 
 class CalibrationError(ValueError):
@@ -31,7 +33,18 @@ class CalibrationError(ValueError):
 
 TRACE = "trace"  # the source of points learned from the runtime's own traces
 STARPU_TASKS = "starpu-tasks"  # the source of points timed as StarPU tasks by calibration
-IN_RUNTIME = (TRACE, "starpu-history", STARPU_TASKS)  # sources measured inside the runtime (not scaled by its factor)
+PROBE_TRACE = "probe-trace"  # the source of points learned from the traces of calibration's own probe steps
+STARPU_HISTORY = "starpu-history"  # the source of points read from StarPU's history files (of earlier runs)
+IN_RUNTIME = (TRACE, STARPU_HISTORY, STARPU_TASKS, PROBE_TRACE)  # measured inside the runtime (not scaled)
+# Sources learned from runs of the configurations a user ran (not from calibration): a forecast "on first use"
+# predicts without them (:meth:`Calibration.calibrated_only`); where a shape has both, they take precedence.
+LEARNED = (TRACE, STARPU_HISTORY)
+
+
+def source_rank(source: str) -> int:
+    """Precedence of a point's source when a shape has several: learned from runs, then the probes' traces,
+    then timed as StarPU tasks, then timed alone."""
+    return 3 if source in LEARNED else 2 if source == PROBE_TRACE else 1 if source == STARPU_TASKS else 0
 
 
 @dataclass
@@ -56,6 +69,8 @@ class Calibration:
     timer: str
     points: dict = field(default_factory=dict)  # kernel -> {"shapes", "median_s", "mad_s", "source"}: lists
     runtime_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, alone s, in-runtime s], ...]
+    lane_workers: int = 0  # busy workers while shapes were timed as StarPU tasks (0: none were)
+    worker_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, s on one worker, s on lane_workers]]
 
     def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
         entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
@@ -66,7 +81,10 @@ class Calibration:
         entry["source"].append(source or self.timer)
 
     def add_all(self, other: "Calibration") -> None:
-        """Add every point of ``other``, each with its source."""
+        """Add every point of ``other``, each with its source (and its worker samples)."""
+        for name, rows in other.worker_samples.items():
+            self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
+        self.lane_workers = self.lane_workers or other.lane_workers
         for name, e in other.points.items():
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], other.sources(name)):
                 self.add(name, shape, m, d, src)
@@ -80,26 +98,83 @@ class Calibration:
         samples = self.runtime_samples.get(kernel)
         return fit_runtime_excess(samples) if samples else None
 
-    def arrays(self, kernel: str, isolated: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Shapes and seconds of a kernel's points; points timed alone get the kernel's runtime excess
-        (unless ``isolated``)."""
+    def worker_factor(self, kernel: str, nbytes: np.ndarray, workers: int) -> np.ndarray:
+        """How much faster (< 1) or slower a shape of ``nbytes`` runs with ``workers`` busy than with the
+        :attr:`lane_workers` that calibration kept busy: 1 without samples or for as many workers.
+
+        From ``worker_samples`` (shapes timed on one worker and on all): the
+        ratio of their times, interpolated over log bytes (a running median of
+        three neighbours), clipped to [0.5, 1.5], and scaled linearly between
+        one worker and ``lane_workers``.
+        """
+        nbytes = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
+        rows = self.worker_samples.get(kernel)
+        if not rows or self.lane_workers <= 1 or workers >= self.lane_workers:
+            return np.ones(len(nbytes))
+        a = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        ratio = np.clip(a[:, 1] / a[:, 2], 0.5, 1.5)
+        if len(ratio) >= 3:
+            padded = np.concatenate([ratio[:1], ratio, ratio[-1:]])
+            ratio = np.median(np.stack([padded[:-2], padded[1:-1], padded[2:]]), axis=0)
+        x = np.log(np.maximum(a[:, 0], 1.0))
+        r = np.interp(np.log(np.maximum(nbytes, 1.0)), x, ratio)
+        share = (self.lane_workers - max(workers, 1)) / (self.lane_workers - 1)
+        return 1.0 + (r - 1.0) * share
+
+    def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Shapes and seconds of a kernel's points, one per shape (of the highest :func:`source_rank`, the
+        latest of those); points timed alone get the kernel's runtime excess (unless ``isolated``); with
+        ``workers``, the calibration's own in-runtime points (timed as tasks, or on the probe steps, with
+        :attr:`lane_workers` busy) get the :meth:`worker_factor` of that many workers."""
         e = self.points.get(kernel)
         if not e:
             return np.zeros((0, 0)), np.zeros(0)
-        shapes = np.asarray(e["shapes"], dtype=np.float64)
-        t = np.asarray(e["median_s"], dtype=np.float64)
+        sources = self.sources(kernel)
+        best: dict = {}
+        for i, (shape, src) in enumerate(zip(e["shapes"], sources)):
+            key = tuple(shape)
+            if key not in best or source_rank(src) >= source_rank(sources[best[key]]):
+                best[key] = i
+        keep = sorted(best.values())
+        shapes = np.asarray([e["shapes"][i] for i in keep], dtype=np.float64)
+        t = np.asarray([e["median_s"][i] for i in keep], dtype=np.float64)
+        kept = np.asarray([sources[i] for i in keep])
         excess = self.runtime_excess(kernel)
         if excess is not None and not isolated:
-            alone = ~np.isin(np.asarray(self.sources(kernel)), IN_RUNTIME)
+            alone = ~np.isin(kept, IN_RUNTIME)
             t = np.where(alone, t + runtime_excess_s(kernel, shapes, excess), t)
+        if workers is not None and kernel in self.worker_samples:
+            from tilecast.perfmodel.shapes import shape_bytes
+
+            k = get(kernel)
+            lanes = np.isin(kept, (STARPU_TASKS, PROBE_TRACE))
+            factor = self.worker_factor(kernel, shape_bytes(k.id, shapes[:, len(k.params):]), workers)
+            t = np.where(lanes, t * factor, t)
         return shapes, t
+
+    def calibrated_only(self) -> "Calibration":
+        """A copy without the points learned from runs (:data:`LEARNED` sources): what ``tilecast calibrate``
+        alone gives, the models a forecast of a configuration that never ran is made from."""
+        out = Calibration(self.machine, self.fingerprint, self.kind, self.timer,
+                          runtime_samples={k: [list(r) for r in v] for k, v in self.runtime_samples.items()},
+                          lane_workers=self.lane_workers,
+                          worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()})
+        for name in self.points:
+            e = self.points[name]
+            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name)):
+                if src not in LEARNED:
+                    out.add(name, shape, m, d, src)
+        return out
 
     # --- files ---------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"format": CALIBRATION_FORMAT, "machine": self.machine, "fingerprint": self.fingerprint,
                 "kind": self.kind, "timer": self.timer,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "points": self.points, "runtime_samples": self.runtime_samples}
+                "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
+                "worker_samples": self.worker_samples}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -138,8 +213,18 @@ class Calibration:
                     isinstance(v, (int, float)) and v > 0 and np.isfinite(v) for v in r) for r in rows):
                 raise CalibrationError(f"{path}: field runtime_samples.{name}: a known kernel, rows of three "
                                        "positive numbers")
+        workers = doc.get("worker_samples") or {}
+        for name, rows in workers.items():
+            if name not in known or not all(isinstance(r, list) and len(r) == 3 and all(
+                    isinstance(v, (int, float)) and v > 0 and np.isfinite(v) for v in r) for r in rows):
+                raise CalibrationError(f"{path}: field worker_samples.{name}: a known kernel, rows of three "
+                                       "positive numbers")
+        lane_workers = doc.get("lane_workers", 0)
+        if not isinstance(lane_workers, int) or lane_workers < 0:
+            raise CalibrationError(f"{path}: field lane_workers: a count of workers, got {lane_workers!r}")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
-                   {k: [list(r) for r in v] for k, v in samples.items()})
+                   {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
+                   {k: [list(r) for r in v] for k, v in workers.items()})
 
 
 def fit_runtime_excess(samples) -> list:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tilecast.kernels import all_kernels
-from tilecast.perfmodel.calibration import IN_RUNTIME, TRACE, Calibration
+from tilecast.perfmodel.calibration import IN_RUNTIME, LEARNED, TRACE, Calibration
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes
 
 OUTLIER_FACTOR = 4.0  # a task's duration counts at most this many times its shape's median in the step
@@ -42,17 +42,22 @@ def task_seconds(graph, trace: pd.DataFrame) -> np.ndarray:
 
 
 def calibration_from_trace(graph, trace, machine, kind: str | None = None,
-                           base: Calibration | None = None) -> Calibration:
+                           base: Calibration | None = None, source: str = TRACE) -> Calibration:
     """Calibration points from the task rows of a ``source='real'`` trace of ``graph`` (or a list of them).
 
     Points measured here replace those of ``base`` (if given) for the same
-    kernel and shape; other points of ``base`` are kept.
+    kernel and shape that were learned the same way (from runs, :data:`LEARNED`,
+    or not); other points of ``base`` are kept, so that the calibration's own
+    points stay beside what runs taught (``Calibration.calibrated_only``).
+    ``source``: :data:`TRACE` for runs of the user's configurations,
+    ``PROBE_TRACE`` for calibration's own probe steps.
     """
     traces = list(trace) if isinstance(trace, (list, tuple)) else [trace]
     if not traces:
         raise ValueError("no trace to learn from")
     per_step = [task_seconds(graph, t) for t in traces]
-    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], TRACE)
+    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], source)
+    learned_class = source in LEARNED
     learned = set()
     isolated = {}
     if base is not None:
@@ -77,7 +82,7 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
         med = df.groupby("shape")["t"].median()
         mad = df.assign(dev=(df["t"] - df["shape"].map(med)).abs()).groupby("shape")["dev"].median()
         for row, m, d in zip(mean.index.to_numpy(), mean.to_numpy(), mad.loc[mean.index].to_numpy()):
-            cal.add(name, ks.shapes[row], m, d, TRACE)
+            cal.add(name, ks.shapes[row], m, d, source)
             key = (name, tuple(ks.shapes[row].tolist()))
             learned.add(key)
             if key in isolated:
@@ -85,9 +90,11 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
                 new_samples.setdefault(name, []).append([nbytes, isolated[key], float(m)])
     if base is not None:
         cal.runtime_samples = {k: [list(r) for r in v] for k, v in base.runtime_samples.items()}
+        cal.lane_workers = base.lane_workers
+        cal.worker_samples = {k: [list(r) for r in v] for k, v in base.worker_samples.items()}
         for name, e in base.points.items():
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name)):
-                if (name, tuple(shape)) not in learned:
+                if (name, tuple(shape)) not in learned or (src in LEARNED) != learned_class:
                     cal.add(name, shape, m, d, src)
     for name, rows in new_samples.items():
         cal.runtime_samples.setdefault(name, []).extend(rows)

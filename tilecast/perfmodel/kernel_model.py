@@ -3,7 +3,9 @@
 For each kernel and worker kind the duration of a task of a given shape is, in
 order of preference:
 
-1. the measured median of that exact shape, when a calibration holds it;
+1. the measured median of that exact shape, when a calibration holds it
+   (scaled for steps on fewer workers than calibration kept busy:
+   ``Calibration.worker_factor``);
 2. a fitted, physically shaped model ``t = fixed + flops / rate + bytes / bandwidth``
    (non-negative least squares on relative error, so small and large tiles
    weigh alike), when the calibration holds at least 3 shapes of the kernel;
@@ -75,7 +77,8 @@ class DurationModel:
 
     def _fit(self, kernel_id: int):
         if kernel_id not in self._fits:
-            shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name)
+            workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
+            shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
             self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
             self._fits[kernel_id] = FittedKernel.fit(kernel_id, shapes, t) if len(t) >= MIN_FIT_POINTS else None
         return self._fits[kernel_id]

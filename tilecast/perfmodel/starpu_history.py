@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilecast.kernels import all_kernels
-from tilecast.perfmodel.calibration import Calibration
+from tilecast.perfmodel.calibration import STARPU_HISTORY, Calibration
 from tilecast.perfmodel.shapes import graph_shapes
 
 CPU_DEVICE = 0  # StarPU device type codes: CPU 0, CUDA 1, OpenCL 2
@@ -81,7 +81,7 @@ def calibration_from_history(codelets_dir: str, graph, machine, device: int = CP
                              kind: str | None = None) -> Calibration:
     """Calibration points for the task shapes of ``graph`` that StarPU's history has timed."""
     files = history_files(codelets_dir)
-    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], "starpu-history")
+    cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], STARPU_HISTORY)
     for ks in graph_shapes(graph):
         name = all_kernels()[ks.kernel].name
         if name not in files:

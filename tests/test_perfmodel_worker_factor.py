@@ -1,0 +1,52 @@
+"""Steps on fewer workers than calibration kept busy: kernels run faster, by a factor measured per kernel."""
+
+import numpy as np
+import pytest
+
+from tilecast.perfmodel.calibration import STARPU_TASKS, TRACE, Calibration
+
+
+def calibration(rows, lane_workers=2):
+    cal = Calibration("m", "f", "cpu", STARPU_TASKS, lane_workers=lane_workers)
+    cal.worker_samples["axpy"] = rows
+    return cal
+
+
+def test_factor_is_the_measured_ratio_over_log_bytes_and_one_for_all_workers():
+    cal = calibration([[1e3, 0.9, 1.0], [1e5, 0.8, 1.0], [1e7, 0.6, 1.0], [1e8, 0.5, 0.4]])
+    f = cal.worker_factor("axpy", [1e3, 1e5, 1e7, 1e4], workers=1)
+    assert f[:3] == pytest.approx([0.9, 0.8, 0.8])  # running median of three, ends repeated
+    assert 0.8 < f[3] < 0.9  # between its neighbours in log bytes
+    assert cal.worker_factor("axpy", [1e9], workers=1)[0] == pytest.approx(1.25)  # 1.25: the last one's ratio
+    assert np.all(cal.worker_factor("axpy", [1e5], workers=2) == 1.0)
+    assert np.all(cal.worker_factor("gemm", [1e5], workers=1) == 1.0)  # no samples: unscaled
+    three = calibration([[1e5, 0.7, 1.0]], lane_workers=3)
+    assert three.worker_factor("axpy", [1e5], workers=2)[0] == pytest.approx(0.85)  # halfway to 3 workers
+
+
+def test_only_the_calibrations_own_points_are_scaled():
+    from tilecast.kernels import get
+
+    k = get("axpy")
+    width = len(k.params) + len(k.buffers)
+    a, b = [1.0] * width, [2.0] * width
+    cal = calibration([[1.0, 0.5, 1.0]])
+    cal.add("axpy", a, 1e-5, 0, STARPU_TASKS)
+    cal.add("axpy", b, 1e-5, 0, TRACE)  # learned from a run: whatever its workers, taken as it is
+    _, t = cal.arrays("axpy", workers=1)
+    assert t == pytest.approx([0.5e-5, 1e-5])
+    _, t = cal.arrays("axpy", workers=2)
+    assert t == pytest.approx([1e-5, 1e-5])
+
+
+def test_samples_survive_saving_and_bad_ones_are_refused(tmp_path):
+    from tilecast.perfmodel.calibration import CalibrationError
+
+    cal = calibration([[1e3, 0.9, 1.0]])
+    path = cal.save(str(tmp_path / "c.json"))
+    back = Calibration.load(path)
+    assert back.lane_workers == 2 and back.worker_samples == {"axpy": [[1e3, 0.9, 1.0]]}
+    cal.worker_samples["axpy"] = [[1e3, -1, 1.0]]
+    cal.save(path)
+    with pytest.raises(CalibrationError, match="worker_samples.axpy"):
+        Calibration.load(path)
