@@ -1,11 +1,10 @@
 """Step timeline on the stream engine: textbook pipeline bubbles, overlap, monotonicity, speed."""
 
 import time
-from dataclasses import replace
 
 import pytest
 
-from tilecast.cluster.costs import LayerCosts, layer_costs
+from tilecast.cluster.costs import LayerCosts
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.models import Shape, load_shape

@@ -3,7 +3,6 @@ checkpoint has exactly the losses of an uninterrupted one."""
 
 import math
 
-import numpy as np
 import pytest
 
 from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

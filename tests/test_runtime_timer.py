@@ -49,7 +49,8 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
 
 
 def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
-    from tilecast.loop.kernel_calibration import ensure_calibration, missing_cases, untraced_cases
+    from tilecast.loop.kernel_calibration import WORKER_SAMPLES_PER_KERNEL, ensure_calibration, missing_cases
+    from tilecast.executor.starpu_session import max_workers
     from tilecast.perfmodel import load_machine
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
@@ -59,8 +60,13 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     sources = {src for name in cal.points for src in cal.sources(name)}
     assert sources == {STARPU_TASKS}
     assert not missing_cases(cal, [g])
-    # timed in lanes, not learned from a training step: the accuracy suite's learning pass still runs
-    assert len(untraced_cases(cal, [g])) == len(missing_cases(None, [g]))
+    # a sample of each kernel's shapes also timed on one worker, when calibration kept several busy
+    assert cal.lane_workers == min(len(machine.workers), max_workers())
+    if cal.lane_workers > 1:
+        assert 0 < len(cal.worker_samples["gemm"]) <= WORKER_SAMPLES_PER_KERNEL
+        assert all(b > 0 and t1 > 0 and tw > 0 for b, t1, tw in cal.worker_samples["gemm"])
+    else:
+        assert cal.worker_samples == {}
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "isolated"))
     alone = ensure_calibration(machine, [g], progress=False, in_runtime=False)
     assert {src for name in alone.points for src in alone.sources(name)} == {"c-kernels"}

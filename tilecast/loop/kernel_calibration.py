@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from tilecast.kernels import get
-from tilecast.perfmodel.calibration import (IN_RUNTIME, STARPU_TASKS, Calibration, calibrate, cases_from_shapes,
+from tilecast.perfmodel.calibration import (STARPU_TASKS, Calibration, calibrate, cases_from_shapes,
                                            find_calibration)
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 from tilecast.perfmodel.timers import default_timer
@@ -55,20 +55,6 @@ def missing_cases(cal: Calibration | None, graphs) -> list:
             seen.add(key)
             out.append((name, row))
     return out
-
-
-def untraced_cases(cal: Calibration | None, graphs) -> list:
-    """Calibration cases of ``graphs`` that ``cal`` holds from calibration only (or not at all): the models
-    have not yet learned them from a training step run on the runtime (shapes timed as StarPU tasks by
-    calibration count as not learned: they were timed in lanes, not in a step)."""
-    traced = set()
-    if cal is not None:
-        for name, e in cal.points.items():
-            for s, src in zip(e["shapes"], cal.sources(name)):
-                if src in IN_RUNTIME and src != STARPU_TASKS:
-                    traced.add((name, tuple(float(x) for x in s)))
-    return [(name, row) for name, row in missing_cases(None, graphs)
-            if (name, tuple(float(x) for x in row)) not in traced]
 
 
 def estimated_seconds(machine, cases) -> np.ndarray:
