@@ -48,7 +48,9 @@ def add_parser(sub):
 
 
 def _fail(e):
-    raise UsageError(str(e)) from None
+    from tilecast.cli.common import as_flags
+
+    raise UsageError(as_flags(str(e))) from None
 
 
 def _inputs(args):
