@@ -11,7 +11,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 
 
 class StrategyError(ValueError):
-    """A layout that cannot run; the message names the flag."""
+    """A layout that cannot run; the message starts with the field at fault."""
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,20 @@ class Strategy:
             if self.tp < g and g % self.tp:
                 raise StrategyError(f"tp: {self.tp} does not divide the {g} GPUs of a node")
         return self
+
+
+def layout(gpus: int = 0, tp: int = 1, pp: int = 1, dp: int = 0, global_batch: int = 0, micro_batch: int = 1,
+           schedule: str = "1f1b", virtual_stages: int = 0, **recipe) -> Strategy:
+    """The Strategy a user means by counts left at 0: ``dp`` = ``gpus / (tp pp)`` (1 without ``gpus``),
+    ``global_batch`` = dp x micro_batch x 2pp, ``virtual_stages`` 2 when interleaved (else 1). ``recipe``:
+    the other Strategy fields. Not checked against a model (:meth:`Strategy.check`)."""
+    tp, pp = tp or 1, pp or 1
+    if not dp:
+        if gpus and gpus % (tp * pp):
+            raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {tp * pp}")
+        dp = gpus // (tp * pp) if gpus else 1
+    elif gpus and gpus != tp * pp * dp:
+        raise StrategyError(f"gpus: {gpus} differs from tp x pp x dp = {tp * pp * dp}")
+    return Strategy(tp=tp, pp=pp, dp=dp, global_batch=global_batch or dp * micro_batch * max(1, 2 * pp),
+                    micro_batch=micro_batch, schedule=schedule,
+                    virtual_stages=virtual_stages or (2 if schedule == "interleaved" else 1), **recipe)
