@@ -46,7 +46,7 @@ def test_local_machine_is_detected_and_measured():
 def test_with_workers_keeps_a_prefix_and_checks_the_count():
     m = load_machine("h100-sxm5-80gb-8").with_workers(3)
     assert len(m.workers) == 3
-    with pytest.raises(MachineError, match="--workers"):
+    with pytest.raises(MachineError, match="workers must be between 1 and 3, got 9"):
         m.with_workers(9)
 
 

@@ -12,15 +12,15 @@ from tilecast.executor.data import (VOCAB_SIZE, BatchSampler, DataError, load_co
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    saved = os.environ.get("TILECAST_CACHE_DIR")
-    os.environ["TILECAST_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    saved = os.environ.get("TILECAST_HOME")
+    os.environ["TILECAST_HOME"] = str(tmp_path_factory.mktemp("cache"))
     try:
         yield load_corpus()
     finally:
         if saved is None:
-            del os.environ["TILECAST_CACHE_DIR"]
+            del os.environ["TILECAST_HOME"]
         else:
-            os.environ["TILECAST_CACHE_DIR"] = saved
+            os.environ["TILECAST_HOME"] = saved
 
 
 def test_files_are_sorted_sources_without_tests_or_site_packages():
@@ -59,7 +59,7 @@ def test_corpus_is_the_same_from_cache_and_from_files(corpus):
 
 
 def test_damaged_cache_is_rebuilt(corpus):
-    path = os.path.join(os.environ["TILECAST_CACHE_DIR"], "corpus", f"{corpus.key}.npz")
+    path = os.path.join(os.environ["TILECAST_HOME"], "corpus", f"{corpus.key}.npz")
     with open(path, "r+b") as f:
         f.truncate(1000)
     assert np.array_equal(load_corpus().train, corpus.train)

@@ -53,7 +53,7 @@ def run(args) -> int:
     try:
         tilings = [tiling] + [Tiling.parse(t) for t in args.tiles.split(",") if t.strip()]
     except TilingError as e:
-        raise UsageError(f"--tiles: {e}") from None
+        raise UsageError(f"--tiles: {str(e).removeprefix('tile: ')}") from None
     machine = load_machine("local")
     workers = starpu_workers(machine) if args.timer in ("auto", "starpu") else None
     if args.timer == "starpu" and not workers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from tilecast.cli import UsageError
@@ -13,6 +14,24 @@ DEFAULT_MODEL = "gpt2"
 DEFAULT_BATCH = 4
 DEFAULT_SEQ = 256
 DEFAULT_TILE = "256"
+
+
+# Library errors name the field at fault ("workers must be ...", "tile: ..."); the command line names its flag.
+FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
+    "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
+    "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
+    "sequence_parallel", "attention")}
+_LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
+
+
+def as_flags(message: str) -> str:
+    """A library error worded for the command line: the fields it starts with become their flags
+    ("seq 9 exceeds ..." -> "--seq 9 exceeds ...", "pp/virtual_stages: ..." -> "--pp/--virtual-stages: ...")."""
+    m = _LEADING_FIELDS.match(message)
+    names = m.group(1).split("/") if m else []
+    if not names or not all(n in FIELD_FLAGS for n in names):
+        return message
+    return "/".join(FIELD_FLAGS[n] for n in names) + message[m.end():]
 
 
 def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE) -> None:
@@ -37,7 +56,7 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     try:
         cfg = load_model(args.model)
     except ModelConfigError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(as_flags(str(e))) from None
     if args.batch < 1:
         raise UsageError(f"--batch must be at least 1, got {args.batch}")
     if args.seq < 1:
@@ -47,7 +66,7 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     try:
         tiling = Tiling.parse(args.tile)
     except TilingError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(as_flags(str(e))) from None
     return cfg, args.batch, args.seq, tiling
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, print_json
+from tilecast.cli.common import add_json_arg, as_flags, print_json
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -39,7 +39,7 @@ def run(args) -> int:
         try:
             cfg = load_model(args.model)
         except ModelConfigError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(as_flags(str(e))) from None
     batch = args.batch or DEMO_BATCH
     seq = args.seq or DEMO_SEQ
     for flag, v in (("--batch", batch), ("--seq", seq), ("--top", args.top), ("--steps", args.steps)):

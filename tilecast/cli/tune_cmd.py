@@ -72,7 +72,7 @@ def parse_tilings(args):
     try:
         return [Tiling.parse(s) for s in specs] or None
     except TilingError as e:
-        raise UsageError(f"--tiles: {e}") from None
+        raise UsageError(f"--tiles: {str(e).removeprefix('tile: ')}") from None
 
 
 @with_starpu_errors("tune")

@@ -48,7 +48,9 @@ def add_parser(sub):
 
 
 def _fail(e):
-    raise UsageError(str(e)) from None
+    from tilecast.cli.common import as_flags
+
+    raise UsageError(as_flags(str(e))) from None
 
 
 def _inputs(args):
@@ -71,28 +73,15 @@ def _inputs(args):
 
 
 def _strategy(args, shape, cluster):
-    from tilecast.cluster.strategy import Strategy, StrategyError
+    from tilecast.cluster.strategy import StrategyError, layout
 
-    tp, pp = args.tp or 1, args.pp or 1
-    dp = args.dp
-    if not dp:
-        if args.gpus:
-            if args.gpus % (tp * pp):
-                raise UsageError(f"--gpus: {args.gpus} is not a multiple of tp x pp = {tp * pp}")
-            dp = args.gpus // (tp * pp)
-        else:
-            dp = 1
-    elif args.gpus and args.gpus != tp * pp * dp:
-        raise UsageError(f"--gpus: {args.gpus} differs from tp x pp x dp = {tp * pp * dp}")
-    gb = args.global_batch or dp * args.micro_batch * max(1, 2 * pp)
-    v = args.virtual_stages or (2 if args.schedule == "interleaved" else 1)
-    st = Strategy(tp=tp, pp=pp, dp=dp, seq=args.seq, global_batch=gb, micro_batch=args.micro_batch, zero=args.zero,
-                  schedule=args.schedule, virtual_stages=v, recompute=args.recompute,
-                  sequence_parallel=args.sequence_parallel, dtype=args.dtype, attention=args.attention,
-                  overlap_grad_reduce=not args.no_overlap_grad_reduce, tp_comm_overlap=args.tp_comm_overlap,
-                  collective_algo=args.collective_algo,
-                  overlap_param_gather=args.overlap_param_gather)
     try:
+        st = layout(gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp, global_batch=args.global_batch,
+                    micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
+                    seq=args.seq, zero=args.zero, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                    dtype=args.dtype, attention=args.attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                    tp_comm_overlap=args.tp_comm_overlap, collective_algo=args.collective_algo,
+                    overlap_param_gather=args.overlap_param_gather)
         st.check(shape, cluster)
     except StrategyError as e:
         _fail(e)

@@ -124,7 +124,7 @@ def load_cluster(spec: str) -> Cluster:
     spec = str(spec)
     path = spec if os.path.exists(spec) else os.path.join(CLUSTER_DIR, spec + ".yaml")
     if not os.path.exists(path):
-        raise ClusterError(f"--cluster: {spec!r} is neither a shipped cluster ({', '.join(available())}) nor a file")
+        raise ClusterError(f"cluster: {spec!r} is neither a shipped cluster ({', '.join(available())}) nor a file")
     try:
         with open(path) as f:
             data = yaml.safe_load(f)

@@ -138,7 +138,7 @@ def load_shape(spec) -> Shape:
         try:
             data = json.loads(spec)
         except json.JSONDecodeError as e:
-            raise ModelConfigError(f"--model: not valid JSON ({e.msg} at column {e.colno})") from None
+            raise ModelConfigError(f"model: not valid JSON ({e.msg} at column {e.colno})") from None
     elif spec.endswith(".json") and os.path.exists(spec):
         with open(spec) as f:
             data = json.load(f)

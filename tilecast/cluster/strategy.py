@@ -11,7 +11,7 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 
 
 class StrategyError(ValueError):
-    """A layout that cannot run; the message names the flag."""
+    """A layout that cannot run; the message starts with the field at fault."""
 
 
 @dataclass(frozen=True)
@@ -58,55 +58,72 @@ class Strategy:
         return asdict(self)
 
     def check(self, shape, cluster=None) -> "Strategy":
-        """Raise StrategyError naming the flag if this layout cannot run ``shape``."""
+        """Raise StrategyError naming the field if this layout cannot run ``shape``."""
         for f in ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "virtual_stages"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise StrategyError(f"--{f.replace('_', '-')}: must be a whole number >= 1, got {v!r}")
+                raise StrategyError(f"{f}: must be a whole number >= 1, got {v!r}")
         if self.zero not in (0, 1, 2, 3):
-            raise StrategyError(f"--zero: must be 0, 1, 2 or 3, got {self.zero!r}")
+            raise StrategyError(f"zero: must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.schedule not in SCHEDULES:
-            raise StrategyError(f"--schedule: must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+            raise StrategyError(f"schedule: must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.recompute not in RECOMPUTE:
-            raise StrategyError(f"--recompute: must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+            raise StrategyError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.attention not in ATTENTION:
             raise StrategyError(f"attention: must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.collective_algo not in ("auto", "ring", "tree", "hierarchical"):
-            raise StrategyError(f"--collective-algo: must be auto, ring, tree or hierarchical, got {self.collective_algo!r}")
+            raise StrategyError(f"collective_algo: must be auto, ring, tree or hierarchical, got {self.collective_algo!r}")
         if self.dtype not in DTYPE_BYTES:
-            raise StrategyError(f"--dtype: must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
+            raise StrategyError(f"dtype: must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.global_batch % (self.dp * self.micro_batch):
             raise StrategyError(
-                f"--global-batch: {self.global_batch} is not a multiple of dp x micro-batch = "
+                f"global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
                 f"{self.dp} x {self.micro_batch}")
         if shape.n_head % self.tp:
-            raise StrategyError(f"--tp: {self.tp} does not divide the {shape.n_head} attention heads")
+            raise StrategyError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
         if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
-            raise StrategyError(f"--tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+            raise StrategyError(f"tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
         if self.schedule == "interleaved":
             if self.pp < 2:
-                raise StrategyError("--schedule interleaved: needs --pp >= 2")
+                raise StrategyError("schedule: interleaved needs pp >= 2")
             if self.micro_batches % self.pp:
                 raise StrategyError(
-                    f"--schedule interleaved: the {self.micro_batches} micro-batches are not a multiple of --pp {self.pp}")
+                    f"schedule: interleaved, the {self.micro_batches} micro-batches are not a multiple of pp {self.pp}")
         elif self.virtual_stages != 1:
-            raise StrategyError("--virtual-stages: only with --schedule interleaved")
+            raise StrategyError("virtual_stages: only with schedule interleaved")
         chunks = self.pp * self.virtual_stages
         if shape.n_layer % chunks:
             raise StrategyError(
-                f"--pp/--virtual-stages: {shape.n_layer} layers do not split into pp x virtual stages = {chunks} equal chunks")
+                f"pp/virtual_stages: {shape.n_layer} layers do not split into pp x virtual stages = {chunks} equal chunks")
         if self.sequence_parallel and self.tp == 1:
-            raise StrategyError("--sequence-parallel: needs --tp >= 2")
+            raise StrategyError("sequence_parallel: needs tp >= 2")
         if self.sequence_parallel and self.seq % self.tp:
-            raise StrategyError(f"--sequence-parallel: --seq {self.seq} is not a multiple of --tp {self.tp}")
+            raise StrategyError(f"sequence_parallel: seq {self.seq} is not a multiple of tp {self.tp}")
         if cluster is not None:
             if self.gpus > cluster.n_gpus:
-                raise StrategyError(f"--gpus: tp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+                raise StrategyError(f"gpus: tp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
             if self.dtype not in cluster.gpu.peak_flops:
-                raise StrategyError(f"--dtype: {cluster.gpu.name} has no {self.dtype} peak in {cluster.name}")
+                raise StrategyError(f"dtype: {cluster.gpu.name} has no {self.dtype} peak in {cluster.name}")
             g = cluster.gpus_per_node
             if self.tp > g and self.tp % g:
-                raise StrategyError(f"--tp: {self.tp} spans nodes unevenly ({g} GPUs per node)")
+                raise StrategyError(f"tp: {self.tp} spans nodes unevenly ({g} GPUs per node)")
             if self.tp < g and g % self.tp:
-                raise StrategyError(f"--tp: {self.tp} does not divide the {g} GPUs of a node")
+                raise StrategyError(f"tp: {self.tp} does not divide the {g} GPUs of a node")
         return self
+
+
+def layout(gpus: int = 0, tp: int = 1, pp: int = 1, dp: int = 0, global_batch: int = 0, micro_batch: int = 1,
+           schedule: str = "1f1b", virtual_stages: int = 0, **recipe) -> Strategy:
+    """The Strategy a user means by counts left at 0: ``dp`` = ``gpus / (tp pp)`` (1 without ``gpus``),
+    ``global_batch`` = dp x micro_batch x 2pp, ``virtual_stages`` 2 when interleaved (else 1). ``recipe``:
+    the other Strategy fields. Not checked against a model (:meth:`Strategy.check`)."""
+    tp, pp = tp or 1, pp or 1
+    if not dp:
+        if gpus and gpus % (tp * pp):
+            raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {tp * pp}")
+        dp = gpus // (tp * pp) if gpus else 1
+    elif gpus and gpus != tp * pp * dp:
+        raise StrategyError(f"gpus: {gpus} differs from tp x pp x dp = {tp * pp * dp}")
+    return Strategy(tp=tp, pp=pp, dp=dp, global_batch=global_batch or dp * micro_batch * max(1, 2 * pp),
+                    micro_batch=micro_batch, schedule=schedule,
+                    virtual_stages=virtual_stages or (2 if schedule == "interleaved" else 1), **recipe)

@@ -1,7 +1,7 @@
 """Training checkpoints: parameters, AdamW moments, step, data and RNG state, in one atomic file.
 
 A checkpoint is a ``numpy.savez`` archive (a zip of ``.npy`` files) written
-through :func:`~tilecast.executor.atomic_file.atomic_write`, so a crash or
+through :func:`~tilecast.atomic_file.atomic_write`, so a crash or
 Ctrl-C while saving leaves the previous checkpoint intact. Its ``manifest``
 member (JSON) holds the format version, the model shape, the tiling, the step,
 the sampler and RNG states, free-form ``extra`` values, the name, dtype and
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecast.executor.atomic_file import atomic_write
+from tilecast.atomic_file import atomic_write
 
 FORMAT = "tilecast-checkpoint"
 FORMAT_VERSION = 1

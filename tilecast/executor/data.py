@@ -11,8 +11,8 @@ is held out when the first 32 bits of its SHA-256, over 2**32, fall below the
 validation fraction), so the split is the same on every machine with the same
 files and no file contributes to both sides.
 
-The concatenated files are cached under :func:`~tilecast.executor.cache_dir.cache_dir`
-(``corpus/``) keyed by the Python version and a digest of the file list and sizes.
+The concatenated files are cached in tilecast's home (:func:`~tilecast.home.home`, ``$TILECAST_HOME``)
+under ``corpus/``, keyed by the Python version and a digest of the file list and sizes.
 
 Batches: :class:`BatchSampler` draws random windows of the training bytes from
 a numpy ``Generator`` whose state is saved with a checkpoint, so a resumed run
@@ -32,8 +32,8 @@ from typing import Iterator
 
 import numpy as np
 
-from tilecast.executor.atomic_file import atomic_write
-from tilecast.executor.cache_dir import cache_dir
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
 
 VOCAB_SIZE = 256
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -103,7 +103,7 @@ def _read_files(root: str, files: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _load_or_build(root: str, files: list[str], key: str, use_cache: bool):
-    path = cache_dir("corpus", f"{key}.npz")
+    path = str(home("corpus", f"{key}.npz"))
     if use_cache and os.path.exists(path):
         try:
             with np.load(path) as z:

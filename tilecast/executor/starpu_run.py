@@ -134,7 +134,7 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     ``traces`` holds them all (building a trace is not part of a step's time).
     """
     if steps < 1:
-        raise ValueError(f"--steps must be at least 1, got {steps}")
+        raise ValueError(f"steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers)  # validates before the graph is built
     graph = build_gpt2_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
     state = TrainState(init_gpt2_params(cfg, seed))

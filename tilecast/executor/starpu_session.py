@@ -19,7 +19,7 @@ import numpy as np
 
 from tilecast.kernels import all_kernels
 from tilecast.kernels.native import kernel_addresses
-from tilecast.kernels.native_build import tilecast_home
+from tilecast.home import home
 from tilecast.executor.starpu_native import glue
 
 
@@ -56,7 +56,7 @@ def default_workers() -> int:
 
 
 def starpu_home():
-    return tilecast_home() / "starpu"
+    return home("starpu")
 
 
 _ACTIVE: list = []

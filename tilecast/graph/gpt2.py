@@ -304,11 +304,11 @@ class _Step:
 
 def _check_shape(cfg: ModelConfig, batch: int, seq: int, dtype) -> np.dtype:
     if batch < 1:
-        raise ValueError(f"--batch must be at least 1, got {batch}")
+        raise ValueError(f"batch must be at least 1, got {batch}")
     if seq < 1:
-        raise ValueError(f"--seq must be at least 1, got {seq}")
+        raise ValueError(f"seq must be at least 1, got {seq}")
     if seq > cfg.n_positions:
-        raise ValueError(f"--seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+        raise ValueError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")

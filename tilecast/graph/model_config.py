@@ -75,17 +75,17 @@ def load_model(spec: str) -> ModelConfig:
         try:
             data = json.loads(spec)
         except json.JSONDecodeError as e:
-            raise ModelConfigError(f"--model: not valid JSON ({e.msg} at column {e.colno})") from None
+            raise ModelConfigError(f"model: not valid JSON ({e.msg} at column {e.colno})") from None
         return from_dict(data, name="custom")
     if os.path.exists(spec):
         try:
             with open(spec) as f:
                 data = json.load(f)
         except json.JSONDecodeError as e:
-            raise ModelConfigError(f"--model: {spec} is not valid JSON ({e.msg}, line {e.lineno})") from None
+            raise ModelConfigError(f"model: {spec} is not valid JSON ({e.msg}, line {e.lineno})") from None
         return from_dict(data, name=os.path.splitext(os.path.basename(spec))[0])
     raise ModelConfigError(
-        f"--model: {spec!r} is neither a preset ({', '.join(PRESETS)}), a JSON file nor a JSON object"
+        f"model: {spec!r} is neither a preset ({', '.join(PRESETS)}), a JSON file nor a JSON object"
     )
 
 

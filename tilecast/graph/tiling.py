@@ -25,11 +25,11 @@ class Tiling:
     def __post_init__(self):
         for dim, size in self.sizes.items():
             if dim not in DIMS:
-                raise TilingError(f"--tile: unknown dimension {dim!r} (known: {', '.join(DIMS)})")
+                raise TilingError(f"tile: unknown dimension {dim!r} (known: {', '.join(DIMS)})")
             if not isinstance(size, (int, np.integer)) or isinstance(size, bool):
-                raise TilingError(f"--tile: {dim} must be a whole number, got {size!r}")
+                raise TilingError(f"tile: {dim} must be a whole number, got {size!r}")
             if size < 1:
-                raise TilingError(f"--tile: {dim}={size} is below 1")
+                raise TilingError(f"tile: {dim}={size} is below 1")
 
     @classmethod
     def parse(cls, text: str | None) -> "Tiling":
@@ -46,7 +46,7 @@ class Tiling:
                 name, _, value = part.partition("=")
                 name = name.strip()
                 if name not in DIMS:
-                    raise TilingError(f"--tile: unknown dimension {name!r} (known: {', '.join(DIMS)})")
+                    raise TilingError(f"tile: unknown dimension {name!r} (known: {', '.join(DIMS)})")
                 named[name] = _int(value, name)
             else:
                 blanket = _int(part, "every dimension")
@@ -76,9 +76,9 @@ def _int(value: str, what: str) -> int:
     try:
         size = int(str(value).strip())
     except ValueError:
-        raise TilingError(f"--tile: {what} needs a whole number, got {value.strip()!r}") from None
+        raise TilingError(f"tile: {what} needs a whole number, got {value.strip()!r}") from None
     if size < 1:
-        raise TilingError(f"--tile: {what}={size} is below 1")
+        raise TilingError(f"tile: {what}={size} is below 1")
     return size
 
 

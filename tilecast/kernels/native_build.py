@@ -25,16 +25,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tilecast.home import home
+
 _LOADED: dict[str, object] = {}
 
 
 class NativeUnavailable(RuntimeError):
     """A native extension cannot be built here; the message says what to install."""
-
-
-def tilecast_home() -> Path:
-    """tilecast's own directory for caches and runtime files (``$TILECAST_HOME``)."""
-    return Path(os.environ.get("TILECAST_HOME") or Path.home() / ".cache" / "tilecast")
 
 
 def _cpu_id() -> str:
@@ -118,7 +115,7 @@ def cached_extension(name: str, key: str, compile_into, hint: str = ""):
     ``compile_into`` leaves ``<name>*.so`` in the directory it is given (its
     output goes to the build log); a failure raises :class:`NativeUnavailable`.
     """
-    root = tilecast_home() / "native"
+    root = home("native")
     target = root / f"{name}-{key}"
     root.mkdir(parents=True, exist_ok=True)
     if not _built(target, name):

@@ -22,17 +22,21 @@ reused until the executor's code changes.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
 
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
+
 FORMAT = 5  # 5: schedulers' probe fits kept beside what runs teach (calibrated_only)
-# The executor's code the fits describe: a change to any of these files invalidates stored fits.
-EXECUTOR_FILES = ("executor/starpu_execute.py", "executor/starpu_run.py", "executor/starpu_session.py",
-                  "executor/starpu_native.py", "executor/tiles.py", "executor/c/starpu_glue.c", "trace.py")
+# The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
+# StarPU glue included, and the trace schema): a change to any of them invalidates stored fits.
+EXECUTOR_SUFFIXES = (".py", ".c", ".h")
+_PACKAGE = Path(__file__).resolve().parent.parent
 PROBES = (("gpt2-tiny", 2, 32, "256"), ("gpt2-tiny", 4, 64, "64"), ("gpt2-tiny", 4, 64, "32"),
           ("gpt2-tiny", 8, 128, "32"), ("gpt2-tiny", 8, 128, "16"))
 PROBE_SCHED = "eager"
@@ -158,22 +162,26 @@ def learn_from_runs(fits: dict, runs) -> dict:
     return out
 
 
+def executor_files() -> list[str]:
+    """The files :func:`executor_fingerprint` hashes, relative to the tilecast package: found, not listed, so a
+    file added to the executor cannot be left out."""
+    root = _PACKAGE
+    found = [p.relative_to(root).as_posix() for p in (root / "executor").rglob("*")
+             if p.suffix in EXECUTOR_SUFFIXES and p.is_file() and "__pycache__" not in p.parts]
+    return sorted(found) + ["trace.py"]
+
+
 def executor_fingerprint() -> str:
     import hashlib
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for name in EXECUTOR_FILES:
-        f = root / name
-        h.update(name.encode() + b"\0" + (f.read_bytes() if f.exists() else b"-") + b"\0")
+    for name in executor_files():
+        h.update(name.encode() + b"\0" + (_PACKAGE / name).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
 def _path(machine) -> str:
-    from tilecast.perfmodel.calibration import tilecast_home
-
-    return os.path.join(tilecast_home(), "calibration", f"host-{machine.name}-{machine.fingerprint()}.json")
+    return str(home("calibration", f"host-{machine.name}-{machine.fingerprint()}.json"))
 
 
 def load_host_costs(machine) -> dict:
@@ -189,13 +197,10 @@ def load_host_costs(machine) -> dict:
 
 def save_host_costs(machine, fits: dict) -> str:
     path = _path(machine)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with atomic_write(path, "w") as f:
         json.dump({"format": FORMAT, "machine": machine.name, "fingerprint": machine.fingerprint(),
                    "executor": executor_fingerprint(),
                    "fits": {str(w): asdict(h) for w, h in fits.items()}}, f, indent=1)
-    os.replace(tmp, path)
     return path
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
 from tilecast.kernels import all_kernels, get
 from tilecast.perfmodel.timers import default_timer, make_buffers
 
@@ -178,11 +180,8 @@ class Calibration:
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
+        with atomic_write(path, "w") as f:
             json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
         return path
 
     @classmethod
@@ -251,12 +250,8 @@ def runtime_excess_s(kernel: str, shapes: np.ndarray, excess) -> np.ndarray:
     return fixed + per_byte * np.minimum(nbytes, largest)
 
 
-def tilecast_home() -> str:
-    return os.environ.get("TILECAST_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "tilecast")
-
-
 def calibration_path(machine: str, fingerprint: str) -> str:
-    return os.path.join(tilecast_home(), "calibration", f"{machine}-{fingerprint}.json")
+    return str(home("calibration", f"{machine}-{fingerprint}.json"))
 
 
 def find_calibration(machine) -> Calibration | None:

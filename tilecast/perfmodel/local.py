@@ -22,6 +22,8 @@ import time
 import numpy as np
 import yaml
 
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
 from tilecast.kernels.native_build import NativeUnavailable
 from tilecast.perfmodel.machine import Machine, MachineError, parse_machine
 
@@ -125,11 +127,9 @@ def hardware() -> dict:
 @functools.lru_cache(maxsize=1)
 def detect_local() -> Machine:
     """Describe this computer: one CPU worker per core on one host memory node (cached on disk)."""
-    from tilecast.perfmodel.calibration import tilecast_home
-
     hw = hardware()
     key = hashlib.sha256(json.dumps(hw, sort_keys=True).encode()).hexdigest()[:16]
-    path = os.path.join(tilecast_home(), "machines", f"local-{key}.yaml")
+    path = str(home("machines", f"local-{key}.yaml"))
     if os.path.exists(path):
         try:
             with open(path) as f:
@@ -139,8 +139,7 @@ def detect_local() -> Machine:
         except (MachineError, yaml.YAMLError, OSError):
             pass  # re-detect below
     m = _detect(hw)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    with atomic_write(path, "w") as f:
         yaml.safe_dump(m.meta.pop("doc"), f, sort_keys=False)
     return m
 

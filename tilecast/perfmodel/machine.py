@@ -155,7 +155,7 @@ class Machine:
     def with_workers(self, n: int) -> "Machine":
         """The same machine using only its first ``n`` workers."""
         if not 1 <= n <= len(self.workers):
-            raise MachineError(f"{self.name}: --workers must be between 1 and {len(self.workers)}, got {n}")
+            raise MachineError(f"{self.name}: workers must be between 1 and {len(self.workers)}, got {n}")
         return Machine(self.name, self.description, self.nodes, self.workers[:n], self.kinds, self.links,
                        self.switches, self.task_overhead, self.source_text,
                        {**self.meta, "fingerprint": self.fingerprint()})

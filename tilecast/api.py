@@ -1,0 +1,535 @@
+"""tilecast as a Python library: one call per command, each returning a result with ``.to_frame()``.
+
+>>> import tilecast as tc
+>>> sim = tc.simulate("gpt2-tiny", batch=2, seq=32, tile=32, machine="h100-sxm5-80gb-8")   # doctest: +SKIP
+>>> sim.step_s, sim.to_frame()                                                              # doctest: +SKIP
+
+Every entry point calls the library functions its command calls (``tilecast
+simulate`` and :func:`simulate` both predict through
+:func:`tilecast.loop.predict.predict`), so a figure here equals the command's
+``--json`` figure for the same configuration. Results are dataclasses with
+typed fields, a pandas ``to_frame()``, ``to_dict()`` (JSON-ready) and an HTML
+view in notebooks. Bad input raises ``ValueError`` naming the argument.
+See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import dataclass, field
+
+__all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate",
+           "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
+           "WhatifResult", "ValidateResult"]
+
+
+class _Result:
+    """What every result offers: ``to_frame()`` (subclasses), ``to_dict()`` and an HTML view."""
+
+    _title = ""
+
+    def to_frame(self):  # pragma: no cover - every result defines it
+        raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        """The typed fields as JSON-ready values (objects such as graphs and traces left out)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}
+
+    def _headline(self) -> str:
+        return self._title
+
+    def _repr_html_(self) -> str:
+        frame = self.to_frame()
+        table = frame.to_html(max_rows=30, float_format=lambda x: f"{x:.6g}", index=False)
+        return f"<p><b>{html.escape(self._headline())}</b></p>{table}"
+
+
+def _config(spec):
+    """A ModelConfig from a preset name, JSON object/file, ModelConfig or ModelResult."""
+    from tilecast.graph.model_config import ModelConfig, load_model
+
+    if isinstance(spec, ModelResult):
+        return spec.config
+    if isinstance(spec, ModelConfig):
+        return spec
+    if isinstance(spec, dict):
+        import json
+
+        spec = json.dumps(spec)
+    return load_model(spec)
+
+
+def _tiling(tile):
+    """A Tiling from ``"256"``, ``"seq=128,embd=256"``, an int, a {dim: size} dict, a Tiling or None (untiled)."""
+    from tilecast.graph import Tiling
+
+    if isinstance(tile, Tiling):
+        return tile
+    if isinstance(tile, dict):
+        return Tiling(dict(tile))
+    return Tiling.parse(None if tile is None else str(tile))
+
+
+def _positive(name: str, value, low: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+    return value
+
+
+def _shape(cfg, batch, seq) -> None:
+    _positive("batch", batch)
+    _positive("seq", seq)
+    if seq > cfg.n_positions:
+        raise ValueError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+
+
+# --- model -------------------------------------------------------------------------------------------------
+@dataclass
+class ModelResult(_Result):
+    """A GPT model's shape (``config`` is the :class:`tilecast.graph.model_config.ModelConfig`)."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int
+    n_positions: int
+    params: int
+    config: object = field(repr=False, default=None)
+    _title = "model"
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([self.to_dict()])
+
+    def _headline(self) -> str:
+        return f"{self.name}: {self.params / 1e6:.1f} M parameters"
+
+
+def model(spec="gpt2") -> ModelResult:
+    """A model shape: a preset (``gpt2-tiny``, ``gpt2``, ... ``gpt2-xl``), a JSON file, or a JSON object/dict of
+    ``n_layer``, ``n_embd``, ``n_head``, ``vocab_size``, ``n_positions``."""
+    cfg = _config(spec)
+    return ModelResult(cfg.name, cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.n_positions,
+                       int(cfg.n_params()), cfg)
+
+
+# --- graph -------------------------------------------------------------------------------------------------
+@dataclass
+class GraphResult(_Result):
+    """One training step's task graph, summarised as ``tilecast graph`` summarises it; ``to_frame()`` is the
+    table per kernel, ``graph`` the :class:`tilecast.graph.graph.Graph` itself."""
+
+    model: str
+    batch: int
+    seq: int
+    tiling: str
+    tasks: int
+    tiles: int
+    flops: float
+    bytes: int
+    live_bytes: int
+    critical_path_flops: float
+    kernels: dict
+    graph: object = field(repr=False, default=None)
+
+    def to_frame(self):
+        from tilecast.graph.analysis import kernel_table
+
+        return kernel_table(self.graph)
+
+    def _headline(self) -> str:
+        return (f"{self.model}, batch {self.batch} x {self.seq}, tiling {self.tiling}: {self.tasks} tasks, "
+                f"{self.tiles} tiles, {self.flops:.4g} flops")
+
+
+def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256") -> GraphResult:
+    """Build the task graph of one training step (``tilecast graph``)."""
+    from tilecast.graph.analysis import summary
+    from tilecast.graph.gpt2 import build_gpt2_step
+
+    cfg, tiling = _config(model), _tiling(tile)
+    _shape(cfg, batch, seq)
+    g = build_gpt2_step(cfg, batch, seq, tiling)
+    s = summary(g)
+    return GraphResult(cfg.name, batch, seq, tiling.describe(), s["tasks"], s["tiles"], s["flops"], s["bytes"],
+                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g)
+
+
+# --- simulate ----------------------------------------------------------------------------------------------
+@dataclass
+class SimulateResult(_Result):
+    """A predicted step (``tilecast simulate``): the step time, its parts and the simulation's summary;
+    ``trace()`` is the predicted trace, ``prediction`` the :class:`tilecast.loop.predict.Prediction`."""
+
+    model: str
+    batch: int
+    seq: int
+    tiling: str
+    machine: str
+    sched: str
+    workers: int
+    step_s: float
+    makespan_s: float
+    host_s: float
+    host_known: bool
+    host_cost: str
+    tasks: int
+    tiles: int
+    utilization: float
+    critical_path_s: float
+    work_bound_s: float
+    tokens_per_s: float
+    task_overhead_us: float
+    calibration: str
+    summary: dict = field(repr=False, default_factory=dict)
+    prediction: object = field(repr=False, default=None)
+    graph: object = field(repr=False, default=None)
+
+    def trace(self):
+        """The predicted trace (the :mod:`tilecast.trace` schema), recording the predicted step time."""
+        from tilecast.trace import with_step_time
+
+        return with_step_time(self.prediction.result.trace(), self.step_s)
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{k: v for k, v in self.to_dict().items() if not isinstance(v, (dict, list))}])
+
+    def _headline(self) -> str:
+        return (f"{self.model} {self.batch}x{self.seq} tile {self.tiling} on {self.machine}, {self.sched}, "
+                f"{self.workers} workers: predicted step {self.step_s * 1e3:.3f} ms")
+
+
+def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
+             workers: int | None = None, calibration: str | None = None, transfers: bool = True,
+             seed: int = 0) -> SimulateResult:
+    """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
+    the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
+    :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
+    stored for the machine)."""
+    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import host_note, predict, stored_models
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import Calibration
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.perfmodel.machine import Machine
+    from tilecast.simulator.simulate import POLICIES
+
+    cfg, tiling = _config(model), _tiling(tile)
+    _shape(cfg, batch, seq)
+    if sched not in POLICIES:
+        raise ValueError(f"sched must be one of {', '.join(POLICIES)}, got {sched!r}")
+    m = machine if isinstance(machine, Machine) else load_machine(machine)
+    n = len(m.workers) if workers is None else len(m.with_workers(workers).workers)
+    cal, host_costs = stored_models(m)
+    if calibration is not None:
+        cal = Calibration.load(calibration, m.fingerprint())
+    g = build_gpt2_step(cfg, batch, seq, tiling)
+    durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
+    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n), m, cal, host_costs, graph=g, durations=durations,
+                keep_result=True, transfers=transfers, seed=seed)
+    s = p.summary
+    return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
+                          p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
+                          s["critical_path_s"], s["work_bound_s"], p.tokens_per_s, p.task_overhead_s * 1e6,
+                          "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g)
+
+
+# --- tune --------------------------------------------------------------------------------------------------
+@dataclass
+class TuneResult(_Result):
+    """Configurations ranked by predicted step time (``tilecast tune``); ``to_frame()`` is the ranking, one row
+    per configuration, best first; ``executed`` the measured rows when ``execute`` asked for them."""
+
+    model: str
+    batch: int
+    seq: int
+    machine: str
+    configurations: int
+    skipped: list
+    host_cost: bool
+    best: dict
+    executed: list = field(default_factory=list)
+    ranking: list = field(repr=False, default_factory=list)  # Predictions, best first
+    result: object = field(repr=False, default=None)  # tilecast.loop.tune.TuneResult
+    execution: object = field(repr=False, default=None)  # tilecast.loop.execute.Execution
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = [p.row() for p in self.ranking]
+        for r in rows:
+            r["peak_memory_bytes"] = sum(r["peak_memory_bytes"].values())
+        return pd.DataFrame(rows)
+
+    def executed_frame(self):
+        """The executed configurations, predicted beside measured (empty without ``execute``)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.executed)
+
+    def _headline(self) -> str:
+        return (f"{self.model} {self.batch}x{self.seq} on {self.machine}: {self.configurations} configurations, "
+                f"best {self.best.get('tiling')} {self.best.get('sched')} w{self.best.get('workers')}")
+
+
+def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", scheds=None, workers=None,
+         tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
+         warmup: int = 2, recalibrate: bool = False, progress: bool = False) -> TuneResult:
+    """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
+    search (default: the candidates); ``execute`` K: run the K best (and ``others`` from the rest) on StarPU,
+    local machine only; ``recalibrate``: learn from those runs and store the models."""
+    from tilecast.loop import execute as run_configs
+    from tilecast.loop import pick_for_execution
+    from tilecast.loop import tune as tune_configs
+    from tilecast.loop.candidates import DEFAULT_SCHEDS
+    from tilecast.loop.tune import DEFAULT_MAX_TASKS
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.machine import Machine
+
+    cfg = _config(model)
+    _shape(cfg, batch, seq)
+    for name, v, low in (("execute", execute, 0), ("others", others, 0), ("steps", steps, 1),
+                         ("warmup", warmup, 0)):
+        _positive(name, v, low)
+    if max_tasks is not None:
+        _positive("max_tasks", max_tasks)
+    tilings = None
+    if tiles is not None:
+        tilings = [_tiling(t) for t in ([tiles] if isinstance(tiles, (str, int)) else tiles)]
+    m = machine if isinstance(machine, Machine) else load_machine(machine)
+    if execute and m.name != "local":
+        raise ValueError("execute: only the local machine can be run")
+    res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
+                       workers=list(workers) if workers else None, tilings=tilings,
+                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress)
+    out = TuneResult(cfg.name, batch, seq, m.name, len(res.ranking), res.skipped, bool(res.host_costs),
+                     res.ranking[0].row() if res.ranking else {}, ranking=res.ranking, result=res)
+    if execute:
+        chosen = pick_for_execution(res.ranking, execute, others)
+        ex = run_configs(chosen, res.ranking, m, res.calibration, res.host_costs, steps=steps, warmup=warmup,
+                         recalibrate=recalibrate, progress=progress)
+        if recalibrate:
+            ex.save_models(m)
+        out.executed, out.execution = ex.rows(), ex
+    return out
+
+
+# --- run ---------------------------------------------------------------------------------------------------
+@dataclass
+class RunResult(_Result):
+    """Training steps executed on StarPU (``tilecast run``); medians over the steps after the first;
+    ``to_frame()`` has one row per step, ``trace`` the last step's measured trace."""
+
+    model: str
+    batch: int
+    seq: int
+    tiling: str
+    sched: str
+    workers: int
+    tasks: int
+    steps: int
+    step_s: float
+    makespan_s: float
+    host_s: float
+    tokens_per_s: float
+    gflops: float
+    step_times_s: list
+    makespans_s: list
+    losses: list
+    flops_per_step: float
+    check: dict | None = None
+    trace: object = field(repr=False, default=None)
+    graph: object = field(repr=False, default=None)
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame({"step": range(1, len(self.step_times_s) + 1), "step_s": self.step_times_s,
+                             "makespan_s": self.makespans_s, "loss": self.losses,
+                             "tokens_per_s": [self.batch * self.seq / t for t in self.step_times_s],
+                             "gflops": [self.flops_per_step / t / 1e9 for t in self.step_times_s]})
+
+    def _headline(self) -> str:
+        return (f"{self.model} {self.batch}x{self.seq} tile {self.tiling} on StarPU {self.sched}, "
+                f"{self.workers} workers: {self.step_s * 1e3:.3f} ms a step")
+
+
+def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
+        workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False) -> RunResult:
+    """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
+    the numpy reference (``check["ok"]``)."""
+    import numpy as np
+
+    from tilecast.executor.starpu_run import run_steps
+    from tilecast.trace import with_step_time
+
+    cfg, tiling = _config(model), _tiling(tile)
+    _shape(cfg, batch, seq)
+    _positive("steps", steps)
+    if workers is not None:
+        _positive("workers", workers)
+    res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check)
+    return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
+                     res.median_step_s, float(np.median(res.makespan_s[1:] or res.makespan_s)), res.host_s,
+                     res.tokens_per_s, res.gflops, list(res.step_s), list(res.makespan_s), list(res.losses),
+                     res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph)
+
+
+# --- compare -----------------------------------------------------------------------------------------------
+@dataclass
+class CompareResult(_Result):
+    """A predicted trace against a measured one (``tilecast compare``); ``to_frame()`` is the error per kernel,
+    ``write(folder)`` the HTML report; ``summary`` every figure of the command's ``--json``."""
+
+    step_error: float | None
+    makespan_error: float | None
+    pred_step_s: float | None
+    real_step_s: float | None
+    pred_makespan_s: float
+    real_makespan_s: float
+    task_duration_error: float | None
+    tasks_matched: int
+    summary: dict = field(repr=False, default_factory=dict)
+    comparison: object = field(repr=False, default=None)  # tilecast.reports.comparison.Comparison
+
+    def to_frame(self):
+        return self.comparison.by_kernel.copy()
+
+    def write(self, folder: str, chrome: bool = True) -> dict:
+        """Write the report folder (HTML page, Gantt and error plots, Chrome traces, summary JSON); its paths."""
+        return self.comparison.write(folder, chrome=chrome)
+
+    def _headline(self) -> str:
+        err = self.step_error if self.step_error is not None else self.makespan_error
+        what = "step" if self.step_error is not None else "makespan"
+        return f"{what} error {100 * err:+.2f}%" if err is not None else "comparison"
+
+
+def _trace_of(x):
+    return x.trace() if isinstance(x, SimulateResult) else x.trace if isinstance(x, RunResult) else x
+
+
+def compare(pred, real, before=None, check_sources: bool = True) -> CompareResult:
+    """Compare a predicted trace with a measured one: each a trace DataFrame, a .parquet/.csv path, or a
+    :func:`simulate` / :func:`run` result. ``before``: an earlier prediction of the same run."""
+    from tilecast.reports import compare as compare_traces
+
+    graph_ = next((x.graph for x in (real, pred) if isinstance(x, (SimulateResult, RunResult))), None)
+    c = compare_traces(_trace_of(pred), _trace_of(real), check_sources=check_sources, graph=graph_,
+                       before=None if before is None else _trace_of(before))
+    s = c.summary()
+    return CompareResult(s["step"]["error"], s["makespan"]["error"], s["step"]["pred_s"], s["step"]["real_s"],
+                         s["makespan"]["pred_s"], s["makespan"]["real_s"], s["task_duration_error"]["median_error"],
+                         s["tasks"]["matched"], s, c)
+
+
+# --- whatif ------------------------------------------------------------------------------------------------
+@dataclass
+class WhatifResult(_Result):
+    """Distributed training at cluster scale (``tilecast whatif``): one layout's step time, breakdown,
+    throughput, MFU and memory per GPU; with ``search``, the fastest layouts (``top``), best first."""
+
+    model: str
+    cluster: str
+    gpus: int
+    step_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    fits: bool
+    strategy: dict
+    breakdown: dict
+    memory: dict
+    searched: dict | None = None  # with search: candidates, fitting, evaluated
+    top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
+    timeline: object = field(repr=False, default=None)
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = []
+        for r in self.top:
+            row = {"model": r.model, "cluster": r.cluster, "gpus": r.gpus, **r.strategy, "step_s": r.step_s,
+                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "fits": r.fits,
+                   **r.breakdown, "memory_per_gpu_bytes": r.memory_per_gpu_bytes}
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def _headline(self) -> str:
+        return (f"{self.model} on {self.gpus} x {self.cluster}: step {self.step_s:.4g} s, "
+                f"{self.tokens_per_s:,.0f} tokens/s, MFU {100 * self.mfu:.1f}%")
+
+
+def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048, global_batch: int = 0,
+           micro_batch: int = 1, tp: int = 1, pp: int = 1, dp: int = 0, search: bool = False, top: int = 10,
+           max_configs: int = 1000, **recipe) -> WhatifResult:
+    """Predict a distributed training step (``tilecast whatif``). Counts left at 0 take the command's defaults
+    (:func:`tilecast.cluster.strategy.layout`); ``recipe``: other Strategy fields (``zero``, ``schedule``,
+    ``recompute``, ``dtype``, ...). ``search``: the ``top`` fastest layouts that fit on ``gpus`` GPUs."""
+    from tilecast.cluster.evaluate import evaluate
+    from tilecast.cluster.hardware import load_cluster
+    from tilecast.cluster.models import load_shape
+    from tilecast.cluster.search import search as search_layouts
+    from tilecast.cluster.strategy import layout
+
+    c, shape = load_cluster(cluster), load_shape(model)
+    if search:
+        _positive("gpus", gpus)
+        res = search_layouts(shape, c, gpus, seq, global_batch or gpus, top=top, max_configs=max_configs,
+                             progress=False, **recipe)
+        if not res["top"]:
+            raise ValueError(f"gpus: no layout of {shape.name} on {gpus} GPUs of {c.name} fits in memory")
+        best = res["top"][0]
+        searched = {k: res[k] for k in ("candidates", "fitting", "evaluated")}
+        results = res["top"]
+    else:
+        st = layout(gpus=gpus, tp=tp, pp=pp, dp=dp, global_batch=global_batch, micro_batch=micro_batch, seq=seq,
+                    **recipe)
+        best, searched = evaluate(shape, st, c), None
+        results = [best]
+    return WhatifResult(best.model, best.cluster, best.gpus, best.step_s, best.tokens_per_s, best.tflops_per_gpu,
+                        best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
+                        best.timeline)
+
+
+# --- validate ----------------------------------------------------------------------------------------------
+@dataclass
+class ValidateResult(_Result):
+    """The cluster model against published training runs (``tilecast validate``); ``to_frame()`` has one row
+    per run: published, predicted, error."""
+
+    median_abs_error: float
+    median_abs_error_validation_rows: float
+    target: float
+    ok: bool
+    sources: list
+    runs: object = field(repr=False, default=None)  # DataFrame
+
+    def to_frame(self):
+        return self.runs.copy()
+
+    def _headline(self) -> str:
+        return (f"median |error| {100 * self.median_abs_error:.1f}% over {len(self.runs)} runs; target "
+                f"{100 * self.target:.0f}%: {'met' if self.ok else 'NOT met'}")
+
+
+def validate(table: str | None = None, role: str = "all", target: float = 0.10) -> ValidateResult:
+    """Predict the published runs of ``table`` (default: the shipped one) and compare (``tilecast validate``).
+    ``role``: ``all``, ``calibration`` or ``validation`` rows."""
+    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, median_abs_error
+
+    runs = load_runs(table or RUNS)
+    if role != "all":
+        runs = [r for r in runs if r.role == role]
+    if not runs:
+        raise ValueError(f"role: no {role} rows in {table or RUNS}")
+    df = compare_runs(runs)
+    med = median_abs_error(df)
+    return ValidateResult(med, median_abs_error(df[df.role == "validation"]), target, bool(med <= target),
+                          sorted(set(df.source)), df)
