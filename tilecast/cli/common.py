@@ -17,8 +17,10 @@ DEFAULT_TILE = "256"
 
 def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE) -> None:
     p.add_argument("--model", default=model, metavar="NAME|FILE.json|JSON",
-                   help=f"a preset ({', '.join(PRESETS)}), a JSON file or an inline JSON object with "
-                        f"n_layer, n_embd, n_head, vocab_size, n_positions (default: {model})")
+                   help=f"a preset ({', '.join(PRESETS)}), a transformers config.json (GPT-2 or Llama), or a "
+                        f"JSON file or inline JSON object with n_layer, n_embd, n_head, vocab_size, n_positions "
+                        f"and optionally family (gpt2, llama), n_kv_head, intermediate_size, "
+                        f"tie_word_embeddings, rope_theta (default: {model})")
     p.add_argument("--batch", type=int, default=batch, metavar="N", help=f"sequences per step (default: {batch})")
     p.add_argument("--seq", type=int, default=seq, metavar="N", help=f"tokens per sequence (default: {seq})")
     p.add_argument("--tile", default=tile, metavar="SPEC",

@@ -100,7 +100,7 @@ def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
     torch.manual_seed(seed)
     conf = transformers.GPT2Config(
         vocab_size=cfg.vocab_size, n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        n_head=cfg.n_head, n_inner=cfg.n_inner, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         layer_norm_epsilon=cfg.layer_norm_epsilon, tie_word_embeddings=True, bos_token_id=None,
         eos_token_id=None)
     model = transformers.GPT2LMHeadModel(conf)
