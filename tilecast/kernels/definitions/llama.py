@@ -8,7 +8,7 @@ LayerNorm statistics are merged (layernorm.py).
 RoPE (Su et al. 2021, "RoFormer"), in the half-split layout Llama uses: the two
 halves (x1, x2) of a head's vector at position t rotate by the angles
 t * theta^(-2i/d), i < d/2: (x1 cos - x2 sin, x2 cos + x1 sin). The angles are
-computed in float32 whatever the tile's type, as transformers computes them.
+computed in the tile's precision (in float32 as transformers computes them).
 The backward pass is the rotation by the opposite angles (``sign`` -1).
 
 SwiGLU (Shazeer 2020, "GLU variants improve Transformer"): silu(gate) * up.
@@ -84,12 +84,12 @@ def rms_bwd_gamma(xp, bufs, p):
         dgamma += dg
 
 
-def rope_angles(xp, st, d, s0, theta):
-    """(cos, sin), each (st, d/2) in float32, of positions s0 .. s0 + st - 1."""
-    half = int(d) // 2
-    inv = (1.0 / np.float32(theta) ** (np.arange(0, int(d), 2, dtype=np.float32) / np.float32(d))).astype(np.float32)
-    pos = (np.arange(int(st), dtype=np.float32) + np.float32(s0))[:, None]
-    ang = (pos * inv[None, :half]).astype(np.float32)
+def rope_angles(xp, st, d, s0, theta, dtype=np.float32):
+    """(cos, sin), each (st, d/2) in ``dtype``, of positions s0 .. s0 + st - 1."""
+    f = np.dtype(dtype).type
+    inv = (f(1.0) / f(theta) ** (np.arange(0, int(d), 2, dtype=dtype) / f(d))).astype(dtype)
+    pos = (np.arange(int(st), dtype=dtype) + f(s0))[:, None]
+    ang = (pos * inv[None, :]).astype(dtype)
     return xp.asarray(np.cos(ang)), xp.asarray(np.sin(ang))
 
 
@@ -99,9 +99,9 @@ def rope(xp, bufs, p):
     (x,) = bufs
     d, half = int(p.d), int(p.d) // 2
     xv = x.reshape((int(p.bt), int(p.st), int(p.ht), d))
-    cos, sin = rope_angles(xp, p.st, d, p.s0, p.theta)
-    cos = cos.astype(x.dtype)[None, :, None, :]
-    sin = (sin * np.float32(p.sign)).astype(x.dtype)[None, :, None, :]
+    cos, sin = rope_angles(xp, p.st, d, p.s0, p.theta, x.dtype)
+    cos = cos[None, :, None, :]
+    sin = (sin * x.dtype.type(p.sign))[None, :, None, :]
     x1 = xv[..., :half].copy()
     x2 = xv[..., half:].copy()
     xv[..., :half] = x1 * cos - x2 * sin
