@@ -48,9 +48,20 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
         raise UsageError(f"--seq {args.seq} exceeds the model's n_positions ({cfg.n_positions})")
     try:
         tiling = Tiling.parse(args.tile)
+        if cfg.family == "llama":
+            from tilecast.graph.llama import kv_head_tile
+
+            kv_head_tile(cfg, tiling)  # head tiles hold whole groups of query heads
     except TilingError as e:
         raise UsageError(str(e)) from None
     return cfg, args.batch, args.seq, tiling
+
+
+def require_gpt2(cfg: ModelConfig, command: str) -> None:
+    """One line (UsageError) when a command cannot take ``cfg``'s family yet."""
+    if cfg.family != "gpt2":
+        raise UsageError(f"--model: tilecast {command} handles GPT-2 models only for now; {cfg.name} is a "
+                         f"{cfg.family} model (verify, graph, simulate and run take it)")
 
 
 def print_json(obj) -> None:
