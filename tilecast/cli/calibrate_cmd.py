@@ -8,7 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
+from tilecast.cli.common import require_gpt2, add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 
 def add_parser(sub):
@@ -46,6 +46,7 @@ def run(args) -> int:
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
+    require_gpt2(cfg, "calibrate")
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     if args.per_kernel < 1:

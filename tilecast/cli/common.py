@@ -36,8 +36,10 @@ def as_flags(message: str) -> str:
 
 def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE) -> None:
     p.add_argument("--model", default=model, metavar="NAME|FILE.json|JSON",
-                   help=f"a preset ({', '.join(PRESETS)}), a JSON file or an inline JSON object with "
-                        f"n_layer, n_embd, n_head, vocab_size, n_positions (default: {model})")
+                   help=f"a preset ({', '.join(PRESETS)}), a transformers config.json (GPT-2 or Llama), or a "
+                        f"JSON file or inline JSON object with n_layer, n_embd, n_head, vocab_size, n_positions "
+                        f"and optionally family (gpt2, llama), n_kv_head, intermediate_size, "
+                        f"tie_word_embeddings, rope_theta (default: {model})")
     p.add_argument("--batch", type=int, default=batch, metavar="N", help=f"sequences per step (default: {batch})")
     p.add_argument("--seq", type=int, default=seq, metavar="N", help=f"tokens per sequence (default: {seq})")
     p.add_argument("--tile", default=tile, metavar="SPEC",
@@ -65,9 +67,20 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
         raise UsageError(f"--seq {args.seq} exceeds the model's n_positions ({cfg.n_positions})")
     try:
         tiling = Tiling.parse(args.tile)
+        if cfg.family == "llama":
+            from tilecast.graph.llama import kv_head_tile
+
+            kv_head_tile(cfg, tiling)  # head tiles hold whole groups of query heads
     except TilingError as e:
         raise UsageError(as_flags(str(e))) from None
     return cfg, args.batch, args.seq, tiling
+
+
+def require_gpt2(cfg: ModelConfig, command: str) -> None:
+    """One line (UsageError) when a command cannot take ``cfg``'s family yet."""
+    if cfg.family != "gpt2":
+        raise UsageError(f"--model: tilecast {command} handles GPT-2 models only for now; {cfg.name} is a "
+                         f"{cfg.family} model (verify, graph, simulate and run take it)")
 
 
 def print_json(obj) -> None:

@@ -27,10 +27,10 @@ def add_parser(sub):
 def run(args) -> int:
     from tilecast.graph.analysis import kernel_table, summary
     from tilecast.graph.dot import MAX_DOT_TASKS, to_dot
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.models import build_step
 
     cfg, batch, seq, tiling = model_args(args)
-    graph = build_gpt2_step(cfg, batch, seq, tiling)
+    graph = build_step(cfg, batch, seq, tiling)
     if args.dot and graph.n_tasks > MAX_DOT_TASKS:
         raise UsageError(f"--dot: the graph has {graph.n_tasks} tasks; pictures are drawn for at most "
                          f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")

@@ -81,7 +81,7 @@ def _row(p, machine, sim_s: float) -> dict:
 
 
 def run(args) -> int:
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import predict
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -93,7 +93,7 @@ def run(args) -> int:
     machine, workers = _machine(args)
     calibration, host_costs = _models(args, machine)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}", file=sys.stderr)
-    graph = build_gpt2_step(cfg, batch, seq, tiling)
+    graph = build_step(cfg, batch, seq, tiling)
     model = DurationModel(machine, calibration)
     durations = model.durations(graph)
     provenance = dict(model.provenance)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json, quiet_check_line
+from tilecast.cli.common import require_gpt2, add_json_arg, add_model_args, human, model_args, print_json, quiet_check_line
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -81,6 +81,7 @@ def run(args) -> int:
     from tilecast.perfmodel import MachineError, load_machine
 
     cfg, batch, seq, _ = model_args(args)
+    require_gpt2(cfg, "tune")
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     workers = parse_list(args.workers, "--workers", int) if args.workers else None

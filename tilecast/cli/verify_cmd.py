@@ -1,4 +1,4 @@
-"""tilecast verify: tilecast's training step against transformers' GPT2LMHeadModel."""
+"""tilecast verify: tilecast's training step against transformers' GPT2LMHeadModel or LlamaForCausalLM."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_
 def add_parser(sub):
     p = sub.add_parser(
         "verify", help="check a tiled training step against transformers numerically",
-        description="Build transformers' GPT2LMHeadModel with the same shape and weights, run two training "
+        description="Build transformers' GPT2LMHeadModel (or LlamaForCausalLM, eager attention, for a Llama "
+                    "model) with the same shape and weights, run two training "
                     "steps (same batches, AdamW, lr 1e-3) in both, and print the relative error "
-                    "max|a-b|/max|b| of the first step's loss, of every gradient of the first step and of "
+                    "max|a-b|/max|b| of the first step's loss and logits, of every gradient of the first step and of "
                     "every parameter after the second update. Loss and gradients are compared in float32 "
-                    "(tolerances 1e-5 and 1e-4). Parameters are compared in float64 by default (tolerance "
+                    "(tolerances 1e-5, 1e-4 and 1e-4). Parameters are compared in float64 by default (tolerance "
                     "1e-4): after AdamW, float32 rounding of gradients near zero moves parameters by amounts "
                     "that differ between any two float32 implementations, transformers' own attention "
                     "variants included; the float32 figures are printed too. Exit status 1 if any error "
@@ -33,7 +34,7 @@ def run(args) -> int:
         raise UsageError(f"--model: {cfg.name} is too large for a numpy reference check; use a small shape")
     try:
         res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype)
-    except ReferenceUnavailable as e:
+    except (ReferenceUnavailable, ValueError) as e:  # ValueError: a tiling or model the check refuses
         raise UsageError(str(e)) from None
     if args.json:
         print_json(res.to_dict())
@@ -47,11 +48,12 @@ def run(args) -> int:
           + ", ".join(f"{a:.6f} / {b:.6f}" for a, b in zip(res.losses["tilecast"], res.losses["transformers"])))
     print(f"\n{'tensor':<44}{'gradient':>12}{'':>6}{'parameter':>12}{'':>6}")
     print(f"{'loss (' + res.dtypes['loss'] + ')':<44}{res.loss:>12.2e}{mark(res.loss, 'loss'):>6}")
+    print(f"{'logits (' + res.dtypes['loss'] + ')':<44}{res.logits:>12.2e}{mark(res.logits, 'logits'):>6}")
     for name in res.grads:
         g, p = res.grads[name], res.params[name]
         print(f"{name:<44}{g:>12.2e}{mark(g, 'grads'):>6}{p:>12.2e}{mark(p, 'params'):>6}")
     print(f"\ngradients in {res.dtypes['grads']}, parameters in {res.dtypes['params']}; tolerances: "
-          f"loss {TOLERANCES['loss']:g}, gradients {TOLERANCES['grads']:g}, parameters {TOLERANCES['params']:g}")
+          f"loss {TOLERANCES['loss']:g}, logits {TOLERANCES['logits']:g}, gradients {TOLERANCES['grads']:g}, parameters {TOLERANCES['params']:g}")
     if "float32_params" in res.extra:
         worst = max(res.extra["float32_params"].values())
         print(f"largest parameter error of the float32 run (for information): {worst:.2e}")

@@ -149,5 +149,10 @@ def load_shape(spec) -> Shape:
     except ModelConfigError as e:
         raise ModelConfigError(f"{e} (cluster shapes: {', '.join(available())})") from None
     assert set(GPT2_FIELDS) <= set(cfg.shape())
+    if cfg.family == "llama":
+        return Shape(name=cfg.name, n_layer=cfg.n_layer, d_model=cfg.n_embd, n_head=cfg.n_head,
+                     vocab=cfg.vocab_size, d_ff=cfg.n_inner, n_kv_head=cfg.n_kv_head, gated_mlp=True,
+                     tied_embeddings=cfg.tie_word_embeddings)
     return Shape(name=cfg.name, n_layer=cfg.n_layer, d_model=cfg.n_embd, n_head=cfg.n_head,
-                 vocab=cfg.vocab_size, learned_positions=cfg.n_positions)
+                 vocab=cfg.vocab_size, d_ff=0 if cfg.n_inner == 4 * cfg.n_embd else cfg.n_inner,
+                 learned_positions=cfg.n_positions)

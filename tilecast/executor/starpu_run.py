@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import (TrainState, init_gpt2_params, load_step, reference_step, set_batch,
+from tilecast.executor.step import (TrainState, init_params, load_step, reference_step, set_batch,
                                     step_loss)
 from tilecast.executor.verify import TOLERANCES, rel_err
-from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step, grad_name
+from tilecast.graph.gpt2 import AdamWConfig, grad_name
+from tilecast.graph.models import build_step
 from tilecast.kernels import get
 
 
@@ -136,8 +137,8 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers)  # validates before the graph is built
-    graph = build_gpt2_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
-    state = TrainState(init_gpt2_params(cfg, seed))
+    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    state = TrainState(init_params(cfg, seed))
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None

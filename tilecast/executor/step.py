@@ -59,6 +59,20 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def init_llama_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """A Llama's initialisation as transformers does it: N(0, 0.02) weights and embeddings, unit RMSNorm gains."""
+    from tilecast.graph.llama import llama_parameters
+
+    rng = np.random.default_rng(seed)
+    return {name: (np.ones(shape) if name.endswith("norm.g") else rng.normal(0.0, 0.02, shape)).astype(np.float32)
+            for name, (shape, _) in llama_parameters(cfg).items()}
+
+
+def init_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """The initial parameters of ``cfg``'s family."""
+    return init_llama_params(cfg, seed) if cfg.family == "llama" else init_gpt2_params(cfg, seed)
+
+
 def set_batch(graph: Graph, store: TileStore, ids, targets, step: int) -> None:
     """Put a batch into a store and set AdamW's (1-based) step number: what changes between steps."""
     graph.set_param("adamw", "step", step)

@@ -89,19 +89,24 @@ class _Step:
             model=cfg.to_dict(), batch=batch, seq=seq, tiling=tiling.describe(), adamw=adamw.__dict__, step=step,
             dtype=np.dtype(dtype).name), dtype=dtype)
         self.p, self.g = {}, {}
-        st = tiling.tile("seq", seq)
-        for name, (shape, dims) in gpt2_parameters(cfg).items():
-            if name == "wpe":
-                # Position tiles line up with the sequence tiles of the activations.
-                tile = {"seq": st}
-            else:
-                tile = None
+        for name, (shape, dims) in self.parameters().items():
+            tile = self.param_tiles(name)
             self.p[name] = self._tensor(name, shape, dims, "param", tile)
             if forward_only:
                 continue
             self.g[name] = self._tensor(grad_name(name), shape, dims, "grad", tile)
             for state in adam_names(name):
                 self._tensor(state, shape, dims, "optim", tile)
+
+    def parameters(self) -> dict:
+        return gpt2_parameters(self.cfg)
+
+    def param_tiles(self, name) -> dict | None:
+        """Tile sizes that differ from the tiling's for one parameter (and its gradient and moments)."""
+        if name == "wpe":
+            # Position tiles line up with the sequence tiles of the activations.
+            return {"seq": self.bld.tiling.tile("seq", self.S)}
+        return None
 
     def _tensor(self, name, shape, dims, kind, tile=None):
         return self.bld.tensor(name, shape, dims, kind, tiles=tile)
@@ -167,16 +172,25 @@ class _Step:
 
     def head_and_loss(self, x):
         bld, cfg = self.bld, self.cfg
-        E, V = cfg.n_embd, cfg.vocab_size
+        E = cfg.n_embd
         with bld.tagged("head.fwd"):
             self.stf = self.act("ln_f.stats", (2, None))
             self.hf = self.act("ln_f.out", (E, "embd"))
             ops.layernorm(bld, x, self.p["ln_f.g"], self.p["ln_f.b"], self.stf, self.hf, self.eps)
-            self.logits = self.act("logits", (V, "vocab"))
-            wte = self.p["wte"]
-            b, s, v, e = ops.mesh(*self.logits.grid, self.hf.grid[2])
-            ops.gemm(bld, self.hf.tile_ids(b, s, e), wte.tile_ids(v, e), self.logits.tile_ids(b, s, v), 0, 1,
-                     ops._tok(self.hf, b, s), wte.extent(0, v), self.hf.extent(2, e))
+            self.lm_head(self.hf, self.p["wte"])
+        self.loss_tasks()
+
+    def lm_head(self, h, w):
+        """logits = h w^T, w stored (vocab, embd)."""
+        bld = self.bld
+        self.logits = self.act("logits", (self.cfg.vocab_size, "vocab"))
+        b, s, v, e = ops.mesh(*self.logits.grid, h.grid[2])
+        ops.gemm(bld, h.tile_ids(b, s, e), w.tile_ids(v, e), self.logits.tile_ids(b, s, v), 0, 1,
+                 ops._tok(h, b, s), w.extent(0, v), h.extent(2, e))
+
+    def loss_tasks(self):
+        """Mean next-token cross-entropy of ``self.logits`` into tensor ``loss``."""
+        bld = self.bld
         with bld.tagged("loss"):
             lg = self.logits
             self.cst = self.act("loss.stats", (2, None))
@@ -200,22 +214,31 @@ class _Step:
                     dict(rows=ops._tok(lg, b, s), scale=scale, beta=beta), modes=[None, None, mode])
 
     # --- backward ------------------------------------------------------------
-    def head_backward(self, x_last):
-        bld, cfg, lg = self.bld, self.cfg, self.logits
-        wte = self.p["wte"]
+    def loss_backward(self):
+        """d loss / d logits, in place of the logits."""
+        bld, lg = self.bld, self.logits
         with bld.tagged("loss"):
             b, s, v = ops.mesh(*lg.grid)
             bld.add("ce_grad", [lg.tile_ids(b, s, v), self.cst.tile_ids(b, s, 0), self.targets.tile_ids(b, s)],
                     dict(rows=ops._tok(lg, b, s), vt=lg.extent(2, v), v0=lg.start(2, v), scale=1.0 / (self.B * self.S)))
+
+    def lm_head_backward(self, h, w, gw, dh):
+        """dh = dlogits w; gw (+)= dlogits^T h."""
+        bld, lg = self.bld, self.logits
+        b, s, e, v = ops.mesh(*h.grid, lg.grid[2])
+        ops.gemm(bld, lg.tile_ids(b, s, v), w.tile_ids(v, e), dh.tile_ids(b, s, e), 0, 0,
+                 ops._tok(h, b, s), h.extent(2, e), lg.extent(2, v))
+        v, e, b, s = ops.mesh(lg.grid[2], h.grid[2], *h.grid[:2])
+        ops.gemm(bld, lg.tile_ids(b, s, v), h.tile_ids(b, s, e), gw.tile_ids(v, e), 1, 0,
+                 lg.extent(2, v), h.extent(2, e), ops._tok(h, b, s))
+
+    def head_backward(self, x_last):
+        bld, cfg = self.bld, self.cfg
+        self.loss_backward()
         with bld.tagged("head.bwd"):
             hf = self.hf
             dhf = self.act("ln_f.dout", (cfg.n_embd, "embd"))
-            b, s, e, v = ops.mesh(*hf.grid, lg.grid[2])
-            ops.gemm(bld, lg.tile_ids(b, s, v), wte.tile_ids(v, e), dhf.tile_ids(b, s, e), 0, 0,
-                     ops._tok(hf, b, s), hf.extent(2, e), lg.extent(2, v))
-            v, e, b, s = ops.mesh(lg.grid[2], hf.grid[2], *hf.grid[:2])
-            ops.gemm(bld, lg.tile_ids(b, s, v), hf.tile_ids(b, s, e), self.g["wte"].tile_ids(v, e), 1, 0,
-                     lg.extent(2, v), hf.extent(2, e), ops._tok(hf, b, s))
+            self.lm_head_backward(hf, self.p["wte"], self.g["wte"], dhf)
             self.dres = self.act("dx", (cfg.n_embd, "embd"))
             sums = self.act("ln_f.sums", (2, None))
             ops.layernorm_backward(bld, x_last, self.p["ln_f.g"], self.stf, dhf, sums, self.dres,

@@ -173,7 +173,50 @@ def _adamw(rng, z):
             for lr, wd, step in ((1e-3, 0.1, 1.0), (3e-4, 0.0, 17.0))]
 
 
+def _llama(name):
+    def make(rng, z):
+        rows, cols = z["m"], z["n"]
+        out = []
+        for beta in (0.0, 1.0):
+            n = cols * (4 if beta else 1)
+            x, g, dy = _f(rng, rows, cols, scale=2.0), _f(rng, cols), _f(rng, rows, cols)
+            ss = (rng.uniform(0.5, 4.0, rows) * n).astype(np.float32)
+            sums = _f(rng, rows, scale=float(n))
+            if name == "rms_stats":
+                out.append((dict(rows=rows, cols=cols, beta=beta), [x, ss]))
+            elif name == "rms_apply" and beta == 0.0:
+                out.append((dict(rows=rows, cols=cols, n=n, eps=1e-5), [x, ss, g, _f(rng, rows, cols)]))
+            elif name == "rms_bwd_sums":
+                out.append((dict(rows=rows, cols=cols, beta=beta), [x, g, dy, sums]))
+            elif name == "rms_bwd_dx":
+                out.append((dict(rows=rows, cols=cols, n=n, eps=1e-5, beta=beta), [x, ss, g, dy, sums,
+                                                                                   _f(rng, rows, cols)]))
+            elif name == "rms_bwd_gamma":
+                out.append((dict(rows=rows, cols=cols, n=n, eps=1e-5, beta=beta), [x, ss, dy, _f(rng, cols)]))
+        bt, st, h, d = z["b"], z["s"], z["h"], 2 * z["d"]
+        if name == "rope":
+            out += [(dict(bt=bt, st=st, ht=h, d=d, s0=s0, theta=theta, sign=sign), [_f(rng, bt, st, h, d)])
+                    for s0, theta, sign in ((0, 10000.0, 1.0), (37, 500000.0, 1.0), (5, 10000.0, -1.0))]
+        n = z["n"] * z["m"]
+        if name == "swiglu":
+            out.append((dict(n=n), [_f(rng, n, scale=4.0), _f(rng, n), _f(rng, n)]))
+        if name == "swiglu_bwd":
+            out.append((dict(n=n), [_f(rng, n, scale=4.0), _f(rng, n), _f(rng, n), _f(rng, n), _f(rng, n)]))
+        for g in (1, 3):
+            kv = dict(bt=bt, st=st, kt=h, g=g, d=z["d"])
+            if name == "kv_expand":
+                out.append((kv, [_f(rng, bt, st, h, z["d"]), _f(rng, bt, st, h * g, z["d"])]))
+            if name == "kv_reduce":
+                out += [(dict(kv, beta=b), [_f(rng, bt, st, h * g, z["d"]), _f(rng, bt, st, h, z["d"])])
+                        for b in (0.0, 1.0)]
+        return out
+    return make
+
+
 _MAKERS = {"gemm": _gemm, "adamw": _adamw}
+for _n in ("rms_stats", "rms_apply", "rms_bwd_sums", "rms_bwd_dx", "rms_bwd_gamma", "rope", "swiglu", "swiglu_bwd",
+           "kv_expand", "kv_reduce"):
+    _MAKERS[_n] = _llama(_n)
 for _n in ("fill", "axpy", "bias_add", "bias_grad", "gelu", "gelu_bwd"):
     _MAKERS[_n] = _elementwise(_n)
 for _n in ("ln_stats", "ln_apply", "ln_bwd_sums", "ln_bwd_dx", "ln_bwd_params"):

@@ -16,7 +16,9 @@ static const struct {
     ENTRY(ln_bwd_dx),     ENTRY(ln_bwd_params), ENTRY(softmax_stats), ENTRY(softmax_apply), ENTRY(softmax_bwd),
     ENTRY(attn_qk),       ENTRY(attn_pv),       ENTRY(attn_ptv),    ENTRY(attn_rowdot),   ENTRY(embed),
     ENTRY(embed_bwd),     ENTRY(pos_add),       ENTRY(pos_bwd),     ENTRY(ce_target),     ENTRY(ce_loss),
-    ENTRY(ce_grad),       ENTRY(adamw),
+    ENTRY(ce_grad),       ENTRY(adamw),         ENTRY(rms_stats),   ENTRY(rms_apply),     ENTRY(rms_bwd_sums),
+    ENTRY(rms_bwd_dx),    ENTRY(rms_bwd_gamma), ENTRY(rope),        ENTRY(swiglu),        ENTRY(swiglu_bwd),
+    ENTRY(kv_expand),     ENTRY(kv_reduce),
 };
 
 int tc_kernel_count(void)

@@ -49,6 +49,17 @@ TC_KERNEL(ce_loss);
 TC_KERNEL(ce_grad);
 /* adamw.c */
 TC_KERNEL(adamw);
+/* llama.c */
+TC_KERNEL(rms_stats);
+TC_KERNEL(rms_apply);
+TC_KERNEL(rms_bwd_sums);
+TC_KERNEL(rms_bwd_dx);
+TC_KERNEL(rms_bwd_gamma);
+TC_KERNEL(rope);
+TC_KERNEL(swiglu);
+TC_KERNEL(swiglu_bwd);
+TC_KERNEL(kv_expand);
+TC_KERNEL(kv_reduce);
 
 /* dispatch.c: lookup by registry name, and a timing loop for calibration. */
 tc_kernel_fn tc_kernel_lookup(const char *name);

@@ -9,4 +9,5 @@ from tilecast.kernels.definitions import (  # noqa: F401
     embedding,
     cross_entropy,
     adamw,
+    llama,
 )
