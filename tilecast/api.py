@@ -471,14 +471,16 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
            max_configs: int = 1000, **recipe) -> WhatifResult:
     """Predict a distributed training step (``tilecast whatif``). Counts left at 0 take the command's defaults
     (:func:`tilecast.cluster.strategy.layout`); ``recipe``: other Strategy fields (``zero``, ``schedule``,
-    ``recompute``, ``dtype``, ...). ``search``: the ``top`` fastest layouts that fit on ``gpus`` GPUs."""
+    ``recompute``, ``dtype``, ...). ``search``: the ``top`` fastest layouts that fit on ``gpus`` GPUs.
+    ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster` (e.g. a what-if
+    copy, ``load_cluster("dgx-h100").scaled(network_bandwidth=2)``)."""
     from tilecast.cluster.evaluate import evaluate
-    from tilecast.cluster.hardware import load_cluster
+    from tilecast.cluster.hardware import Cluster, load_cluster
     from tilecast.cluster.models import load_shape
     from tilecast.cluster.search import search as search_layouts
     from tilecast.cluster.strategy import layout
 
-    c, shape = load_cluster(cluster), load_shape(model)
+    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_shape(model)
     if search:
         _positive("gpus", gpus)
         res = search_layouts(shape, c, gpus, seq, global_batch or gpus, top=top, max_configs=max_configs,

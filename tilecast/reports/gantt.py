@@ -70,6 +70,26 @@ def gantt_figure(pred: pd.DataFrame, real: pd.DataFrame) -> Figure:
     return fig
 
 
+def schedule_figure(trace: pd.DataFrame, title: str | None = None) -> Figure:
+    """One schedule alone (a predicted or a measured trace): a row per worker, then per link, each task a bar
+    in its kernel's colour, the makespan marked; for a prediction before anything has run."""
+    lanes = _lanes(trace)
+    colors = kernel_colors(trace)
+    fig = Figure(figsize=(12, max(2.5, 0.9 + 0.45 * len(lanes), 0.6 + 0.19 * len(colors))), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    _draw(ax, trace, {lane: j for j, lane in enumerate(lanes)}, colors)
+    ax.axvline(makespan(trace), color="black", linewidth=0.8)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([f"{k} {w}" for k, w in lanes], fontsize=8)
+    ax.set_ylim(len(lanes) - 0.4, -0.6)
+    ax.set_xlabel("seconds from the start of the step")
+    ax.set_title(title or f"makespan {makespan(trace) * 1e3:.3f} ms", loc="left", fontsize=10)
+    fig.legend(handles=[Patch(color=colors[k], label=k) for k in colors], loc="outside right upper",
+               fontsize=8, frameon=False)  # busiest kernels first
+    return fig
+
+
 def write_gantt(pred: pd.DataFrame, real: pd.DataFrame, path: str, dpi: int = 110) -> str:
     fig = gantt_figure(pred, real)
     fig.savefig(path, dpi=dpi)

@@ -14,6 +14,8 @@ table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 img{max-width:100%;border:1px solid #ddd}
+figure{margin:0 0 1.5em 0}
+.row{display:flex;flex-wrap:wrap;gap:2em} .row table{margin-top:0}
 .big{font-size:1.3em}
 """
 
@@ -33,9 +35,12 @@ def _fmt(df: pd.DataFrame) -> str:
     return df.to_html(index=False, border=0, escape=True)
 
 
-def tables_html(c) -> str:
-    """The comparison's figures and tables as an HTML fragment."""
-    s = c.summary()
+TOP_ROWS = 8  # rows of each "top differences" table
+
+
+def headline_html(c, s: dict | None = None) -> str:
+    """The step time, the makespan and where their difference comes from, as an HTML fragment."""
+    s = s or c.summary()
     m, t, e = s["makespan"], s["tasks"], s["task_duration_error"]
     med = "n/a" if e["median_error"] is None else f"{e['median_error'] * 100:+.2f}%"
     p90 = "n/a" if e["p90_abs_error"] is None else f"{e['p90_abs_error'] * 100:.2f}%"
@@ -48,13 +53,35 @@ def tables_html(c) -> str:
         f"Task duration error: median {med}, 90th percentile of |error| {p90}. "
         "Errors are (predicted - measured) / measured.</p>",
         _transfers(s["transfers"]),
+    ]
+    return "\n".join(parts)
+
+
+def top_differences_html(c) -> str:
+    """The phases and the single tasks that account for most of the difference, side by side."""
+    tasks = c.pairs.iloc[c.pairs["diff_s"].abs().to_numpy().argsort(kind="stable")[::-1][:TOP_ROWS]]
+    tasks = tasks[["task", "kernel", "tag", "pred_s", "real_s", "diff_s", "error"]]
+    return ("<h2>Top differences</h2><div class=row>"
+            f"<div><h3>Phases (tags with layer numbers merged)</h3>{_fmt(c.by_phase.head(TOP_ROWS))}</div>"
+            f"<div><h3>Single tasks</h3>{_fmt(tasks)}</div></div>")
+
+
+def details_html(c, s: dict | None = None) -> str:
+    """The tables per kernel, before/after, tag and worker, as an HTML fragment."""
+    s = s or c.summary()
+    parts = [
         "<h2>Where the prediction went wrong: kernels</h2>", _fmt(c.by_kernel),
         _before_after(c, s),
-        "<h2>Phases (tags with layer numbers merged)</h2>", _fmt(c.by_phase.head(20)),
         "<h2>Tags</h2>", _fmt(c.by_tag.head(20)),
         "<h2>Workers: busy and idle time</h2>", _fmt(c.by_worker),
     ]
     return "\n".join(parts)
+
+
+def tables_html(c) -> str:
+    """The comparison's figures and tables as an HTML fragment (the notebook view)."""
+    s = c.summary()
+    return "\n".join([headline_html(c, s), top_differences_html(c), details_html(c, s)])
 
 
 def _ms(v) -> str:
@@ -116,24 +143,35 @@ def _img(path: str, alt: str) -> str:
 
 
 def write_html(c, paths: dict, out: str) -> str:
-    """Write the report page; ``paths`` holds the PNGs and the Chrome JSON files written beside it."""
+    """Write the report page; ``paths`` holds the PNGs and the Chrome JSON files written beside it.
+
+    The page stands alone: styles inline, the charts embedded as PNG data, no script and nothing fetched
+    from a network, so it opens offline in any browser (``tests/test_report_browser.py`` renders it in
+    headless Chromium). Charts come first after the headline figures, then the top differences, then
+    the full tables."""
     here = os.path.dirname(os.path.abspath(out))
     link = lambda key: html.escape(os.path.relpath(paths[key], here))  # noqa: E731
     chrome = ""
     if "pred_chrome_json" in paths:
-        chrome = (f'Chrome traces (open in <a href="https://ui.perfetto.dev">Perfetto</a>): '
+        chrome = (f'Chrome traces, to open in Perfetto (ui.perfetto.dev, online) or chrome://tracing: '
                   f'<a href="{link("pred_chrome_json")}">predicted</a>, '
                   f'<a href="{link("real_chrome_json")}">measured</a>; ')
+    s = c.summary()
     page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>tilecast: prediction vs measurement</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tilecast: prediction vs measurement</title>
 <style>{_STYLE}</style></head><body>
 <h1>Prediction vs measurement</h1>
-{tables_html(c)}
+{headline_html(c, s)}
 <h2>Schedules (predicted above, measured below)</h2>
-{_img(paths["gantt_png"], "Gantt chart")}
+<figure id="gantt">{_img(paths["gantt_png"], "Gantt chart")}</figure>
 <h2>Error by kernel</h2>
-{_img(paths["errors_png"], "error by kernel")}
-<p>{chrome}<a href="{link("summary_json")}">summary JSON</a>.</p>
+<figure id="kernel-errors">{_img(paths["errors_png"], "error by kernel")}</figure>
+{top_differences_html(c)}
+{details_html(c, s)}
+<p>{chrome}<a href="{link("summary_json")}">summary JSON</a>, <a href="{link("by_kernel_csv")}">errors per kernel
+(CSV)</a>.</p>
 </body></html>
 """
     with open(out, "w", encoding="utf-8") as f:
