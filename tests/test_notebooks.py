@@ -49,7 +49,10 @@ def executed(tmp_path_factory):
     home = tmp_path_factory.mktemp("notebook-home")
     report = str(tmp_path_factory.mktemp("notebook-report") / "report")
     saved = os.environ.get("TILECAST_HOME")
+    saved_path = os.environ.get("PYTHONPATH")
     os.environ["TILECAST_HOME"] = str(home)  # the kernel inherits this process's environment
+    # the kernel imports this checkout's tilecast, installed or not
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(EXAMPLES), saved_path) if p)
     out = {}
     try:
         for name in ORDER:
@@ -61,10 +64,11 @@ def executed(tmp_path_factory):
             client.execute()
             out[name] = nb
     finally:
-        if saved is None:
-            os.environ.pop("TILECAST_HOME", None)
-        else:
-            os.environ["TILECAST_HOME"] = saved
+        for key, value in (("TILECAST_HOME", saved), ("PYTHONPATH", saved_path)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     out["report"] = report
     return out
 
