@@ -108,3 +108,22 @@ def test_simgrid_replays_a_serial_run_from_the_history(graph):
     for m in run.makespans_s:
         assert executed <= m <= executed + graph.n_tasks * 10e-6
     assert run.makespans_s[0] == pytest.approx(run.makespans_s[1], rel=1e-6)  # virtual time: no jitter
+
+
+def test_build_says_what_is_missing(tmp_path, monkeypatch):
+    """Without a build under $TILECAST_HOME, the build names what it needs instead of failing later."""
+    from tilecast.executor.simgrid_build import ensure_starpu_simgrid
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TILECAST_STARPU_SRC", raising=False)
+    assert not simgrid_built()
+    with pytest.raises(NativeUnavailable, match="apt-get source starpu"):
+        ensure_starpu_simgrid()
+    with pytest.raises(NativeUnavailable, match="not a StarPU source tree"):
+        ensure_starpu_simgrid(tmp_path)
+    (tmp_path / "configure").write_text("")
+    (tmp_path / "configure.ac").write_text("AC_INIT([StarPU], [1.4.7], [x])\n")
+    with pytest.raises(NativeUnavailable, match="StarPU 1.4.7, expected 1.3.10"):
+        ensure_starpu_simgrid(tmp_path)
+    assert not (tmp_path / "home" / "starpu-simgrid").exists()
