@@ -1,0 +1,225 @@
+"""tilecast's simulator side by side with StarPU's own (SimGrid mode), both against measured steps.
+
+Opt-in (not part of CI): the first run builds StarPU 1.3.10 with SimGrid from
+Debian's source package into ``$TILECAST_HOME/starpu-simgrid``
+(``tilecast.executor.simgrid_build``; ``--source`` or ``$TILECAST_STARPU_SRC``
+names the unpacked ``apt-get source starpu``; needs ``libsimgrid-dev``).
+
+Protocol, per configuration (a model, batch x seq, tiling, scheduler, all
+workers), as the accuracy suite's:
+
+1. learning pass: every configuration runs on StarPU (Debian's, as tilecast
+   always runs it), and tilecast's models learn from the traces (kernel
+   durations in the runtime, host cost, cost per task) and are stored.
+   ``STARPU_CALIBRATE=1`` is set for the whole benchmark, so that StarPU's
+   history files record every task under every policy (StarPU records only
+   what a model-based policy asked about otherwise, so eager's tasks would
+   be missing); it applies to every measured step alike. So does
+   ``STARPU_HISTORY_MAX_ERROR`` (:data:`HISTORY_MAX_ERROR`): by default StarPU
+   flushes a footprint's samples whenever as many deviate by more than 50%
+   from their mean as agree with it, which the memory-bound tasks of a busy
+   2-core machine do (seen: the tile-128 step's ``embed`` footprint left with
+   no sample), and SimGrid cannot simulate a task with no sample.
+2. both simulators predict every configuration from what that pass left:
+   tilecast with its stored models (:func:`tilecast.loop.predict.predict`),
+   StarPU-with-SimGrid from the same ``STARPU_HOME`` history files and bus
+   calibration (platform) under the same host name
+   (:func:`tilecast.executor.simgrid_replay.simgrid_makespans`). Each
+   simulator's wall time is timed per configuration: tilecast's whole
+   ``predict`` (duration model and simulation); SimGrid's replay process
+   (export, StarPU's start, simulation, shutdown). Building the graph is
+   left out of both.
+3. every configuration is measured afresh (median step and makespan).
+
+SimGrid gives a makespan; its step time is that makespan plus the same host
+cost per step tilecast adds to its own (the fitted time outside the task
+graph). Errors are relative to the measured median step; makespan errors
+(against the median measured makespan) are printed and in the JSON too.
+
+Prints the conditions (CPU, BLAS), a table, and as its last line one JSON
+object: tilecast_median_abs_error, simgrid_median_abs_error,
+tilecast_max_abs_error, simgrid_max_abs_error, speedup (SimGrid wall time /
+tilecast's, summed over configurations), targets_met, rows, conditions.
+Targets: tilecast at least as accurate on both figures, at least 10x faster.
+
+    python3 benchmarks/vs_starpu_simgrid.py [--suite quick|default] [--source DIR] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+TARGET_SPEEDUP = 10.0
+HISTORY_MAX_ERROR = 1_000_000  # percent: StarPU never flushes a footprint's history (its default: 50)
+
+SMALL = {"name": "gpt2-4x512", "n_layer": 4, "n_embd": 512, "n_head": 8, "vocab_size": 8192, "n_positions": 512}
+SUITES = {
+    # (model, batch, seq, tilings, schedulers): a subset of the accuracy suite's
+    "default": [
+        ("gpt2-tiny", 32, 128, ("64", "128"), ("eager", "dmda")),
+        (SMALL, 16, 256, ("256",), ("eager", "dmda")),
+    ],
+    "quick": [
+        ("gpt2-tiny", 32, 128, ("64", "128"), ("eager", "dmda")),
+    ],
+}
+
+
+def configs(suite: str, workers: int) -> list:
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import from_dict, load_model
+    from tilecast.loop.config import StepConfig
+
+    out = []
+    for model, batch, seq, tiles, scheds in SUITES[suite]:
+        cfg = from_dict(model, name=model["name"]) if isinstance(model, dict) else load_model(model)
+        out += [StepConfig(cfg, batch, seq, Tiling.parse(t), s, workers) for t in tiles for s in scheds]
+    return out
+
+
+def err(pred: float, real: float) -> float:
+    return (pred - real) / real
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", choices=sorted(SUITES), default="default")
+    ap.add_argument("--source", help="StarPU 1.3.10 source tree (default: $TILECAST_STARPU_SRC)")
+    ap.add_argument("--workers", type=int, default=None, help="CPU workers (default: all cores, StarPU's limit)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--no-learning-pass", action="store_true",
+                    help="predict from the models and histories as they are (e.g. after an earlier run)")
+    ap.add_argument("--max-wait", type=float, default=60.0,
+                    help="seconds the quiet check may wait for slow spells of the machine, in all (0: no check)")
+    args = ap.parse_args()
+
+    # before any StarPU session starts: histories of every task, every sample kept (see the docstring)
+    os.environ["STARPU_CALIBRATE"] = "1"
+    os.environ["STARPU_HISTORY_MAX_ERROR"] = str(HISTORY_MAX_ERROR)
+    from tilecast.executor.simgrid_build import ensure_replay
+    from tilecast.executor.simgrid_replay import simgrid_makespans, starpu_hostname
+    from tilecast.executor.starpu_session import default_workers, starpu_home
+    from tilecast.loop.execute import execute
+    from tilecast.loop.host_cost import ensure_host_costs
+    from tilecast.loop.interference import QuietGuard
+    from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.loop.predict import predict
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.local import conditions_line, run_conditions
+    from tilecast.reports import ranking_accuracy
+
+    conditions = run_conditions()
+    print(conditions_line(conditions))
+    exe = ensure_replay(args.source)  # builds StarPU with SimGrid on first use (minutes)
+    workers = args.workers or default_workers()
+    cfgs = configs(args.suite, workers)
+    machine = load_machine("local")
+    graphs = {}
+    for c in cfgs:
+        if c.graph_key not in graphs:
+            graphs[c.graph_key] = c.build()
+
+    def guard():
+        return QuietGuard(workers=workers, max_wait_s=args.max_wait) if args.max_wait > 0 else None
+
+    def models():
+        host = ensure_host_costs(machine, [workers], scheds=sorted({c.sched for c in cfgs}))
+        cal = ensure_calibration(machine, graphs.values())
+        return cal, host
+
+    cal, host = models()
+    if not args.no_learning_pass:
+        print("learning pass: every configuration runs once; tilecast's models and StarPU's histories learn "
+              "from it", file=sys.stderr)
+        preds = [predict(c, machine, cal, host, graph=graphs[c.graph_key]) for c in cfgs]
+        execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup, recalibrate=True,
+                guard=guard()).save_models(machine)
+        cal, host = models()
+
+    print("predicting: tilecast, then StarPU in SimGrid mode", file=sys.stderr)
+    preds, sg, tc_wall, sg_wall, warnings = [], [], [], [], 0
+    for c in cfgs:
+        g = graphs[c.graph_key]
+        t0 = time.perf_counter()
+        preds.append(predict(c, machine, cal, host, graph=g))
+        tc_wall.append(time.perf_counter() - t0)
+        run = simgrid_makespans(g, c.sched, c.workers, starpu_home(), exe=exe)
+        if run.workers != c.workers:
+            raise RuntimeError(f"SimGrid simulated {run.workers} workers, not {c.workers}: the platform file "
+                               f"describes fewer CPUs")
+        sg.append(run.makespan_s)
+        sg_wall.append(run.wall_s)
+        warnings += sum("not calibrated enough" in w for w in run.warnings)
+
+    print("measuring every configuration afresh", file=sys.stderr)
+    ex = execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup, guard=guard())
+
+    rows = []
+    for c, p, s, tw, sw in zip(ex.checked, preds, sg, tc_wall, sg_wall):
+        m = c.measurement
+        rows.append({
+            "config": p.config.label(), "tasks": p.tasks, "real_step_s": m.median_s,
+            "real_makespan_s": m.makespan_s, "host_s": p.host_s,
+            "tilecast_step_s": p.step_s, "simgrid_step_s": s + p.host_s,
+            "tilecast_makespan_s": p.makespan_s, "simgrid_makespan_s": s,
+            "tilecast_error": err(p.step_s, m.median_s), "simgrid_error": err(s + p.host_s, m.median_s),
+            "tilecast_makespan_error": err(p.makespan_s, m.makespan_s),
+            "simgrid_makespan_error": err(s, m.makespan_s),
+            "tilecast_wall_s": tw, "simgrid_wall_s": sw, "real_spread": m.spread,
+        })
+
+    print(f"\nStarPU history host {starpu_hostname()!r}, {workers} workers, STARPU_CALIBRATE=1, "
+          f"STARPU_HISTORY_MAX_ERROR={HISTORY_MAX_ERROR}; step = makespan + "
+          f"tilecast's host cost for both simulators")
+    print(f"{'configuration':<44}{'tasks':>6}{'real s':>9}{'tilecast':>10}{'err':>8}{'SimGrid':>10}{'err':>8}"
+          f"{'mk err tc':>10}{'mk err sg':>10}{'tc wall':>9}{'sg wall':>9}")
+    for r in rows:
+        print(f"{r['config']:<44}{r['tasks']:>6}{r['real_step_s']:>9.4f}{r['tilecast_step_s']:>10.4f}"
+              f"{r['tilecast_error']:>+8.1%}{r['simgrid_step_s']:>10.4f}{r['simgrid_error']:>+8.1%}"
+              f"{r['tilecast_makespan_error']:>+10.1%}{r['simgrid_makespan_error']:>+10.1%}"
+              f"{r['tilecast_wall_s']:>9.3f}{r['simgrid_wall_s']:>9.3f}")
+    real = [r["real_step_s"] for r in rows]
+    tc = ranking_accuracy([r["tilecast_step_s"] for r in rows], real)
+    sgf = ranking_accuracy([r["simgrid_step_s"] for r in rows], real)
+    abs_mk = {k: np.abs([r[f"{k}_makespan_error"] for r in rows]) for k in ("tilecast", "simgrid")}
+    speedup = sum(sg_wall) / sum(tc_wall)
+    out = {
+        "tilecast_median_abs_error": tc["median_abs_error"], "simgrid_median_abs_error": sgf["median_abs_error"],
+        "tilecast_max_abs_error": tc["max_abs_error"], "simgrid_max_abs_error": sgf["max_abs_error"],
+        "speedup": speedup, "tilecast_wall_s": sum(tc_wall), "simgrid_wall_s": sum(sg_wall),
+        "tilecast_makespan_median_abs_error": float(np.median(abs_mk["tilecast"])),
+        "simgrid_makespan_median_abs_error": float(np.median(abs_mk["simgrid"])),
+        "tilecast_makespan_max_abs_error": float(abs_mk["tilecast"].max()),
+        "simgrid_makespan_max_abs_error": float(abs_mk["simgrid"].max()),
+        "tilecast_kendall_tau": tc["kendall_tau"], "simgrid_kendall_tau": sgf["kendall_tau"],
+        "simgrid_footprint_warnings": warnings,
+    }
+    met = {"median": out["tilecast_median_abs_error"] <= out["simgrid_median_abs_error"],
+           "max": out["tilecast_max_abs_error"] <= out["simgrid_max_abs_error"],
+           "speedup": speedup >= TARGET_SPEEDUP}
+    print(f"step error  median |err|: tilecast {out['tilecast_median_abs_error']:.1%}, SimGrid "
+          f"{out['simgrid_median_abs_error']:.1%}; max: tilecast {out['tilecast_max_abs_error']:.1%}, SimGrid "
+          f"{out['simgrid_max_abs_error']:.1%}")
+    print(f"makespan error  median |err|: tilecast {out['tilecast_makespan_median_abs_error']:.1%}, SimGrid "
+          f"{out['simgrid_makespan_median_abs_error']:.1%}; max: tilecast "
+          f"{out['tilecast_makespan_max_abs_error']:.1%}, SimGrid {out['simgrid_makespan_max_abs_error']:.1%}")
+    print(f"wall time: tilecast {sum(tc_wall):.3f} s, SimGrid {sum(sg_wall):.3f} s: {speedup:.1f}x "
+          f"(target >= {TARGET_SPEEDUP:.0f}x)")
+    note = ex.busy_note()
+    if note:
+        print(note)
+    print(json.dumps({**out, "targets_met": met, "target_speedup": TARGET_SPEEDUP, "suite": args.suite,
+                      "workers": workers, "steps": args.steps, "warmup": args.warmup,
+                      "learning_pass": not args.no_learning_pass, "rows": rows, "conditions": conditions}))
+    return 0 if all(met.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
