@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tilecast.kernels.native_build import NativeUnavailable, tilecast_home
+from tilecast.home import home
+from tilecast.kernels.native_build import NativeUnavailable
 
 C_DIR = Path(__file__).parent / "c"
 STARPU_VERSION = "1.3.10"
@@ -40,7 +41,7 @@ STAMP = ".tilecast-stamp"
 
 
 def simgrid_prefix() -> Path:
-    return tilecast_home() / "starpu-simgrid"
+    return home("starpu-simgrid")
 
 
 def _stamp_text() -> str:

@@ -90,7 +90,12 @@ def read_export(path) -> dict:
 def default_priorities(graph, sched: str):
     """The priorities the executor gives StarPU by default for ``graph`` under ``sched`` (None: all 0)."""
     from tilecast.executor.starpu_execute import local_priority_weights
-    from tilecast.graph.priorities import USES_PRIORITIES, bottom_level, priority_range, starpu_priorities
+    from tilecast.graph.priorities import (
+        USES_PRIORITIES,
+        bottom_level,
+        priority_range,
+        starpu_priorities,
+    )
 
     if sched not in USES_PRIORITIES:
         return None
