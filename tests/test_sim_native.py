@@ -85,3 +85,21 @@ def test_the_c_graph_sweeps_equal_the_python_ones(seed, n_tasks, odd):
     pred_ptr, pred = g.dependencies
     np.testing.assert_array_equal(native.longest_path_end(w, pred_ptr, pred), longest_path_end(w, pred_ptr, pred))
     np.testing.assert_array_equal(native.bottom_level(w, pred_ptr, pred), bottom_level(w, pred_ptr, pred))
+
+
+@pytest.mark.parametrize("make", [lambda: gemm_chain_graph(), lambda: random_graph(np.random.default_rng(3), 200, 9, TILE)])
+def test_footprint_groups_by_keys_equal_the_groups_by_rows(make):
+    from tilecast.graph.priorities import footprint_groups, footprint_groups_by_rows
+
+    g = make()
+    np.testing.assert_array_equal(footprint_groups(g), footprint_groups_by_rows(g))
+
+
+def test_footprint_groups_of_a_gpt2_step_by_keys_equal_the_groups_by_rows():
+    from tilecast.graph import Tiling
+    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.model_config import load_model
+    from tilecast.graph.priorities import footprint_groups, footprint_groups_by_rows
+
+    g = build_gpt2_step(load_model("gpt2"), 1, 128, Tiling.parse("seq=32,embd=96"))  # ragged last tiles
+    np.testing.assert_array_equal(footprint_groups(g), footprint_groups_by_rows(g))

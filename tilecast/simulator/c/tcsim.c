@@ -27,7 +27,12 @@
 typedef struct { double k; int64_t s; int64_t v; } hent;  /* a heap entry: key, tie-break, payload */
 typedef struct { hent *a; int64_t n, cap; } heap_t;
 typedef struct { int64_t *a; int64_t head, n, cap; } dq_t;  /* ring buffer; cap a power of two */
-typedef struct { hent *a; int64_t head, n, cap; } sq_t;    /* sorted array a[head .. head + n) */
+typedef struct {  /* sorted array a[head .. head + n) */
+    hent *a;
+    int64_t head, n, cap;
+    double *fold;   /* dmdasd: fold[i] = the predicted lengths of the first i entries summed in order */
+    int64_t folded; /* how many of them are up to date */
+} sq_t;
 
 typedef struct {
     jmp_buf jb;
@@ -178,10 +183,13 @@ static void sq_insert(tcsim_t *s, sq_t *q, double k, int64_t sq, int64_t v) {
         } else {
             q->cap = q->cap ? 2 * q->cap : 16;
             q->a = xrealloc(s, q->a, q->cap, sizeof(hent));
+            q->fold = xrealloc(s, q->fold, q->cap + 1, sizeof(double));
+            q->fold[0] = 0.0;
         }
     }
     /* after every entry of key <= k: they all came earlier (smaller s) */
     int64_t i = sq_count_le(q, k);
+    if (q->folded > i) q->folded = i;  /* the sums of the entries before it stay */
     hent *a = q->a + q->head;
     memmove(a + i + 1, a + i, (q->n - i) * sizeof(hent));
     a[i].k = k;
@@ -194,6 +202,7 @@ static inline int64_t sq_popleft(sq_t *q) {
     int64_t v = q->a[q->head].v;
     q->head++;
     q->n--;
+    q->folded = 0;  /* the sums start at the new first entry */
     if (!q->n) q->head = 0;
     return v;
 }
@@ -487,9 +496,12 @@ static double prev_exp_len(tcsim_t *s, priv_t *p, int w, int64_t task) {  /* Deq
     int64_t k = sq_count_le(q, neg);
     if (!k) return 0.0;
     if (k == q->n) return p->exp_len[w];
-    double total = 0.0;
-    for (int64_t i = 0; i < k; i++) total += p->predicted[q->a[q->head + i].v];
-    return total;
+    /* total = 0.0; total += predicted of each of the first k entries, in order: kept between calls
+     * (the first entries' sums stand until an entry is inserted before them or the first one is popped) */
+    const hent *a = q->a + q->head;
+    for (int64_t i = q->folded; i < k; i++) q->fold[i + 1] = q->fold[i] + p->predicted[a[i].v];
+    if (q->folded < k) q->folded = k;
+    return q->fold[k];
 }
 
 static void dm_push(tcsim_t *s, priv_t *p, int64_t task) {  /* DequeModel.push */
@@ -677,7 +689,10 @@ void tcsim_free(tcsim_t *s) {
         if (p->dq)
             for (int w = 0; w < s->n_workers; w++) free(p->dq[w].a);
         if (p->sq)
-            for (int w = 0; w < s->n_workers; w++) free(p->sq[w].a);
+            for (int w = 0; w < s->n_workers; w++) {
+                free(p->sq[w].a);
+                free(p->sq[w].fold);
+            }
         void *all[] = {p->dq, p->sq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
                        p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
