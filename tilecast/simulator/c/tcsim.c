@@ -14,8 +14,8 @@
  *   in the order of Memory's dicts (the host is never full: its order is unused);
  * - the tasks holding data on a node are the busy workers' tasks there (and the
  *   task acquiring data), as in the fused loop (fused_deque_model.py);
- * - dmdas and dmdasd keep each worker's queue as an array sorted by (priority key,
- *   push count), which pops in the order of the Python heap (the keys are unique).
+ * - dmdasd keeps each worker's queue as an array sorted by (priority key, push
+ *   count), which pops in the order of the Python heap (the keys are unique).
  */
 #include "tcsim.h"
 
@@ -40,6 +40,7 @@ typedef struct {
     int64_t eid, pushed;
     int dm, da, sorted_q, sorted_decision;
     heap_t events, central;
+    heap_t *hq;  /* dmdas: per worker, a heap as the Python policy's */
     dq_t cdq;
     dq_t *dq;
     sq_t *sq;
@@ -482,6 +483,7 @@ static int64_t policy_pop(tcsim_t *s, priv_t *p, int w) {
         return v >= 0 ? dq_popleft(&p->dq[v]) : -1;
     }
     case TCSIM_DMDAS:
+        return p->hq[w].n ? h_pop(&p->hq[w]).v : -1;
     case TCSIM_DMDASD:
         return p->sq[w].n ? sq_popleft(&p->sq[w]) : -1;
     default:  /* random, dm, dmda */
@@ -546,9 +548,10 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task) {  /* DequeModel.push *
     exp_len[w] += row;
     p->predicted[task] = row;
     p->predicted_transfer[task] = tr;
-    int64_t qlen = p->sorted_q ? p->sq[w].n : p->dq[w].n;
+    int64_t qlen = p->sorted_decision ? p->sq[w].n : p->sorted_q ? p->hq[w].n : p->dq[w].n;
     if (s->has_mem && (qlen || p->busy[w])) prefetch(s, p, task, nd, now);
-    if (p->sorted_q) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
+    if (p->sorted_decision) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
+    else if (p->sorted_q) h_push(s, &p->hq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
     else dq_append(s, &p->dq[w], task);
     if (!p->busy[w]) wake(s, p, w);
 }
@@ -635,6 +638,7 @@ int tcsim_run(tcsim_t *s) {
     p->cur = xalloc(s, nw, sizeof(int64_t));
     p->dq = xalloc(s, nw, sizeof(dq_t));
     p->sq = xalloc(s, nw, sizeof(sq_t));
+    p->hq = xalloc(s, nw, sizeof(heap_t));
     p->last_pop = xalloc(s, nw, sizeof(int32_t));
     p->exp_start = xalloc(s, nw, sizeof(double));
     p->exp_len = xalloc(s, nw, sizeof(double));
@@ -688,12 +692,14 @@ void tcsim_free(tcsim_t *s) {
         free(p->cdq.a);
         if (p->dq)
             for (int w = 0; w < s->n_workers; w++) free(p->dq[w].a);
+        if (p->hq)
+            for (int w = 0; w < s->n_workers; w++) free(p->hq[w].a);
         if (p->sq)
             for (int w = 0; w < s->n_workers; w++) {
                 free(p->sq[w].a);
                 free(p->sq[w].fold);
             }
-        void *all[] = {p->dq, p->sq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
+        void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
                        p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
                        p->stamp, p->victims, p->free_at};
