@@ -209,12 +209,14 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
             raise SimulationError(
                 f"{n - done} of {n} tasks never ran "
                 f"(policy {sched!r} left them unscheduled or the dependencies have a cycle)")
-        log = np.frombuffer(ffi.buffer(s.log, 8 * s.log_n), dtype=np.float64).reshape(-1, 5).copy() \
+        # a view of the C loop's log: every column is copied out before it is freed (node ids and
+        # bytes are exact in float64, as in Links.arrays)
+        log = np.frombuffer(ffi.buffer(s.log, 8 * s.log_n), dtype=np.float64).reshape(-1, 5) \
             if s.log_n else np.zeros((0, 5))
-        stats = MemoryStats(peak.tolist(), int(s.n_evictions), int(s.n_writebacks)) \
-            if has_mem else None
+        tr = {"src": log[:, 0].astype(np.int64), "dst": log[:, 1].astype(np.int64),
+              "bytes": log[:, 2].astype(np.int64), "start": log[:, 3].copy(), "end": log[:, 4].copy()}
+        del log
+        stats = MemoryStats(peak.tolist(), int(s.n_evictions), int(s.n_writebacks)) if has_mem else None
     finally:
         lib.tcsim_free(s)
-    tr = {"src": log[:, 0].astype(np.int64), "dst": log[:, 1].astype(np.int64), "bytes": log[:, 2].astype(np.int64),
-          "start": log[:, 3].copy(), "end": log[:, 4].copy()}
     return NativeRun(start, end, where, tr, stats)

@@ -27,10 +27,12 @@
 typedef struct { double k; int64_t s; int64_t v; } hent;  /* a heap entry: key, tie-break, payload */
 typedef struct { hent *a; int64_t n, cap; } heap_t;
 typedef struct { int64_t *a; int64_t head, n, cap; } dq_t;  /* ring buffer; cap a power of two */
-typedef struct {  /* sorted array a[head .. head + n) */
-    hent *a;
+typedef struct {  /* dmdasd: a worker's queue sorted by (key, push order), entries [head, head + n) */
+    double *key;    /* minus the priority */
+    double *len;    /* the predicted length of the task (its sum below reads them in a row) */
+    int32_t *task;
     int64_t head, n, cap;
-    double *fold;   /* dmdasd: fold[i] = the predicted lengths of the first i entries summed in order */
+    double *fold;   /* fold[i] = the lengths of the first i entries summed in order */
     int64_t folded; /* how many of them are up to date */
 } sq_t;
 
@@ -164,43 +166,48 @@ static inline int64_t dq_popleft(dq_t *q) {
     return v;
 }
 
-/* --- sorted queues (dmdas, dmdasd): by (k, s), s increasing with every push --------------------------- */
+/* --- sorted queues (dmdasd): by (key, push order) --------------------------------------------------- */
 static int64_t sq_count_le(const sq_t *q, double k) {  /* entries with key <= k (a prefix) */
     int64_t lo = 0, hi = q->n;
-    const hent *a = q->a + q->head;
+    const double *key = q->key + q->head;
     while (lo < hi) {
         int64_t mid = (lo + hi) >> 1;
-        if (a[mid].k <= k) lo = mid + 1;
+        if (key[mid] <= k) lo = mid + 1;
         else hi = mid;
     }
     return lo;
 }
 
-static void sq_insert(tcsim_t *s, sq_t *q, double k, int64_t sq, int64_t v) {
+static void sq_insert(tcsim_t *s, sq_t *q, double k, double len, int64_t task) {
     if (q->head + q->n == q->cap) {
         if (q->head > q->n) {
-            memmove(q->a, q->a + q->head, q->n * sizeof(hent));
+            memmove(q->key, q->key + q->head, q->n * sizeof(double));
+            memmove(q->len, q->len + q->head, q->n * sizeof(double));
+            memmove(q->task, q->task + q->head, q->n * sizeof(int32_t));
             q->head = 0;
         } else {
             q->cap = q->cap ? 2 * q->cap : 16;
-            q->a = xrealloc(s, q->a, q->cap, sizeof(hent));
+            q->key = xrealloc(s, q->key, q->cap, sizeof(double));
+            q->len = xrealloc(s, q->len, q->cap, sizeof(double));
+            q->task = xrealloc(s, q->task, q->cap, sizeof(int32_t));
             q->fold = xrealloc(s, q->fold, q->cap + 1, sizeof(double));
             q->fold[0] = 0.0;
         }
     }
-    /* after every entry of key <= k: they all came earlier (smaller s) */
-    int64_t i = sq_count_le(q, k);
-    if (q->folded > i) q->folded = i;  /* the sums of the entries before it stay */
-    hent *a = q->a + q->head;
-    memmove(a + i + 1, a + i, (q->n - i) * sizeof(hent));
-    a[i].k = k;
-    a[i].s = sq;
-    a[i].v = v;
+    /* after every entry of key <= k: they all came earlier */
+    int64_t i = sq_count_le(q, k), h = q->head, m = q->n - i;
+    memmove(q->key + h + i + 1, q->key + h + i, m * sizeof(double));
+    memmove(q->len + h + i + 1, q->len + h + i, m * sizeof(double));
+    memmove(q->task + h + i + 1, q->task + h + i, m * sizeof(int32_t));
+    q->key[h + i] = k;
+    q->len[h + i] = len;
+    q->task[h + i] = (int32_t)task;
     q->n++;
+    if (q->folded > i) q->folded = i;  /* the sums of the entries before it stay */
 }
 
 static inline int64_t sq_popleft(sq_t *q) {
-    int64_t v = q->a[q->head].v;
+    int64_t v = q->task[q->head];
     q->head++;
     q->n--;
     q->folded = 0;  /* the sums start at the new first entry */
@@ -500,8 +507,8 @@ static double prev_exp_len(tcsim_t *s, priv_t *p, int w, int64_t task) {  /* Deq
     if (k == q->n) return p->exp_len[w];
     /* total = 0.0; total += predicted of each of the first k entries, in order: kept between calls
      * (the first entries' sums stand until an entry is inserted before them or the first one is popped) */
-    const hent *a = q->a + q->head;
-    for (int64_t i = q->folded; i < k; i++) q->fold[i + 1] = q->fold[i] + p->predicted[a[i].v];
+    const double *len = q->len + q->head;
+    for (int64_t i = q->folded; i < k; i++) q->fold[i + 1] = q->fold[i] + len[i];
     if (q->folded < k) q->folded = k;
     return q->fold[k];
 }
@@ -550,7 +557,7 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task) {  /* DequeModel.push *
     p->predicted_transfer[task] = tr;
     int64_t qlen = p->sorted_decision ? p->sq[w].n : p->sorted_q ? p->hq[w].n : p->dq[w].n;
     if (s->has_mem && (qlen || p->busy[w])) prefetch(s, p, task, nd, now);
-    if (p->sorted_decision) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
+    if (p->sorted_decision) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);
     else if (p->sorted_q) h_push(s, &p->hq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
     else dq_append(s, &p->dq[w], task);
     if (!p->busy[w]) wake(s, p, w);
@@ -696,7 +703,9 @@ void tcsim_free(tcsim_t *s) {
             for (int w = 0; w < s->n_workers; w++) free(p->hq[w].a);
         if (p->sq)
             for (int w = 0; w < s->n_workers; w++) {
-                free(p->sq[w].a);
+                free(p->sq[w].key);
+                free(p->sq[w].len);
+                free(p->sq[w].task);
                 free(p->sq[w].fold);
             }
         void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
