@@ -178,27 +178,48 @@ static int64_t sq_count_le(const sq_t *q, double k) {  /* entries with key <= k 
     return lo;
 }
 
-static void sq_insert(tcsim_t *s, sq_t *q, double k, double len, int64_t task) {
-    if (q->head + q->n == q->cap) {
-        if (q->head > q->n) {
-            memmove(q->key, q->key + q->head, q->n * sizeof(double));
-            memmove(q->len, q->len + q->head, q->n * sizeof(double));
-            memmove(q->task, q->task + q->head, q->n * sizeof(int32_t));
-            q->head = 0;
-        } else {
-            q->cap = q->cap ? 2 * q->cap : 16;
-            q->key = xrealloc(s, q->key, q->cap, sizeof(double));
-            q->len = xrealloc(s, q->len, q->cap, sizeof(double));
-            q->task = xrealloc(s, q->task, q->cap, sizeof(int32_t));
-            q->fold = xrealloc(s, q->fold, q->cap + 1, sizeof(double));
-            q->fold[0] = 0.0;
-        }
+static void sq_place(tcsim_t *s, sq_t *q, int64_t cap) {  /* the entries centred in an array of cap */
+    int64_t h = (cap - q->n) / 2;
+    if (cap != q->cap) {
+        double *key = xalloc(s, cap, sizeof(double)), *len = xalloc(s, cap, sizeof(double));
+        int32_t *task = xalloc(s, cap, sizeof(int32_t));
+        memcpy(key + h, q->key + q->head, q->n * sizeof(double));
+        memcpy(len + h, q->len + q->head, q->n * sizeof(double));
+        memcpy(task + h, q->task + q->head, q->n * sizeof(int32_t));
+        free(q->key);
+        free(q->len);
+        free(q->task);
+        q->key = key;
+        q->len = len;
+        q->task = task;
+        q->fold = xrealloc(s, q->fold, cap + 1, sizeof(double));
+        q->fold[0] = 0.0;
+        q->cap = cap;
+    } else {
+        memmove(q->key + h, q->key + q->head, q->n * sizeof(double));
+        memmove(q->len + h, q->len + q->head, q->n * sizeof(double));
+        memmove(q->task + h, q->task + q->head, q->n * sizeof(int32_t));
     }
-    /* after every entry of key <= k: they all came earlier */
-    int64_t i = sq_count_le(q, k), h = q->head, m = q->n - i;
-    memmove(q->key + h + i + 1, q->key + h + i, m * sizeof(double));
-    memmove(q->len + h + i + 1, q->len + h + i, m * sizeof(double));
-    memmove(q->task + h + i + 1, q->task + h + i, m * sizeof(int32_t));
+    q->head = h;
+}
+
+static void sq_insert(tcsim_t *s, sq_t *q, double k, double len, int64_t task) {
+    /* after every entry of key <= k (they all came earlier); the shorter side of the array moves */
+    int64_t i = sq_count_le(q, k), h = q->head, n = q->n;
+    if (i < n - i && h > 0) {  /* the first i entries one place down */
+        memmove(q->key + h - 1, q->key + h, i * sizeof(double));
+        memmove(q->len + h - 1, q->len + h, i * sizeof(double));
+        memmove(q->task + h - 1, q->task + h, i * sizeof(int32_t));
+        h = --q->head;
+    } else {  /* the last n - i entries one place up */
+        if (h + n == q->cap) {
+            sq_place(s, q, n + 1 > q->cap / 2 ? (q->cap ? 2 * q->cap : 16) : q->cap);
+            h = q->head;
+        }
+        memmove(q->key + h + i + 1, q->key + h + i, (n - i) * sizeof(double));
+        memmove(q->len + h + i + 1, q->len + h + i, (n - i) * sizeof(double));
+        memmove(q->task + h + i + 1, q->task + h + i, (n - i) * sizeof(int32_t));
+    }
     q->key[h + i] = k;
     q->len[h + i] = len;
     q->task[h + i] = (int32_t)task;
@@ -211,7 +232,7 @@ static inline int64_t sq_popleft(sq_t *q) {
     q->head++;
     q->n--;
     q->folded = 0;  /* the sums start at the new first entry */
-    if (!q->n) q->head = 0;
+    if (!q->n) q->head = q->cap / 2;  /* room on both sides */
     return v;
 }
 
