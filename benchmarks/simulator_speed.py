@@ -25,12 +25,13 @@ transfer.
 
 Figures measured with this script are in docs/benchmarks.md. What limits the C
 loop: dmdasd's decision sums the predicted lengths queued ahead of the task on
-every worker, in queue order (StarPU walks its list the same way), which the C
-loop keeps between pushes but must redo from the front after each pop: on this
-graph, whose queues hold thousands of ready tasks, that sum is most of its time.
-Elsewhere the loop itself takes 0.7-1.5 s of a 2-million-task run, and the rest
-is numpy work around it (priorities, footprints, the summary) and first-use
-costs of the graph's cached arrays.
+every worker, in queue order (StarPU walks its list the same way); the C loop
+keeps those sums between pushes but must redo them from the front after each
+pop, and on this graph the queues hold thousands of ready tasks, so that sum
+(a chain of dependent additions, which must stay in order to give Python's
+result) is a third of dmdasd's time. Elsewhere the loop takes 0.7-1.4 s of a
+2-million-task run, and the rest of simulate() is numpy work around it
+(priorities, footprints, the summary), 0.3-0.8 s.
 Run: python3 benchmarks/simulator_speed.py [--model gpt2-xl --batch 8 --seq 1024 --tile 128
      --machine h100-sxm5-80gb-8 --sched dmda --policies all]
 """
