@@ -13,8 +13,10 @@ default, gpt2-xl batch 8 x 1024 at tile 128: 2,023,471 tasks) for ``--sched``
 and every other policy (``per_policy``: one run each, its own ``target_met``);
 the JSON also gives the peak resident memory per task (the whole process:
 graph, durations and simulations), the resident memory before the first
-simulation, and per policy what a simulation adds to it at its peak (Linux's
-VmHWM, reset before each run).
+simulation, and per policy how far above that level the process's resident
+memory peaked during its run (Linux's VmHWM, reset before each run; memory that
+earlier runs freed and the allocator kept is reused, so only the first run's
+figure is what a simulation needs from a fresh process).
 
 simulate() runs every policy in C (tilecast/simulator/native.py; the line
 "loop" says whether it did). One run of the Python loops (the dm family's fused
