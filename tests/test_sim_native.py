@@ -57,6 +57,17 @@ def test_every_policy_on_a_larger_graph_with_evictions(sched):
         assert_same_outcome(general, _outcome(g, m, d, sched, True, fused=True))
 
 
+@pytest.mark.parametrize("sched", ["prio", "dmdas", "dmdasd"])
+def test_long_sorted_queues(sched):
+    """A wide graph (thousands of tasks ready at once): queues of hundreds of tasks, inserted anywhere."""
+    g = random_graph(np.random.default_rng(11), 4000, 3000, TILE)
+    m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
+    d = np.random.default_rng(12).integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6
+    general = _outcome(g, m, d, sched, True, fused=False)
+    assert not isinstance(general, str), general
+    assert_same_outcome(general, _outcome(g, m, d, sched, True, fused=False, native=True))
+
+
 def test_the_c_loop_is_the_one_that_runs(monkeypatch):
     """Guard against simulate() silently falling back to the Python loops."""
     calls = []
