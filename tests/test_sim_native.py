@@ -82,6 +82,26 @@ def test_the_c_loop_is_the_one_that_runs(monkeypatch):
 def test_it_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(native.ENV, "0")
     assert native.library() is None
+    g = gemm_chain_graph()
+    r = simulate(g, two_device_machine(), "dmda", durations=np.full((1, g.n_tasks), 1e-5))
+    assert r.summary["tasks"] == g.n_tasks
+
+
+def test_a_failed_build_falls_back_to_the_python_loops_with_one_line(monkeypatch, capsys):
+    def fail(*a, **k):
+        raise native.NativeUnavailable("building _tilecast_sim: no C compiler found (install: build-essential)")
+
+    monkeypatch.delenv(native.ENV, raising=False)
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_failed", None)
+    monkeypatch.setattr(native, "build_extension", fail)
+    g = gemm_chain_graph()
+    d = np.full((1, g.n_tasks), 1e-5)
+    r = simulate(g, two_device_machine(), "eager", durations=d)
+    simulate(g, two_device_machine(), "dmda", durations=d)  # tried once, said once
+    assert native.library() is None and r.summary["tasks"] == g.n_tasks
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Python loops" in err and "no C compiler" in err
 
 
 @settings(max_examples=100, deadline=None)
