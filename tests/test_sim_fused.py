@@ -46,14 +46,18 @@ def cases(draw):
     return graph, machine, durations, draw(st.sampled_from(FUSED)), draw(st.booleans())
 
 
-def _outcome(graph, machine, durations, sched, transfers, fused):
-    Engine.fused_loops = fused
+def _outcome(graph, machine, durations, sched, transfers, fused, native=False):
+    """The outcome of the general loop (not ``fused``), the policy's Python fused loop (``fused``), or
+    the C loop (``native``, tilecast/simulator/native.py; test_sim_native.py compares it)."""
+    Engine.fused_loops = fused or native
+    Engine.native_loop = native
     try:
         r = simulate(graph, machine, sched, durations=durations, transfers=transfers)
     except (SimulationError, RuntimeError) as e:
         return f"{type(e).__name__}: {e}"
     finally:
         Engine.fused_loops = True
+        Engine.native_loop = True
     s = r.summary
     return [r.start, r.end, r.worker, *r.transfers.values(),
             np.array(list(s["peak_memory_bytes"].values())), np.array([s["evictions"], s["writebacks"]])]
@@ -77,7 +81,8 @@ def test_fused_loop_equals_the_general_loop(case):
 
 @pytest.mark.parametrize("sched", FUSED)
 def test_fused_loop_is_the_one_that_runs(sched, monkeypatch):
-    """Guard against the fast path silently falling back to the general loop."""
+    """Guard against the fast path silently falling back to the general loop (the C loop off)."""
+    monkeypatch.setattr(Engine, "native_loop", False)
     calls = []
     from tilecast.simulator.compiled import fused_loop_module
 

@@ -105,6 +105,30 @@ def footprint_groups(graph) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     counts = np.diff(graph.acc_ptr)
     width = int(counts.max()) if len(counts) else 0
+    # Each row (kernel, sizes in order, -1 past the last buffer) as one int64 in mixed radix, each
+    # column by its rank: keys sort as the rows do, so np.unique numbers the groups as it would the
+    # rows, with a 1-d sort instead of a sort of rows (a gpt2-xl step: 0.3 s instead of 5 s).
+    distinct, tile_rank = np.unique(np.asarray(graph.tile_nbytes, dtype=np.int64), return_inverse=True)
+    radix = len(distinct) + 1  # rank 0: no buffer (-1 sorts first)
+    if width and int(graph.kernel.max()) + 1 <= (2**63 - 1) // radix**width:
+        weight = radix ** np.arange(width - 1, -1, -1, dtype=np.int64)
+        slot = np.arange(len(graph.acc_tile)) - np.repeat(graph.acc_ptr[:-1], counts)
+        per_access = (tile_rank.reshape(-1).astype(np.int64)[graph.acc_tile] + 1) * weight[slot]
+        key = np.asarray(graph.kernel, dtype=np.int64) * radix**width
+        has = counts > 0
+        key[has] += np.add.reduceat(per_access, graph.acc_ptr[:-1][has])
+        _, inverse = np.unique(key, return_inverse=True)
+        return inverse.reshape(-1).astype(np.int64)
+    return footprint_groups_by_rows(graph)
+
+
+def footprint_groups_by_rows(graph) -> np.ndarray:
+    """:func:`footprint_groups` by sorting the rows themselves (slower; where keys would overflow)."""
+    n = graph.n_tasks
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    counts = np.diff(graph.acc_ptr)
+    width = int(counts.max()) if len(counts) else 0
     rows = np.full((n, 1 + width), -1, dtype=np.int64)
     rows[:, 0] = graph.kernel
     if width:

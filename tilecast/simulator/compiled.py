@@ -1,10 +1,12 @@
 """The fused deque-model loop compiled with Cython on first use, or interpreted where it cannot be.
 
 :mod:`tilecast.simulator.fused_deque_model` is plain Python that Cython also
-compiles (pure-Python mode). Compiled, a gpt2-xl step simulates about 1.6x
-faster (see ``benchmarks/simulator_speed.py``); the results are the same bit
-for bit, since the C code does the same double operations in the same order
-(no ``-ffast-math``, ``-ffp-contract=off``: no fused multiply-adds).
+compiles (pure-Python mode). Compiled, a gpt2-xl step simulated about 1.6x
+faster than interpreted (2026-11-29); the results are the same bit for bit,
+since the C code does the same double operations in the same order (no
+``-ffast-math``, ``-ffp-contract=off``: no fused multiply-adds). ``simulate()``
+runs this loop only where the C loop of every policy
+(:mod:`tilecast.simulator.native`) is switched off or cannot be built.
 
 The extension is cached under ``$TILECAST_HOME/native`` like the C kernels
 (:func:`tilecast.kernels.native_build.cached_extension`), keyed by the module's

@@ -55,6 +55,9 @@ class Engine:
     #: let a policy that has one run the simulation in its fused loop (same results, faster);
     #: tests switch it off to compare with the general loop
     fused_loops = True
+    #: let simulate() run the whole simulation in C where the extension is built (same results, far
+    #: faster; tilecast/simulator/native.py); tests switch it off to compare the Python loops
+    native_loop = True
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None):

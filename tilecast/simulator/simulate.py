@@ -19,14 +19,15 @@ import pandas as pd
 from tilecast.kernels import all_kernels
 from tilecast.graph.analysis import longest_path_end
 from tilecast.graph import priorities as _prio
+from tilecast.simulator import native
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.central import Eager, Prio
 from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
                                                      DequeModelDataAwareSortedDecision)
-from tilecast.simulator.policies.random_policy import Random
-from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing
+from tilecast.simulator.policies.random_policy import Random, draw_workers
+from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing, proximity_lists
 from tilecast.trace import make_trace
 
 POLICIES = {  # name -> (priority, seed, estimate) -> policy
@@ -91,7 +92,11 @@ def task_priorities(durations: np.ndarray, pred_ptr, pred, sched: str = "prio") 
     StarPU users usually give ``prio``/``dmdas``. One definition,
     :func:`tilecast.graph.priorities.task_priorities`, serves the executor too.
     """
-    return _prio.task_priorities(np.atleast_2d(durations).min(axis=0), pred_ptr, pred, sched)
+    weights = np.atleast_2d(durations).min(axis=0)
+    levels = native.bottom_level(weights, pred_ptr, pred)  # the same levels, in C where it is built
+    if levels is None:
+        return _prio.task_priorities(weights, pred_ptr, pred, sched)
+    return _prio.starpu_priorities(levels, *_prio.priority_range(sched))
 
 
 def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None = None, calibration=None,
@@ -133,15 +138,24 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     worker_kind = [kind_index[w.kind] for w in machine.workers]
     worker_node = [w.node for w in machine.workers]
     links = Links(machine)
-    memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
+    memory = None
     # the dm family decides with what StarPU's history-based models predict: the mean duration of the
     # task's footprint (kernel and buffer sizes), not the task's own (tilecast.graph.priorities)
     estimate = _prio.footprint_means(durations, _prio.footprint_groups(graph)) if sched in USES_ESTIMATES else None
-    policy = POLICIES[sched](priority, seed, estimate)
-    eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
-                 overhead=machine.task_overhead, memory=memory).run()
-    start, end, worker = eng.arrays()
-    tr = links.arrays()
+    if Engine.fused_loops and Engine.native_loop and native.supports(sched, machine):
+        # the same simulation in C (tilecast/simulator/native.py): equal results, far faster
+        choice = draw_workers(durations, worker_kind, graph.n_tasks, seed) if sched == "random" else None
+        proximity = proximity_lists(worker_node) if sched == "lws" else None
+        run = native.run(graph, machine, sched, durations, estimate, priority, choice, proximity, transfers)
+        start, end, worker, tr = run.start, run.end, run.worker, run.transfers
+        memory = run.memory
+    else:
+        memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
+        policy = POLICIES[sched](priority, seed, estimate)
+        eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
+                     overhead=machine.task_overhead, memory=memory).run()
+        start, end, worker = eng.arrays()
+        tr = links.arrays()
     summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)
     return SimResult(start, end, worker, summary, tr, graph, machine)
 
@@ -152,7 +166,8 @@ def lower_bounds(durations: np.ndarray, worker_kind, overhead: float, pred_ptr, 
     fastest = durations[used].min(axis=0) + overhead
     if len(fastest) == 0:
         return 0.0, 0.0
-    cp = float(longest_path_end(fastest, pred_ptr, pred).max())
+    ends = native.longest_path_end(fastest, pred_ptr, pred)  # the same sweep, in C where it is built
+    cp = float((ends if ends is not None else longest_path_end(fastest, pred_ptr, pred)).max())
     return cp, float(fastest.sum() / len(worker_kind))
 
 

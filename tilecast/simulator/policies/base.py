@@ -52,7 +52,12 @@ class Policy:
 
 def speed_weights(engine) -> np.ndarray:
     """Relative speed of each worker: total work on the slowest kind / total work on its kind."""
-    total = np.array([np.sum(row[np.isfinite(row)]) for row in engine.duration_array])
+    return kind_speed_weights(engine.duration_array, engine.worker_kind)
+
+
+def kind_speed_weights(duration: np.ndarray, worker_kind) -> np.ndarray:
+    """:func:`speed_weights` from the (kinds x tasks) durations and each worker's kind."""
+    total = np.array([np.sum(row[np.isfinite(row)]) for row in np.atleast_2d(duration)])
     total[total <= 0] = 1.0
     per_kind = total.max() / total
-    return per_kind[np.asarray(engine.worker_kind)]
+    return per_kind[np.asarray(worker_kind)]

@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 
-from tilecast.simulator.policies.base import Policy, speed_weights
+from tilecast.simulator.policies.base import Policy, kind_speed_weights
 
 
 class Random(Policy):
@@ -21,10 +21,7 @@ class Random(Policy):
 
     def attach(self, engine) -> None:
         super().attach(engine)
-        w = speed_weights(engine)
-        cdf = np.cumsum(w / w.sum())
-        draws = np.random.default_rng(self.seed).random(engine.n_tasks)
-        self.choice = np.minimum(np.searchsorted(cdf, draws, side="right"), engine.n_workers - 1).tolist()
+        self.choice = draw_workers(engine.duration_array, engine.worker_kind, engine.n_tasks, self.seed).tolist()
         self.queues = [deque() for _ in range(engine.n_workers)]
 
     def push(self, task: int, by: int) -> None:
@@ -35,3 +32,11 @@ class Random(Policy):
     def pop(self, worker: int) -> int:
         q = self.queues[worker]
         return q.popleft() if q else -1
+
+
+def draw_workers(duration: np.ndarray, worker_kind, n_tasks: int, seed: int = 0) -> np.ndarray:
+    """Each task's worker, drawn with the seeded generator, weighted by the workers' speeds."""
+    w = kind_speed_weights(duration, worker_kind)
+    cdf = np.cumsum(w / w.sum())
+    draws = np.random.default_rng(seed).random(n_tasks)
+    return np.minimum(np.searchsorted(cdf, draws, side="right"), len(worker_kind) - 1)

@@ -1,0 +1,50 @@
+/* The simulator's run loop in C: every policy of tilecast/simulator/simulate.py's POLICIES, with the
+ * data replicas of tilecast/simulator/memory.py and the link timelines of tilecast/simulator/links.py.
+ * See tcsim.c; the declarations below are also given to cffi (tilecast/simulator/native.py). */
+#include <stdint.h>
+
+enum { TCSIM_EAGER, TCSIM_PRIO, TCSIM_RANDOM, TCSIM_WS, TCSIM_LWS, TCSIM_DM, TCSIM_DMDA, TCSIM_DMDAS, TCSIM_DMDASD };
+enum { TCSIM_OK, TCSIM_ENOMEM, TCSIM_EROOM, TCSIM_ENOWORKER };
+
+typedef struct {
+    /* the graph and the machine */
+    int64_t n_tasks;
+    int32_t n_workers, n_nodes, n_links, policy;
+    const double *dur;            /* n_kinds x n_tasks: what a task takes on each kind */
+    const double *est;            /* n_kinds x n_tasks: the dm family's estimates (else unused) */
+    const int32_t *worker_kind, *worker_node;
+    double overhead;
+    const int64_t *pred_ptr;      /* n_tasks + 1 */
+    const int32_t *pred;
+    /* policy inputs */
+    const double *neg;            /* prio, dmdas, dmdasd: each task's sort key (minus its priority); NULL: 0.0 */
+    const uint8_t *front;         /* eager: tasks pushed at the front of the queue; NULL: none */
+    const int64_t *choice;        /* random: each task's worker */
+    const int32_t *proximity;     /* lws: per worker, the n_workers - 1 others in stealing order */
+    /* data (has_mem 0: data is everywhere) */
+    int32_t has_mem;
+    int64_t n_tiles;
+    const int64_t *size;          /* n_tiles: bytes */
+    uint64_t *valid;              /* n_tiles: bitmask of nodes holding a valid replica (in/out) */
+    const double *capacity;       /* n_nodes */
+    int64_t *used, *peak;         /* n_nodes (in/out) */
+    const int64_t *acc_ptr, *acc_code;  /* per task, its accesses: tile * 4 + mode (1 read, 2 write) */
+    const int64_t *read_ptr, *read_tile;
+    const double *latency, *inv_bw;     /* n_nodes x n_nodes: a route's latency and 1 / its bottleneck bandwidth */
+    const int32_t *route_ptr, *route;   /* CSR over the n_nodes x n_nodes routes: link ids */
+    /* results */
+    double *start, *end;
+    int64_t *where;
+    double *log;                  /* src, dst, bytes, start, end of each transfer (owned: tcsim_free) */
+    int64_t log_n;                /* doubles in log */
+    int64_t n_done, n_evictions, n_writebacks;
+    int32_t err;
+    int64_t err_arg;              /* the node (TCSIM_EROOM) or task (TCSIM_ENOWORKER) */
+    void *priv;
+} tcsim_t;
+
+int tcsim_run(tcsim_t *s);
+void tcsim_free(tcsim_t *s);
+/* tilecast.graph.analysis.longest_path_end and tilecast.graph.priorities.bottom_level, same operations */
+void tcsim_longest_path_end(int64_t n, const double *w, const int64_t *pred_ptr, const int32_t *pred, double *out);
+int tcsim_bottom_level(int64_t n, const double *w, const int64_t *pred_ptr, const int32_t *pred, double *out);
