@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import require_gpt2, add_json_arg, add_model_args, human, model_args, print_json, quiet_check_line

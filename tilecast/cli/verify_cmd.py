@@ -44,7 +44,7 @@ def run(args) -> int:
         return "ok" if err <= TOLERANCES[kind] else "FAIL"
 
     print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}")
-    print(f"losses (tilecast / transformers): "
+    print("losses (tilecast / transformers): "
           + ", ".join(f"{a:.6f} / {b:.6f}" for a, b in zip(res.losses["tilecast"], res.losses["transformers"])))
     print(f"\n{'tensor':<44}{'gradient':>12}{'':>6}{'parameter':>12}{'':>6}")
     print(f"{'loss (' + res.dtypes['loss'] + ')':<44}{res.loss:>12.2e}{mark(res.loss, 'loss'):>6}")

@@ -44,7 +44,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
