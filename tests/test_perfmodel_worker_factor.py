@@ -12,14 +12,13 @@ def calibration(rows, lane_workers=2):
     return cal
 
 
-def test_factor_is_the_measured_ratio_over_log_bytes_and_one_for_all_workers():
-    cal = calibration([[1e3, 0.9, 1.0], [1e5, 0.8, 1.0], [1e7, 0.6, 1.0], [1e8, 0.5, 0.4]])
-    f = cal.worker_factor("axpy", [1e3, 1e5, 1e7, 1e4], workers=1)
-    assert f[:3] == pytest.approx([0.9, 0.8, 0.8])  # running median of three, ends repeated
-    assert 0.8 < f[3] < 0.9  # between its neighbours in log bytes
-    assert cal.worker_factor("axpy", [1e9], workers=1)[0] == pytest.approx(1.25)  # 1.25: the last one's ratio
+def test_factor_is_the_kernels_median_ratio_and_one_for_all_workers():
+    cal = calibration([[1e3, 0.9, 1.0], [1e5, 0.8, 1.0], [1e7, 0.6, 1.0], [1e8, 4.0, 1.0]])
+    f = cal.worker_factor("axpy", [1e3, 1e5, 1e9], workers=1)
+    assert f == pytest.approx([0.85, 0.85, 0.85])  # the median of 0.9, 0.8, 0.6, 4.0: an outlier moves nothing
     assert np.all(cal.worker_factor("axpy", [1e5], workers=2) == 1.0)
     assert np.all(cal.worker_factor("gemm", [1e5], workers=1) == 1.0)  # no samples: unscaled
+    assert calibration([[1.0, 9.0, 1.0]]).worker_factor("axpy", [1.0], 1)[0] == pytest.approx(1.5)  # clipped
     three = calibration([[1e5, 0.7, 1.0]], lane_workers=3)
     assert three.worker_factor("axpy", [1e5], workers=2)[0] == pytest.approx(0.85)  # halfway to 3 workers
 
