@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, blas_summary, print_json, quiet_check_line
+from tilecast.cli.common import add_json_arg, as_flags, blas_summary, print_json, quiet_check_line
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -76,7 +76,7 @@ def run(args) -> int:
     try:
         suite_configs(args.suite, workers, policies)  # told before anything is calibrated or measured
     except ValueError as e:
-        raise UsageError(f"--workers: {e}") from None
+        raise UsageError(as_flags(str(e))) from None
     blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
     res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
                     workers=workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait, policies=policies)
