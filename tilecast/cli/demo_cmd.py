@@ -63,17 +63,9 @@ def run(args) -> int:
           f"predicted {best.prediction.step_s * 1e3:.1f} ms, measured {best.measurement.median_s * 1e3:.1f} ms "
           f"({100 * best.error:+.1f}%), {c.tokens / best.measurement.median_s:.0f} tokens/s")
     print()
-    print(f"{'rank':>5} {'tiling':<30} {'sched':<7}{'wk':>3}{'pred step':>11}{'real step':>11}{'error':>8}"
-          f"{'pred mksp':>11}{'real mksp':>11}")
-    for ch in res.execution.checked:
-        cc = ch.prediction.config
-        print(f"{ch.rank:>5} {short_label(cc.tiling):<30} {cc.sched:<7}{cc.workers:>3}"
-              f"{ch.prediction.step_s * 1e3:>11.2f}{ch.measurement.median_s * 1e3:>11.2f}{100 * ch.error:>7.1f}%"
-              f"{ch.prediction.makespan_s * 1e3:>11.2f}{ch.measurement.makespan_s * 1e3:>11.2f}")
-    print("times in ms; step time = makespan (mksp: the tasks) + host cost (the rest of the step); measured: "
-          "medians of the timed steps")
-    if res.execution.busy_note():
-        print(res.execution.busy_note())
+    from tilecast.cli.tables import print_executed
+
+    print_executed(res.execution)
     print()
     print(f"report: {s['report']}")
     print(f"folder: {s['folder']} (ranking.csv, executed.json, Gantt chart, errors by kernel, Chrome traces)")

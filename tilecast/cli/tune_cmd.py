@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-
 from tilecast.cli import UsageError
-from tilecast.cli.common import require_gpt2, add_json_arg, add_model_args, human, model_args, print_json, quiet_check_line
+from tilecast.cli.common import (
+    add_json_arg,
+    add_model_args,
+    human,
+    model_args,
+    print_json,
+    require_gpt2,
+)
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -124,6 +130,8 @@ def run(args) -> int:
     print_ranking(out, result, args.top)
     if execution is not None:
         print()
+        from tilecast.cli.tables import print_executed
+
         print_executed(execution)
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
@@ -148,25 +156,3 @@ def print_ranking(out, result, top) -> None:
               f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
     if len(result.ranking) > top:
         print(f"... {len(result.ranking) - top} more (--top N, --json)")
-
-
-def print_executed(execution) -> None:
-    recal = any(c.after is not None for c in execution.checked)
-    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'pred step':>11}{'real step':>11}{'error':>8}"
-          + (f"{'recal step':>11}{'error':>8}" if recal else "") + f"{'pred mksp':>11}{'real mksp':>11}{'spread':>8}")
-    for c in execution.checked:
-        cfg = c.prediction.config
-        line = (f"{c.rank:>3} {short_label(cfg.tiling):<30} {cfg.sched:<7}{cfg.workers:>3}"
-                f"{c.prediction.step_s * 1e3:>11.2f}{c.measurement.median_s * 1e3:>11.2f}{100 * c.error:>7.1f}%")
-        if recal:
-            line += f"{c.after.step_s * 1e3:>11.2f}{100 * c.error_after:>7.1f}%"
-        pred = c.after if recal else c.prediction
-        print(line + f"{pred.makespan_s * 1e3:>11.2f}{c.measurement.makespan_s * 1e3:>11.2f}"
-                     f"{100 * c.measurement.spread:>7.0f}%")
-    print("times in ms; step time = makespan (mksp: the tasks) + host cost (the rest of the step); "
-          "error = (predicted - measured) / measured; measured = median of the timed steps after warm-up; "
-          "spread = (max - min) / median of the timed steps")
-    if execution.busy_note():
-        print(execution.busy_note())
-    if execution.quiet:
-        print(quiet_check_line(execution.quiet, execution.rows()))
