@@ -275,9 +275,10 @@ class _Step:
             ops.layernorm_backward(bld, t["x"], P[n + "ln_1.g"], t["st1"], da, sums, dres,
                                    G[n + "ln_1.g"], G[n + "ln_1.b"], self.eps)
 
-    def embeddings_backward(self):
+    def token_embedding_backward(self):
+        """The token embedding's gradient (accumulated onto what a tied LM head wrote)."""
         bld, dx = self.bld, self.dres
-        wte, gwte, gwpe = self.p["wte"], self.g["wte"], self.g["wpe"]
+        wte, gwte = self.p["wte"], self.g["wte"]
         with bld.tagged("embed.bwd"):
             v, e, b, s = ops.mesh(wte.grid[0], dx.grid[2], *dx.grid[:2])
             out = gwte.tile_ids(v, e)
@@ -285,6 +286,11 @@ class _Step:
             bld.add("embed_bwd", [self.ids.tile_ids(b, s), dx.tile_ids(b, s, e), out],
                     dict(tokens=dx.extent(0, b) * dx.extent(1, s), vt=wte.extent(0, v), et=dx.extent(2, e),
                          v0=wte.start(0, v), beta=beta), modes=[None, None, mode])
+
+    def embeddings_backward(self):
+        self.token_embedding_backward()
+        bld, dx, gwpe = self.bld, self.dres, self.g["wpe"]
+        with bld.tagged("embed.bwd"):
             ops.fill(bld, ops.all_tiles(gwpe), ops.tile_sizes(gwpe))
             s, e, b = ops.mesh(dx.grid[1], dx.grid[2], dx.grid[0])
             bld.add("pos_bwd", [dx.tile_ids(b, s, e), gwpe.tile_ids(s, e)],
@@ -305,6 +311,15 @@ class _Step:
                         dict(n=ops.tile_sizes(p), lr=o.lr, beta1=o.beta1, beta2=o.beta2, eps=o.eps,
                              weight_decay=o.weight_decay, step=self.step))
 
+    def head_params(self) -> list:
+        """Parameters updated right after the head's backward, their gradients complete (GPT-2: none; its
+        final norm and tied head are updated with the embeddings)."""
+        return []
+
+    def embedding_params(self) -> list:
+        """Parameters updated last, after the embeddings' backward."""
+        return ["wte", "wpe", "ln_f.g", "ln_f.b"]
+
     def build(self) -> Graph:
         cfg = self.cfg
         x = self.embeddings()
@@ -316,12 +331,14 @@ class _Step:
         if self.forward_only:
             return self.bld.build()
         self.head_backward(x)
+        if self.head_params():
+            self.adamw(self.head_params(), "head.adamw")
         layer_params = {l: [n for n in self.p if n.startswith(f"h.{l}.")] for l in range(cfg.n_layer)}
         for layer in reversed(range(cfg.n_layer)):
             self.block_backward(layer, saved[layer])
             self.adamw(layer_params[layer], f"h{layer}.adamw")
         self.embeddings_backward()
-        self.adamw(["wte", "wpe", "ln_f.g", "ln_f.b"], "embed.adamw")
+        self.adamw(self.embedding_params(), "embed.adamw")
         return self.bld.build()
 
 

@@ -277,37 +277,14 @@ class _LlamaStep(_Step):
                              self.eps)
 
     def embeddings_backward(self):
-        bld, dx = self.bld, self.dres
-        wte, gwte = self.p["wte"], self.g["wte"]
-        with bld.tagged("embed.bwd"):
-            v, e, b, s = ops.mesh(wte.grid[0], dx.grid[2], *dx.grid[:2])
-            out = gwte.tile_ids(v, e)
-            beta, mode = bld.accumulate(out)
-            bld.add("embed_bwd", [self.ids.tile_ids(b, s), dx.tile_ids(b, s, e), out],
-                    dict(tokens=dx.extent(0, b) * dx.extent(1, s), vt=wte.extent(0, v), et=dx.extent(2, e),
-                         v0=wte.start(0, v), beta=beta), modes=[None, None, mode])
+        self.token_embedding_backward()  # no position embedding
 
-    def build(self) -> Graph:
-        cfg = self.cfg
-        x = self.embeddings()
-        saved = []
-        for layer in range(cfg.n_layer):
-            x, t = self.block(layer, x)
-            saved.append(t)
-        self.head_and_loss(x)
-        if self.forward_only:
-            return self.bld.build()
-        self.head_backward(x)
-        # The final norm's (and an untied head's) gradients are complete: update them now.
-        head = ["norm.g"] + ([] if cfg.tie_word_embeddings else ["lm_head"])
-        self.adamw(head, "head.adamw")
-        layer_params = {l: [n for n in self.p if n.startswith(f"h.{l}.")] for l in range(cfg.n_layer)}
-        for layer in reversed(range(cfg.n_layer)):
-            self.block_backward(layer, saved[layer])
-            self.adamw(layer_params[layer], f"h{layer}.adamw")
-        self.embeddings_backward()
-        self.adamw(["wte"], "embed.adamw")
-        return self.bld.build()
+    def head_params(self) -> list:
+        # the final norm's (and an untied head's) gradients are complete after the head's backward
+        return ["norm.g"] + ([] if self.cfg.tie_word_embeddings else ["lm_head"])
+
+    def embedding_params(self) -> list:
+        return ["wte"]
 
 
 def _check(cfg: ModelConfig, batch, seq, tiling, dtype):
