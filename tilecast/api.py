@@ -148,11 +148,11 @@ class GraphResult(_Result):
 def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256") -> GraphResult:
     """Build the task graph of one training step (``tilecast graph``)."""
     from tilecast.graph.analysis import summary
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.models import build_step
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
-    g = build_gpt2_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling)
     s = summary(g)
     return GraphResult(cfg.name, batch, seq, tiling.describe(), s["tasks"], s["tiles"], s["flops"], s["bytes"],
                        s["live_bytes"], s["critical_path_flops"], s["kernels"], g)
@@ -211,7 +211,7 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
     stored for the machine)."""
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import host_note, predict, stored_models
     from tilecast.perfmodel import load_machine
@@ -229,7 +229,7 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     cal, host_costs = stored_models(m)
     if calibration is not None:
         cal = Calibration.load(calibration, m.fingerprint())
-    g = build_gpt2_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling)
     durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
     p = predict(StepConfig(cfg, batch, seq, tiling, sched, n), m, cal, host_costs, graph=g, durations=durations,
                 keep_result=True, transfers=transfers, seed=seed)

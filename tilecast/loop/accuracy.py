@@ -71,14 +71,6 @@ class SuiteResult:
             out["calibration_files"] = self.calibration_files
         return out
 
-    def to_frame(self):
-        """One row per configuration: its measured step and the three predictions with their errors."""
-        import pandas as pd
-
-        keep = ["model", "batch", "seq", "tiling", "sched", "workers", "tasks", "real_step_s"]
-        return pd.DataFrame([{**{k: r[k] for k in keep}, **{f"pred_{v}_s": r[f"pred_{v}_s"] for v in VIEWS},
-                              **{f"error_{v}": r[f"error_{v}"] for v in VIEWS}} for r in self.rows])
-
 
 def check_targets(figures: dict) -> dict:
     tau = figures.get("kendall_tau")

@@ -37,7 +37,7 @@ class StepConfig:
         return (self.model.name, self.batch, self.seq, self.tiling.describe())
 
     def build(self):
-        """The step's task graph."""
-        from tilecast.graph.gpt2 import build_gpt2_step
+        """The step's task graph (GPT-2 or Llama)."""
+        from tilecast.graph.models import build_step
 
-        return build_gpt2_step(self.model, self.batch, self.seq, self.tiling)
+        return build_step(self.model, self.batch, self.seq, self.tiling)

@@ -87,8 +87,9 @@ def _ptr(ffi, ctype: str, a: np.ndarray):
     return ffi.cast(ctype, ffi.from_buffer(a)) if a is not None else ffi.NULL
 
 
-def longest_path_end(weights, pred_ptr, pred) -> np.ndarray | None:
-    """:func:`tilecast.graph.analysis.longest_path_end` (same result), or None without the extension."""
+def _sweep(fn: str, weights, pred_ptr, pred) -> np.ndarray | None:
+    """Call the extension's sweep ``fn`` over the predecessor lists (CSR); its per-task result, or None
+    without the extension."""
     mod = library()
     if mod is None:
         return None
@@ -96,24 +97,20 @@ def longest_path_end(weights, pred_ptr, pred) -> np.ndarray | None:
     pp, pr = np.ascontiguousarray(pred_ptr, dtype=np.int64), np.ascontiguousarray(pred, dtype=np.int32)
     out = np.zeros(len(w))
     ffi = mod.ffi
-    mod.lib.tcsim_longest_path_end(len(w), _ptr(ffi, "double *", w), _ptr(ffi, "int64_t *", pp),
-                                   _ptr(ffi, "int32_t *", pr), _ptr(ffi, "double *", out))
+    if getattr(mod.lib, fn)(len(w), _ptr(ffi, "double *", w), _ptr(ffi, "int64_t *", pp),
+                            _ptr(ffi, "int32_t *", pr), _ptr(ffi, "double *", out)):
+        raise MemoryError(f"{fn}: out of memory")
     return out
+
+
+def longest_path_end(weights, pred_ptr, pred) -> np.ndarray | None:
+    """:func:`tilecast.graph.analysis.longest_path_end` (same result), or None without the extension."""
+    return _sweep("tcsim_longest_path_end", weights, pred_ptr, pred)
 
 
 def bottom_level(weights, pred_ptr, pred) -> np.ndarray | None:
     """:func:`tilecast.graph.priorities.bottom_level` (same result), or None without the extension."""
-    mod = library()
-    if mod is None:
-        return None
-    w = np.ascontiguousarray(weights, dtype=np.float64)
-    pp, pr = np.ascontiguousarray(pred_ptr, dtype=np.int64), np.ascontiguousarray(pred, dtype=np.int32)
-    out = np.zeros(len(w))
-    ffi = mod.ffi
-    if mod.lib.tcsim_bottom_level(len(w), _ptr(ffi, "double *", w), _ptr(ffi, "int64_t *", pp),
-                                  _ptr(ffi, "int32_t *", pr), _ptr(ffi, "double *", out)):
-        raise MemoryError("bottom levels: out of memory")
-    return out
+    return _sweep("tcsim_bottom_level", weights, pred_ptr, pred)
 
 
 def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, choice, proximity,
