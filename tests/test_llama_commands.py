@@ -1,4 +1,4 @@
-"""Llama models through the commands: graph, simulate and run take them; the others say so in one line."""
+"""Llama models through the commands: graph, simulate, run, calibrate and tune take them as they take GPT-2."""
 
 import json
 
@@ -10,6 +10,10 @@ from tilecast.graph import Tiling
 from tilecast.graph.llama import build_llama_forward, build_llama_step, llama_parameters
 from tilecast.graph.model_config import load_model
 from tilecast.kernels import all_kernels
+from tilecast.loop.execute import execute
+from tilecast.loop.tune import starpu_policies, tune
+
+from loop_home import loop_home, loop_home_dir  # noqa: F401
 
 
 def test_step_graph_declares_every_parameter_with_grads_and_moments():
@@ -36,11 +40,38 @@ def test_graph_and_simulate_take_a_llama(capsys, tmp_path):
     assert rc == 0 and json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("command", ["train", "tune", "calibrate"])
-def test_commands_without_llama_say_so_in_one_line(command, capsys):
-    assert main([command, "--model", "llama-tiny"]) == 2
+def test_calibrate_times_the_llama_kernels(loop_home, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--model", "llama-tiny", "--batch", "1", "--seq", "16", "--tile", "8", "--tiles", "16",
+                 "--repeats", "1", "--per-kernel", "2", "--output", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    timed = set(json.loads(out.read_text())["points"])
+    assert res["kernels"] == len(timed)
+    # RMSNorm, RoPE, SwiGLU and grouped-query attention's key/value expansion, forward and backward
+    assert {"rms_stats", "rms_apply", "rms_bwd_dx", "rms_bwd_gamma", "rope", "swiglu", "swiglu_bwd", "kv_expand",
+            "kv_reduce", "attn_qk"} <= timed
+    assert not {"ln_stats", "gelu"} & timed
+
+
+def test_tune_ranks_and_executes_a_llama(loop_home):  # noqa: F811
+    # head=1 would split llama-tiny's groups of 2 query heads: skipped with the reason, the others ranked
+    tilings = [Tiling.parse(t) for t in ("8", "16,head=2", "head=1")]
+    res = tune(load_model("llama-tiny"), 2, 16, scheds=("eager",), workers=[2], tilings=tilings, host=False,
+               progress=False)
+    assert len(res.ranking) == 2 and res.ranking[0].config.model.name == "llama-tiny"
+    assert [s["tiling"] for s in res.skipped] == ["head=1"] and "splits the groups" in res.skipped[0]["reason"]
+    if starpu_policies() is None:
+        pytest.skip("StarPU is not available here: ranked by simulation only")
+    ex = execute(res.ranking[:1], res.ranking, res.machine, res.calibration, res.host_costs, steps=1, warmup=1,
+                 progress=False)
+    (best,) = ex.checked
+    assert best.measurement.median_s > 0 and best.prediction.step_s > 0
+
+
+def test_no_candidate_tiling_says_why_in_one_line(capsys):
+    assert main(["tune", "--model", "llama-tiny", "--machine", "h100-sxm5-80gb-8", "--tiles", "head=1;head=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "GPT-2 models only" in err[0]
+    assert len(err) == 1 and "no candidate tiling can be built" in err[0] and "splits the groups" in err[0]
 
 
 def test_run_on_starpu_matches_the_reference(capsys):

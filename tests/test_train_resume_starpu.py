@@ -1,5 +1,5 @@
-"""tilecast train on StarPU: Ctrl-C writes a checkpoint, --resume repeats the uninterrupted losses exactly,
-and a damaged or mismatched checkpoint stops with one line (exit 2)."""
+"""tilecast train on StarPU (GPT-2 and Llama): Ctrl-C writes a checkpoint, --resume repeats the uninterrupted
+losses exactly, and a damaged or mismatched checkpoint stops with one line (exit 2)."""
 
 import json
 import os
@@ -15,6 +15,7 @@ from tilecast.executor.checkpoint import load_checkpoint
 from tilecast.executor.training import TrainOptions, train
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
+from tilecast.graph.models import model_parameters
 
 SHAPE = ["--batch", "2", "--seq", "16", "--tile", "8", "--workers", "2", "--eval-batches", "2"]
 
@@ -31,9 +32,11 @@ def options(**kw):
     return TrainOptions(**{**base, **kw})
 
 
-def test_sigint_checkpoint_and_resume_repeat_the_uninterrupted_losses(tmp_path):
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_sigint_checkpoint_and_resume_repeat_the_uninterrupted_losses(model, tmp_path):
     quiet = lambda line: None  # noqa: E731
-    straight = train(options(), log=quiet)
+    cfg = load_model(model)
+    straight = train(options(cfg=cfg), log=quiet)
     assert straight.losses[-1] < straight.losses[0]
 
     path = str(tmp_path / "ck.npz")
@@ -42,10 +45,11 @@ def test_sigint_checkpoint_and_resume_repeat_the_uninterrupted_losses(tmp_path):
         if step == 3:
             os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C: handled after the step in flight
 
-    first = train(options(checkpoint=path), progress=ctrl_c_at_step_3, log=quiet)
+    first = train(options(cfg=cfg, checkpoint=path), progress=ctrl_c_at_step_3, log=quiet)
     assert first.interrupted and first.step == 3 and first.checkpoints == [(3, path)]
-    assert load_checkpoint(path).step == 3
-    resumed = train(options(checkpoint=path, resume=True), log=quiet)
+    saved = load_checkpoint(path)
+    assert saved.step == 3 and set(saved.params) == set(model_parameters(cfg))
+    resumed = train(options(cfg=cfg, checkpoint=path, resume=True), log=quiet)
     assert resumed.start_step == 3 and resumed.step == 8
     assert resumed.losses == straight.losses  # bit for bit
     assert [v for s, v in resumed.val if s in (4, 8)] == [v for s, v in straight.val if s in (4, 8)]
@@ -123,6 +127,8 @@ def test_mismatched_checkpoint_and_bad_options(checkpoint_file, capsys):
     other = '{"n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 256, "n_positions": 128}'
     line = one_line_error(capsys, ["--model", other, "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
     assert "n_layer=2 in the checkpoint, 1 requested" in line
+    line = one_line_error(capsys, ["--model", "llama-tiny", "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
+    assert "model shape differs" in line and "family=None in the checkpoint, llama requested" in line
     line = one_line_error(capsys, ["--lr", "0.01", "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
     assert "run settings differ" in line and "lr" in line
     line = one_line_error(capsys, ["--model", "gpt2", "--steps", "4"])

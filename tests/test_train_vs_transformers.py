@@ -1,5 +1,5 @@
-"""Twenty training steps on StarPU track transformers' GPT2LMHeadModel trained with torch.optim.AdamW
-from the same weights on the same byte-corpus batches: the loss agrees to 1e-4 relative at every step,
+"""Twenty training steps on StarPU track transformers' GPT2LMHeadModel (or LlamaForCausalLM, eager
+attention) trained with torch.optim.AdamW from the same weights on the same byte-corpus batches: the loss agrees to 1e-4 relative at every step,
 and so does the validation loss (StarPU's forward-only graph) before and after training."""
 
 import numpy as np
@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch", reason="the numeric reference needs torch")
 pytest.importorskip("transformers", reason="the numeric reference needs transformers")
 
 from tilecast.executor.data import BatchSampler, load_corpus, validation_batches  # noqa: E402
-from tilecast.executor.hf_mapping import from_hf  # noqa: E402
 from tilecast.executor.training import TrainOptions, train  # noqa: E402
+from tilecast.executor import hf_mapping, hf_mapping_llama  # noqa: E402
 from tilecast.executor.verify import hf_model  # noqa: E402
 from tilecast.graph import Tiling  # noqa: E402
 from tilecast.graph.gpt2 import AdamWConfig  # noqa: E402
@@ -47,14 +47,17 @@ def transformers_losses(cfg, corpus):
     return init, losses, val
 
 
-def test_twenty_starpu_steps_track_transformers():
-    cfg = load_model("gpt2-tiny")
+# llama-tiny: tiles of 2 query heads meet 1 key/value head (grouped-query attention split across tiles)
+@pytest.mark.parametrize("model,tiling,mapping", [("gpt2-tiny", "16,batch=2", hf_mapping),
+                                                  ("llama-tiny", "16,batch=2,head=2", hf_mapping_llama)])
+def test_twenty_starpu_steps_track_transformers(model, tiling, mapping):
+    cfg = load_model(model)
     corpus = load_corpus()
     torch.set_num_threads(1)
     init, want, want_val = transformers_losses(cfg, corpus)
-    res = train(TrainOptions(cfg=cfg, batch=BATCH, seq=SEQ, tiling=Tiling.parse("16,batch=2"), steps=STEPS, lr=LR,
+    res = train(TrainOptions(cfg=cfg, batch=BATCH, seq=SEQ, tiling=Tiling.parse(tiling), steps=STEPS, lr=LR,
                              sched="lws", workers=2, eval_batches=EVAL_BATCHES, eval_every=STEPS, seed=SEED,
-                             initial_params=from_hf(cfg, init)),
+                             initial_params=mapping.from_hf(cfg, init)),
                 log=lambda line: None)
     got = np.array(res.losses)
     assert len(got) == STEPS

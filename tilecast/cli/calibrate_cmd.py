@@ -8,7 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import require_gpt2, add_json_arg, add_model_args, blas_summary, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 
 def add_parser(sub):
@@ -37,7 +37,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from tilecast.graph import Tiling, TilingError
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph.models import build_step
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
     from tilecast.perfmodel.kernel_model import holdout_errors
@@ -46,7 +46,6 @@ def run(args) -> int:
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
-    require_gpt2(cfg, "calibrate")
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     if args.per_kernel < 1:
@@ -76,7 +75,7 @@ def run(args) -> int:
     blas, blas_line = blas_summary()
     shapes = []
     for t in tilings:
-        shapes += graph_shapes(build_gpt2_step(cfg, batch, seq, t))
+        shapes += graph_shapes(build_step(cfg, batch, seq, t))
     cases = cases_from_shapes(shapes, per_kernel=args.per_kernel)
     where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
     print(f"timing {len(cases)} kernel shapes {where}, {args.repeats} runs each", file=sys.stderr)

@@ -76,13 +76,6 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     return cfg, args.batch, args.seq, tiling
 
 
-def require_gpt2(cfg: ModelConfig, command: str) -> None:
-    """One line (UsageError) when a command cannot take ``cfg``'s family yet."""
-    if cfg.family != "gpt2":
-        raise UsageError(f"--model: tilecast {command} handles GPT-2 models only for now; {cfg.name} is a "
-                         f"{cfg.family} model (verify, graph, simulate and run take it)")
-
-
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, default=float)
     sys.stdout.write("\n")

@@ -40,9 +40,6 @@ def run(args) -> int:
             cfg = load_model(args.model)
         except ModelConfigError as e:
             raise UsageError(as_flags(str(e))) from None
-        from tilecast.cli.common import require_gpt2
-
-        require_gpt2(cfg, "demo")
     batch = args.batch or DEMO_BATCH
     seq = args.seq or DEMO_SEQ
     for flag, v in (("--batch", batch), ("--seq", seq), ("--top", args.top), ("--steps", args.steps)):

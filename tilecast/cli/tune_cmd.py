@@ -9,7 +9,6 @@ from tilecast.cli.common import (
     human,
     model_args,
     print_json,
-    require_gpt2,
 )
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
@@ -86,7 +85,6 @@ def run(args) -> int:
     from tilecast.perfmodel import MachineError, load_machine
 
     cfg, batch, seq, _ = model_args(args)
-    require_gpt2(cfg, "tune")
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     workers = parse_list(args.workers, "--workers", int) if args.workers else None

@@ -1,6 +1,6 @@
 """Validation loss on StarPU with the forward-only graph, reading the training step's parameters in place.
 
-The forward graph (:func:`~tilecast.graph.gpt2.build_gpt2_forward`) declares
+The forward graph (:func:`~tilecast.graph.models.build_forward`) declares
 the parameters with the same tiles as the step graph, so its parameter tiles
 are pointed at the training store's buffers: evaluating copies no weights and
 sees exactly the parameters the last step left.
@@ -12,20 +12,20 @@ import numpy as np
 
 from tilecast.executor.step import step_loss
 from tilecast.executor.tiles import TileStore
-from tilecast.graph.gpt2 import build_gpt2_forward, gpt2_parameters
+from tilecast.graph.models import build_forward, model_parameters
 
 
 class Evaluator:
     """Mean validation loss of the parameters held in ``train_store`` over fixed batches."""
 
     def __init__(self, cfg, batch: int, seq: int, tiling, train_store: TileStore, batches):
-        self.graph = build_gpt2_forward(cfg, batch, seq, tiling)
+        self.graph = build_forward(cfg, batch, seq, tiling)
         self.batches = list(batches)
         if not self.batches:
             raise ValueError("no validation batches (the validation data is shorter than one batch)")
         self.store = TileStore(self.graph)
         step_graph = train_store.graph
-        for name in gpt2_parameters(cfg):
+        for name in model_parameters(cfg):
             mine, theirs = self.graph.tensor(name), step_graph.tensor(name)
             if not np.array_equal(mine.tile_shapes(), theirs.tile_shapes()):
                 raise ValueError(f"parameter {name!r} is tiled differently in the step and forward graphs")

@@ -1,4 +1,4 @@
-"""A real training run on StarPU: GPT-2 on the standard-library byte corpus, with validation and checkpoints.
+"""A real training run on StarPU: a GPT-2 or Llama model on the standard-library byte corpus, with validation and checkpoints.
 
 The step graph is built once; parameters and AdamW moments stay in its tiles
 from step to step (AdamW tasks update them in place), and only the batch and
@@ -30,8 +30,9 @@ import numpy as np
 from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.executor.evaluation import Evaluator
-from tilecast.executor.step import TrainState, init_gpt2_params, load_step, set_batch, step_loss
-from tilecast.graph.gpt2 import AdamWConfig, adam_names, build_gpt2_step
+from tilecast.executor.step import TrainState, init_params, load_step, set_batch, step_loss
+from tilecast.graph.gpt2 import AdamWConfig, adam_names
+from tilecast.graph.models import build_step
 
 
 class TrainingError(ValueError):
@@ -54,7 +55,7 @@ class TrainOptions:
     checkpoint_every: int = 0
     resume: bool = False
     seed: int = 0
-    initial_params: dict | None = None  # parameter name -> array; default: GPT-2's initialisation from ``seed``
+    initial_params: dict | None = None  # parameter name -> array; default: the family's initialisation from ``seed``
 
 
 @dataclass
@@ -175,11 +176,11 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
     if o.resume:
         state, losses, val = _resume(o, settings, sampler)
     else:
-        params = init_gpt2_params(o.cfg, o.seed) if o.initial_params is None else \
+        params = init_params(o.cfg, o.seed) if o.initial_params is None else \
             {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
         state, losses, val = TrainState(params), [], []
     session = StarPUSession(o.sched, o.workers)  # checks the scheduler and worker count
-    graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr))
+    graph = build_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr))
     start = state.step
     res = TrainResult(losses=losses, val=val, step=start, start_step=start, step_time_s=0.0, wall_s=0.0,
                       tokens_per_step=o.batch * o.seq, n_tasks=graph.n_tasks)

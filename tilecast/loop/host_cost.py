@@ -206,10 +206,10 @@ def save_host_costs(machine, fits: dict) -> str:
 
 def probe_graphs(probes=PROBES) -> list:
     from tilecast.graph import Tiling
-    from tilecast.graph.gpt2 import build_gpt2_step
     from tilecast.graph.model_config import load_model
+    from tilecast.graph.models import build_step
 
-    return [(load_model(name), batch, seq, build_gpt2_step(load_model(name), batch, seq, Tiling.parse(tile)))
+    return [(load_model(name), batch, seq, build_step(load_model(name), batch, seq, Tiling.parse(tile)))
             for name, batch, seq, tile in probes]
 
 
@@ -237,13 +237,13 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     """
     from tilecast.executor.starpu_run import StarPUTraining
     from tilecast.executor.starpu_session import StarPUSession
-    from tilecast.executor.step import TrainState, init_gpt2_params, restore_built_step
+    from tilecast.executor.step import TrainState, init_params, restore_built_step
 
     out = []
     with StarPUSession(sched, workers) as session:
         for cfg, batch, seq, graph in probe_graphs(probes):
             data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 2, batch, seq + 1))
-            training = StarPUTraining(session, graph, TrainState(init_gpt2_params(cfg, 0)), data)
+            training = StarPUTraining(session, graph, TrainState(init_params(cfg, 0)), data)
             times, makespans = [], []
             for _ in range(repeats + 1):
                 times.append(training.step(trace=False)[0])

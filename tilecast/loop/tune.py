@@ -55,7 +55,8 @@ def usable_scheds(requested) -> list:
 
 def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS):
     """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``."""
-    from tilecast.graph.gpt2 import build_gpt2_step
+    from tilecast.graph import TilingError
+    from tilecast.graph.models import build_step
 
     explicit = bool(tilings)
     tilings = list(tilings) if tilings else candidate_tilings(cfg, batch, seq)[::-1]
@@ -67,7 +68,11 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
         if not explicit and family in over and size <= over[family]:
             skipped.append({"tiling": t.describe(), "reason": f"finer than a tiling over --max-tasks {max_tasks}"})
             continue  # finer tilings of a family only have more tasks: not worth building
-        g = build_gpt2_step(cfg, batch, seq, t)
+        try:
+            g = build_step(cfg, batch, seq, t)
+        except TilingError as e:  # e.g. a head tile that splits a Llama's groups of query heads
+            skipped.append({"tiling": t.describe(), "reason": str(e).removeprefix("tile: ")})
+            continue
         if g.n_tasks > max_tasks:
             skipped.append({"tiling": t.describe(), "reason": f"{g.n_tasks} tasks > --max-tasks {max_tasks}"})
             over[family] = max(size, over.get(family, 0))
@@ -103,7 +108,8 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
         raise ValueError(f"worker count {bad[0]} is outside 1..{limit} for {machine.name}")
     graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks)
     if not graphs:
-        raise ValueError(f"every candidate tiling has more than {max_tasks} tasks")
+        raise ValueError("no candidate tiling can be built: " + "; ".join(
+            f"{s['tiling']}: {s['reason']}" for s in skipped[:2]) + ("; ..." if len(skipped) > 2 else ""))
     host_costs = {}
     if host and machine.name == "local" and starpu_policies() is not None:
         host_costs = ensure_host_costs(machine, workers, progress=progress, scheds=scheds)
