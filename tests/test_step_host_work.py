@@ -27,6 +27,20 @@ def test_write_tensor_keeps_buffers_and_splits_like_set_tensor():
     np.testing.assert_array_equal(a.tensor("ids"), ids2)
 
 
+def test_tiles_set_from_one_array_do_not_share_memory():
+    # seq untiled: each tile is a contiguous run of the array, which a split could return as a view
+    g = build_gpt2_step(load_model("gpt2-tiny"), 4, 16, Tiling.parse("batch=2"))
+    store, zeros = TileStore(g), np.zeros((4, 16), dtype=np.int64)
+    store.set_tensor("ids", zeros)
+    store.set_tensor("targets", zeros)  # as a loop's first, empty batch
+    ids = np.arange(64).reshape(4, 16)
+    store.write_tensor("ids", ids)
+    store.write_tensor("targets", ids + 1)
+    np.testing.assert_array_equal(store.tensor("ids"), ids)
+    np.testing.assert_array_equal(store.tensor("targets"), ids + 1)
+    assert not zeros.any()
+
+
 def test_steps_after_the_first_register_no_tile():
     cfg = load_model("gpt2-tiny")
     g = build_gpt2_step(cfg, 2, 16, Tiling.parse("16"))

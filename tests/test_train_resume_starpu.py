@@ -127,7 +127,8 @@ def test_mismatched_checkpoint_and_bad_options(checkpoint_file, capsys):
     other = '{"n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 256, "n_positions": 128}'
     line = one_line_error(capsys, ["--model", other, "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
     assert "n_layer=2 in the checkpoint, 1 requested" in line
-    line = one_line_error(capsys, ["--model", "llama-tiny", "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
+    line = one_line_error(capsys, ["--model", "llama-tiny", "--steps", "4", "--checkpoint", checkpoint_file,
+                                   "--resume"])
     assert "model shape differs" in line and "family=None in the checkpoint, llama requested" in line
     line = one_line_error(capsys, ["--lr", "0.01", "--steps", "4", "--checkpoint", checkpoint_file, "--resume"])
     assert "run settings differ" in line and "lr" in line

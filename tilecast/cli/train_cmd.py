@@ -19,9 +19,9 @@ DEFAULTS = dict(model="gpt2-tiny", batch=16, seq=128, tile="batch=4")
 def add_parser(sub):
     p = sub.add_parser(
         "train", help="train a GPT-2 or Llama model on StarPU on the Python standard library's source bytes",
-        description="Train a GPT-2 or Llama model (vocab_size 256: tokens are bytes; e.g. gpt2-tiny, llama-tiny) "
-                    "on StarPU with AdamW, on the Python standard library's own .py files, with a held-out validation split. A progress bar "
-                    "on standard error shows the step, training loss and tokens/s; the validation loss is "
+        description="Train a GPT-2 or Llama model (vocab_size 256: tokens are bytes; e.g. gpt2-tiny, "
+                    "llama-tiny) on StarPU with AdamW, on the Python standard library's own .py files, with a "
+                    "held-out validation split. A progress bar on standard error shows the step, training loss and tokens/s; the validation loss is "
                     "computed every --eval-every steps. --checkpoint writes parameters, AdamW moments, the step, "
                     "the data position and RNG state atomically (every --checkpoint-every steps, at the end and "
                     "on Ctrl-C); --resume continues from it and repeats exactly the losses of an uninterrupted "

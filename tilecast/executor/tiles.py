@@ -19,10 +19,16 @@ class TileStore:
         self.buffers: list[np.ndarray | None] = [None] * graph.n_tiles
 
     def set_tensor(self, name: str, full: np.ndarray) -> None:
-        """Split a full array into the tiles of tensor ``name``."""
+        """Copy a full array into new tiles of tensor ``name``.
+
+        A tile is never a view of ``full``: tiles set from one array (a batch of
+        zeros for both ``ids`` and ``targets``) would otherwise share memory, and
+        writing one tensor in place would change the other.
+        """
         t = self.graph.tensor(name)
-        for i, buf in enumerate(t.split(np.asarray(full))):
-            self.buffers[t.first_tile + i] = buf
+        full = np.asarray(full)
+        for i, buf in enumerate(t.split(full)):
+            self.buffers[t.first_tile + i] = buf.copy() if np.may_share_memory(buf, full) else buf
 
     def write_tensor(self, name: str, full: np.ndarray) -> None:
         """Copy a full array into tensor ``name``'s existing tile buffers (allocating them if needed).
