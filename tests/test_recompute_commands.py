@@ -60,3 +60,17 @@ def test_starpu_run_with_full_recompute_matches_the_run_without(capsys):
                  "--steps", "1", "--recompute", "selective", "--check", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["recompute"] == "selective" and out["check"]["ok"]
+
+
+def test_training_with_full_recompute_repeats_the_losses(capsys):
+    from tilecast.executor.training import TrainOptions, train
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+
+    base = dict(cfg=load_model("gpt2-tiny"), batch=2, seq=16, tiling=Tiling.parse("8"), steps=4, workers=2,
+                sched="lws", eval_every=2, eval_batches=1, seed=1)
+    runs = {s: train(TrainOptions(**base, recompute=s), log=lambda line: None) for s in ("none", "full")}
+    assert runs["full"].n_tasks > runs["none"].n_tasks
+    assert runs["full"].losses == runs["none"].losses and runs["full"].val == runs["none"].val
+    assert main(["train", "--recompute", "al"]) == 2
+    assert "--recompute: must be one of" in capsys.readouterr().err
