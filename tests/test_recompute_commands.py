@@ -22,6 +22,8 @@ def test_graph_compares_the_settings(capsys):
     assert main(argv + ["--recompute", "full"]) == 0
     text = capsys.readouterr().out
     assert "recompute full" in text and "<- this graph" in text.splitlines()[-1]
+    assert main(argv + ["--recompute", "full", "--no-compare", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["recompute_settings"]) == ["full"]
 
 
 @pytest.mark.parametrize("command", ["graph", "verify", "run", "simulate", "tune"])

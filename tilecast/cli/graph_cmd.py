@@ -23,9 +23,13 @@ def add_parser(sub):
                     "live_persistent_bytes (its whole-step part, bytes), live_activation_bytes (the rest at the "
                     "peak, bytes), live_peak_tag (the tag of the task where the peak is first reached), "
                     "critical_path_flops, kernels (per kernel: tasks, flops, bytes), recompute (the setting), "
-                    "recompute_settings (per setting: tasks, flops, live_bytes, live_activation_bytes).")
+                    "recompute_settings (per setting: tasks, flops, live_bytes, live_activation_bytes; the chosen one only "
+                    "with --no-compare).")
     add_model_args(p)
     add_recompute_arg(p)
+    p.add_argument("--no-compare", action="store_true",
+                   help="do not build the step under the other --recompute settings (about half the time on "
+                        "graphs of millions of tasks)")
     add_json_arg(p)
     p.add_argument("--dot", metavar="FILE", help="also write a Graphviz picture of the graph (small graphs only; "
                                                   "'-' for standard output)")
@@ -50,7 +54,7 @@ def run(args) -> int:
         s = summary(graph, progress=bar.update)
     s["recompute"] = recompute
     s["recompute_settings"] = {}
-    for setting in RECOMPUTE:
+    for setting in [recompute] if args.no_compare else RECOMPUTE:
         g = graph if setting == recompute else build_step(cfg, batch, seq, tiling, recompute=setting)
         s["recompute_settings"][setting] = recompute_figures(g)
         del g
