@@ -57,6 +57,17 @@ def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None
     return float(finish.max()) if len(finish) else 0.0
 
 
+def tile_lifetimes(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last): per tile, the first and the last task that touches it (``n_tasks`` and -1 for a tile
+    no task touches). An executor that releases a non-persistent tile after task ``last`` keeps the peak
+    :func:`live_memory` reports."""
+    first = np.full(graph.n_tiles, graph.n_tasks, dtype=np.int64)
+    last = np.full(graph.n_tiles, -1, dtype=np.int64)
+    np.minimum.at(first, graph.acc_tile, graph.access_task)
+    np.maximum.at(last, graph.acc_tile, graph.access_task)
+    return first, last
+
+
 def live_memory(graph: Graph) -> dict:
     """Peak memory of the step's live tiles when tasks run one at a time in submission order.
 
@@ -73,10 +84,7 @@ def live_memory(graph: Graph) -> dict:
     base = int(nbytes[persistent].sum())
     if graph.n_tasks == 0:
         return dict(peak_bytes=base, persistent_bytes=base, activation_peak_bytes=0, peak_task=-1, peak_tag="")
-    first = np.full(graph.n_tiles, graph.n_tasks, dtype=np.int64)
-    last = np.full(graph.n_tiles, -1, dtype=np.int64)
-    np.minimum.at(first, graph.acc_tile, graph.access_task)
-    np.maximum.at(last, graph.acc_tile, graph.access_task)
+    first, last = tile_lifetimes(graph)
     used = (~persistent) & (last >= 0)
     delta = np.zeros(graph.n_tasks + 1, dtype=np.int64)
     np.add.at(delta, first[used], nbytes[used])
