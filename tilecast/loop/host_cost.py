@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 5  # 5: schedulers' probe fits kept beside what runs teach (calibrated_only)
+FORMAT = 6  # 6: dmdasd's decision costs (tilecast.loop.decision_cost)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, and the trace schema): a change to any of them invalidates stored fits.
 EXECUTOR_SUFFIXES = (".py", ".c", ".h")
@@ -69,6 +69,14 @@ class HostCost:
     task_overhead_s: float | None = None
     overheads: list = field(default_factory=list)
     probe_points: int = 0  # how many of ``points`` (the first ones) are the probes'
+    # what each scheduling decision costs, for the policies that the simulator charges for them
+    # (tilecast.loop.decision_cost): per queued task read, per other worker's queue locked
+    decision_scan_s: float = 0.0
+    decision_lock_s: float = 0.0
+
+    @property
+    def decides(self) -> bool:
+        return self.decision_scan_s > 0.0 or self.decision_lock_s > 0.0
 
     def seconds(self, n_tiles: int, n_tasks: int) -> float:
         return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
@@ -157,8 +165,16 @@ def learn_from_runs(fits: dict, runs) -> dict:
             base = out[w].points if w in out else []
         probes = base if len(own) < MIN_OWN_POINTS else []
         overheads = (old.overheads if old is not None else []) + [[n / s, o] for _, _, _, n, _, s, o in mine]
+        probe = out.get(probe_key(w, sched))
+        if probe is not None and probe.decides:
+            # a run's start delays include the decisions, which the simulation charges apart: keep the
+            # probe's per-task cost and decision costs, and learn the host cost alone
+            overheads = probe.overheads
         out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
         out[key].probe_points = len(probes)
+        if probe is not None and probe.decides:
+            out[key].task_overhead_s = probe.task_overhead_s
+            out[key].decision_scan_s, out[key].decision_lock_s = probe.decision_scan_s, probe.decision_lock_s
     return out
 
 
@@ -257,6 +273,20 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     return out
 
 
+def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str) -> None:
+    """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
+    probes; else the machine's) and fit its decision costs on the probes' measured makespans."""
+    from tilecast.loop.decision_cost import fit_decision_cost
+
+    if companion is not None and companion.task_overhead_s is not None:
+        probe.task_overhead_s = companion.task_overhead_s
+    m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
+                                   else machine.task_overhead)
+    graphs = [g for *_, g in probe_graphs(SCHED_PROBES)]
+    makespans = [p[2] for p in probe.points[:probe.probe_points]]
+    probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
+
+
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
     """Host cost fits for every worker count, and every scheduler of ``scheds``, measured (and stored) for
     those not stored yet.
@@ -269,8 +299,12 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     from tilecast.perfmodel.calibration import PROBE_TRACE
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
+    from tilecast.loop.decision_cost import DECIDING
+
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
+    # a deciding policy's per-task cost is its companion's (the same policy without the decisions' reading)
+    scheds = list(dict.fromkeys([c for s in scheds for c in ((DECIDING[s], s) if s in DECIDING else (s,))]))
     sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and probe_key(w, s) not in fits]
     if not todo and not sched_todo:
         return fits
@@ -292,6 +326,8 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
             points, overheads, _ = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
             probe = HostCost.fit(w, points, overheads)
             probe.probe_points = len(points)
+            if sched in DECIDING:
+                fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched)
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
     finally:

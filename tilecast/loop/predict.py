@@ -99,6 +99,8 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     if host is not None and host.task_overhead_s is not None:
         m = m.with_task_overhead(host.task_overhead_s)
         overhead_source = "measured on StarPU traces"
+    if host is not None and host.decides:
+        m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
     whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel

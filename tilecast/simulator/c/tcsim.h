@@ -14,6 +14,8 @@ typedef struct {
     const double *est;            /* n_kinds x n_tasks: the dm family's estimates (else unused) */
     const int32_t *worker_kind, *worker_node;
     double overhead;
+    double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
+                                           * locked; decisions are serial (Engine.decide) */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */
