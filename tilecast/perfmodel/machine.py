@@ -128,6 +128,10 @@ class Machine:
     #: it reads and per other worker whose queue it locks
     decision_scan: float = 0.0
     decision_lock: float = 0.0
+    #: the thread submitting the graph: seconds it spends per task, and how much longer a task takes while it
+    #: runs (it shares the cores with the workers when they leave none free; see tilecast.simulator.engine)
+    submit_task: float = 0.0
+    submit_stretch: float = 1.0
 
     def __post_init__(self):
         self.routes = _routes(self)
@@ -173,6 +177,14 @@ class Machine:
         if not (scan >= 0 and lock >= 0):
             raise MachineError(f"{self.name}: a decision's costs must be at least 0 s, got {scan} and {lock}")
         return replace(self, decision_scan=float(scan), decision_lock=float(lock), meta=dict(self.meta))
+
+    def with_submission(self, per_task: float, stretch: float) -> "Machine":
+        """The same machine with another submitting thread: seconds per task, and how much longer tasks take
+        while it runs."""
+        if not (per_task >= 0 and stretch >= 1):
+            raise MachineError(f"{self.name}: submission costs at least 0 s per task and stretches tasks by at "
+                               f"least 1x, got {per_task} and {stretch}")
+        return replace(self, submit_task=float(per_task), submit_stretch=float(stretch), meta=dict(self.meta))
 
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""

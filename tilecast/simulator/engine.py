@@ -54,6 +54,10 @@ class Engine:
         one) and per other worker whose queue it locks to read it. Decisions hold
         the scheduler one at a time, and no task starts while one is in progress:
         ``sched_free`` is when the last decision ends.
+    submit_end, submit_stretch:
+        until ``submit_end`` the thread submitting the graph shares the cores with
+        the workers (when they have no core to spare): a task that starts before
+        then takes ``submit_stretch`` times its duration.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     """
@@ -67,7 +71,7 @@ class Engine:
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
-                 decision_lock: float = 0.0):
+                 decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -86,6 +90,8 @@ class Engine:
         self.overhead = float(overhead)
         self.decision_scan = float(decision_scan)
         self.decision_lock = float(decision_lock)
+        self.submit_end = float(submit_end)
+        self.submit_stretch = float(submit_stretch)
         self.sched_free = 0.0
         self.memory = memory
         self.policy = policy
@@ -141,7 +147,10 @@ class Engine:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
                 begin = ready
-        end = begin + self.duration[self.worker_kind[w]][t]
+        d = self.duration[self.worker_kind[w]][t]
+        if begin < self.submit_end:
+            d = d * self.submit_stretch
+        end = begin + d
         if self._started is not None:
             self._started(t, w, begin)
         self.busy[w] = True

@@ -451,7 +451,9 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
         double ready = acquire(s, p, t, s->worker_node[w], now);
         if (ready > b) b = ready;
     }
-    double e = b + s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
+    double d = s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
+    if (b < s->submit_end) d = d * s->submit_stretch;
+    double e = b + d;
     if (p->dm) {  /* DequeModel.started */
         double left = p->exp_len[w] - p->predicted_transfer[t];
         p->exp_len[w] = left - p->predicted[t];

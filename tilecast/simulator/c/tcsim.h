@@ -16,6 +16,7 @@ typedef struct {
     double overhead;
     double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
                                            * locked; decisions are serial (Engine.decide) */
+    double submit_end, submit_stretch;    /* a task begun before submit_end takes submit_stretch x its duration */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */
