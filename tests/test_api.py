@@ -120,6 +120,7 @@ def test_whatif_equals_the_whatif_command(capsys):
     w = tc.whatif(gpus=64, tp=8, pp=8, schedule="1f1b", zero=1)
     rc, doc = cli_json(capsys, ["whatif", "--gpus", "64", "--tp", "8", "--pp", "8", "--zero", "1", "--json"])
     assert rc == 0 and w.step_s == doc["step_s"] and w.mfu == doc["mfu"] and w.strategy == doc["strategy"]
+    assert w.hfu == doc["hfu"] and w.to_frame().loc[0, "hfu"] == doc["hfu"]
     assert w.to_frame().loc[0, "tokens_per_s"] == doc["tokens_per_s"]
     found = tc.whatif(model="gpt2", cluster="dgx-h100", gpus=8, seq=1024, search=True, top=3)
     rc, doc = cli_json(capsys, ["whatif", "--model", "gpt2", "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",

@@ -449,6 +449,7 @@ class WhatifResult(_Result):
     searched: dict | None = None  # with search: candidates, fitting, evaluated
     top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
     timeline: object = field(repr=False, default=None)
+    hfu: float = 0.0  # hardware flops utilisation: MFU plus the recomputed forward work
 
     def to_frame(self):
         import pandas as pd
@@ -456,7 +457,7 @@ class WhatifResult(_Result):
         rows = []
         for r in self.top:
             row = {"model": r.model, "cluster": r.cluster, "gpus": r.gpus, **r.strategy, "step_s": r.step_s,
-                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "fits": r.fits,
+                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "hfu": r.hfu, "fits": r.fits,
                    **r.breakdown, "memory_per_gpu_bytes": r.memory_per_gpu_bytes}
             rows.append(row)
         return pd.DataFrame(rows)
@@ -497,7 +498,7 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
         results = [best]
     return WhatifResult(best.model, best.cluster, best.gpus, best.step_s, best.tokens_per_s, best.tflops_per_gpu,
                         best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
-                        best.timeline)
+                        best.timeline, best.hfu)
 
 
 # --- validate ----------------------------------------------------------------------------------------------
