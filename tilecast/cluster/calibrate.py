@@ -9,8 +9,10 @@ Per cluster description (GPU), the figures fitted are:
   rows all run GEMMs of 1e11 flops or more, so they cannot pin it);
 - ``gemm_half_dim``: the smallest GEMM dimension at which the shape factor
   d / (d + d_half) is one half (``hardware.GPU.shape_factor``);
-- the efficiency of each fused attention kernel the rows use, relative to the
-  GEMM curve, on the causal flops (``flops.causal_fraction``), bounded by 1.
+- the efficiency of each fused attention kernel the rows use, on the causal
+  flops (``flops.causal_fraction``): searched as a fraction of the peak (at
+  most 1: a kernel may beat the end-to-end GEMM curve, not the peak) and
+  stored relative to the bf16 curve, as ``hardware.GPU.attention_efficiency``.
 
 They minimise the sum of squared log errors of the predicted metric over the
 rows given (``scipy.optimize.least_squares``, bounded). A figure that no given
@@ -37,7 +39,7 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
-from tilecast.cluster.hardware import ATTENTION_MAX, EfficiencyCurve, load_cluster
+from tilecast.cluster.hardware import EfficiencyCurve, load_cluster
 from tilecast.cluster.validation import RUNS, load_runs, predict
 
 DECADES = tuple(10.0 ** k for k in range(8, 14))
