@@ -453,6 +453,7 @@ class WhatifResult(_Result):
     searched: dict | None = None  # with search: candidates, fitting, evaluated
     top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
     timeline: object = field(repr=False, default=None)
+    hfu: float = 0.0  # hardware flops utilisation: MFU plus the recomputed forward work
 
     def to_frame(self):
         import pandas as pd
@@ -460,7 +461,7 @@ class WhatifResult(_Result):
         rows = []
         for r in self.top:
             row = {"model": r.model, "cluster": r.cluster, "gpus": r.gpus, **r.strategy, "step_s": r.step_s,
-                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "fits": r.fits,
+                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "hfu": r.hfu, "fits": r.fits,
                    **r.breakdown, "memory_per_gpu_bytes": r.memory_per_gpu_bytes}
             rows.append(row)
         return pd.DataFrame(rows)
@@ -501,41 +502,51 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
         results = [best]
     return WhatifResult(best.model, best.cluster, best.gpus, best.step_s, best.tokens_per_s, best.tflops_per_gpu,
                         best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
-                        best.timeline)
+                        best.timeline, best.hfu)
 
 
 # --- validate ----------------------------------------------------------------------------------------------
 @dataclass
 class ValidateResult(_Result):
     """The cluster model against published training runs (``tilecast validate``); ``to_frame()`` has one row
-    per run: published, predicted, error."""
+    per run: published, predicted, error (and ``lopo_error``, the leave-one-publication-out prediction's).
+    Only held-out rows (never fitted) decide ``ok``; errors are fractions."""
 
-    median_abs_error: float
-    median_abs_error_validation_rows: float
+    median_abs_error_heldout: float
+    median_abs_error_fitted: float
+    median_abs_error_lopo: float | None
     target: float
+    lopo_target: float | None
     ok: bool
     sources: list
+    scorecard: dict = field(repr=False, default_factory=dict)  # every figure of validate --json
     runs: object = field(repr=False, default=None)  # DataFrame
 
     def to_frame(self):
         return self.runs.copy()
 
     def _headline(self) -> str:
-        return (f"median |error| {100 * self.median_abs_error:.1f}% over {len(self.runs)} runs; target "
-                f"{100 * self.target:.0f}%: {'met' if self.ok else 'NOT met'}")
+        lopo = ("" if self.median_abs_error_lopo is None
+                else f", leave-one-publication-out {100 * self.median_abs_error_lopo:.1f}%")
+        return (f"median |error| {100 * self.median_abs_error_heldout:.1f}% over held-out runs{lopo}; "
+                f"{'met' if self.ok else 'NOT met'}")
 
 
-def validate(table: str | None = None, role: str = "all", target: float = 0.10) -> ValidateResult:
+def validate(table: str | None = None, target: float = 0.08, lopo_target: float | None = None,
+             max_error: float | None = None, refit_lopo: bool = False) -> ValidateResult:
     """Predict the published runs of ``table`` (default: the shipped one) and compare (``tilecast validate``).
-    ``role``: ``all``, ``calibration`` or ``validation`` rows."""
-    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, median_abs_error
+    The leave-one-publication-out folds are the stored ones for the shipped table, refitted with
+    ``refit_lopo`` (minutes), absent otherwise."""
+    from tilecast.cluster.lopo import lopo_errors
+    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, scorecard
 
     runs = load_runs(table or RUNS)
-    if role != "all":
-        runs = [r for r in runs if r.role == role]
     if not runs:
-        raise ValueError(f"role: no {role} rows in {table or RUNS}")
+        raise ValueError(f"table: no rows in {table or RUNS}")
     df = compare_runs(runs)
-    med = median_abs_error(df)
-    return ValidateResult(med, median_abs_error(df[df.role == "validation"]), target, bool(med <= target),
-                          sorted(set(df.source)), df)
+    lopo = lopo_errors(runs, "refit" if refit_lopo else None) if (table is None or refit_lopo) else None
+    card = scorecard(df, lopo, target, lopo_target, max_error)
+    if lopo is not None:
+        df = df.merge(lopo[["id", "error"]].rename(columns={"error": "lopo_error"}), on="id")
+    return ValidateResult(card["median_abs_error_heldout"], card["median_abs_error_fitted"],
+                          card["median_abs_error_lopo"], target, lopo_target, card["ok"], card["sources"], card, df)
