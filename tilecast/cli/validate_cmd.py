@@ -17,6 +17,9 @@ def add_parser(sub):
                    help="rows to compare (calibration rows were used to fit the efficiency curves)")
     p.add_argument("--target", type=float, default=0.10, help="largest acceptable median |error| (default 0.10)")
     p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    from tilecast.cli.validate_inference import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -38,11 +41,14 @@ def run(args):
     med = median_abs_error(df)
     med_val = median_abs_error(df[df.role == "validation"])
     ok = med <= args.target
+    from tilecast.cli.validate_inference import inference_report
+
+    inf_obj, inf_lines, inf_ok = inference_report(args)
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")), "median_abs_error": med,
                           "median_abs_error_validation_rows": med_val, "target": args.target, "ok": ok,
-                          "sources": sorted(set(df.source))}))
-        return 0 if ok else 1
+                          "sources": sorted(set(df.source)), "inference": inf_obj}))
+        return 0 if ok and inf_ok else 1
     print(f"{'run':<28} {'source':<7} {'role':<11} {'GPUs':>5} {'metric':<13} {'published':>12} {'predicted':>12} {'error':>7}")
     for r in df.itertuples():
         print(f"{r.id:<28} {r.source:<7} {r.role:<11} {r.gpus:>5} {r.metric:<13} {r.published:>12.4g} "
@@ -50,4 +56,5 @@ def run(args):
     print(f"\nmedian |error|: {100 * med:.1f}% over {len(df)} runs from {df.source.nunique()} publications "
           f"(validation rows only: {100 * med_val:.1f}%); target {100 * args.target:.0f}%: {'met' if ok else 'NOT met'}")
     print("sources and calibration: tilecast/cluster/validation/runs.yaml and README.md")
-    return 0 if ok else 1
+    print("\n".join(inf_lines))
+    return 0 if ok and inf_ok else 1

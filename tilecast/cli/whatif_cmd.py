@@ -44,6 +44,10 @@ def add_parser(sub):
     p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
     p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    from tilecast.cli.whatif_inference import JSON_KEYS, add_arguments
+
+    add_arguments(p)
+    p.epilog = JSON_KEYS
     return p
 
 
@@ -145,6 +149,10 @@ def run(args):
     from tilecast.cluster.search import search
 
     cluster, shape = _inputs(args)
+    if args.inference:
+        from tilecast.cli.whatif_inference import run_inference
+
+        return run_inference(args, cluster, shape)
     if args.search:
         if not args.gpus:
             raise UsageError("--search: needs --gpus")
