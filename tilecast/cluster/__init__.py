@@ -14,4 +14,6 @@ One concept per module:
 - ``evaluate``: one configuration -> step time, breakdown, throughput, memory.
 - ``search`` / ``sweep``: many configurations.
 - ``validation``: predictions against published measurements.
+- ``inference_memory`` / ``inference_costs`` / ``inference``: serving (prefill, decode, KV cache,
+  continuous batching); ``inference_validation`` / ``inference_calibrate``: against published serving figures.
 """
