@@ -153,7 +153,7 @@ def test_bad_configurations_name_their_field(h100, llama70b):
 
 def test_engine_profiles_are_checked(tmp_path):
     engines = load_engines()
-    assert {"trtllm-0.6", "trtllm-0.5", "nemo"} <= set(engines)
+    assert {"trtllm-0.6", "trtllm-0.5", "nemo", "argonne-trtllm", "argonne-vllm"} <= set(engines)
     assert all(e.sources for e in engines.values())  # every fitted profile names its rows
     bad = tmp_path / "e.yaml"
     bad.write_text("engines:\n  x: {decode_hbm_efficiency: 1.5}\n")
@@ -187,6 +187,7 @@ def test_shipped_table_meets_the_inference_targets():
     df = compare_inference(runs)
     val = df[df.role == "validation"]
     assert len(val) >= 10 and df.source.nunique() >= 2
+    assert set(df.source) >= {"trtllm-0.6", "argonne-vllm"}  # two publishers: NVIDIA and Argonne
     assert median_abs_error(val) <= 0.15
     assert val.error.abs().max() <= 0.35
 
@@ -218,3 +219,23 @@ def test_validate_prints_the_inference_table(capsys):
     inf = obj["inference"]
     assert inf["ok"] and inf["median_abs_error_validation_rows"] <= 0.15 and len(inf["sources"]) >= 2
     assert rc == (0 if obj["ok"] else 1)
+
+
+def test_shipped_engine_figures_are_what_the_calibration_rows_give():
+    from dataclasses import replace
+
+    from tilecast.cluster.inference_calibrate import FITTED, INHERITS, TAKES, fit_engine
+
+    shipped = load_engines()
+    runs = load_inference_runs()
+    for engine, names in FITTED.items():
+        base = dict(shipped)
+        parent = INHERITS.get(engine)
+        if parent:  # the parent's shipped figures, as the calibration takes them over
+            take = TAKES.get(engine) or [n for n in FITTED[parent] if n not in names]
+            base[engine] = replace(base[engine], **{n: getattr(shipped[parent], n) for n in take})
+        fitted, ids, _ = fit_engine(engine, runs=runs, engines=base)
+        assert set(ids) == {r.id for r in runs if r.source == engine and r.role == "calibration"}
+        assert shipped[engine].sources.replace(" ", "").split(",") == ids
+        for n in names:
+            assert getattr(fitted, n) == pytest.approx(getattr(shipped[engine], n), rel=0.03, abs=1e-9), (engine, n)

@@ -8,13 +8,14 @@ seconds through a log map, so they stay in range). Every other figure of the
 profile is stated in the YAML file. The validation rows are never read.
 
 ``python3 -m tilecast.cluster.inference_calibrate`` prints the fitted figures
-as YAML; they are then written into ``inference_engines.yaml`` with the rows
-named in ``sources``.
+as YAML; with ``--write`` it also writes them (and the rows, in ``sources``)
+into ``inference_engines.yaml``, keeping its comments.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ import yaml
 from scipy.optimize import minimize
 
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.inference_costs import load_engines
+from tilecast.cluster.inference_costs import ENGINES_FILE, load_engines
 from tilecast.cluster.inference_validation import load_inference_runs, predict_inference
 
 # engine -> figures fitted on its calibration rows (the rest of its profile is stated)
@@ -31,9 +32,15 @@ FITTED = {
     "trtllm-0.6": ("decode_hbm_efficiency", "kv_group_reread", "fp8_matmul_scale"),
     "trtllm-0.5": ("pass_overhead_s", "collective_overhead_s"),
     "nemo": ("layer_overhead_s", "collective_overhead_s"),
+    "argonne-trtllm": ("layer_overhead_s", "collective_overhead_s", "kv_group_reread"),
+    "argonne-vllm": ("layer_overhead_s", "collective_overhead_s", "kv_group_reread"),
 }
 # engine -> the engine whose fitted figures it takes over before its own are fitted
-INHERITS = {"trtllm-0.5": "trtllm-0.6", "nemo": "trtllm-0.6"}
+INHERITS = {"trtllm-0.5": "trtllm-0.6", "nemo": "trtllm-0.6", "argonne-trtllm": "trtllm-0.6",
+            "argonne-vllm": "trtllm-0.6"}
+# of an engine's parent figures, the ones it takes (default: all of the parent's fitted ones it does not fit)
+TAKES = {"nemo": ("decode_hbm_efficiency",), "argonne-trtllm": ("decode_hbm_efficiency",),
+         "argonne-vllm": ("decode_hbm_efficiency",)}
 FRACTIONS = ("decode_hbm_efficiency", "kv_group_reread")
 
 
@@ -72,14 +79,32 @@ def fit_engine(engine: str, runs=None, engines=None, clusters=None) -> tuple:
     return best, [r.id for r in rows], math.sqrt(res.fun / len(rows))
 
 
+def write_engines(fitted: dict, path: str = ENGINES_FILE) -> None:
+    """Replace the values of the fitted fields (and ``sources``) in the engines file, line by line."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    engine = None
+    for i, line in enumerate(lines):
+        m = re.match(r"^  ([\w.-]+):", line)
+        if m:
+            engine = m.group(1)
+            continue
+        m = re.match(r"^(    (\w+): )([^#]*?)(\s*#.*)?$", line)
+        if engine in fitted and m and m.group(2) in fitted[engine]:
+            v = fitted[engine][m.group(2)]
+            lines[i] = f"{m.group(1)}{v}{m.group(4) or ''}"
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     out, engines = {}, load_engines()
     for engine in FITTED:  # parents come first
         parent = INHERITS.get(engine)
         if parent:
-            take = {n: getattr(engines[parent], n) for n in FITTED[parent] if n not in FITTED[engine]}
-            if engine == "nemo":  # its rows are 16-bit multi-head models: only the HBM efficiency carries over
-                take = {"decode_hbm_efficiency": take["decode_hbm_efficiency"]}
+            names = TAKES.get(engine) or [n for n in FITTED[parent] if n not in FITTED[engine]]
+            take = {n: getattr(engines[parent], n) for n in names}
             engines[engine] = replace(engines[engine], **take)
             out.setdefault(engine, {}).update({n: float(f"{v:.4g}") for n, v in take.items()})
         prof, ids, rms = fit_engine(engine, engines=engines)
@@ -88,6 +113,8 @@ def main(argv=None) -> int:
         out[engine]["sources"] = ", ".join(ids)
         print(f"# {engine}: RMS log error {rms:.4f} over {len(ids)} calibration rows", file=sys.stderr)
     print(yaml.safe_dump(out, sort_keys=False), end="")
+    if "--write" in argv:
+        write_engines(out)
     return 0
 
 

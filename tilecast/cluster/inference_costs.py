@@ -121,7 +121,8 @@ def load_engines(path: str = ENGINES_FILE) -> dict:
 
 
 def engine_efficiency(engine=DEFAULT_ENGINE) -> InferenceEfficiency:
-    """A shipped engine profile by name (``trtllm-0.6``, ``trtllm-0.5``, ``nemo``), or a profile itself."""
+    """A shipped engine profile by name (``trtllm-0.6``, ``trtllm-0.5``, ``nemo``, ``argonne-trtllm``,
+    ``argonne-vllm``), or a profile itself."""
     if isinstance(engine, InferenceEfficiency):
         return engine
     engines = load_engines()
