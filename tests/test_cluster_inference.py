@@ -206,11 +206,26 @@ def test_cli_inference_json_and_exit_codes(capsys):
     assert "DOES NOT FIT" in capsys.readouterr().out
     # bad input: one line naming the flag, exit 2
     for argv, flag in ((["--tp", "3"], "--tp"), (["--kv-dtype", "int4"], "--kv-dtype"),
-                       (["--engine", "x"], "--engine"), (["--sweep", "tp=1,2"], "--sweep"),
+                       (["--engine", "x"], "--engine"), (["--sweep", "zero=1,2"], "--sweep"),
+                       (["--search"], "--search"),
                        (["--input-len", "0"], "--input-len"), (["--request-rate", "-2"], "--request-rate")):
         assert main(["whatif", "--inference", "--model", "llama3-8b"] + argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and flag in err[0]
+
+
+def test_cli_inference_sweep_of_hbm_bandwidth(capsys):
+    rc = main(["whatif", "--inference", "--cluster", "dgx-h100", "--model", "llama3-8b", "--batch", "4",
+               "--input-len", "256", "--output-len", "256", "--sweep", "hbm_bw=x1..x4", "--sweep", "tp=1,3",
+               "--json"])
+    obj = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    rows = obj["sweeps"]["hbm_bw"]
+    assert [r["hbm_bw"] for r in rows] == [1.0, 2.0, 4.0]
+    tpot = [r["tpot_s"] for r in rows]
+    assert tpot[0] > tpot[1] > tpot[2] and tpot[2] > tpot[0] / 4  # memory-bound, with fixed overheads
+    tp = obj["sweeps"]["tp"]
+    assert tp[0]["fits"] and "does not divide" in tp[1]["error"]
 
 
 def test_validate_prints_the_inference_table(capsys):

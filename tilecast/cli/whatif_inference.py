@@ -12,7 +12,7 @@ INFERENCE_FLAGS = {"weight_dtype": "--dtype", "kv_dtype": "--kv-dtype", "input_l
                    "output_len": "--output-len", "request_rate": "--request-rate", "max_batch": "--max-batch",
                    "batch": "--batch", "tp": "--tp", "pp": "--pp", "dp": "--dp", "engine": "--engine",
                    "model": "--model", "cluster": "--cluster"}
-TRAINING_ONLY = ("search", "sweep", "trace", "plot")
+TRAINING_ONLY = ("search", "trace", "plot")
 
 JSON_KEYS = """\
 --json keys (--inference): model, cluster, engine, config (tp, pp, dp, batch, input_len, output_len, weight_dtype,
@@ -22,7 +22,11 @@ tokens_per_s_per_gpu, total_tokens_per_s [input + output tokens/s], ttft_s [s], 
 requests_per_s, overloaded, prefill and decode (time_s [s], compute_s, memory_s, comm_s, overhead_s [s], flops,
 hbm_bytes [bytes], tokens, steps), breakdown (compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, total_s [s]),
 memory (weights, kv_cache, workspace, reserved, total [bytes per GPU]), memory_per_gpu_bytes, memory_capacity_bytes,
-fits, kv_bytes_per_token [bytes per token per GPU]; null where a figure is unbounded (overloaded TTFT)."""
+fits, kv_bytes_per_token [bytes per token per GPU]; null where a figure is unbounded (overloaded TTFT); with --sweep,
+sweeps: {param: [rows of the swept value, tokens_per_s, tokens_per_s_per_gpu, ttft_s, tpot_s, batch, max_batch,
+compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, memory_per_gpu_gb [GB], fits, overloaded]}.
+--sweep with --inference: hardware multipliers (flops, hbm_bw, memory, nvlink_bw, network_bw, network_latency) or
+tp, pp, dp, batch, input_len, output_len, weight_dtype, kv_dtype, request_rate, max_batch."""
 
 
 def add_arguments(p) -> None:
@@ -118,6 +122,29 @@ def _print(r: dict, engine: str) -> None:
           f"workspace {_gb(m['workspace'])}, reserved {_gb(m['reserved'])}; largest batch that fits: {r['max_batch']}")
 
 
+def _sweeps(args, shape, cfg, cluster, eff) -> list:
+    from tilecast.cluster.inference_sweep import (INFERENCE_PARAMS, inference_sweep, inference_sweep_table,
+                                                  parse_inference_values)
+
+    out = []
+    for spec in args.sweep:
+        if "=" not in spec:
+            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
+        param, text = spec.split("=", 1)
+        param = param.strip().replace("-", "_")
+        if param not in INFERENCE_PARAMS:
+            raise UsageError(f"--sweep: unknown parameter {param!r} with --inference (one of "
+                             f"{', '.join(INFERENCE_PARAMS)})")
+        try:
+            values = parse_inference_values(param, text)
+        except ValueError:
+            raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
+        if not values:
+            raise UsageError(f"--sweep: no values for {param}")
+        out.append((param, inference_sweep_table(param, inference_sweep(shape, cfg, cluster, param, values, eff))))
+    return out
+
+
 def run_inference(args, cluster, shape) -> int:
     """Exit 0, or 1 when the configuration does not fit in memory or the server is overloaded."""
     from tilecast.cluster.inference import InferenceError, evaluate_inference
@@ -130,9 +157,19 @@ def run_inference(args, cluster, shape) -> int:
         res = evaluate_inference(shape, cfg, cluster, eff)
     except (InferenceError, ValueError) as e:
         raise UsageError(_flags(str(e))) from None
+    sweeps = _sweeps(args, shape, cfg, cluster, eff) if args.sweep else []
     obj = {"engine": engine, **res.to_dict()}
     if args.json:
+        if sweeps:
+            obj["sweeps"] = {p: json.loads(df.to_json(orient="records")) for p, df in sweeps}
         print(json.dumps(obj))
     else:
         _print(obj, engine)
+        import pandas as pd
+
+        for param, df in sweeps:
+            print(f"\nsweep of {param}:")
+            with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format",
+                                   "{:.4g}".format):
+                print(df.to_string(index=False))
     return 0 if res.fits and not res.overloaded else 1

@@ -15,5 +15,5 @@ One concept per module:
 - ``search`` / ``sweep``: many configurations.
 - ``validation``: predictions against published measurements.
 - ``inference_memory`` / ``inference_costs`` / ``inference``: serving (prefill, decode, KV cache,
-  continuous batching); ``inference_validation`` / ``inference_calibrate``: against published serving figures.
+  continuous batching), ``inference_sweep``; ``inference_validation`` / ``inference_calibrate``: against published serving figures.
 """
