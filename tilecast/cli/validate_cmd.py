@@ -43,12 +43,12 @@ def run(args):
     ok = med <= args.target
     from tilecast.cli.validate_inference import inference_report
 
-    inf_obj, inf_lines, inf_ok = inference_report(args)
+    inf_obj, inf_lines, _ = inference_report(args)  # reported beside; the exit status stays training's
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")), "median_abs_error": med,
                           "median_abs_error_validation_rows": med_val, "target": args.target, "ok": ok,
                           "sources": sorted(set(df.source)), "inference": inf_obj}))
-        return 0 if ok and inf_ok else 1
+        return 0 if ok else 1
     print(f"{'run':<28} {'source':<7} {'role':<11} {'GPUs':>5} {'metric':<13} {'published':>12} {'predicted':>12} {'error':>7}")
     for r in df.itertuples():
         print(f"{r.id:<28} {r.source:<7} {r.role:<11} {r.gpus:>5} {r.metric:<13} {r.published:>12.4g} "
@@ -57,4 +57,4 @@ def run(args):
           f"(validation rows only: {100 * med_val:.1f}%); target {100 * args.target:.0f}%: {'met' if ok else 'NOT met'}")
     print("sources and calibration: tilecast/cluster/validation/runs.yaml and README.md")
     print("\n".join(inf_lines))
-    return 0 if ok and inf_ok else 1
+    return 0 if ok else 1

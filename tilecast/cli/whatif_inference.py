@@ -46,8 +46,8 @@ def add_arguments(p) -> None:
     g.add_argument("--max-batch", type=int, default=0,
                    help="--inference with --request-rate: most sequences in flight (0 = what memory allows)")
     g.add_argument("--engine", default=None,
-                   help="--inference: serving-engine profile fitted on published runs (trtllm-0.6, the default; "
-                        "trtllm-0.5; nemo; argonne-trtllm: TensorRT-LLM 0.11; argonne-vllm: vLLM), see "
+                   help="--inference: serving-engine profile fitted on published runs (trtllm-0.9, the default: "
+                        "TensorRT-LLM v0.9 with its GQA kernel; trtllm-0.6; trtllm-0.5; nemo; argonne-trtllm: TensorRT-LLM 0.11; argonne-vllm: vLLM), see "
                         "tilecast/cluster/inference_engines.yaml")
 
 

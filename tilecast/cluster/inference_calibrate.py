@@ -31,12 +31,15 @@ from tilecast.cluster.inference_validation import load_inference_runs, predict_i
 FITTED = {
     "trtllm-0.6": ("decode_hbm_efficiency", "kv_group_reread", "fp8_matmul_scale"),
     "trtllm-0.5": ("pass_overhead_s", "collective_overhead_s"),
+    "trtllm-0.9": ("decode_hbm_efficiency", "kv_group_reread", "fp8_matmul_scale"),
+    "trtllm-0.9-gqa": ("kv_group_reread",),
+    "trtllm-0.9-ttft": ("pass_overhead_s", "collective_overhead_s"),
     "nemo": ("layer_overhead_s", "collective_overhead_s"),
     "argonne-trtllm": ("layer_overhead_s", "collective_overhead_s", "kv_group_reread"),
     "argonne-vllm": ("layer_overhead_s", "collective_overhead_s", "kv_group_reread"),
 }
 # engine -> the engine whose fitted figures it takes over before its own are fitted
-INHERITS = {"trtllm-0.5": "trtllm-0.6", "nemo": "trtllm-0.6", "argonne-trtllm": "trtllm-0.6",
+INHERITS = {"trtllm-0.5": "trtllm-0.6", "trtllm-0.9-ttft": "trtllm-0.9", "trtllm-0.9-gqa": "trtllm-0.9", "nemo": "trtllm-0.6", "argonne-trtllm": "trtllm-0.6",
             "argonne-vllm": "trtllm-0.6"}
 # of an engine's parent figures, the ones it takes (default: all of the parent's fitted ones it does not fit)
 TAKES = {"nemo": ("decode_hbm_efficiency",), "argonne-trtllm": ("decode_hbm_efficiency",),
@@ -59,7 +62,7 @@ def fit_engine(engine: str, runs=None, engines=None, clusters=None) -> tuple:
     """(fitted profile, calibration rows used, RMS log error) for one engine."""
     engines = engines or load_engines()
     runs = load_inference_runs() if runs is None else runs
-    rows = [r for r in runs if r.source == engine and r.role == "calibration"]
+    rows = [r for r in runs if r.engine == engine and r.role == "calibration"]
     if not rows:
         raise ValueError(f"engine: no calibration rows for {engine}")
     clusters = clusters or {r.cluster: load_cluster(r.cluster) for r in rows}

@@ -75,7 +75,7 @@ class InferenceEfficiency:
 
 
 ENGINES_FILE = os.path.join(os.path.dirname(__file__), "inference_engines.yaml")
-DEFAULT_ENGINE = "trtllm-0.6"
+DEFAULT_ENGINE = "trtllm-0.9"  # the newest TensorRT-LLM table, with its GQA kernel; FP8 and FP16; A100 to H200
 ATTENTION_KERNELS = ("flash", "cudnn")
 _FIELDS = tuple(f for f in InferenceEfficiency.__dataclass_fields__ if f != "name")
 

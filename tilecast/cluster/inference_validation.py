@@ -35,11 +35,13 @@ class InferenceRun:
     role: str
     config: InferenceConfig
     assumed: tuple = ()
+    engine_profile: str = ""  # a row's own engine profile, when it differs from its source's
 
     @property
     def engine(self) -> str:
-        """The engine profile of ``inference_engines.yaml`` its source measured (named as the source)."""
-        return self.source
+        """The engine profile of ``inference_engines.yaml`` it is predicted with: the row's ``engine``
+        field, else the one named as its source."""
+        return self.engine_profile or self.source
 
 
 def load_inference_runs(path: str = INFERENCE_RUNS) -> list:
@@ -65,7 +67,7 @@ def load_inference_runs(path: str = INFERENCE_RUNS) -> list:
         runs.append(InferenceRun(id=r["id"], source=r["source"], cluster=r["cluster"], model=model,
                                  metric=r["metric"], published=float(r["published"]), role=r["role"],
                                  config=InferenceConfig(**{k: r[k] for k in CONFIG_FIELDS if k in r}),
-                                 assumed=tuple(r.get("assumed", ()))))
+                                 assumed=tuple(r.get("assumed", ())), engine_profile=str(r.get("engine", ""))))
     return runs
 
 
@@ -93,7 +95,8 @@ def compare_inference(runs=None, clusters: dict | None = None, efficiencies: dic
         clusters.setdefault(r.cluster, load_cluster(r.cluster))
         pred = predict_inference(r, clusters, efficiencies)
         err = pred / r.published - 1.0
-        rows.append({"id": r.id, "source": r.source, "role": r.role, "cluster": r.cluster, "tp": r.config.tp,
+        rows.append({"id": r.id, "source": r.source, "engine": r.engine, "role": r.role, "cluster": r.cluster,
+                     "tp": r.config.tp,
                      "metric": r.metric, "published": r.published, "predicted": pred, "error": err})
     return pd.DataFrame(rows)
 
