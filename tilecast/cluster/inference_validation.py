@@ -16,7 +16,8 @@ from tilecast.cluster.models import load_shape
 
 INFERENCE_RUNS = os.path.join(os.path.dirname(__file__), "validation", "inference.yaml")
 METRICS = ("tokens_per_s_per_gpu", "tokens_per_s", "ttft_s", "tpot_s", "request_latency_s")
-CONFIG_FIELDS = ("tp", "pp", "batch", "input_len", "output_len", "weight_dtype", "kv_dtype")
+CONFIG_FIELDS = ("tp", "pp", "batch", "input_len", "output_len", "weight_dtype", "kv_dtype", "request_rate",
+                 "max_batch")
 REQUIRED = ("id", "source", "cluster", "model", "batch", "input_len", "output_len", "metric", "published", "role")
 
 
