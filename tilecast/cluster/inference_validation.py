@@ -11,7 +11,7 @@ import yaml
 
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.inference import InferenceConfig, evaluate_inference
-from tilecast.cluster.inference_costs import engine_efficiency
+from tilecast.cluster.inference_costs import engine_efficiency, load_engines
 from tilecast.cluster.models import load_shape
 
 INFERENCE_RUNS = os.path.join(os.path.dirname(__file__), "validation", "inference.yaml")
@@ -91,6 +91,7 @@ def compare_inference(runs=None, clusters: dict | None = None, efficiencies: dic
 
     runs = load_inference_runs() if runs is None else runs
     clusters = {} if clusters is None else clusters
+    efficiencies = {**load_engines(), **(efficiencies or {})}  # read the engines file once
     rows = []
     for r in runs:
         clusters.setdefault(r.cluster, load_cluster(r.cluster))
