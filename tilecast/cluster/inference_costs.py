@@ -20,9 +20,10 @@ on the node's fabric, and the faster of it and the NCCL algorithms of
 :mod:`tilecast.cluster.collectives` is taken.
 
 What the serving software achieves is an *engine profile*
-(``inference_engines.yaml``, :class:`InferenceEfficiency`): three figures
-fitted on calibration rows of ``validation/inference.yaml`` (``python3 -m
-tilecast.cluster.inference_calibrate``) and three switches stated per engine:
+(``inference_engines.yaml``, :class:`InferenceEfficiency`): the numbers
+below, each either fitted on calibration rows of ``validation/inference.yaml``
+(``python3 -m tilecast.cluster.inference_calibrate``, which says which for
+each engine) or stated in the file, and two switches stated per engine:
 
 - ``decode_hbm_efficiency``: the fraction of HBM bandwidth that weight and
   KV-cache reads reach (GEMV-like kernels stream better than the elementwise
