@@ -258,3 +258,18 @@ def test_shipped_engine_figures_are_what_the_calibration_rows_give():
         assert shipped[engine].sources.replace(" ", "").split(",") == ids
         for n in names:
             assert getattr(fitted, n) == pytest.approx(getattr(shipped[engine], n), rel=0.03, abs=1e-9), (engine, n)
+
+
+def test_api_whatif_inference_equals_the_command(capsys):
+    import tilecast as tc
+
+    r = tc.whatif_inference(model="llama3-8b", cluster="dgx-h100", dtype="fp8", batch=8, input_len=512,
+                            output_len=64)
+    rc = main(["whatif", "--inference", "--model", "llama3-8b", "--cluster", "dgx-h100", "--dtype", "fp8",
+               "--batch", "8", "--input-len", "512", "--output-len", "64", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and r.tokens_per_s == doc["tokens_per_s"] and r.tpot_s == doc["tpot_s"]
+    assert r.engine == doc["engine"] and r.to_frame().loc[0, "ttft_s"] == doc["ttft_s"]
+    assert "output tokens/s" in r._repr_html_()
+    with pytest.raises(ValueError, match="^tp: 3"):
+        tc.whatif_inference(model="llama3-8b", tp=3)
