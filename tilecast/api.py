@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate",
            "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
-           "WhatifResult", "ValidateResult"]
+           "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult"]
 
 
 class _Result:
@@ -550,3 +550,60 @@ def validate(table: str | None = None, target: float = 0.08, lopo_target: float 
         df = df.merge(lopo[["id", "error"]].rename(columns={"error": "lopo_error"}), on="id")
     return ValidateResult(card["median_abs_error_heldout"], card["median_abs_error_fitted"],
                           card["median_abs_error_lopo"], target, lopo_target, card["ok"], card["sources"], card, df)
+
+# --- whatif --inference ------------------------------------------------------------------------------------
+@dataclass
+class InferenceWhatifResult(_Result):
+    """Serving a model on a cluster (``tilecast whatif --inference``): throughput, time to first token, time
+    per output token, breakdown and memory per GPU; ``to_frame()`` has one row."""
+
+    model: str
+    cluster: str
+    engine: str
+    mode: str
+    gpus: int
+    tokens_per_s: float
+    ttft_s: float
+    tpot_s: float
+    batch: float
+    max_batch: int
+    fits: bool
+    overloaded: bool
+    breakdown: dict
+    memory: dict
+    result: object = field(repr=False, default=None)  # cluster.inference.InferenceResult
+
+    def to_frame(self):
+        import pandas as pd
+
+        d = self.result.to_dict()
+        flat = {k: v for k, v in d.items() if not isinstance(v, dict)}
+        return pd.DataFrame([{"engine": self.engine, **d["config"], **flat, **self.breakdown}])
+
+    def _headline(self) -> str:
+        ttft = "unbounded" if self.overloaded and self.mode == "continuous" else f"{1e3 * self.ttft_s:.1f} ms"
+        return (f"{self.model} served on {self.gpus} x {self.cluster}: {self.tokens_per_s:,.0f} output tokens/s, "
+                f"TTFT {ttft}, TPOT {1e3 * self.tpot_s:.2f} ms")
+
+
+def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: int = 1, dp: int = 1, batch: int = 1,
+                     input_len: int = 128, output_len: int = 128, dtype: str = "bf16", kv_dtype: str | None = None,
+                     request_rate: float = 0.0, max_batch: int = 0, engine=None) -> InferenceWhatifResult:
+    """Predict serving a model (``tilecast whatif --inference``): ``batch`` requests together (0: the largest
+    batch that fits), or continuous batching at ``request_rate`` requests/s. ``dtype``: the weights'
+    (bf16, fp16, fp8); ``kv_dtype``: the KV cache's (default ``dtype``); ``engine``: a serving-engine profile
+    name (default the shipped default) or a :class:`tilecast.cluster.inference_costs.InferenceEfficiency`;
+    ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster`."""
+    from tilecast.cluster.hardware import Cluster, load_cluster
+    from tilecast.cluster.inference import InferenceConfig, evaluate_inference
+    from tilecast.cluster.inference_costs import DEFAULT_ENGINE, engine_efficiency
+    from tilecast.cluster.models import load_shape
+
+    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_shape(model)
+    eff = engine_efficiency(engine or DEFAULT_ENGINE)
+    cfg = InferenceConfig(tp=tp, pp=pp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
+                          weight_dtype=dtype, kv_dtype=kv_dtype or dtype, request_rate=request_rate,
+                          max_batch=max_batch)
+    r = evaluate_inference(shape, cfg, c, eff)
+    return InferenceWhatifResult(r.model, r.cluster, eff.name, r.mode, r.gpus, r.tokens_per_s, r.ttft_s, r.tpot_s,
+                                 r.batch, r.max_batch, r.fits, r.overloaded, r.breakdown, r.memory, r)

@@ -31,6 +31,9 @@ def add_parser(sub):
                         "ones; needed for a --table other than the shipped one")
     p.add_argument("--json", action="store_true",
                    help="one JSON object on standard output (errors are fractions: predicted / published - 1)")
+    from tilecast.cli.validate_inference import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -74,8 +77,11 @@ def run(args):
     if lopo is not None:
         df = df.merge(lopo[["id", "error"]].rename(columns={"error": "lopo_error"}), on="id")
     shown = df if args.role == "all" else df[df.role == args.role]
+    from tilecast.cli.validate_inference import inference_report
+
+    inf_obj, inf_lines, _ = inference_report(args)  # reported beside; the exit status stays training's
     if args.json:
-        print(json.dumps({"runs": json.loads(shown.to_json(orient="records")), **card}))
+        print(json.dumps({"runs": json.loads(shown.to_json(orient="records")), **card, "inference": inf_obj}))
         return 0 if ok else 1
     lcol = lopo is not None
     print(f"{'run':<28} {'source':<7} {'role':<11} {'GPUs':>5} {'metric':<13} {'published':>12} {'predicted':>12} "
@@ -96,4 +102,5 @@ def run(args):
     else:
         print(note)
     print(f"{'met' if ok else 'NOT met'}; sources and what was fitted: tilecast/cluster/validation/README.md")
+    print("\n".join(inf_lines))
     return 0 if ok else 1

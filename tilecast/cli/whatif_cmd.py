@@ -53,6 +53,10 @@ def add_parser(sub):
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
     p.add_argument("--json", action="store_true",
                    help="one JSON object on standard output (keys and units: tilecast/cluster/README.md)")
+    from tilecast.cli.whatif_inference import JSON_KEYS, add_arguments
+
+    add_arguments(p)
+    p.epilog = JSON_KEYS
     return p
 
 
@@ -161,6 +165,10 @@ def run(args):
     from tilecast.cluster.search import search
 
     cluster, shape = _inputs(args)
+    if args.inference:
+        from tilecast.cli.whatif_inference import run_inference
+
+        return run_inference(args, cluster, shape)
     if args.search:
         if not args.gpus:
             raise UsageError("--search: needs --gpus")
