@@ -72,11 +72,11 @@ def test_owners(graph):
     data = distribute(graph, ranks, "data").owner
     ids = graph.tensor("ids")
     assert data[ids.first_tile:ids.first_tile + ids.n_tiles].tolist() == [0, 0, 1, 1]  # 4 batch tiles, blocks
+    owners = [distribute(graph, ranks, dist).owner for dist in ("data", "layer", "cyclic")]
     for t in graph.tensors:  # a gradient and its moments live with their parameter, tile by tile
         if t.kind in ("grad", "optim"):
             p = graph.tensor(param_of(t.name))
-            for dist in ("data", "layer", "cyclic"):
-                o = distribute(graph, ranks, dist).owner
+            for o in owners:
                 assert np.array_equal(o[t.first_tile:t.first_tile + t.n_tiles], o[p.first_tile:p.first_tile + p.n_tiles])
     params = np.concatenate([np.arange(t.first_tile, t.first_tile + t.n_tiles) for t in graph.tensors
                              if t.kind == "param"])

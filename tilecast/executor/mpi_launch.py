@@ -94,12 +94,12 @@ def _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, s
 
 
 def _failure_line(text: str, returncode: int) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("-")]
     ours = [ln for ln in lines if ln.startswith("tilecast rank")]
     if ours:
         return ours[0]
-    signalled = [ln for ln in lines if "signal" in ln.lower() or "exited on" in ln.lower()]
-    detail = signalled[0] if signalled else (lines[-1] if lines else "no output")
+    said = [ln for ln in lines if ln.startswith(("mpirun noticed", "mpirun detected")) or "signal" in ln.lower()]
+    detail = said[0] if said else (lines[-1] if lines else "no output")
     return f"a rank failed (mpirun exit status {returncode}): {detail}"
 
 
@@ -109,7 +109,7 @@ def _launch(spec_path: Path, ranks: int, timeout_s: float) -> list[str]:
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
     env["TILECAST_HOME"] = str(home())
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_end_with_parent)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -122,6 +122,14 @@ def _launch(spec_path: Path, ranks: int, timeout_s: float) -> list[str]:
     if proc.returncode != 0:
         raise MPIRunError(_failure_line(out, proc.returncode))
     return cmd
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM to mpirun when this process dies, even killed (Linux prctl)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _end(proc) -> None:
@@ -187,6 +195,8 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    if not under_mpirun():
+        mpirun_command(ranks)  # a missing mpirun: one line before anything is built
     if not 1 <= workers <= max_workers():
         raise ValueError(f"workers must be between 1 and {max_workers()} (this StarPU's limit), got {workers}")
     if sched not in policies():
@@ -196,30 +206,45 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
     dist = distribute(graph, ranks, distribution)  # ValueError when the ranks do not fit
     predicted = rank_figures(graph, dist)
-    if not under_mpirun():
-        mpirun_command(ranks)  # a missing mpirun: one line before anything is built
     kernel_addresses()  # build both extensions here, once, rather than in every rank at the same time
     mpi_glue()
     root = home("mpi-runs")
     root.mkdir(parents=True, exist_ok=True)
+    bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root)
+                            timeout_s, graph, dist, predicted, root, bottom)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
                      timeout_s, run_dir)
+        if bottom is not None:
+            np.save(run_dir / "bottom_level.npy", bottom)
+            spec["bottom_level"] = str(run_dir / "bottom_level.npy")
         spec_path = run_dir / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = _launch(spec_path, ranks, timeout_s + 30)  # each rank ends itself at timeout_s
+        cmd = _launch(spec_path, ranks, timeout_s)
         got = _gather(graph, dist.owner, run_dir, ranks, steps, check)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd)
 
 
+def _bottom_levels(graph, sched: str):
+    """The tasks' bottom levels for the policies that use priorities (the same weights as a one-process run,
+    tilecast.executor.starpu_execute.graph_priorities), else None."""
+    from tilecast.graph.priorities import USES_PRIORITIES, bottom_level
+
+    if sched not in USES_PRIORITIES:
+        return None
+    from tilecast.executor.starpu_execute import local_priority_weights
+
+    pred_ptr, pred = graph.dependencies
+    return bottom_level(local_priority_weights(graph), pred_ptr, pred)
+
+
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root):
+                 graph, dist, predicted, root, bottom):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -230,7 +255,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
                  run_dir)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
-    run_rank(spec)  # ends with a barrier once every rank's file is written
+    run_rank(spec, bottom)  # ends with a barrier once every rank's file is written
     if me != 0:
         return None
     try:

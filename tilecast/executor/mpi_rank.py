@@ -45,16 +45,19 @@ def set_binding(workers: int, ranks_here: int) -> None:
         os.environ["STARPU_WORKERS_NOBIND"] = "1"
 
 
-def run_rank(spec: dict) -> None:
+def run_rank(spec: dict, bottom=None) -> None:
+    """Run this rank's part of the steps ``spec`` describes (see :func:`tilecast.executor.mpi_launch._spec`);
+    ``bottom``: the tasks' bottom levels, whose order becomes their priorities under the policies that use
+    them (computed once by the launcher, tilecast.graph.priorities)."""
     from tilecast.executor.mpi_native import mpi_glue
-    from tilecast.executor.starpu_execute import _graph_arrays, _tile_arrays, local_priority_weights
+    from tilecast.executor.starpu_execute import _graph_arrays, _tile_arrays
     from tilecast.executor.starpu_session import starpu_home
     from tilecast.executor.step import TrainState, init_params, load_step, set_batch
     from tilecast.graph.distribution import distribute
     from tilecast.graph.gpt2 import AdamWConfig
     from tilecast.graph.model_config import load_model
     from tilecast.graph.models import build_step
-    from tilecast.graph.priorities import USES_PRIORITIES, bottom_level, starpu_priorities
+    from tilecast.graph.priorities import USES_PRIORITIES, starpu_priorities
     from tilecast.graph.tiling import Tiling
     from tilecast.kernels import all_kernels
     from tilecast.kernels.native import kernel_addresses
@@ -153,10 +156,12 @@ def run_rank(spec: dict) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
-    faulthandler.dump_traceback_later(spec["timeout_s"], exit=True)  # never outlive the launcher's deadline
+    # A backstop: the launcher ends the run at timeout_s; a rank never outlives it by long (an mpirun gone astray).
+    faulthandler.dump_traceback_later(spec["timeout_s"] + 20, exit=True)
     rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "?"))
     try:
-        run_rank(spec)
+        bottom = np.load(spec["bottom_level"]) if spec.get("bottom_level") else None
+        run_rank(spec, bottom)
     except Exception as e:  # one line; mpirun then ends every rank
         print(f"tilecast rank {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         os._exit(1)  # without MPI_Finalize or StarPU's shutdown, which would wait for the other ranks
