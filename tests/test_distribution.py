@@ -9,7 +9,7 @@ import pytest
 
 from tilecast.cli import main
 from tilecast.graph import Tiling
-from tilecast.graph.distribution import distribute, param_of, rank_grid
+from tilecast.graph.distribution import distribute, param_of, prepare, rank_grid
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
 from tilecast.graph.owner_computes import plan, rank_figures
@@ -57,7 +57,8 @@ def test_plan_follows_starpu_mpi_rule(graph, name, ranks):
     if name == "random":  # owners that split tasks' written tiles: the most-data policy and sends back
         owner = np.random.default_rng(1).integers(0, ranks, graph.n_tiles).astype(np.int32)
     else:
-        owner = distribute(graph, ranks, name).owner
+        graph, dist = prepare(graph, ranks, name)
+        owner = dist.owner
     p = plan(graph, owner, ranks)
     want_rank, want_moves = reference_plan(graph, owner, ranks)
     assert np.array_equal(p.task_rank, want_rank)
@@ -129,3 +130,32 @@ def test_graph_cli_bad_ranks_one_line(args, flag):
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith(f"tilecast graph: {flag}"), p.stderr
+
+
+def test_data_partial_gradients_same_step_less_traffic():
+    """The data distribution's rewrite (per-rank partial gradients summed on the owner) computes the same step
+    (float64 reference, GPT-2 and Llama), and moves less than owner-computes on the graph as built."""
+    from tilecast.executor.step import TrainState, init_params, reference_step
+
+    for shape in ('{"n_layer":2,"n_embd":32,"n_head":2,"vocab_size":64,"n_positions":32}',
+                  '{"family":"llama","n_layer":1,"n_embd":32,"n_head":4,"n_kv_head":2,"vocab_size":64,'
+                  '"n_positions":32,"tie_word_embeddings":false}'):
+        cfg = load_model(shape)
+        built = build_step(cfg, 4, 16, Tiling.parse("16,batch=1"), dtype=np.float64)
+        run, dist = prepare(built, 3, "data")
+        names = [t.name for t in run.tensors if t.name.startswith("partial")]
+        assert {n.split(":")[0] for n in names} == {"partial0", "partial1", "partial2"}
+        params = {k: v.astype(np.float64) for k, v in init_params(cfg, 0).items()}
+        ids = np.random.default_rng(0).integers(0, 64, (4, 17))
+        results = []
+        for g in (built, run):
+            state = TrainState({k: v.copy() for k, v in params.items()})
+            results.append((reference_step(g, state, ids[:, :-1], ids[:, 1:]), state))
+        (r1, s1), (r2, s2) = results
+        assert r1.loss == pytest.approx(r2.loss, rel=1e-12)
+        for k in r1.grads:
+            assert np.allclose(r1.grads[k], r2.grads[k], rtol=1e-10, atol=1e-14), k
+            assert np.allclose(s1.params[k], s2.params[k], rtol=1e-10, atol=1e-14), k
+        whole = rank_figures(built, distribute(built, 3, "data"))
+        split = rank_figures(run, dist)
+        assert split["bytes_moved"] < whole["bytes_moved"]

@@ -38,7 +38,7 @@ def run(args) -> int:
     if args.ranks is not None:
         from tilecast.graph.owner_computes import rank_figures
 
-        ranks = rank_figures(graph, distribute_args(graph, args))
+        ranks = rank_figures(*distribute_args(graph, args))
     if args.dot and graph.n_tasks > MAX_DOT_TASKS:
         raise UsageError(f"--dot: the graph has {graph.n_tasks} tasks; pictures are drawn for at most "
                          f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")

@@ -17,13 +17,14 @@ def add_rank_args(p, ranks_help: str) -> None:
 
 
 def distribute_args(graph, args):
-    """The Distribution the flags ask for; UsageError (one line, naming the flag) when it does not fit."""
-    from tilecast.graph.distribution import distribute
+    """(graph to run, Distribution) as the flags ask (tilecast.graph.distribution.prepare); UsageError (one
+    line, naming the flag) when the ranks do not fit."""
+    from tilecast.graph.distribution import prepare
 
     if args.ranks is not None and args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
     try:
-        return distribute(graph, args.ranks, args.distribution)
+        return prepare(graph, args.ranks, args.distribution)
     except ValueError as e:
         msg = str(e)
         flag = "--distribution" if msg.startswith("distribution") else "--ranks"

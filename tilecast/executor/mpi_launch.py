@@ -187,7 +187,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     """
     from tilecast.executor.mpi_native import mpi_glue
     from tilecast.executor.starpu_session import max_workers, policies
-    from tilecast.graph.distribution import distribute
+    from tilecast.graph.distribution import prepare
     from tilecast.graph.gpt2 import AdamWConfig
     from tilecast.graph.models import build_step
     from tilecast.graph.owner_computes import rank_figures
@@ -203,8 +203,8 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         raise ValueError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
-    dist = distribute(graph, ranks, distribution)  # ValueError when the ranks do not fit
+    built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    graph, dist = prepare(built, ranks, distribution)  # ValueError when the ranks do not fit
     predicted = rank_figures(graph, dist)
     kernel_addresses()  # build both extensions here, once, rather than in every rank at the same time
     mpi_glue()
@@ -213,7 +213,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root, bottom)
+                            timeout_s, graph, dist, predicted, root, bottom, built)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
@@ -227,7 +227,8 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         got = _gather(graph, dist.owner, run_dir, ranks, steps, check)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd)
+    return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd,
+                   built)
 
 
 def _bottom_levels(graph, sched: str):
@@ -244,7 +245,7 @@ def _bottom_levels(graph, sched: str):
 
 
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root, bottom):
+                 graph, dist, predicted, root, bottom, built):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -263,13 +264,13 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got,
-                   ["(user's mpirun)"])
+                   ["(user's mpirun)"], built)
 
 
-def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd):
+def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd, built):
     report = None
     if check:
-        report = check_first_step(cfg, batch, seq, graph, seed, got["store"], steps)
+        report = check_first_step(cfg, batch, seq, built, seed, got["store"], steps)
     return MPIRunResult(
         ranks=ranks, distribution=distribution, step_s=got["rank_step_s"].max(axis=0).tolist(),
         rank_step_s=got["rank_step_s"], losses=got["losses"], bytes_sent=got["sent"], predicted=predicted,
@@ -279,8 +280,9 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:
-    """The first step's loss, gradients and parameters (gathered from their owners) against the numpy
-    reference, with the tolerances of ``tilecast run --check`` (tilecast.executor.starpu_run.check_step)."""
+    """The first step's loss, gradients and parameters (gathered from their owners into ``store``) against
+    the numpy reference execution of ``graph``, the step as built (before a distribution rewrote it), with
+    the tolerances of ``tilecast run --check`` (tilecast.executor.starpu_run.check_step)."""
     from tilecast.executor.starpu_run import adamw_expected, check_step
     from tilecast.executor.step import TrainState, init_params, reference_step
     from tilecast.graph.gpt2 import grad_name

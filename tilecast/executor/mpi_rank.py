@@ -53,7 +53,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     from tilecast.executor.starpu_execute import _graph_arrays, _tile_arrays
     from tilecast.executor.starpu_session import starpu_home
     from tilecast.executor.step import TrainState, init_params, load_step, set_batch
-    from tilecast.graph.distribution import distribute
+    from tilecast.graph.distribution import prepare
     from tilecast.graph.gpt2 import AdamWConfig
     from tilecast.graph.model_config import load_model
     from tilecast.graph.models import build_step
@@ -65,7 +65,8 @@ def run_rank(spec: dict, bottom=None) -> None:
     cfg = load_model(json.dumps(spec["model"]))
     graph = build_step(cfg, spec["batch"], spec["seq"], Tiling.parse(spec["tiling"]), AdamWConfig(lr=spec["lr"]))
     ranks, steps = spec["ranks"], spec["steps"]
-    owner = distribute(graph, ranks, spec["distribution"]).owner
+    graph, dist = prepare(graph, ranks, spec["distribution"])
+    owner = dist.owner
     state = TrainState(init_params(cfg, spec["seed"]))
     data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
                                                         size=(steps, spec["batch"], spec["seq"] + 1))

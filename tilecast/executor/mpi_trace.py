@@ -24,7 +24,7 @@ MPI_TRACK = 1000  # worker index of the track of messages from rank 0 (rank S: M
 
 def merged_trace(res):
     """The last step of a :class:`~tilecast.executor.mpi_launch.MPIRunResult` as one trace."""
-    from tilecast.graph.distribution import distribute
+    from tilecast.graph.distribution import distribute  # res.graph is the graph as run: owners as they were
     from tilecast.graph.owner_computes import plan
     from tilecast.kernels import all_kernels
 

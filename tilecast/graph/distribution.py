@@ -6,7 +6,10 @@ from the owners by StarPU-MPI's insert-task rule (:mod:`tilecast.graph.owner_com
 Three named distributions:
 
 - ``data``: tiles of tensors with a batch dimension (inputs, activations) go
-  to ranks by batch tile, in contiguous blocks; parameter tiles are sharded
+  to ranks by batch tile, in contiguous blocks; the graph is first rewritten so
+  that every rank accumulates its own partial gradients, which the owner of
+  each gradient tile sums (:func:`prepare`,
+  :mod:`tilecast.graph.partial_gradients`); parameter tiles are sharded
   over the ranks one by one (tiles that one task writes together, as a
   LayerNorm's gain and bias gradients, as one), each to the rank holding the
   fewest parameter bytes so far, and a parameter tile's gradient and AdamW moments live with
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilecast.graph.graph import Graph
+from tilecast.graph.partial_gradients import partial_rank, with_partial_gradients
 from tilecast.kernels.registry import W
 
 DISTRIBUTIONS = {
@@ -85,6 +89,10 @@ def _data(graph: Graph, ranks: int) -> np.ndarray:
     if nb < ranks:
         raise ValueError(f"ranks: the data distribution needs a batch tile per rank; this step has {nb} batch "
                          f"tile(s) for {ranks} ranks (use a larger batch or a smaller batch tile)")
+    for t in graph.tensors:
+        r = partial_rank(t.name)
+        if r is not None:
+            owner[t.first_tile:t.first_tile + t.n_tiles] = r
     for t in batched:
         axis = t.dims.index("batch")
         coords = np.unravel_index(np.arange(t.n_tiles), t.grid)[axis]
@@ -219,3 +227,17 @@ def distribute(graph: Graph, ranks: int, name: str) -> Distribution:
         return Distribution(name, ranks, _layer(graph, ranks))
     owner, grid = _cyclic(graph, ranks)
     return Distribution(name, ranks, owner, grid)
+
+
+def prepare(graph: Graph, ranks: int, name: str) -> tuple[Graph, Distribution]:
+    """The graph that runs under distribution ``name`` over ``ranks`` ranks, and its tiles' owners.
+
+    ``data`` splits each gradient's accumulation into per-rank partial sums reduced on the gradient's owner
+    (:func:`tilecast.graph.partial_gradients.with_partial_gradients`); the others run ``graph`` as it is.
+    ValueError as :func:`distribute`.
+    """
+    dist = distribute(graph, ranks, name)
+    if name != "data" or dist.ranks < 2:
+        return graph, dist
+    run = with_partial_gradients(graph, dist.ranks)
+    return run, distribute(run, dist.ranks, name)
