@@ -256,7 +256,13 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
                  run_dir)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
-    run_rank(spec, bottom)  # ends with a barrier once every rank's file is written
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
+    if size != ranks:
+        raise ValueError(f"ranks: mpirun started {size} processes, not {ranks}")
+    try:
+        run_rank(spec, bottom)  # ends with a barrier once every rank's file is written
+    except Exception as e:  # this process exits without MPI_Finalize: mpirun then ends the other ranks
+        raise MPIRunError(f"rank {me}: {type(e).__name__}: {e}") from None
     if me != 0:
         return None
     try:
