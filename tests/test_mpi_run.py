@@ -28,7 +28,7 @@ def run_json(capsys, *args):
 
 
 @pytest.mark.parametrize("distribution,sched,ranks,steps", [
-    ("data", "eager", 2, 2), ("layer", "dmda", 2, 1),
+    ("data", "eager", 2, 2), ("layer", "dmdas", 2, 1),  # dmdas: priorities from the bottom levels
     pytest.param("cyclic", "lws", 2, 1, marks=pytest.mark.benchmark),  # opt-in (-m benchmark): the suite's time
     pytest.param("cyclic", "dmda", 4, 1, marks=pytest.mark.benchmark),  # 4 Python ranks on 2 cores: ~30 s
     pytest.param("data", "lws", 4, 1, marks=pytest.mark.benchmark)])

@@ -25,7 +25,6 @@ def run_mpi_cmd(args) -> int:
 
     from tilecast.graph.models import build_step
     from tilecast.kernels.native_build import NativeUnavailable
-    from tilecast import trace as tracefile
 
     cfg, batch, seq, tiling = model_args(args)
     if args.steps < 1:

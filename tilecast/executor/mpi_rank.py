@@ -100,12 +100,12 @@ def run_rank(spec: dict, bottom=None) -> None:
     lib.tcsm_register(graph.n_tiles, f("uint64_t[]", ptrs), f("int64_t[]", nelem), f("int64_t[]", elemsize),
                       f("int32_t[]", owner32), handles)
     prio = None
-    if spec["sched"] in USES_PRIORITIES:
+    if spec["sched"] in USES_PRIORITIES and bottom is not None:
+        if len(bottom) != graph.n_tasks:
+            raise RuntimeError(f"{len(bottom)} bottom levels for {graph.n_tasks} tasks")
         lo, hi = ffi.new("int *"), ffi.new("int *")
         lib.tcsm_priority_range(lo, hi)
-        pred_ptr, pred = graph.dependencies
-        prio = np.ascontiguousarray(starpu_priorities(
-            bottom_level(local_priority_weights(graph), pred_ptr, pred), lo[0], hi[0]), dtype=np.int32)
+        prio = np.ascontiguousarray(starpu_priorities(bottom, lo[0], hi[0]), dtype=np.int32)
     n = graph.n_tasks
     step_s, sent, executed, losses, snapshot = [], [], [], [], None
     amounts = ffi.new("size_t[]", size)

@@ -39,7 +39,8 @@ from tilecast.graph.partial_gradients import partial_rank, with_partial_gradient
 from tilecast.kernels.registry import W
 
 DISTRIBUTIONS = {
-    "data": "batch tiles spread over ranks; parameters, gradients and AdamW moments sharded by tile (ZeRO-3)",
+    "data": "batch tiles spread over ranks, each rank's partial gradients summed on their owner; parameters, "
+            "gradients and AdamW moments sharded by tile (ZeRO-3)",
     "layer": "a contiguous block of layers per rank (pipeline)",
     "cyclic": "2-D block-cyclic over every tensor's tile grid (tensor parallelism)",
 }
