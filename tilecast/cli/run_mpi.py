@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import as_flags, blas_summary, human, model_args, print_json
+from tilecast.cli.common import as_flags, blas_summary, human, model_args, print_json, recompute_arg
 from tilecast.cli.ranks_table import add_rank_args, distribute_args
 
 
@@ -27,6 +27,8 @@ def run_mpi_cmd(args) -> int:
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
+    if recompute_arg(args) != "none":
+        raise UsageError("--recompute: not with --ranks yet (the ranks run the step as built, recompute none)")
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.timeout <= 0:
