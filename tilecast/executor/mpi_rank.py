@@ -45,12 +45,35 @@ def set_binding(workers: int, ranks_here: int) -> None:
         os.environ["STARPU_WORKERS_NOBIND"] = "1"
 
 
+def own_tiles(graph, store, owner: np.ndarray, me: int):
+    """Keep only this rank's tiles in ``store`` (and the batch's, rewritten in place every step), allocating
+    those missing; returns (pointers, 0 for other ranks' tiles; element counts; element sizes) for
+    tcsm_register, which gives other ranks' tiles no home buffer (StarPU allocates them when they arrive)."""
+    n = graph.n_tiles
+    itemsize = np.array([graph.tensors[t].dtype.itemsize for t in graph.tile_tensor.tolist()], dtype=np.int64)
+    nelem = graph.tile_nbytes // itemsize
+    inputs = np.array([t.kind == "input" for t in graph.tensors])[graph.tile_tensor]
+    ptrs = np.zeros(n, dtype=np.uint64)
+    for i in range(n):
+        if owner[i] != me:
+            if not inputs[i]:
+                store.buffers[i] = None
+            continue
+        b = store.buffers[i]
+        if b is None:
+            b = store.buffers[i] = np.empty(int(nelem[i]), dtype=graph.tensors[graph.tile_tensor[i]].dtype)
+        if b.nbytes != graph.tile_nbytes[i] or not b.flags.c_contiguous:
+            raise RuntimeError(f"tile {i}: buffer of {b.nbytes} bytes, the graph says {graph.tile_nbytes[i]}")
+        ptrs[i] = b.__array_interface__["data"][0]
+    return ptrs, nelem, itemsize
+
+
 def run_rank(spec: dict, bottom=None) -> None:
     """Run this rank's part of the steps ``spec`` describes (see :func:`tilecast.executor.mpi_launch._spec`);
     ``bottom``: the tasks' bottom levels, whose order becomes their priorities under the policies that use
     them (computed once by the launcher, tilecast.graph.priorities)."""
     from tilecast.executor.mpi_native import mpi_glue
-    from tilecast.executor.starpu_execute import _graph_arrays, _tile_arrays
+    from tilecast.executor.starpu_execute import _graph_arrays
     from tilecast.executor.starpu_session import starpu_home
     from tilecast.executor.step import TrainState, init_params, load_step, set_batch
     from tilecast.graph.distribution import prepare
@@ -71,7 +94,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
                                                         size=(steps, spec["batch"], spec["seq"] + 1))
     store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
-    ptrs, nelem, elemsize = _tile_arrays(graph, store)
+    del state  # the full parameters: from here on this rank holds only its own tiles (own_tiles)
 
     home = starpu_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -89,6 +112,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     me, size = lib.tcsm_rank(), lib.tcsm_size()
     if size != ranks:
         raise RuntimeError(f"started with {size} MPI processes, the run asks for {ranks} ranks")
+    ptrs, nelem, elemsize = own_tiles(graph, store, owner, me)
     kernels = all_kernels()
     names = [ffi.new("char[]", k.name.encode()) for k in kernels]
     ret = lib.tcs_set_kernels(len(kernels), f("uint64_t[]", addresses), ffi.new("const char *[]", names),
