@@ -35,9 +35,11 @@ def run_json(capsys, *args):
 def test_ranks_equal_reference_and_model(capsys, tmp_path, distribution, sched, ranks, steps):
     trace = tmp_path / ("t.json" if distribution == "data" else "t.parquet")
     batch = ["--batch", str(ranks)] if distribution == "data" else []  # a batch tile per rank
+    recompute = "selective" if distribution == "layer" else "none"
     rc, res = run_json(capsys, "--ranks", str(ranks), "--distribution", distribution, "--sched", sched,
-                       "--steps", str(steps), "--check", "--trace", str(trace), *batch)
+                       "--steps", str(steps), "--check", "--trace", str(trace), "--recompute", recompute, *batch)
     assert rc == 0 and res["check"]["ok"], res["check"]
+    assert res["recompute"] == recompute
     assert res["ranks"] == ranks and res["workers_per_rank"] == 1 and len(res["step_times_s"]) == steps
     # StarPU-MPI's own count of bytes sent equals the insert-task model's, rank by rank; tasks too.
     assert res["bytes_moved"] == res["bytes_moved_predicted"] > 0

@@ -27,20 +27,19 @@ def run_mpi_cmd(args) -> int:
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
-    if recompute_arg(args) != "none":
-        raise UsageError("--recompute: not with --ranks yet (the ranks run the step as built, recompute none)")
+    recompute = recompute_arg(args)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
         raise UsageError(f"--trace: unknown file type of {args.trace!r} (use .parquet, .csv or .json)")
-    distribute_args(build_step(cfg, batch, seq, tiling), args)  # a rank count that does not fit: one line
+    distribute_args(build_step(cfg, batch, seq, tiling, recompute=recompute), args)  # a rank count that does not fit: one line
     workers = 1 if args.workers is None else args.workers
     blas, blas_line = blas_summary()
     try:
         res = run_mpi(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks, args.distribution,
-                      seed=args.seed, check=args.check, timeout_s=args.timeout)
+                      seed=args.seed, check=args.check, timeout_s=args.timeout, recompute=recompute)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except ValueError as e:
@@ -64,8 +63,8 @@ def run_mpi_cmd(args) -> int:
                          bytes_received_predicted=p["bytes_received"],
                          step_s=float(np.median(res.rank_step_s[r, 1:] if args.steps > 1 else res.rank_step_s[r]))))
     out = {
-        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
-        "ranks": res.ranks, "distribution": res.distribution, "workers_per_rank": workers, "tasks": res.n_tasks,
+        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "recompute": recompute,
+        "sched": args.sched, "ranks": res.ranks, "distribution": res.distribution, "workers_per_rank": workers, "tasks": res.n_tasks,
         "steps": args.steps, "step_s": res.median_step_s, "step_times_s": res.step_s, "losses": res.losses,
         "bytes_moved": res.bytes_moved[-1], "bytes_moved_predicted": pred["bytes_moved"],
         "messages_predicted": pred["messages"], "per_rank": rows, "flops_per_step": res.flops_per_step,

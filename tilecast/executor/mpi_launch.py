@@ -87,10 +87,10 @@ def mpirun_command(ranks: int) -> list[str]:
 
 
 def _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-          run_dir) -> dict:
+          run_dir, recompute="none") -> dict:
     return dict(model=cfg.to_dict(), batch=batch, seq=seq, tiling=str(tiling), sched=sched, workers=workers,
                 steps=steps, ranks=ranks, distribution=distribution, seed=seed, lr=lr, check=check,
-                timeout_s=timeout_s, run_dir=str(run_dir), ranks_per_host=ranks)
+                timeout_s=timeout_s, run_dir=str(run_dir), ranks_per_host=ranks, recompute=recompute)
 
 
 def _failure_line(text: str, returncode: int) -> str:
@@ -178,7 +178,7 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> MPIRunResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none") -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ValueError (naming the field) on bad input, before anything starts;
@@ -203,7 +203,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         raise ValueError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-    built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     graph, dist = prepare(built, ranks, distribution)  # ValueError when the ranks do not fit
     predicted = rank_figures(graph, dist)
     kernel_addresses()  # build both extensions here, once, rather than in every rank at the same time
@@ -213,11 +213,11 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root, bottom, built)
+                            timeout_s, graph, dist, predicted, root, bottom, built, recompute)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                     timeout_s, run_dir)
+                     timeout_s, run_dir, recompute)
         if bottom is not None:
             np.save(run_dir / "bottom_level.npy", bottom)
             spec["bottom_level"] = str(run_dir / "bottom_level.npy")
@@ -245,7 +245,7 @@ def _bottom_levels(graph, sched: str):
 
 
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root, bottom, built):
+                 graph, dist, predicted, root, bottom, built, recompute):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -253,7 +253,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
     run_dir = root / f"job-{job}"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 run_dir)
+                 run_dir, recompute)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))

@@ -86,7 +86,8 @@ def run_rank(spec: dict, bottom=None) -> None:
     from tilecast.kernels.native import kernel_addresses
 
     cfg = load_model(json.dumps(spec["model"]))
-    graph = build_step(cfg, spec["batch"], spec["seq"], Tiling.parse(spec["tiling"]), AdamWConfig(lr=spec["lr"]))
+    graph = build_step(cfg, spec["batch"], spec["seq"], Tiling.parse(spec["tiling"]), AdamWConfig(lr=spec["lr"]),
+                       recompute=spec.get("recompute", "none"))
     ranks, steps = spec["ranks"], spec["steps"]
     graph, dist = prepare(graph, ranks, spec["distribution"])
     owner = dist.owner
