@@ -8,6 +8,7 @@ from tqdm import tqdm
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
+from tilecast.cli.ranks_table import add_rank_args, distribute_args, print_rank_table
 
 
 def add_parser(sub):
@@ -31,6 +32,8 @@ def add_parser(sub):
                    help="do not build the step under the other --recompute settings (about half the time on "
                         "graphs of millions of tasks)")
     add_json_arg(p)
+    add_rank_args(p, "also spread the step over N processes by --distribution and print, per rank, the tasks it "
+                     "runs, the bytes it owns, sends and receives per step (StarPU-MPI's rules; --json: key ranks)")
     p.add_argument("--dot", metavar="FILE", help="also write a Graphviz picture of the graph (small graphs only; "
                                                   "'-' for standard output)")
     return p
@@ -46,6 +49,11 @@ def run(args) -> int:
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
+    ranks = None
+    if args.ranks is not None:
+        from tilecast.graph.owner_computes import rank_figures
+
+        ranks = rank_figures(*distribute_args(graph, args))
     if args.dot and graph.n_tasks > MAX_DOT_TASKS:
         raise UsageError(f"--dot: the graph has {graph.n_tasks} tasks; pictures are drawn for at most "
                          f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")
@@ -65,6 +73,8 @@ def run(args) -> int:
             return 0
         with open(args.dot, "w") as f:
             f.write(dot)
+    if ranks is not None:
+        s["ranks"] = ranks
     if args.json:
         print_json(s)
         return 0
@@ -86,6 +96,9 @@ def run(args) -> int:
           f"whole step, {human(s['live_activation_bytes'], 'B')} of activations, at {s['live_peak_tag']})")
     print(f"critical path       {human(s['critical_path_flops'])} flops "
           f"(average parallelism {s['flops'] / max(s['critical_path_flops'], 1):.1f})")
+    if ranks is not None:
+        print()
+        print_rank_table(ranks)
     if args.dot:
         print(f"picture             {args.dot}")
     print()

@@ -10,6 +10,7 @@ from tqdm import tqdm
 from tilecast.cli import UsageError
 from tilecast.cli.common import (add_json_arg, add_model_args, add_recompute_arg, blas_summary, model_args, print_json,
                                  recompute_arg)
+from tilecast.cli.run_mpi import add_mpi_args, run_mpi_cmd
 
 
 def add_parser(sub):
@@ -33,11 +34,14 @@ def add_parser(sub):
                         "parameters 1e-4 relative); exit 1 on a mismatch")
     p.add_argument("--trace", metavar="PATH",
                    help="write the last step's trace: .parquet or .csv table, or .json Chrome trace (Perfetto)")
+    add_mpi_args(p)
     add_json_arg(p)
     return p
 
 
 def run(args) -> int:
+    if args.ranks is not None:
+        return run_mpi_cmd(args)
     from tilecast.executor.starpu_run import run_steps
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.kernels.native_build import NativeUnavailable

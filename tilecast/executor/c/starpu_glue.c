@@ -444,3 +444,9 @@ double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_
     starpu_profiling_status_set(prof);
     return wall;
 }
+
+/* Kernel k's codelet, for the StarPU-MPI glue (starpu_mpi_glue.c) linked into the same extension. */
+struct starpu_codelet *tcs_codelet(int k)
+{
+    return k >= 0 && k < n_kernels ? &codelets[k] : NULL;
+}
