@@ -13,7 +13,7 @@ case "${1:-}" in
     *) echo "usage: ./install.sh [test]" >&2; exit 2 ;;
 esac
 
-packages=(pkg-config gcc libstarpu-dev)
+packages=(pkg-config gcc libstarpu-dev openmpi-bin libopenmpi-dev)  # Open MPI: StarPU-MPI runs (tilecast run --ranks)
 [ -z "$extras" ] || packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,7 @@
 
 The Python API (docs/api.md): ``import tilecast as tc`` then ``tc.model``,
 ``tc.graph``, ``tc.simulate``, ``tc.tune``, ``tc.run``, ``tc.compare``,
-``tc.whatif``, ``tc.validate``, defined in :mod:`tilecast.api` and loaded on
+``tc.whatif``, ``tc.validate``, ``tc.whatif_inference``, defined in :mod:`tilecast.api` and loaded on
 first use, so that importing tilecast stays fast (no pandas, no simulator).
 """
 
@@ -10,7 +10,7 @@ import types
 
 __version__ = "0.1.0"
 
-ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate")
+ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference")
 
 
 class EntryPointPackage(types.ModuleType):

@@ -13,9 +13,9 @@ def add_parser(sub):
 
     p = sub.add_parser(
         "accuracy", help="how well tilecast forecasts configurations that never ran (a fixed suite, on StarPU)",
-        description="Measure on StarPU every configuration of a fixed suite (full: 3 model shapes the project "
-                    "never tuned for x 4 tilings x 2 policies x 1 and all workers = 48 configurations, every "
-                    "policy the simulator offers) and predict each three ways: first use (the models as "
+        description="Measure on StarPU every configuration of a fixed suite (full: 4 model shapes the project "
+                    "never tuned for, 3 GPT-2 and a Llama, x 4 or 2 tilings x 2 policies x 1 and all workers = 56 "
+                    "configurations, every policy the simulator offers) and predict each three ways: first use (the models as "
                     "'tilecast calibrate' leaves them, nothing of the suite run: the headline), held out (refined "
                     "from the runs of the other model shapes) and repeatability (refined from these same runs, "
                     "in-sample). For each: the median and maximum absolute error of the step time, and per model "

@@ -1,6 +1,6 @@
 """The accuracy suite's configurations: model shapes, tilings, policies and worker counts.
 
-The full suite has three model shapes that the project never tuned for, none
+The full suite has four model shapes that the project never tuned for, none
 of them the quiet check's reference step (gpt2-tiny) or a calibration probe:
 
 - ``gpt2-5h``: 2 layers, 240 wide, 5 heads (an odd count), vocabulary 3001,
@@ -8,12 +8,14 @@ of them the quiet check's reference step (gpt2-tiny) or a calibration probe:
 - ``gpt2-4x128``: 4 layers, 128 wide, batch 8 x 64: 4,800-8,700 tasks a
   step, most of them tens of microseconds;
 - ``gpt2-4x512``: 4 layers, 512 wide, batch 16 x 256: steps of 2-6 seconds
-  dominated by GEMMs.
+  dominated by GEMMs;
+- ``llama-3x192``: a Llama (RMSNorm, SwiGLU, rotary embeddings, 6 query heads
+  sharing 2 KV heads, untied head), 3 layers, 192 wide, batch 4 x 96.
 
-Four tilings each, and every (policy, worker count) pair in turn: each task
-graph runs under two policies, each with one worker and with all of them
-(:func:`suite_configs`), so that the 48 configurations cover every policy
-the simulator offers several times.
+Four tilings each of the GPT-2 shapes, two of the Llama, and every (policy,
+worker count) pair in turn: each task graph runs under two policies, each
+with one worker and with all of them (:func:`suite_configs`), so that the 56
+configurations cover every policy the simulator offers several times.
 """
 
 from __future__ import annotations
@@ -47,13 +49,17 @@ MANY_SMALL = SuiteShape("thousands of tasks of tens of microseconds",
 LONG = SuiteShape("steps of seconds, GEMM-bound",
                   {"name": "gpt2-4x512", "n_layer": 4, "n_embd": 512, "n_head": 8, "vocab_size": 8192,
                    "n_positions": 512}, 16, 256, ("128", "192", "256", "512"))
+LLAMA = SuiteShape("a Llama: grouped-query attention, SwiGLU, RMSNorm, rotary embeddings",
+                   {"name": "llama-3x192", "family": "llama", "n_layer": 3, "n_embd": 192, "n_head": 6,
+                    "n_kv_head": 2, "intermediate_size": 512, "vocab_size": 2000, "n_positions": 256}, 4, 96,
+                   ("64", "96"))
 QUICK_A = SuiteShape("quick: a small model", {"name": "gpt2-1x64", "n_layer": 1, "n_embd": 64, "n_head": 2,
                                                "vocab_size": 512, "n_positions": 64}, 2, 32, ("32",))
 QUICK_B = SuiteShape("quick: odd head count", {"name": "gpt2-1x96", "n_layer": 1, "n_embd": 96, "n_head": 3,
                                                 "vocab_size": 500, "n_positions": 64}, 2, 24, ("48",))
 
 # suite -> (shapes, policies a task graph runs under)
-SUITES = {"full": ((UNEVEN, MANY_SMALL, LONG), 2), "quick": ((QUICK_A, QUICK_B), 1)}
+SUITES = {"full": ((UNEVEN, MANY_SMALL, LONG, LLAMA), 2), "quick": ((QUICK_A, QUICK_B), 1)}
 
 
 def suite_policies() -> list:

@@ -1,0 +1,102 @@
+"""tilecast run --ranks N: training steps on N StarPU-MPI processes (the flags and the output)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import as_flags, blas_summary, human, model_args, print_json, recompute_arg
+from tilecast.cli.ranks_table import add_rank_args, distribute_args
+
+
+def add_mpi_args(p) -> None:
+    add_rank_args(p, "run the step on N StarPU-MPI processes started with mpirun (or, under an mpirun you "
+                     "started, as its processes), each with --workers CPU workers (default 1 with --ranks); "
+                     "prints step times, tasks and bytes per rank, measured and as StarPU-MPI's rules predict "
+                     "(docs/mpi.md)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="with --ranks: end every process after S seconds (default: 600)")
+
+
+def run_mpi_cmd(args) -> int:
+    from tilecast.executor.mpi_launch import MPIRunError, run_mpi
+
+    from tilecast.graph.models import build_step
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    cfg, batch, seq, tiling = model_args(args)
+    recompute = recompute_arg(args)
+    if args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout}")
+    if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
+        raise UsageError(f"--trace: unknown file type of {args.trace!r} (use .parquet, .csv or .json)")
+    distribute_args(build_step(cfg, batch, seq, tiling, recompute=recompute), args)  # a rank count that does not fit: one line
+    workers = 1 if args.workers is None else args.workers
+    blas, blas_line = blas_summary()
+    try:
+        res = run_mpi(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks, args.distribution,
+                      seed=args.seed, check=args.check, timeout_s=args.timeout, recompute=recompute)
+    except NativeUnavailable as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        raise UsageError(as_flags(str(e))) from None
+    except MPIRunError as e:
+        print(f"tilecast run: {e}", file=sys.stderr)
+        return 1
+    if res is None:  # a rank other than 0 under the user's mpirun: rank 0 reports
+        return 0
+    if args.trace:
+        from tilecast.executor.mpi_trace import merged_trace, save_merged
+
+        save_merged(merged_trace(res), args.trace, res)
+    ok = res.check is None or res.check["ok"]
+    pred = res.predicted
+    rows = []
+    for r, p in enumerate(pred["per_rank"]):
+        rows.append(dict(rank=r, tasks=int(res.executed[r, -1]), tasks_predicted=p["tasks"],
+                         bytes_sent=int(res.bytes_sent[-1][r].sum()), bytes_sent_predicted=p["bytes_sent"],
+                         bytes_received=int(res.bytes_sent[-1][:, r].sum()),
+                         bytes_received_predicted=p["bytes_received"],
+                         step_s=float(np.median(res.rank_step_s[r, 1:] if args.steps > 1 else res.rank_step_s[r]))))
+    out = {
+        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "recompute": recompute,
+        "sched": args.sched, "ranks": res.ranks, "distribution": res.distribution, "workers_per_rank": workers, "tasks": res.n_tasks,
+        "steps": args.steps, "step_s": res.median_step_s, "step_times_s": res.step_s, "losses": res.losses,
+        "bytes_moved": res.bytes_moved[-1], "bytes_moved_predicted": pred["bytes_moved"],
+        "messages_predicted": pred["messages"], "per_rank": rows, "flops_per_step": res.flops_per_step,
+        "tokens_per_s": res.tokens_per_step / res.median_step_s, "blas": blas,
+    }
+    if res.check is not None:
+        out["check"] = res.check
+    if args.trace:
+        out["trace"] = args.trace
+    if args.json:
+        print_json(out)
+        return 0 if ok else 1
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU-MPI, {res.ranks} ranks of {workers} CPU "
+          f"worker(s), distribution {res.distribution}, {args.sched} on each; {res.n_tasks} tasks per step")
+    print(blas_line)
+    print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'moved':>12}{'loss':>10}")
+    for t, (dt, moved) in enumerate(zip(res.step_s, res.bytes_moved)):
+        loss = f"{res.losses[t]:>10.4f}" if t < len(res.losses) else ""
+        print(f"{t + 1:>5}{dt:>10.4f}{res.tokens_per_step / dt:>12.1f}{human(moved, 'B'):>12}{loss}")
+    print(f"\n{'rank':>5}{'tasks':>8}{'(model)':>9}{'sent':>12}{'(model)':>12}{'received':>12}{'(model)':>12}"
+          f"{'step s':>9}")
+    for r in rows:
+        print(f"{r['rank']:>5}{r['tasks']:>8}{r['tasks_predicted']:>9}{human(r['bytes_sent'], 'B'):>12}"
+              f"{human(r['bytes_sent_predicted'], 'B'):>12}{human(r['bytes_received'], 'B'):>12}"
+              f"{human(r['bytes_received_predicted'], 'B'):>12}{r['step_s']:>9.4f}")
+    print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s (the slowest rank, barrier to every task "
+          f"and message done); moved {human(res.bytes_moved[-1], 'B')} in the last step, "
+          f"{human(pred['bytes_moved'], 'B')} predicted")
+    if args.trace:
+        print(f"trace of the last step, every rank: {args.trace}")
+    if res.check is not None:
+        c = res.check
+        print(f"check against the single-process numpy reference: loss {c['loss']:.2e}, gradients {c['grads']:.2e}, "
+              f"parameters {c['params']:.2e} -> {'ok' if c['ok'] else 'FAILED: ' + ', '.join(c['failures'][:5])}")
+    return 0 if ok else 1

@@ -1,0 +1,267 @@
+"""Durations of one forward pass of a pipeline stage when serving: prefill and decode.
+
+Each matrix product takes the longer of its compute time (flops / (peak x the
+cluster's GEMM efficiency curve), as in training, :mod:`tilecast.cluster.costs`)
+and the time to read its weights from HBM (bytes / (bandwidth x efficiency)):
+a roofline per kernel. Prefill GEMMs (thousands of tokens) are compute-bound;
+decode GEMMs (one token per sequence) read the whole weight matrix for a few
+rows of work, so decode is memory-bandwidth-bound until the batch reaches the
+GPU's flops-to-bandwidth ratio. Attention: prefill runs the fused kernel at the
+cluster's attention efficiency (the training convention for its flops); decode
+reads every sequence's KV cache once per layer. Each kernel's time counts as
+``compute`` or ``memory`` in the breakdown, whichever bound it.
+
+Tensor parallelism all-reduces the layer output twice per layer (Shoeybi et
+al. 2019, Fig. 3). Decode messages are small (batch x d_model x 2 bytes), so
+latency dominates: inference engines use a one-shot all-reduce inside a node
+(every rank reads the other ranks' buffers over NVLink in one step: TensorRT-
+LLM's and vLLM's custom all-reduce), costed here as ``latency + (p-1) n / B``
+on the node's fabric, and the faster of it and the NCCL algorithms of
+:mod:`tilecast.cluster.collectives` is taken.
+
+What the serving software achieves is an *engine profile*
+(``inference_engines.yaml``, :class:`InferenceEfficiency`): the numbers
+below, each either fitted on calibration rows of ``validation/inference.yaml``
+(``python3 -m tilecast.cluster.inference_calibrate``, which says which for
+each engine) or stated in the file, and two switches stated per engine:
+
+- ``decode_hbm_efficiency``: the fraction of HBM bandwidth that weight and
+  KV-cache reads reach (GEMV-like kernels stream better than the elementwise
+  kernels the cluster's ``memory_efficiency`` is for);
+- ``fp8_matmul_scale``: the engine's fp8 GEMM speed relative to the cluster's
+  fp8 efficiency curve, capped at the peak (that curve is fitted on training
+  runs, whose fp8 GEMMs carry Transformer Engine's casts and scaling);
+- ``layer_overhead_s``: seconds per layer and forward pass that no roofline
+  counts (kernel launches, synchronisation);
+- ``pass_overhead_s``: seconds per forward pass of the whole model (sampling,
+  host work, the engine's scheduling);
+- ``collective_overhead_s``: seconds each tensor-parallel all-reduce costs
+  beyond its alpha-beta time (launch, synchronisation of the ranks);
+- ``kv_group_reread``: the fraction of the extra KV traffic of a decode
+  attention kernel that does not share a KV head among the g query heads of its
+  group (GQA): traffic x (1 + kv_group_reread x (g - 1)); 0 for a kernel that
+  reads each KV head once, 1 when every query head re-reads it from HBM;
+- ``one_shot_all_reduce``: whether the engine has the one-shot all-reduce;
+- ``attention``: the prefill attention kernel, whose speed the cluster file
+  gives (``flash`` or ``cudnn``: a vendor fused kernel).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import yaml
+
+from tilecast.cluster import flops as F
+from tilecast.cluster.collectives import Group, collective_time, p2p_time
+from tilecast.cluster.inference_memory import INFERENCE_DTYPE_BYTES, kv_heads_per_rank
+
+
+@dataclass(frozen=True)
+class InferenceEfficiency:
+    """What a serving engine achieves beyond the hardware's datasheet (module docstring)."""
+
+    name: str = "custom"
+    decode_hbm_efficiency: float = 0.80  # fraction of HBM bandwidth reached by weight and KV-cache reads
+    fp8_matmul_scale: float = 1.0  # fp8 GEMM speed vs the cluster's (training-fitted) fp8 curve
+    layer_overhead_s: float = 10e-6  # per layer and forward pass: launches, synchronisation
+    pass_overhead_s: float = 0.0  # per forward pass of the model: sampling, host work, scheduling
+    collective_overhead_s: float = 0.0  # per tensor-parallel all-reduce, beyond its alpha-beta time
+    kv_group_reread: float = 0.0  # GQA decode attention: fraction of KV re-reads per extra query head
+    one_shot_all_reduce: bool = True  # one-shot all-reduce inside a node (else NCCL's algorithms only)
+    attention: str = "flash"  # prefill attention kernel (efficiency from the cluster file)
+    sources: str = ""  # the rows its figures were fitted on
+
+
+ENGINES_FILE = os.path.join(os.path.dirname(__file__), "inference_engines.yaml")
+DEFAULT_ENGINE = "trtllm-0.9"  # the newest TensorRT-LLM table, with its GQA kernel; FP8 and FP16; A100 to H200
+ATTENTION_KERNELS = ("flash", "cudnn")
+_FIELDS = tuple(f for f in InferenceEfficiency.__dataclass_fields__ if f != "name")
+
+
+def _engine_from_dict(name: str, d) -> InferenceEfficiency:
+    if not isinstance(d, dict):
+        raise ValueError(f"engine {name}: expected a mapping of {', '.join(_FIELDS)}")
+    unknown = sorted(set(d) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"engine {name}: unknown field {unknown[0]}")
+    out = {}
+    for k, v in d.items():
+        default = getattr(InferenceEfficiency, k)
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise ValueError(f"engine {name}: {k} must be true or false, got {v!r}")
+        elif isinstance(default, float):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"engine {name}: {k} must be a number >= 0, got {v!r}")
+            v = float(v)
+        else:
+            v = str(v)
+        out[k] = v
+    if out.get("fp8_matmul_scale", 1.0) <= 0:
+        raise ValueError(f"engine {name}: fp8_matmul_scale must be positive")
+    if not 0 < out.get("decode_hbm_efficiency", 0.8) <= 1:
+        raise ValueError(f"engine {name}: decode_hbm_efficiency must be in (0, 1]")
+    if not 0 <= out.get("kv_group_reread", 0.0) <= 1:
+        raise ValueError(f"engine {name}: kv_group_reread must be in [0, 1]")
+    if out.get("attention", "flash") not in ATTENTION_KERNELS:
+        raise ValueError(f"engine {name}: attention must be one of {', '.join(ATTENTION_KERNELS)}")
+    return InferenceEfficiency(name=name, **out)
+
+
+def load_engines(path: str = ENGINES_FILE) -> dict:
+    """Engine profiles by name, each checked (ValueError naming the engine and the field)."""
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    engines = data.get("engines") if isinstance(data, dict) else None
+    if not isinstance(engines, dict) or not engines:
+        raise ValueError(f"engine: {path} has no engines mapping")
+    return {str(name): _engine_from_dict(str(name), d) for name, d in engines.items()}
+
+
+def engine_efficiency(engine=DEFAULT_ENGINE) -> InferenceEfficiency:
+    """A shipped engine profile by name (``trtllm-0.6``, ``trtllm-0.5``, ``nemo``, ``argonne-trtllm``,
+    ``argonne-vllm``), or a profile itself."""
+    if isinstance(engine, InferenceEfficiency):
+        return engine
+    engines = load_engines()
+    if engine not in engines:
+        raise ValueError(f"engine: unknown serving engine {engine!r} (expected {', '.join(engines)})")
+    return engines[engine]
+
+
+@dataclass
+class PassCost:
+    """Seconds of one forward pass of one stage (one TP rank), split by what bounds them.
+
+    Fields may be numpy arrays (one entry per decode step)."""
+
+    compute_s: object = 0.0  # kernels bound by tensor-core throughput
+    memory_s: object = 0.0  # kernels bound by HBM bandwidth (weights, KV cache, elementwise)
+    comm_s: object = 0.0  # tensor-parallel all-reduces (blocking)
+    overhead_s: object = 0.0  # per-layer fixed cost (fitted)
+    flops: object = 0.0
+    hbm_bytes: object = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total(self):
+        return self.compute_s + self.memory_s + self.comm_s + self.overhead_s
+
+    def add_kernel(self, compute, memory, flops, nbytes):
+        compute, memory = np.asarray(compute, dtype=float), np.asarray(memory, dtype=float)
+        self.compute_s = self.compute_s + np.where(compute >= memory, compute, 0.0)
+        self.memory_s = self.memory_s + np.where(compute >= memory, 0.0, memory)
+        self.flops = self.flops + flops
+        self.hbm_bytes = self.hbm_bytes + nbytes
+
+    def scaled(self, k) -> PassCost:
+        return PassCost(self.compute_s * k, self.memory_s * k, self.comm_s * k, self.overhead_s * k,
+                        self.flops * k, self.hbm_bytes * k)
+
+    def plus(self, o: PassCost) -> PassCost:
+        return PassCost(self.compute_s + o.compute_s, self.memory_s + o.memory_s, self.comm_s + o.comm_s,
+                        self.overhead_s + o.overhead_s, self.flops + o.flops, self.hbm_bytes + o.hbm_bytes)
+
+
+def one_shot_all_reduce(nbytes: float, p: int, cluster) -> float:
+    """One-shot all-reduce inside a node: one latency, each rank reads (p-1) buffers of n bytes."""
+    f = cluster.intra_node
+    return f.latency + (p - 1) * nbytes / f.effective_bandwidth
+
+
+def tp_all_reduce(nbytes: float, tp: int, cluster, one_shot: bool = True) -> float:
+    """Two of these per layer; the faster of NCCL's algorithms and, inside a node, the one-shot one."""
+    if tp <= 1 or nbytes <= 0:
+        return 0.0
+    group = Group.placed(cluster, tp, stride=1)
+    t = collective_time("all_reduce", nbytes, group, cluster)
+    if group.nodes == 1 and one_shot:
+        t = min(t, one_shot_all_reduce(nbytes, tp, cluster))
+    return t
+
+
+def compute_dtype(weight_dtype: str) -> str:
+    return weight_dtype  # fp8 weights run fp8 GEMMs; bf16/fp16 weights run in their own precision
+
+
+def gemm_time(gpu, flops, dtype: str, eff) -> np.ndarray:
+    """The cluster's GEMM time (fp8: divided by the engine's ``fp8_matmul_scale``, never faster than the peak)."""
+    f = np.asarray(flops, dtype=float)
+    if dtype != "fp8":
+        return gpu.matmul_time(f, dtype)
+    return np.maximum(gpu.matmul_time(f, dtype) / eff.fp8_matmul_scale, f / gpu.peak_flops[dtype])
+
+
+def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, weight_dtype: str, kv_dtype: str,
+               eff: InferenceEfficiency = None) -> PassCost:
+    """One layer's forward on one TP rank: ``seqs`` sequences, each adding ``new_tokens`` tokens
+    (the prompt in prefill, 1 in decode) after ``context`` tokens already cached (scalar or array)."""
+    eff = eff or InferenceEfficiency()
+    gpu = cluster.gpu
+    bw = gpu.memory_bandwidth * eff.decode_hbm_efficiency
+    wb, kb = INFERENCE_DTYPE_BYTES[weight_dtype], INFERENCE_DTYPE_BYTES[kv_dtype]
+    dt = compute_dtype(weight_dtype)
+    attn_dt = "bf16" if dt == "fp8" else dt
+    h, f, k = shape.d_model, shape.ff, shape.kv_dim
+    tokens = seqs * new_tokens
+    cost = PassCost()
+    weights = {"qkv": h * (h + 2 * k), "proj": h * h, "fc1": h * f * (2 if shape.gated_mlp else 1), "fc2": f * h}
+    for name, fl in F.layer_gemm_flops(shape, tokens, new_tokens, tp).items():
+        nbytes = weights[name] / tp * wb + tokens * (weights[name] / (h if name != "fc2" else f) / tp) * 2
+        cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
+    context = np.asarray(context, dtype=float)
+    kvh = kv_heads_per_rank(shape, tp)
+    if new_tokens > 1:  # prefill: fused attention over the prompt (training's flops convention), cache written
+        fl = F.layer_attention_flops(shape, tokens, new_tokens, tp)
+        t = gpu.matmul_time(fl, attn_dt) / gpu.attention_fraction(eff.attention)
+        nbytes = tokens * 2 * kvh * shape.head_dim * kb
+        cost.add_kernel(t, nbytes / bw, fl, nbytes)
+    else:  # decode: each sequence reads its cached keys and values once
+        nbytes = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb
+        nbytes = nbytes * (1.0 + eff.kv_group_reread * (shape.n_head // shape.kv_heads - 1))
+        fl = 4.0 * seqs * (context + 1) * h / tp
+        cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), nbytes / bw, fl, nbytes)
+    # layer norms, residual adds, activation function: HBM-bound at the elementwise efficiency
+    elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * f / tp * 2
+    cost.add_kernel(0.0, gpu.memory_time(elem), 0.0, elem)
+    ones = np.ones_like(context)
+    ar = tp_all_reduce(tokens * h * 2.0, tp, cluster, eff.one_shot_all_reduce)
+    cost.comm_s = 2 * (ar + (eff.collective_overhead_s if tp > 1 else 0.0)) * ones
+    cost.overhead_s = eff.layer_overhead_s * ones
+    cost.compute_s, cost.memory_s = cost.compute_s * ones, cost.memory_s * ones
+    return cost
+
+
+def head_pass(shape, cluster, *, tp: int, seqs: int, weight_dtype: str,
+              eff: InferenceEfficiency = None) -> PassCost:
+    """LM head on the last token of each sequence (16-bit weights), vocabulary split over TP."""
+    eff = eff or InferenceEfficiency()
+    gpu = cluster.gpu
+    dt = "bf16" if weight_dtype == "fp8" else weight_dtype
+    fl = F.lm_head_flops(shape, seqs, tp)
+    nbytes = shape.vocab * shape.d_model / tp * 2 + seqs * shape.vocab / tp * 4
+    cost = PassCost()
+    cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / (gpu.memory_bandwidth * eff.decode_hbm_efficiency), fl, nbytes)
+    return cost
+
+
+def stage_pass(shape, cluster, *, tp: int, layers: int, last: bool, n_stages: int = 1, seqs: int, new_tokens: int, context,
+               weight_dtype: str, kv_dtype: str,
+               eff: InferenceEfficiency = None) -> PassCost:
+    """A pipeline stage of ``layers`` layers (plus the LM head when ``last``); the engine's per-pass
+    overhead is spread over the ``n_stages`` stages."""
+    eff = eff or InferenceEfficiency()
+    c = layer_pass(shape, cluster, tp=tp, seqs=seqs, new_tokens=new_tokens, context=context,
+                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, eff=eff).scaled(layers)
+    if last:
+        c = c.plus(head_pass(shape, cluster, tp=tp, seqs=seqs, weight_dtype=weight_dtype, eff=eff))
+    c.overhead_s = c.overhead_s + eff.pass_overhead_s / max(1, n_stages)
+    return c
+
+
+def stage_send(shape, cluster, *, tp: int, tokens: int, crosses_node: bool) -> float:
+    """Activations handed to the next pipeline stage (each TP rank sends its 1/tp share)."""
+    return p2p_time(tokens * shape.d_model * 2.0 / tp, cluster, crosses_node)

@@ -1,0 +1,185 @@
+/* See starpu_mpi_glue.h. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <starpu.h>
+#include <starpu_mpi.h>
+#include <starpu_profiling.h>
+#include "starpu_mpi_glue.h"
+
+struct starpu_codelet *tcs_codelet(int k); /* starpu_glue.c */
+
+static int started;
+static double *rec_start, *rec_end;
+static int32_t *rec_worker;
+static int64_t executed;
+
+int tcsm_start(const char *sched, int ncpus)
+{
+    if (started)
+        return -EBUSY;
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.sched_policy_name = sched;
+    conf.ncpus = ncpus;
+    conf.ncuda = 0;
+    conf.nopencl = 0;
+    conf.nmic = 0;
+    conf.nmpi_ms = 0;
+    conf.precedence_over_environment_variables = 1;
+    conf.catch_signals = 0;
+    /* As in tcs_start: StarPU's threads block SIGINT, so a Ctrl-C reaches Python's thread. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int ret = starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ret != 0)
+        return ret;
+    started = 1;
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    return 0;
+}
+
+void tcsm_stop(void)
+{
+    if (!started)
+        return;
+    starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    starpu_mpi_shutdown(); /* shuts StarPU down too, since starpu_mpi_init_conf started it */
+    started = 0;
+}
+
+int tcsm_rank(void)
+{
+    int r = -1;
+    starpu_mpi_comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int tcsm_size(void)
+{
+    int n = 0;
+    starpu_mpi_comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+int tcsm_register(int64_t n, const uint64_t *ptrs, const int64_t *nelem, const int64_t *elemsize,
+                  const int32_t *owner, void **handles)
+{
+    const int me = tcsm_rank();
+    for (int64_t i = 0; i < n; i++) {
+        starpu_data_handle_t h = NULL;
+        if (owner[i] == me)
+            starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptrs[i], (uint32_t)nelem[i],
+                                        (size_t)elemsize[i]);
+        else
+            starpu_vector_data_register(&h, -1, 0, (uint32_t)nelem[i], (size_t)elemsize[i]);
+        starpu_mpi_data_register(h, (starpu_mpi_tag_t)i, owner[i]);
+        handles[i] = h;
+    }
+    return 0;
+}
+
+void tcsm_unregister(int64_t n, void **handles)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (handles[i]) {
+            starpu_data_unregister((starpu_data_handle_t)handles[i]);
+            handles[i] = NULL;
+        }
+}
+
+static void done_cb(void *arg)
+{
+    const int64_t i = (int64_t)(intptr_t)arg;
+    struct starpu_task *t = starpu_task_get_current();
+    struct starpu_profiling_task_info *pi = t ? t->profiling_info : NULL;
+    if (pi && rec_start) {
+        rec_start[i] = starpu_timing_timespec_to_us(&pi->start_time);
+        rec_end[i] = starpu_timing_timespec_to_us(&pi->end_time);
+        rec_worker[i] = pi->workerid;
+    }
+    __atomic_add_fetch(&executed, 1, __ATOMIC_RELAXED);
+}
+
+static enum starpu_data_access_mode mode_of(int8_t m)
+{
+    return m == 3 ? STARPU_RW : m == 2 ? STARPU_W : STARPU_R;
+}
+
+int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
+                    const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
+                    const int32_t *priority, double *out_start, double *out_end, int32_t *out_worker, int *err)
+{
+    *err = 0;
+    if (!started) {
+        *err = -EINVAL;
+        return 0;
+    }
+    rec_start = out_start;
+    rec_end = out_end;
+    rec_worker = out_worker;
+    struct starpu_data_descr descr[STARPU_NMAXBUFS];
+    int64_t i = 0;
+    for (; i < n_tasks; i++) {
+        const int64_t a = acc_ptr[i], nb = acc_ptr[i + 1] - a;
+        if (nb > STARPU_NMAXBUFS) {
+            *err = -E2BIG;
+            break;
+        }
+        for (int64_t j = 0; j < nb; j++) {
+            descr[j].handle = (starpu_data_handle_t)handles[acc_tile[a + j]];
+            descr[j].mode = mode_of(acc_mode[a + j]);
+        }
+        /* The parameters stay in the caller's array until the step ends: not copied, not freed. */
+        int ret = starpu_mpi_task_insert(MPI_COMM_WORLD, tcs_codelet(kernel[i]),
+                                         STARPU_DATA_MODE_ARRAY, descr, (int)nb,
+                                         STARPU_CL_ARGS_NFREE, (void *)(params + param_ptr[i]),
+                                         (size_t)(param_ptr[i + 1] - param_ptr[i]) * sizeof(double),
+                                         STARPU_PRIORITY, priority ? (int)priority[i] : 0,
+                                         STARPU_CALLBACK_WITH_ARG_NFREE, done_cb, (void *)(intptr_t)i,
+                                         0);
+        if (ret != 0) {
+            *err = ret;
+            break;
+        }
+    }
+    return i;
+}
+
+double tcsm_wait_all(void)
+{
+    starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    return starpu_timing_now();
+}
+
+double tcsm_barrier(void)
+{
+    starpu_mpi_barrier(MPI_COMM_WORLD);
+    return starpu_timing_now();
+}
+
+void tcsm_flush_cache(void)
+{
+    starpu_mpi_cache_flush_all_data(MPI_COMM_WORLD);
+}
+
+void tcsm_comm_amounts(size_t *out)
+{
+    starpu_mpi_comm_amounts_retrieve(out);
+}
+
+void tcsm_priority_range(int *lo, int *hi)
+{
+    *lo = started ? starpu_sched_get_min_priority() : 0;
+    *hi = started ? starpu_sched_get_max_priority() : 0;
+}
+
+int64_t tcsm_executed(void)
+{
+    return __atomic_load_n(&executed, __ATOMIC_RELAXED);
+}

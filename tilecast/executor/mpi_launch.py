@@ -1,0 +1,302 @@
+"""Training steps on StarPU-MPI: N rank processes started with ``mpirun``, their results gathered.
+
+:func:`run_mpi` validates the run, builds the native code once, writes the
+run's description to a directory under ``$TILECAST_HOME/mpi-runs``, starts
+``mpirun -np N python -m tilecast.executor.mpi_rank`` (or, under an
+``mpirun`` the user started, runs this process as one of the ranks), and
+gathers what every rank wrote (:mod:`tilecast.executor.mpi_rank`): step times
+(slowest rank), bytes each rank sent (StarPU-MPI's own count,
+``STARPU_COMM_STATS``) beside the bytes the insert-task model predicts
+(:mod:`tilecast.graph.owner_computes`), the last step's tasks with their
+rank, and with ``check`` the first step compared with the numpy reference.
+A rank that fails or dies ends the run (``mpirun`` ends the others; a
+timeout ends ``mpirun``): :class:`MPIRunError`, one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tilecast.executor.mpi_rank import RESULT
+from tilecast.home import home
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class MPIRunError(RuntimeError):
+    """The StarPU-MPI run failed (one line: which rank and why, or the timeout)."""
+
+
+@dataclass
+class MPIRunResult:
+    ranks: int
+    distribution: str
+    step_s: list[float]  # per step: the slowest rank's time from the barrier to all tasks and messages done
+    rank_step_s: np.ndarray  # (ranks, steps)
+    losses: list[float]
+    bytes_sent: np.ndarray  # (steps, ranks, ranks): StarPU-MPI's count of bytes sent from row to column rank
+    predicted: dict  # tilecast.graph.owner_computes.rank_figures
+    executed: np.ndarray  # (ranks, steps) tasks each rank ran
+    n_tasks: int
+    tokens_per_step: int
+    flops_per_step: float
+    task_rank: np.ndarray  # per task of the last step: the rank that ran it (measured)
+    start_s: np.ndarray  # per task of the last step, seconds from the earliest rank's start of that step
+    end_s: np.ndarray
+    worker: np.ndarray
+    graph: object = None
+    check: dict | None = None
+    launcher: list[str] = field(default_factory=list)
+
+    @property
+    def median_step_s(self) -> float:
+        steps = self.step_s[1:] or self.step_s
+        return float(np.median(steps))
+
+    @property
+    def bytes_moved(self) -> list[int]:
+        """Bytes moved between ranks, per step (StarPU-MPI's count)."""
+        return [int(m.sum()) for m in self.bytes_sent]
+
+
+def under_mpirun() -> bool:
+    """Is this process one of an MPI job's ranks (started by mpirun)?"""
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+
+
+def mpirun_command(ranks: int) -> list[str]:
+    """The launcher and its options: ranks may outnumber cores (--oversubscribe), no binding by Open MPI
+    (each rank binds its StarPU workers, mpi_rank.set_binding), root allowed when running as root."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise MPIRunError("mpirun not found: install Open MPI (apt-get install openmpi-bin libopenmpi-dev)")
+    cmd = [mpirun, "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd
+
+
+def _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
+          run_dir, recompute="none") -> dict:
+    return dict(model=cfg.to_dict(), batch=batch, seq=seq, tiling=str(tiling), sched=sched, workers=workers,
+                steps=steps, ranks=ranks, distribution=distribution, seed=seed, lr=lr, check=check,
+                timeout_s=timeout_s, run_dir=str(run_dir), ranks_per_host=ranks, recompute=recompute)
+
+
+def _failure_line(text: str, returncode: int) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("-")]
+    ours = [ln for ln in lines if ln.startswith("tilecast rank")]
+    if ours:
+        return ours[0]
+    said = [ln for ln in lines if ln.startswith(("mpirun noticed", "mpirun detected")) or "signal" in ln.lower()]
+    detail = said[0] if said else (lines[-1] if lines else "no output")
+    return f"a rank failed (mpirun exit status {returncode}): {detail}"
+
+
+def _launch(spec_path: Path, ranks: int, timeout_s: float) -> list[str]:
+    cmd = mpirun_command(ranks) + [sys.executable, "-m", "tilecast.executor.mpi_rank", str(spec_path)]
+    env = dict(os.environ)
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
+    env["TILECAST_HOME"] = str(home())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True, preexec_fn=_end_with_parent)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end(proc)
+        raise MPIRunError(f"the {ranks} ranks did not finish within {timeout_s:.0f} s (timeout_s); every process "
+                          f"was ended") from None
+    except BaseException:
+        _end(proc)
+        raise
+    if proc.returncode != 0:
+        raise MPIRunError(_failure_line(out, proc.returncode))
+    return cmd
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM to mpirun when this process dies, even killed (Linux prctl)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _end(proc) -> None:
+    """End mpirun and its ranks: SIGTERM (mpirun passes it on), then SIGKILL to the whole session."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: bool):
+    files = [np.load(run_dir / RESULT.format(r)) for r in range(ranks)]
+    rank_step_s = np.stack([f["step_s"] for f in files])
+    sent = np.stack([f["sent"] for f in files], axis=1)  # (steps, src, dst)
+    executed = np.stack([f["executed"] for f in files])
+    loss_rank = int(owner[graph.tensor("loss").first_tile])
+    n = graph.n_tasks
+    task_rank = np.full(n, -1, dtype=np.int32)
+    start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int64)
+    t0 = min(float(f["t0_us"][0]) for f in files)
+    for r, f in enumerate(files):
+        task_rank[f["task"]] = r
+        start[f["task"]] = (f["start_us"] - t0) * 1e-6
+        end[f["task"]] = (f["end_us"] - t0) * 1e-6
+        worker[f["task"]] = f["worker"]
+    store = None
+    if want_snapshot:
+        from tilecast.executor.tiles import TileStore
+
+        store = TileStore(graph)
+        for f in files:
+            vals, pos = f["owned_values"], 0
+            for tid in f["owned"].tolist():
+                size = int(graph.tile_nbytes[tid] // graph.tensors[graph.tile_tensor[tid]].dtype.itemsize)
+                store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
+                pos += size
+    return dict(rank_step_s=rank_step_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+                task_rank=task_rank, start=start, end=end, worker=worker, store=store)
+
+
+def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
+            ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
+            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none") -> MPIRunResult:
+    """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
+
+    ValueError (naming the field) on bad input, before anything starts;
+    :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
+    outlives ``timeout_s``.
+    """
+    from tilecast.executor.mpi_native import mpi_glue
+    from tilecast.executor.starpu_session import max_workers, policies
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.gpt2 import AdamWConfig
+    from tilecast.graph.models import build_step
+    from tilecast.graph.owner_computes import rank_figures
+    from tilecast.kernels.native import kernel_addresses
+
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if not under_mpirun():
+        mpirun_command(ranks)  # a missing mpirun: one line before anything is built
+    if not 1 <= workers <= max_workers():
+        raise ValueError(f"workers must be between 1 and {max_workers()} (this StarPU's limit), got {workers}")
+    if sched not in policies():
+        raise ValueError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
+    graph, dist = prepare(built, ranks, distribution)  # ValueError when the ranks do not fit
+    predicted = rank_figures(graph, dist)
+    kernel_addresses()  # build both extensions here, once, rather than in every rank at the same time
+    mpi_glue()
+    root = home("mpi-runs")
+    root.mkdir(parents=True, exist_ok=True)
+    bottom = _bottom_levels(graph, sched)
+    if under_mpirun():
+        return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
+                            timeout_s, graph, dist, predicted, root, bottom, built, recompute)
+    run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
+    try:
+        spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
+                     timeout_s, run_dir, recompute)
+        if bottom is not None:
+            np.save(run_dir / "bottom_level.npy", bottom)
+            spec["bottom_level"] = str(run_dir / "bottom_level.npy")
+        spec_path = run_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        cmd = _launch(spec_path, ranks, timeout_s)
+        got = _gather(graph, dist.owner, run_dir, ranks, steps, check)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd,
+                   built)
+
+
+def _bottom_levels(graph, sched: str):
+    """The tasks' bottom levels for the policies that use priorities (the same weights as a one-process run,
+    tilecast.executor.starpu_execute.graph_priorities), else None."""
+    from tilecast.graph.priorities import USES_PRIORITIES, bottom_level
+
+    if sched not in USES_PRIORITIES:
+        return None
+    from tilecast.executor.starpu_execute import local_priority_weights
+
+    pred_ptr, pred = graph.dependencies
+    return bottom_level(local_priority_weights(graph), pred_ptr, pred)
+
+
+def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
+                 graph, dist, predicted, root, bottom, built, recompute):
+    """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
+    from tilecast.executor.mpi_rank import run_rank
+
+    job = os.environ.get("OMPI_MCA_ess_base_jobid") or os.environ.get("PMI_JOBID") or "job"
+    run_dir = root / f"job-{job}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
+                 run_dir, recompute)
+    spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
+    me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
+    if size != ranks:
+        raise ValueError(f"ranks: mpirun started {size} processes, not {ranks}")
+    try:
+        run_rank(spec, bottom)  # ends with a barrier once every rank's file is written
+    except Exception as e:  # this process exits without MPI_Finalize: mpirun then ends the other ranks
+        raise MPIRunError(f"rank {me}: {type(e).__name__}: {e}") from None
+    if me != 0:
+        return None
+    try:
+        got = _gather(graph, dist.owner, run_dir, ranks, steps, check)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got,
+                   ["(user's mpirun)"], built)
+
+
+def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph, dist, predicted, got, cmd, built):
+    report = None
+    if check:
+        report = check_first_step(cfg, batch, seq, built, seed, got["store"], steps)
+    return MPIRunResult(
+        ranks=ranks, distribution=distribution, step_s=got["rank_step_s"].max(axis=0).tolist(),
+        rank_step_s=got["rank_step_s"], losses=got["losses"], bytes_sent=got["sent"], predicted=predicted,
+        executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
+        flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
+        end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd)
+
+
+def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:
+    """The first step's loss, gradients and parameters (gathered from their owners into ``store``) against
+    the numpy reference execution of ``graph``, the step as built (before a distribution rewrote it), with
+    the tolerances of ``tilecast run --check`` (tilecast.executor.starpu_run.check_step)."""
+    from tilecast.executor.starpu_run import adamw_expected, check_step
+    from tilecast.executor.step import TrainState, init_params, reference_step
+    from tilecast.graph.gpt2 import grad_name
+
+    params = init_params(cfg, seed)
+    data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
+    got = (float(store.tensor("loss")[0]), {n: store.tensor(grad_name(n)) for n in params},
+           {n: store.tensor(n) for n in params})
+    ref_state = TrainState({k: v.copy() for k, v in params.items()})
+    ref = reference_step(graph, ref_state, data[0, :, :-1], data[0, :, 1:])
+    return check_step(*got, (ref.loss, ref.grads, ref_state.params), adamw_expected(graph, params, got[1]))

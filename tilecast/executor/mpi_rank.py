@@ -1,0 +1,198 @@
+"""One rank of a StarPU-MPI run: ``python -m tilecast.executor.mpi_rank SPEC.json``, started by ``mpirun``.
+
+Every rank builds the same graph, the same initial state and the same
+batches (same seed), registers every tile with its owner rank, and submits
+every task with ``starpu_mpi_task_insert`` (``c/starpu_mpi_glue.c``);
+StarPU-MPI runs each task on one rank and moves the tiles it needs. A rank
+keeps only its own tiles up to date. At the end each rank writes
+``rank<R>.npz`` into the run directory: its step times, bytes sent, the
+executing times of its tasks in the last step, and (with ``check``) its
+owned tiles after the first step. A failure is one line on standard error,
+``tilecast rank R: ...``, and a non-zero exit, on which ``mpirun`` ends the
+other ranks; a rank that outlives ``timeout_s`` ends itself.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+RESULT = "rank{}.npz"
+
+
+def local_rank() -> int:
+    """This process's rank among those of its machine, from the launcher's environment (Open MPI, MPICH)."""
+    for var in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def set_binding(workers: int, ranks_here: int) -> None:
+    """Give each rank's workers their own cores when there are enough, else let the system place them
+    (StarPU 1.3 binds worker i of every process to core i otherwise: all ranks on the same cores)."""
+    cores = os.cpu_count() or 1
+    os.environ["STARPU_MPI_NOBIND"] = "1"  # the MPI progress thread: no core of its own to take
+    if workers * ranks_here <= cores:
+        first = local_rank() * workers
+        os.environ["STARPU_WORKERS_CPUID"] = " ".join(str(first + i) for i in range(workers))
+    else:
+        os.environ["STARPU_WORKERS_NOBIND"] = "1"
+
+
+def own_tiles(graph, store, owner: np.ndarray, me: int):
+    """Keep only this rank's tiles in ``store`` (and the batch's, rewritten in place every step), allocating
+    those missing; returns (pointers, 0 for other ranks' tiles; element counts; element sizes) for
+    tcsm_register, which gives other ranks' tiles no home buffer (StarPU allocates them when they arrive)."""
+    n = graph.n_tiles
+    itemsize = np.array([graph.tensors[t].dtype.itemsize for t in graph.tile_tensor.tolist()], dtype=np.int64)
+    nelem = graph.tile_nbytes // itemsize
+    inputs = np.array([t.kind == "input" for t in graph.tensors])[graph.tile_tensor]
+    ptrs = np.zeros(n, dtype=np.uint64)
+    for i in range(n):
+        if owner[i] != me:
+            if not inputs[i]:
+                store.buffers[i] = None
+            continue
+        b = store.buffers[i]
+        if b is None:
+            b = store.buffers[i] = np.empty(int(nelem[i]), dtype=graph.tensors[graph.tile_tensor[i]].dtype)
+        if b.nbytes != graph.tile_nbytes[i] or not b.flags.c_contiguous:
+            raise RuntimeError(f"tile {i}: buffer of {b.nbytes} bytes, the graph says {graph.tile_nbytes[i]}")
+        ptrs[i] = b.__array_interface__["data"][0]
+    return ptrs, nelem, itemsize
+
+
+def run_rank(spec: dict, bottom=None) -> None:
+    """Run this rank's part of the steps ``spec`` describes (see :func:`tilecast.executor.mpi_launch._spec`);
+    ``bottom``: the tasks' bottom levels, whose order becomes their priorities under the policies that use
+    them (computed once by the launcher, tilecast.graph.priorities)."""
+    from tilecast.executor.mpi_native import mpi_glue
+    from tilecast.executor.starpu_execute import _graph_arrays
+    from tilecast.executor.starpu_session import starpu_home
+    from tilecast.executor.step import TrainState, init_params, load_step, set_batch
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.gpt2 import AdamWConfig
+    from tilecast.graph.model_config import load_model
+    from tilecast.graph.models import build_step
+    from tilecast.graph.priorities import USES_PRIORITIES, starpu_priorities
+    from tilecast.graph.tiling import Tiling
+    from tilecast.kernels import all_kernels
+    from tilecast.kernels.native import kernel_addresses
+
+    cfg = load_model(json.dumps(spec["model"]))
+    graph = build_step(cfg, spec["batch"], spec["seq"], Tiling.parse(spec["tiling"]), AdamWConfig(lr=spec["lr"]),
+                       recompute=spec.get("recompute", "none"))
+    ranks, steps = spec["ranks"], spec["steps"]
+    graph, dist = prepare(graph, ranks, spec["distribution"])
+    owner = dist.owner
+    state = TrainState(init_params(cfg, spec["seed"]))
+    data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
+                                                        size=(steps, spec["batch"], spec["seq"] + 1))
+    store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
+    del state  # the full parameters: from here on this rank holds only its own tiles (own_tiles)
+
+    home = starpu_home()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["STARPU_HOME"] = str(home)
+    os.environ.setdefault("STARPU_SILENT", "1")
+    os.environ["STARPU_COMM_STATS"] = "1"
+    set_binding(spec["workers"], spec["ranks_per_host"])
+    addresses = kernel_addresses()  # one BLAS thread per worker
+    g = mpi_glue()
+    lib, ffi, f = g.lib, g.ffi, g.ffi.from_buffer
+    ret = lib.tcsm_start(spec["sched"].encode(), spec["workers"])
+    if ret != 0:
+        raise RuntimeError(f"StarPU-MPI failed to start (sched={spec['sched']}, workers={spec['workers']}): {ret}")
+    # No shutdown on a failure: its barrier would wait for ranks that are gone (main() exits at once).
+    me, size = lib.tcsm_rank(), lib.tcsm_size()
+    if size != ranks:
+        raise RuntimeError(f"started with {size} MPI processes, the run asks for {ranks} ranks")
+    ptrs, nelem, elemsize = own_tiles(graph, store, owner, me)
+    kernels = all_kernels()
+    names = [ffi.new("char[]", k.name.encode()) for k in kernels]
+    ret = lib.tcs_set_kernels(len(kernels), f("uint64_t[]", addresses), ffi.new("const char *[]", names),
+                              ffi.new("int[]", [len(k.buffers) for k in kernels]))
+    if ret != 0:
+        raise RuntimeError(f"setting up StarPU codelets failed: {os.strerror(-ret)}")
+    owner32 = np.ascontiguousarray(owner, dtype=np.int32)
+    handles = ffi.new("void *[]", max(graph.n_tiles, 1))
+    lib.tcsm_register(graph.n_tiles, f("uint64_t[]", ptrs), f("int64_t[]", nelem), f("int64_t[]", elemsize),
+                      f("int32_t[]", owner32), handles)
+    prio = None
+    if spec["sched"] in USES_PRIORITIES and bottom is not None:
+        if len(bottom) != graph.n_tasks:
+            raise RuntimeError(f"{len(bottom)} bottom levels for {graph.n_tasks} tasks")
+        lo, hi = ffi.new("int *"), ffi.new("int *")
+        lib.tcsm_priority_range(lo, hi)
+        prio = np.ascontiguousarray(starpu_priorities(bottom, lo[0], hi[0]), dtype=np.int32)
+    n = graph.n_tasks
+    step_s, sent, executed, losses, snapshot = [], [], [], [], None
+    amounts = ffi.new("size_t[]", size)
+    loss_tile = graph.tensor("loss").first_tile
+    start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int32)
+    err = ffi.new("int *")
+    t0_first = None
+    for t in range(steps):
+        if t:
+            set_batch(graph, store, data[t, :, :-1], data[t, :, 1:], t + 1)  # in place: handles stay
+            lib.tcsm_flush_cache()  # copies of the old batch elsewhere are stale
+        a = _graph_arrays(graph)
+        start[:], end[:], worker[:] = np.nan, np.nan, -1
+        before, done_before = list(amounts), lib.tcsm_executed()
+        t0 = lib.tcsm_barrier()
+        t0_first = t0 if t0_first is None else t0_first
+        submitted = lib.tcsm_submit(
+            n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
+            f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]),
+            handles, ffi.NULL if prio is None else f("int32_t[]", prio), f("double[]", start),
+            f("double[]", end), f("int32_t[]", worker), err)
+        t1 = lib.tcsm_wait_all()
+        if err[0] != 0:
+            raise RuntimeError(f"StarPU-MPI refused task {submitted} "
+                               f"({kernels[a['kernel'][submitted]].name}): error {err[0]}")
+        lib.tcsm_comm_amounts(amounts)
+        step_s.append((t1 - t0) * 1e-6)
+        sent.append([int(x) - int(y) for x, y in zip(amounts, before)])
+        executed.append(int(lib.tcsm_executed() - done_before))
+        if owner[loss_tile] == me:
+            losses.append(float(store.buffers[loss_tile][0]))
+        if t == 0 and spec["check"]:
+            mine = np.flatnonzero(owner == me)
+            snapshot = (mine, np.concatenate([store.buffers[i].astype(np.float64) for i in mine]))
+    ran = np.flatnonzero(worker >= 0)
+    out = dict(rank=me, step_s=np.array(step_s), sent=np.array(sent, dtype=np.int64),
+               executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
+               end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]))
+    if snapshot is not None:
+        out["owned"], out["owned_values"] = snapshot
+    path = Path(spec["run_dir"]) / RESULT.format(me)
+    np.savez(str(path) + ".tmp.npz", **out)
+    os.replace(str(path) + ".tmp.npz", path)
+    lib.tcsm_unregister(graph.n_tiles, handles)
+    lib.tcsm_barrier()  # every rank's file is written (a user-started mpirun: rank 0 reads them next)
+    lib.tcsm_stop()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    # A backstop: the launcher ends the run at timeout_s; a rank never outlives it by long (an mpirun gone astray).
+    faulthandler.dump_traceback_later(spec["timeout_s"] + 20, exit=True)
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "?"))
+    try:
+        bottom = np.load(spec["bottom_level"]) if spec.get("bottom_level") else None
+        run_rank(spec, bottom)
+    except Exception as e:  # one line; mpirun then ends every rank
+        print(f"tilecast rank {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        os._exit(1)  # without MPI_Finalize or StarPU's shutdown, which would wait for the other ranks
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""One trace of every rank's last step: tasks per rank, and the tiles sent between ranks.
+
+Rows follow the trace schema (:mod:`tilecast.trace`) with ``node`` = the rank
+that ran the task (one Perfetto process per rank) and ``worker`` = its
+worker on that rank. Transfers are rows of kernel ``transfer`` (task -1)
+from the insert-task model (:mod:`tilecast.graph.owner_computes`), the
+messages StarPU-MPI sends, checked against its byte counts: ``node`` the
+receiving rank, ``worker`` MPI_TRACK + the sending rank, and a window, not a
+measured duration: from the end of the task that last wrote the tile (or the
+step's start) to the start of the first task on the receiving rank that
+reads it (or of the owner's next task, for a tile sent back).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tilecast import trace as tracefile
+
+MPI_TRACK = 1000  # worker index of the track of messages from rank 0 (rank S: MPI_TRACK + S)
+
+
+def merged_trace(res):
+    """The last step of a :class:`~tilecast.executor.mpi_launch.MPIRunResult` as one trace."""
+    from tilecast.graph.distribution import distribute  # res.graph is the graph as run: owners as they were
+    from tilecast.graph.owner_computes import plan
+    from tilecast.kernels import all_kernels
+
+    graph = res.graph
+    names = np.array([k.name for k in all_kernels()], dtype=object)
+    tags = np.array(graph.tags, dtype=object)[graph.tag] if graph.n_tasks else np.zeros(0, dtype=object)
+    ran = np.flatnonzero(res.task_rank >= 0)
+    tasks = dict(task=ran.astype(np.int64), kernel=names[graph.kernel[ran]], worker=res.worker[ran],
+                 node=res.task_rank[ran].astype(np.int64), start_s=res.start_s[ran], end_s=res.end_s[ran],
+                 bytes=np.asarray(graph.bytes, dtype=np.int64)[ran], flops=graph.flops[ran], tag=tags[ran])
+    p = plan(graph, distribute(graph, res.ranks, res.distribution).owner, res.ranks)
+    t = p.transfers
+    # When each tile was last written before each transfer's task, and when its first reader there started.
+    last_write_end = _last_write_end(graph, res.end_s, t.task, t.tile)
+    until = np.nan_to_num(res.start_s[t.task], nan=0.0)
+    rows = dict(task=np.full(len(t), -1, np.int64), kernel=np.full(len(t), "transfer", dtype=object),
+                worker=(MPI_TRACK + t.src).astype(np.int64), node=t.dst.astype(np.int64),
+                start_s=np.minimum(last_write_end, until), end_s=until, bytes=t.nbytes.astype(np.int64),
+                flops=np.zeros(len(t)), tag=np.array([f"mpi {s}->{d}" for s, d in zip(t.src, t.dst)], dtype=object))
+    cols = {k: np.concatenate([tasks[k], rows[k]]) for k in tasks}
+    return tracefile.make_trace(**cols, source="real")
+
+
+def _last_write_end(graph, end_s, before_task, tile) -> np.ndarray:
+    """Per (task, tile): the end of the latest task before ``task`` that wrote ``tile`` (0: none)."""
+    from tilecast.kernels.registry import W
+
+    w = np.flatnonzero((graph.acc_mode & W) != 0)
+    wt, wtask = graph.acc_tile[w].astype(np.int64), graph.access_task[w]
+    order = np.lexsort((wtask, wt))
+    wt, wtask = wt[order], wtask[order]
+    key_w = wt * (graph.n_tasks + 1) + wtask
+    key_q = tile.astype(np.int64) * (graph.n_tasks + 1) + before_task
+    pos = np.searchsorted(key_w, key_q, side="left") - 1
+    ok = (pos >= 0) & (wt[np.maximum(pos, 0)] == tile)
+    out = np.zeros(len(tile))
+    out[ok] = np.nan_to_num(end_s[wtask[pos[ok]]], nan=0.0)
+    return out
+
+
+def save_merged(df, path: str, res) -> str:
+    """Save like :func:`tilecast.trace.save`; in Chrome JSON, processes are named by rank and transfers are
+    drawn on a 'from rank S' track of the receiving rank."""
+    if not path.lower().endswith(".json"):
+        return tracefile.save(tracefile.with_step_time(df, res.step_s[-1]), path, res.graph)
+    chrome = tracefile.to_chrome(df, res.graph)
+    for e in chrome["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            e["args"]["name"] = f"rank {e['pid']}"
+    for r in range(res.ranks):
+        for s in range(res.ranks):
+            chrome["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": r, "tid": MPI_TRACK + s,
+                                          "args": {"name": f"MPI from rank {s}"}})
+    with open(path, "w") as f:
+        f.write(json.dumps(chrome))
+    return path
