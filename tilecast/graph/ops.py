@@ -183,7 +183,7 @@ def attention_backward(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, probs
 # --- element-wise ------------------------------------------------------------------
 
 def tile_sizes(t: Tensor) -> np.ndarray:
-    return np.prod(t.tile_shapes(), axis=1)
+    return t.tile_elements()
 
 
 def all_tiles(t: Tensor) -> np.ndarray:
