@@ -13,12 +13,8 @@ TC_KERNEL(softmax_stats)
     const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = s + r * cols;
-        float m_tile = -INFINITY;
-        int nan = 0;
-        for (int64_t j = 0; j < cols; j++) {
-            m_tile = row[j] > m_tile ? row[j] : m_tile;
-            nan |= row[j] != row[j];
-        }
+        int nan;
+        float m_tile = tc_max_nan(row, cols, &nan);
         if (nan)
             m_tile = NAN;
         float m_new, l_old;
