@@ -9,8 +9,10 @@
  * error about 1e-7; exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN; results
  * that would be subnormal (x < -87.33) are flushed to 0.
  *
- * tc_sum_exp: sum of exp(x[j] - shift) in 8 independent double accumulators
- * (a single-accumulator reduction is not vectorised without reassociation).
+ * tc_sum_exp: sum of exp(x[j] - shift) in 16 independent float accumulators
+ * (a single-accumulator reduction is not vectorised without reassociation),
+ * added up in double: each lane adds n/16 terms, as numpy's pairwise float32
+ * sum adds blocks of 8.
  *
  * tc_max_nan: the largest of x[0..n) and whether any is NaN, in 16 independent
  * lanes for the same reason (the maximum does not depend on the order), written
@@ -69,15 +71,15 @@ static inline float tc_tanhf(float x)
 
 static inline double tc_sum_exp(const float *x, int64_t n, float shift)
 {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++)
             acc[l] += tc_expf(x[j + l] - shift);
     double s = 0.0;
     for (; j < n; j++)
         s += tc_expf(x[j] - shift);
-    for (int l = 0; l < 8; l++)
+    for (int l = 0; l < 16; l++)
         s += acc[l];
     return s;
 }
