@@ -13,7 +13,9 @@ the kernels that are SGEMM calls (gemm and the attention products).
 ``--baseline REV`` also builds the C kernels of git revision ``REV`` and
 times every group with both builds alternately, run by run, in the same
 process, so that the load of other processes hits both alike; the ratio column is
-baseline time / current time (above 1: faster now).
+baseline time / current time (above 1: faster now). A kernel that the
+baseline lacks because it fuses older ones is timed there as those kernels
+in turn (``PARTS``).
 
 Prints a table (seconds per step per kernel, share, ratio) and, last, one
 JSON line: ``kernels`` maps each kernel to ``tasks``, ``s`` (seconds of one
@@ -42,7 +44,7 @@ from tilecast.kernels.native import CDEF, COMPILE_ARGS, INT64_BUFFERS, library
 from tilecast.kernels.native_build import build_extension
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
-GEMM_KERNELS = {"gemm", "attn_qk", "attn_pv", "attn_ptv"}
+GEMM_KERNELS = {"gemm", "attn_qk", "attn_pv", "attn_ptv", "attn_qk_softmax"}
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -107,6 +109,30 @@ def timer(mod):
     return time_once
 
 
+def qk_softmax_parts(params, bufs):
+    """attn_qk_softmax as the three tasks it replaces (for a baseline without it)."""
+    bt, ht, sq, sk = params[:4]
+    q, k, s, st = bufs
+    rows = bt * ht * sq
+    return [("attn_qk", params, [q, k, s]), ("softmax_stats", [rows, sk, 0.0], [s, st]),
+            ("softmax_apply", [rows, sk], [st, s])]
+
+
+# Kernels a baseline may lack, and the tasks they replace.
+PARTS = {"attn_qk_softmax": qk_softmax_parts}
+
+
+def timer_with_parts(mod):
+    """Like :func:`timer`, timing a kernel that ``mod`` lacks as the tasks it replaces (:data:`PARTS`)."""
+    time_once = timer(mod)
+
+    def run(kernel_name, params, bufs):
+        if kernel_name in PARTS and mod.lib.tc_kernel_lookup(kernel_name.encode()) == mod.ffi.NULL:
+            return sum(time_once(*part) for part in PARTS[kernel_name](params, bufs))
+        return time_once(kernel_name, params, bufs)
+    return run
+
+
 def fastest(timers: dict, kernel_name, params, bufs, repeats: int) -> dict:
     """Fastest of ``repeats`` runs of each build after a warm-up, the builds taking turns run by run.
 
@@ -142,7 +168,7 @@ def main() -> None:
     graph = build_gpt2_step(cfg, args.batch, args.seq, Tiling.parse(args.tile))
     timers = {"now": timer(library())}
     if args.baseline:
-        timers["base"] = timer(baseline_library(args.baseline))
+        timers["base"] = timer_with_parts(baseline_library(args.baseline))
     rng = np.random.default_rng(0)
     kernels = all_kernels()
     total = {name: {} for name in timers}
