@@ -121,6 +121,8 @@ class GraphBuilder:
             raise ValueError(f"{kernel}: parameters missing {sorted(missing)}, unexpected {sorted(extra)}")
         arrays = [np.asarray(t, dtype=np.int64).ravel() for t in tiles]
         pvals = [np.asarray(params[name], dtype=np.float64).ravel() for name in k.params]
+        if modes is not None and len(modes) != len(k.buffers):
+            raise ValueError(f"{kernel}: {len(k.buffers)} modes expected, got {len(modes)}")
         modes = k.modes if modes is None else [k.modes[j] if m is None else m for j, m in enumerate(modes)]
         mode_arrays = [np.asarray(m, dtype=np.int8).ravel() for m in modes]
         sizes = {a.size for a in arrays} | {a.size for a in pvals} | {a.size for a in mode_arrays}
