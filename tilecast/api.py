@@ -134,6 +134,7 @@ class GraphResult(_Result):
     critical_path_flops: float
     kernels: dict
     graph: object = field(repr=False, default=None)
+    recompute: str = "none"
 
     def to_frame(self):
         from tilecast.graph.analysis import kernel_table
@@ -145,17 +146,18 @@ class GraphResult(_Result):
                 f"{self.tiles} tiles, {self.flops:.4g} flops")
 
 
-def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256") -> GraphResult:
-    """Build the task graph of one training step (``tilecast graph``)."""
+def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: str = "none") -> GraphResult:
+    """Build the task graph of one training step (``tilecast graph``); ``recompute``: none, selective or full
+    (:mod:`tilecast.graph.recompute`)."""
     from tilecast.graph.analysis import summary
     from tilecast.graph.models import build_step
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
-    g = build_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     s = summary(g)
     return GraphResult(cfg.name, batch, seq, tiling.describe(), s["tasks"], s["tiles"], s["flops"], s["bytes"],
-                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g)
+                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g, recompute)
 
 
 # --- simulate ----------------------------------------------------------------------------------------------
@@ -206,7 +208,7 @@ class SimulateResult(_Result):
 
 def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
              workers: int | None = None, calibration: str | None = None, transfers: bool = True,
-             seed: int = 0) -> SimulateResult:
+             seed: int = 0, recompute: str = "none") -> SimulateResult:
     """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
@@ -229,9 +231,9 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     cal, host_costs = stored_models(m)
     if calibration is not None:
         cal = Calibration.load(calibration, m.fingerprint())
-    g = build_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
-    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n), m, cal, host_costs, graph=g, durations=durations,
+    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g, durations=durations,
                 keep_result=True, transfers=transfers, seed=seed)
     s = p.summary
     return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
@@ -280,7 +282,7 @@ class TuneResult(_Result):
 
 def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", scheds=None, workers=None,
          tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
-         warmup: int = 2, recalibrate: bool = False, progress: bool = False) -> TuneResult:
+         warmup: int = 2, recalibrate: bool = False, progress: bool = False, recompute: str = "none") -> TuneResult:
     """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
     search (default: the candidates); ``execute`` K: run the K best (and ``others`` from the rest) on StarPU,
     local machine only; ``recalibrate``: learn from those runs and store the models."""
@@ -307,7 +309,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
         raise ValueError("execute: only the local machine can be run")
     res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
                        workers=list(workers) if workers else None, tilings=tilings,
-                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress)
+                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress, recompute=recompute)
     out = TuneResult(cfg.name, batch, seq, m.name, len(res.ranking), res.skipped, bool(res.host_costs),
                      res.ranking[0].row() if res.ranking else {}, ranking=res.ranking, result=res)
     if execute:
@@ -346,6 +348,7 @@ class RunResult(_Result):
     check: dict | None = None
     trace: object = field(repr=False, default=None)
     graph: object = field(repr=False, default=None)
+    recompute: str = "none"
 
     def to_frame(self):
         import pandas as pd
@@ -361,7 +364,8 @@ class RunResult(_Result):
 
 
 def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
-        workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False) -> RunResult:
+        workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False,
+        recompute: str = "none") -> RunResult:
     """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
     the numpy reference (``check["ok"]``)."""
     import numpy as np
@@ -374,11 +378,11 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
     _positive("steps", steps)
     if workers is not None:
         _positive("workers", workers)
-    res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check)
+    res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute)
     return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
                      res.median_step_s, float(np.median(res.makespan_s[1:] or res.makespan_s)), res.host_s,
                      res.tokens_per_s, res.gflops, list(res.step_s), list(res.makespan_s), list(res.losses),
-                     res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph)
+                     res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph, recompute)
 
 
 # --- compare -----------------------------------------------------------------------------------------------

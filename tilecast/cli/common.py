@@ -48,6 +48,24 @@ def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ,
                         f"dimensions not named stay untiled (default: {tile})")
 
 
+def add_recompute_arg(p) -> None:
+    p.add_argument("--recompute", default="none", metavar="none|selective|full",
+                   help="activation recompute in the tiled step: none keeps every activation the backward pass "
+                        "reads; selective recomputes each layer's attention scores and probabilities before its "
+                        "backward and keeps the rest (Korthikanti et al. 2022); full keeps only each layer's "
+                        "input and replays the layer's forward before its backward (default: none)")
+
+
+def recompute_arg(args) -> str:
+    """The validated --recompute setting; UsageError on bad input."""
+    from tilecast.graph.recompute import check_recompute
+
+    try:
+        return check_recompute(args.recompute)
+    except ValueError as e:
+        raise UsageError(as_flags(str(e))) from None
+
+
 def add_json_arg(p) -> None:
     p.add_argument("--json", action="store_true",
                    help="print exactly one JSON object on standard output (progress goes to standard error)")

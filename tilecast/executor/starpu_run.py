@@ -128,8 +128,12 @@ class StarPUTraining:
 
 
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
-              lr: float = 1e-3, check: bool = False, progress=None, trace_from: int | None = None) -> RunResult:
+              lr: float = 1e-3, check: bool = False, progress=None, trace_from: int | None = None,
+              recompute: str = "none") -> RunResult:
     """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task).
+
+    ``recompute``: the step's activation recompute setting (:mod:`tilecast.graph.recompute`); the
+    check compares with the numpy reference execution of the same graph.
 
     The last step is traced (``trace``); with ``trace_from``, every step from that one on is, and
     ``traces`` holds them all (building a trace is not part of a step's time).
@@ -137,7 +141,7 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers)  # validates before the graph is built
-    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     state = TrainState(init_params(cfg, seed))
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None

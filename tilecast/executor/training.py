@@ -55,6 +55,7 @@ class TrainOptions:
     resume: bool = False
     seed: int = 0
     initial_params: dict | None = None  # parameter name -> array; default: GPT-2's initialisation from ``seed``
+    recompute: str = "none"  # activation recompute in the step (tilecast.graph.recompute): same losses, less memory
 
 
 @dataclass
@@ -179,7 +180,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
         state, losses, val = TrainState(params), [], []
     session = StarPUSession(o.sched, o.workers)  # checks the scheduler and worker count
-    graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr))
+    graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr), recompute=o.recompute)
     start = state.step
     res = TrainResult(losses=losses, val=val, step=start, start_step=start, step_time_s=0.0, wall_s=0.0,
                       tokens_per_step=o.batch * o.seq, n_tasks=graph.n_tasks)

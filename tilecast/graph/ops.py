@@ -129,9 +129,8 @@ def _pairs(nb, nh, nq):
     return b, h, qi[p], kj[p]
 
 
-def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor, stats: Tensor,
-              o: Tensor) -> None:
-    """o = softmax(q k^T / sqrt(d) + causal mask) v; ``scores`` end up holding the probabilities."""
+def attention_probs(bld: GraphBuilder, q: Tensor, k: Tensor, scores: Tensor, stats: Tensor) -> None:
+    """scores = softmax(q k^T / sqrt(d) + causal mask), each row's (max, sum) into ``stats``."""
     nb, ns, nh = q.grid[:3]
     d = q.shape[3]
     b, h, qi, kj = _pairs(nb, nh, ns)
@@ -154,6 +153,15 @@ def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor
         rows = dims["bt"] * dims["ht"] * dims["sq"]
         bld.add("softmax_stats", [qk[2], st_ids], dict(rows=rows, cols=dims["sk"], beta=beta), modes=[None, mode])
         bld.add("softmax_apply", [st_ids, qk[2]], dict(rows=rows, cols=dims["sk"]))
+
+
+def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor, stats: Tensor,
+              o: Tensor) -> None:
+    """o = softmax(q k^T / sqrt(d) + causal mask) v; ``scores`` end up holding the probabilities."""
+    attention_probs(bld, q, k, scores, stats)
+    nb, ns, nh = q.grid[:3]
+    d = q.shape[3]
+    b, h, qi, kj = _pairs(nb, nh, ns)
     dims = dict(bt=q.extent(0, b), ht=q.extent(2, h), sq=q.extent(1, qi), sk=k.extent(1, kj), d=d)
     s_ids = scores.tile_ids(b, h, qi, kj)
     o_ids = _ids(o, b, qi, h)
