@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -50,9 +51,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def baseline_library(rev: str):
     """The C kernels of git revision ``rev``, built under their own name."""
+    listing = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{rev}:tilecast/kernels/c"],
+                             check=False, capture_output=True, text=True)
+    if listing.returncode != 0:
+        sys.exit(f"kernel_breakdown: --baseline {rev}: no tilecast/kernels/c at that revision of {REPO}")
     out = Path(tempfile.mkdtemp(prefix="tilecast-c-"))
-    names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{rev}:tilecast/kernels/c"],
-                           check=True, capture_output=True, text=True).stdout.split()
+    names = listing.stdout.split()
     for name in names:
         blob = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:tilecast/kernels/c/{name}"], check=True,
                               capture_output=True).stdout
@@ -161,6 +165,9 @@ def main() -> None:
     ap.add_argument("--kernels", type=lambda v: set(v.split(",")), default=None,
                     help="time only these kernels (comma-separated names)")
     args = ap.parse_args()
+    unknown = sorted((args.kernels or set()) - {k.name for k in all_kernels()})
+    if unknown:
+        ap.error(f"--kernels: unknown kernel(s) {', '.join(unknown)}")
     conditions = run_conditions()
     print(conditions_line(conditions))
     cfg = load_model(json.dumps(dict(n_layer=args.layers, n_embd=768, n_head=12, vocab_size=50257,
