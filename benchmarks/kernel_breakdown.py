@@ -55,18 +55,18 @@ def baseline_library(rev: str):
                              check=False, capture_output=True, text=True)
     if listing.returncode != 0:
         sys.exit(f"kernel_breakdown: --baseline {rev}: no tilecast/kernels/c at that revision of {REPO}")
-    out = Path(tempfile.mkdtemp(prefix="tilecast-c-"))
-    names = listing.stdout.split()
-    for name in names:
-        blob = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:tilecast/kernels/c/{name}"], check=True,
-                              capture_output=True).stdout
-        (out / name).write_bytes(blob)
     flags = blas.build_flags()
-    return build_extension(
-        "_tilecast_kernels_baseline", CDEF, '#include "tilecast_kernels.h"',
-        sources=sorted(str(p) for p in out.glob("*.c")), include_dirs=[str(out)] + flags["include_dirs"],
-        libraries=flags["libraries"] + ["m"], library_dirs=flags["library_dirs"],
-        extra_link_args=flags["extra_link_args"], extra_compile_args=COMPILE_ARGS)
+    with tempfile.TemporaryDirectory(prefix="tilecast-c-") as tmp:  # the build is cached by content
+        out = Path(tmp)
+        for name in listing.stdout.split():
+            blob = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:tilecast/kernels/c/{name}"], check=True,
+                                  capture_output=True).stdout
+            (out / name).write_bytes(blob)
+        return build_extension(
+            "_tilecast_kernels_baseline", CDEF, '#include "tilecast_kernels.h"',
+            sources=sorted(str(p) for p in out.glob("*.c")), include_dirs=[str(out)] + flags["include_dirs"],
+            libraries=flags["libraries"] + ["m"], library_dirs=flags["library_dirs"],
+            extra_link_args=flags["extra_link_args"], extra_compile_args=COMPILE_ARGS)
 
 
 def task_groups(graph):
