@@ -81,3 +81,21 @@ def test_vectorised_exp_and_tanh_over_their_whole_range():
     ok = np.isfinite(want)
     assert np.array_equal(y[~ok], want[~ok].astype(np.float32), equal_nan=True)
     assert (np.abs(y[ok] - want[ok]) <= 2e-6 * np.abs(want[ok]) + 1e-6).all()
+
+
+@pytest.mark.parametrize("q0,k0,causal", [(0, 0, 1), (0, 2, 1), (40, 0, 1), (0, 0, 0)],
+                         ids=["diagonal", "masked-rows", "below-diagonal", "full"])
+def test_fused_scores_softmax_gives_the_same_bits_as_the_three_kernels(q0, k0, causal):
+    """attn_qk_softmax = attn_qk, softmax_stats (beta 0), softmax_apply, bit for bit (rows of 37: 2 lanes + a tail)."""
+    rng = np.random.default_rng(7)
+    bt, ht, sq, sk, d = 2, 3, 21, 37, 8
+    q, k = (rng.standard_normal(bt * s * ht * d).astype(np.float32) * 2 for s in (sq, sk))
+    p = dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=0.35, q0=q0, k0=k0, causal=causal)
+    s_want, st_want = np.zeros(bt * ht * sq * sk, np.float32), np.full(bt * ht * sq * 2, 9, np.float32)
+    run_kernel("attn_qk", p, [q, k, s_want])
+    run_kernel("softmax_stats", dict(rows=bt * ht * sq, cols=sk, beta=0.0), [s_want, st_want])
+    run_kernel("softmax_apply", dict(rows=bt * ht * sq, cols=sk), [st_want, s_want])
+    s_got, st_got = np.zeros_like(s_want), np.full_like(st_want, 9)
+    run_kernel("attn_qk_softmax", p, [q, k, s_got, st_got])
+    assert np.array_equal(s_got, s_want, equal_nan=True)
+    assert np.array_equal(st_got, st_want, equal_nan=True)

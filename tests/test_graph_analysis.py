@@ -50,3 +50,21 @@ def test_finer_tiling_means_more_tasks_and_same_flops_without_attention_waste():
     fine = build_gpt2_step(cfg, 2, 16, Tiling.parse("embd=16,inner=32,vocab=64"))
     assert fine.n_tasks > coarse.n_tasks
     assert np.isclose(fine.flops.sum(), coarse.flops.sum(), rtol=1e-9)
+
+
+def test_a_given_sweep_gives_the_same_critical_path_and_kernel_params_follow_task_order():
+    import pytest
+
+    from tilecast.simulator import native
+
+    g = build_gpt2_step(load_model("gpt2-tiny"), 2, 64, Tiling.parse("16"))
+    if native.library() is None:
+        pytest.skip("the simulator's C extension cannot be built here")
+    done = []
+    assert critical_path(g, sweep=native.longest_path_end, progress=done.append) == critical_path(g)
+    assert done == [g.n_tasks]
+    assert critical_path(g, sweep=lambda *a: None) == critical_path(g)  # None: the Python sweep
+    for kid in np.unique(g.kernel):
+        ids, p = g.kernel_params(int(kid))
+        assert np.array_equal(ids, np.flatnonzero(g.kernel == kid))
+        assert np.array_equal(p[:, 0], g.params[g.param_ptr[ids]])

@@ -194,3 +194,9 @@ def test_a_shared_uplink_serializes_copies_to_two_devices():
     a = links.transfer(0, 1, 10**6, 0.0)
     b = links.transfer(0, 2, 10**6, 0.0)
     assert a == pytest.approx(1e-3) and b == pytest.approx(2e-3)  # the uplink carried one, then the other
+
+
+def test_durations_for_another_graph_are_refused():
+    g = transfer_pair_graph()
+    with pytest.raises(ValueError, match=r"durations: shape \(1, 3\), expected"):
+        simulate(g, two_device_machine(), "dmda", durations=np.full((1, 3), 1e-3))

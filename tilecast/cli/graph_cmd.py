@@ -45,6 +45,7 @@ def run(args) -> int:
     from tilecast.graph.models import build_step
 
     from tilecast.graph.recompute import RECOMPUTE
+    from tilecast.simulator.native import longest_path_end  # compiled; None where it cannot be built
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
@@ -59,7 +60,7 @@ def run(args) -> int:
                          f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")
     with tqdm(total=graph.n_tasks, desc="critical path", unit="task", file=sys.stderr,
               disable=graph.n_tasks < 200_000, leave=False) as bar:
-        s = summary(graph, progress=bar.update)
+        s = summary(graph, progress=bar.update, sweep=longest_path_end)
     s["recompute"] = recompute
     s["recompute_settings"] = {}
     for setting in [recompute] if args.no_compare else RECOMPUTE:

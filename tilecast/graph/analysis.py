@@ -50,10 +50,19 @@ def longest_path_end(weights, pred_ptr: np.ndarray, pred: np.ndarray, progress=N
     return np.asarray(finish)
 
 
-def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None) -> float:
-    """Length of the heaviest dependency chain, weighting each task by ``weights`` (default: flops)."""
+def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None, sweep=None) -> float:
+    """Length of the heaviest dependency chain, weighting each task by ``weights`` (default: flops).
+
+    ``sweep(weights, pred_ptr, pred)`` is an optional faster :func:`longest_path_end` (same result; None
+    when it cannot run), such as the simulator's compiled one, which the command line passes.
+    """
     ptr, pred = graph.dependencies
-    finish = longest_path_end(graph.flops if weights is None else weights, ptr, pred, progress)
+    weights = graph.flops if weights is None else weights
+    finish = sweep(weights, ptr, pred) if sweep is not None else None
+    if finish is None:
+        finish = longest_path_end(weights, ptr, pred, progress)
+    elif progress is not None:
+        progress(len(finish))
     return float(finish.max()) if len(finish) else 0.0
 
 
@@ -105,8 +114,8 @@ def _live_keys(live: dict) -> dict:
             "live_activation_bytes": live["activation_peak_bytes"], "live_peak_tag": live["peak_tag"]}
 
 
-def summary(graph: Graph, progress=None) -> dict:
-    """The figures ``tilecast graph`` prints; JSON-ready."""
+def summary(graph: Graph, progress=None, sweep=None) -> dict:
+    """The figures ``tilecast graph`` prints; JSON-ready. ``sweep``: see :func:`critical_path`."""
     table = kernel_table(graph)
     return {
         "tasks": int(graph.n_tasks),
@@ -114,7 +123,7 @@ def summary(graph: Graph, progress=None) -> dict:
         "flops": float(graph.flops.sum()),
         "bytes": int(graph.bytes.sum()),
         **_live_keys(live_memory(graph)),
-        "critical_path_flops": critical_path(graph, progress=progress),
+        "critical_path_flops": critical_path(graph, progress=progress, sweep=sweep),
         "kernels": {r.kernel: {"tasks": int(r.tasks), "flops": float(r.flops), "bytes": int(r.bytes)}
                     for r in table.itertuples()},
     }

@@ -119,25 +119,28 @@ class GraphBuilder:
         extra = set(params) - set(k.params)
         if missing or extra:
             raise ValueError(f"{kernel}: parameters missing {sorted(missing)}, unexpected {sorted(extra)}")
-        arrays = [np.asarray(t, dtype=np.int64) for t in tiles]
-        pvals = [np.asarray(params[name], dtype=np.float64) for name in k.params]
-        mode_list = [k.modes[j] if modes is None or modes[j] is None else modes[j] for j in range(len(arrays))]
-        mode_arrays = [np.asarray(m, dtype=np.int8) for m in mode_list]
-        sizes = {int(np.size(a)) for a in arrays + pvals + mode_arrays}
+        arrays = [np.asarray(t, dtype=np.int64).ravel() for t in tiles]
+        pvals = [np.asarray(params[name], dtype=np.float64).ravel() for name in k.params]
+        if modes is not None and len(modes) != len(k.buffers):
+            raise ValueError(f"{kernel}: {len(k.buffers)} modes expected, got {len(modes)}")
+        modes = k.modes if modes is None else [k.modes[j] if m is None else m for j, m in enumerate(modes)]
+        mode_arrays = [np.asarray(m, dtype=np.int8).ravel() for m in modes]
+        sizes = {a.size for a in arrays} | {a.size for a in pvals} | {a.size for a in mode_arrays}
         n = max(sizes)
         if sizes - {1, n}:
             raise ValueError(f"{kernel}: batch arrays of different lengths {sorted(sizes)}")
         if n == 0:
             return 0
+        # Column assignment broadcasts a length-1 array over the batch.
         tile_mat = np.empty((n, len(arrays)), dtype=np.int32)
         for j, a in enumerate(arrays):
-            tile_mat[:, j] = np.broadcast_to(a.ravel() if a.ndim else a, (n,))
+            tile_mat[:, j] = a
         mode_mat = np.empty((n, len(arrays)), dtype=np.int8)
         for j, m in enumerate(mode_arrays):
-            mode_mat[:, j] = np.broadcast_to(m.ravel() if m.ndim else m, (n,))
+            mode_mat[:, j] = m
         param_mat = np.empty((n, len(pvals)), dtype=np.float64)
         for j, v in enumerate(pvals):
-            param_mat[:, j] = np.broadcast_to(v.ravel() if v.ndim else v, (n,))
+            param_mat[:, j] = v
         self._batches.append((k.id, self._tag, tile_mat, mode_mat, param_mat))
         return n
 
@@ -161,7 +164,7 @@ class GraphBuilder:
             [np.full(t.n_tiles, t.id, dtype=np.int32) for t in self.tensors]
         ) if self.tensors else np.zeros(0, np.int32)
         tile_nbytes = np.concatenate(
-            [np.prod(t.tile_shapes(), axis=1) * t.dtype.itemsize for t in self.tensors]
+            [t.tile_elements() * t.dtype.itemsize for t in self.tensors]
         ).astype(np.int64) if self.tensors else np.zeros(0, np.int64)
         tags = [None] * len(self._tags)
         for name, i in self._tags.items():

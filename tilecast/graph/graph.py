@@ -81,9 +81,19 @@ class Graph:
             tag=self.tags[self.tag[i]],
         )
 
+    @cached_property
+    def _tasks_by_kernel(self) -> tuple[np.ndarray, np.ndarray]:
+        """(task ids sorted by kernel, then id; start of each kernel's run): one sort instead of a
+        comparison over every task per kernel."""
+        order = np.argsort(self.kernel, kind="stable")
+        bounds = np.zeros(len(all_kernels()) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.kernel, minlength=len(all_kernels())), out=bounds[1:])
+        return order, bounds
+
     def kernel_params(self, kernel_id: int) -> tuple[np.ndarray, np.ndarray]:
-        """Task ids of one kernel and their parameters as an (n, n_params) matrix."""
-        ids = np.flatnonzero(self.kernel == kernel_id)
+        """Task ids of one kernel (increasing) and their parameters as an (n, n_params) matrix."""
+        order, bounds = self._tasks_by_kernel
+        ids = order[bounds[kernel_id]:bounds[kernel_id + 1]]
         n_params = len(all_kernels()[kernel_id].params)
         cols = self.param_ptr[ids][:, None] + np.arange(n_params)
         return ids, self.params[cols]

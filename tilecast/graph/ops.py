@@ -134,15 +134,25 @@ def attention_probs(bld: GraphBuilder, q: Tensor, k: Tensor, scores: Tensor, sta
     nb, ns, nh = q.grid[:3]
     d = q.shape[3]
     b, h, qi, kj = _pairs(nb, nh, ns)
-    dims = dict(bt=q.extent(0, b), ht=q.extent(2, h), sq=q.extent(1, qi), sk=k.extent(1, kj), d=d)
-    s_ids = scores.tile_ids(b, h, qi, kj)
-    bld.add("attn_qk", [_ids(q, b, qi, h), _ids(k, b, kj, h), s_ids],
-            dict(dims, alpha=1.0 / math.sqrt(d), q0=q.start(1, qi), k0=k.start(1, kj), causal=1))
-    st_ids = _ids(stats, b, h, qi)
-    rows = dims["bt"] * dims["ht"] * dims["sq"]
-    beta, mode = bld.accumulate(st_ids)
-    bld.add("softmax_stats", [s_ids, st_ids], dict(rows=rows, cols=dims["sk"], beta=beta), modes=[None, mode])
-    bld.add("softmax_apply", [st_ids, s_ids], dict(rows=rows, cols=dims["sk"]))
+    # The first query tile sees only the first key tile: its rows are whole there, and its softmax is
+    # computed in the task that computes its scores (no statistics to merge across tiles).
+    whole = qi == 0
+    for sel in (whole, ~whole):
+        if not sel.any():
+            continue
+        bs, hs, qs, ks = b[sel], h[sel], qi[sel], kj[sel]
+        dims = dict(bt=q.extent(0, bs), ht=q.extent(2, hs), sq=q.extent(1, qs), sk=k.extent(1, ks), d=d)
+        qk = [_ids(q, bs, qs, hs), _ids(k, bs, ks, hs), scores.tile_ids(bs, hs, qs, ks)]
+        qk_params = dict(dims, alpha=1.0 / math.sqrt(d), q0=q.start(1, qs), k0=k.start(1, ks), causal=1)
+        st_ids = _ids(stats, bs, hs, qs)
+        beta, mode = bld.accumulate(st_ids)
+        if sel is whole:
+            bld.add("attn_qk_softmax", qk + [st_ids], qk_params, modes=[None, None, None, mode])
+            continue
+        bld.add("attn_qk", qk, qk_params)
+        rows = dims["bt"] * dims["ht"] * dims["sq"]
+        bld.add("softmax_stats", [qk[2], st_ids], dict(rows=rows, cols=dims["sk"], beta=beta), modes=[None, mode])
+        bld.add("softmax_apply", [st_ids, qk[2]], dict(rows=rows, cols=dims["sk"]))
 
 
 def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor, stats: Tensor,
@@ -193,7 +203,7 @@ def attention_backward(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, probs
 # --- element-wise ------------------------------------------------------------------
 
 def tile_sizes(t: Tensor) -> np.ndarray:
-    return np.prod(t.tile_shapes(), axis=1)
+    return t.tile_elements()
 
 
 def all_tiles(t: Tensor) -> np.ndarray:

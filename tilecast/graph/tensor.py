@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
@@ -35,14 +37,15 @@ class Tensor:
         self.extents = [tile_extents(n, t) for n, t in zip(self.shape, self.tile)]
         self.grid = tuple(len(e) for e in self.extents)
         self.starts = [np.concatenate(([0], np.cumsum(e)[:-1])) for e in self.extents]
+        self._n_tiles = math.prod(self.grid)  # read per task batch while building: computed once
 
     @property
     def n_tiles(self) -> int:
-        return int(np.prod(self.grid, dtype=np.int64))
+        return self._n_tiles
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def tile_ids(self, *coords) -> np.ndarray:
         """Global tile ids for (broadcast) per-axis tile coordinates."""
@@ -67,6 +70,10 @@ class Tensor:
         """(n_tiles, ndim) array of tile shapes, row-major over the grid."""
         mesh = np.meshgrid(*self.extents, indexing="ij")
         return np.stack([m.ravel() for m in mesh], axis=1) if mesh else np.zeros((1, 0), np.int64)
+
+    def tile_elements(self) -> np.ndarray:
+        """Elements of every tile, row-major over the grid (the product of :meth:`tile_shapes`' columns)."""
+        return reduce(np.multiply.outer, self.extents, np.ones((), np.int64)).ravel()
 
     def split(self, full: np.ndarray) -> list[np.ndarray]:
         """Cut a full array into flat, contiguous tile buffers."""

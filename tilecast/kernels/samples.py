@@ -115,6 +115,10 @@ def _attention(name):
             cases = [(1.0, 0, 0, 0), (0.35, sk, 0, 1), (0.35, 5, 3, 1), (1.0, 0, 0, 1)]
             return [(dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=a, q0=q0, k0=k0, causal=c),
                      [tok(sq), tok(sk), _f(rng, bt, ht, sq, sk)]) for a, q0, k0, c in cases]
+        if name == "attn_qk_softmax":  # tiles holding whole rows: every key of each query's row is here
+            cases = [(0.35, 0, 0, 1), (1.0, 0, 0, 0), (0.35, sk, 0, 1)]
+            return [(dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=a, q0=q0, k0=k0, causal=c),
+                     [tok(sq), tok(sk), _f(rng, bt, ht, sq, sk), _f(rng, bt * ht * sq, 2)]) for a, q0, k0, c in cases]
         if name == "attn_rowdot":
             return [(dict(bt=bt, sq=sq, ht=ht, dh=d), [tok(sq), tok(sq), _f(rng, bt, ht, sq)])]
         pr = rng.random(bt * ht * sq * sk).astype(np.float32)
@@ -223,7 +227,7 @@ for _n in ("ln_stats", "ln_apply", "ln_bwd_sums", "ln_bwd_dx", "ln_bwd_params"):
     _MAKERS[_n] = _layernorm(_n)
 for _n in ("softmax_stats", "softmax_apply", "softmax_bwd"):
     _MAKERS[_n] = _softmax(_n)
-for _n in ("attn_qk", "attn_pv", "attn_ptv", "attn_rowdot"):
+for _n in ("attn_qk", "attn_pv", "attn_ptv", "attn_rowdot", "attn_qk_softmax"):
     _MAKERS[_n] = _attention(_n)
 for _n in ("embed", "embed_bwd", "pos_add", "pos_bwd"):
     _MAKERS[_n] = _embedding(_n)

@@ -131,6 +131,10 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         from tilecast.perfmodel.kernel_model import DurationModel
         durations = DurationModel(machine, calibration).durations(graph)
     durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+    n_kinds = len(machine.kind_names)
+    if durations.ndim != 2 or durations.shape[1] != graph.n_tasks or durations.shape[0] not in (1, n_kinds):
+        raise ValueError(f"durations: shape {durations.shape}, expected (worker kinds, tasks) = "
+                         f"({n_kinds}, {graph.n_tasks})")
     pred_ptr, pred = graph.dependencies
     if priority is None and sched in USES_PRIORITIES:
         priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred, sched)

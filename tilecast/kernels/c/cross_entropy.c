@@ -45,12 +45,13 @@ TC_KERNEL(ce_grad)
     for (int64_t r = 0; r < rows; r++) {
         const float m = st[2 * r], l = st[2 * r + 1];
         float *row = logits + r * vt;
-        for (int64_t j = 0; j < vt; j++)
-            row[j] = tc_expf(row[j] - m) / l;
         const int64_t local = targets[r] - v0;
-        if (local >= 0 && local < vt)
-            row[local] -= 1.0f;
+        const int hit = local >= 0 && local < vt;
+        const float target_logit = hit ? row[local] : 0.0f;
+        /* One sweep; the target's entry, (softmax - 1) * scale, is redone below with the same operations. */
         for (int64_t j = 0; j < vt; j++)
-            row[j] *= scale;
+            row[j] = (tc_expf(row[j] - m) / l) * scale;
+        if (hit)
+            row[local] = (tc_expf(target_logit - m) / l - 1.0f) * scale;
     }
 }

@@ -18,7 +18,7 @@ static const struct {
     ENTRY(embed_bwd),     ENTRY(pos_add),       ENTRY(pos_bwd),     ENTRY(ce_target),     ENTRY(ce_loss),
     ENTRY(ce_grad),       ENTRY(adamw),         ENTRY(rms_stats),   ENTRY(rms_apply),     ENTRY(rms_bwd_sums),
     ENTRY(rms_bwd_dx),    ENTRY(rms_bwd_gamma), ENTRY(rope),        ENTRY(swiglu),        ENTRY(swiglu_bwd),
-    ENTRY(kv_expand),     ENTRY(kv_reduce),
+    ENTRY(kv_expand),     ENTRY(kv_reduce),     ENTRY(attn_qk_softmax),
 };
 
 int tc_kernel_count(void)

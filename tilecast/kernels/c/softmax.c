@@ -13,12 +13,8 @@ TC_KERNEL(softmax_stats)
     const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = s + r * cols;
-        float m_tile = -INFINITY;
-        int nan = 0;
-        for (int64_t j = 0; j < cols; j++) {
-            m_tile = row[j] > m_tile ? row[j] : m_tile;
-            nan |= row[j] != row[j];
-        }
+        int nan;
+        float m_tile = tc_max_nan(row, cols, &nan);
         if (nan)
             m_tile = NAN;
         float m_new, l_old;
@@ -67,5 +63,48 @@ TC_KERNEL(softmax_bwd)
             float v = (o[j] - dr) * pp[j];
             o[j] = scale ? v * alpha : v;
         }
+    }
+}
+
+/* Rows held whole by one tile: softmax_stats (beta 0) then softmax_apply in one
+ * sweep per row, with the same operations in the same order (the same bits):
+ * each exponential is computed once, stored, summed in tc_sum_exp's lanes, and
+ * divided by the sum while the row is still in cache. */
+void tc_softmax_rows(float *s, float *st, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = s + r * cols;
+        int nan;
+        float m = tc_max_nan(row, cols, &nan);
+        if (nan)
+            m = NAN;
+        float l;
+        if (isfinite(m)) {
+            float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t j = 0;
+            for (; j + 16 <= cols; j += 16)
+                for (int k = 0; k < 16; k++) {
+                    const float e = tc_expf(row[j + k] - m);
+                    row[j + k] = e;
+                    acc[k] += e;
+                }
+            double sum = 0.0;
+            for (; j < cols; j++) {
+                const float e = tc_expf(row[j] - m);
+                row[j] = e;
+                sum += e;
+            }
+            for (int k = 0; k < 16; k++)
+                sum += acc[k];
+            l = 0.0f + (float)sum;
+            for (j = 0; j < cols; j++)
+                row[j] = row[j] / l;
+        } else {
+            l = 0.0f + (float)tc_sum_exp(row, cols, 0.0f);
+            for (int64_t j = 0; j < cols; j++)
+                row[j] = tc_expf(row[j] - m) / l;
+        }
+        st[2 * r] = m;
+        st[2 * r + 1] = l;
     }
 }

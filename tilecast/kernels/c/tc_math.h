@@ -9,8 +9,15 @@
  * error about 1e-7; exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN; results
  * that would be subnormal (x < -87.33) are flushed to 0.
  *
- * tc_sum_exp: sum of exp(x[j] - shift) in 8 independent double accumulators
- * (a single-accumulator reduction is not vectorised without reassociation).
+ * tc_sum_exp: sum of exp(x[j] - shift) in 16 independent float accumulators
+ * (a single-accumulator reduction is not vectorised without reassociation),
+ * added up in double: each lane adds n/16 terms, as numpy's pairwise float32
+ * sum adds blocks of 8.
+ *
+ * tc_max_nan: the largest of x[0..n) and whether any is NaN, in 16 independent
+ * lanes for the same reason (the maximum does not depend on the order), written
+ * with GCC/Clang vector extensions: GCC does not vectorise a max reduction
+ * written with selects, nor lanes of selects kept in an array.
  *
  * tc_tanhf: the odd Taylor polynomial to x^7 for |x| < 0.0625 (error below
  * 1e-11 relative), else 1 - 2 / (exp(2|x|) + 1) with the sign of x.
@@ -20,6 +27,7 @@
 
 #include <stdint.h>
 #include <math.h>
+#include <string.h>
 
 static inline float tc_pow2i(int32_t n)
 {
@@ -44,7 +52,7 @@ static inline float tc_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const int32_t ni = (int32_t)n, n1 = ni / 2;
+    const int32_t ni = (int32_t)n, n1 = ni >> 1; /* 2^n as 2^n1 2^(n - n1): 2^128 is not a float */
     float y = p * tc_pow2i(n1) * tc_pow2i(ni - n1);
     y = x > 88.72283935546875f ? INFINITY : y;
     y = x < -87.33654022216797f ? 0.0f : y;
@@ -63,17 +71,50 @@ static inline float tc_tanhf(float x)
 
 static inline double tc_sum_exp(const float *x, int64_t n, float shift)
 {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++)
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; l++)
             acc[l] += tc_expf(x[j + l] - shift);
     double s = 0.0;
     for (; j < n; j++)
         s += tc_expf(x[j] - shift);
-    for (int l = 0; l < 8; l++)
+    for (int l = 0; l < 16; l++)
         s += acc[l];
     return s;
+}
+
+typedef float tc_v8f __attribute__((vector_size(32)));
+typedef int32_t tc_v8i __attribute__((vector_size(32)));
+
+static inline float tc_max_nan(const float *x, int64_t n, int *has_nan)
+{
+    const float ninf = -INFINITY;
+    tc_v8f lane0 = {ninf, ninf, ninf, ninf, ninf, ninf, ninf, ninf}, lane1 = lane0;
+    tc_v8i bad = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        tc_v8f v0, v1;
+        memcpy(&v0, x + j, sizeof v0);
+        memcpy(&v1, x + j + 8, sizeof v1);
+        const tc_v8i gt0 = v0 > lane0, gt1 = v1 > lane1;
+        lane0 = (tc_v8f)(((tc_v8i)v0 & gt0) | ((tc_v8i)lane0 & ~gt0));
+        lane1 = (tc_v8f)(((tc_v8i)v1 & gt1) | ((tc_v8i)lane1 & ~gt1));
+        bad |= (v0 != v0) | (v1 != v1);
+    }
+    float m = -INFINITY;
+    int32_t nan = 0;
+    for (; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+        nan |= x[j] != x[j];
+    }
+    for (int l = 0; l < 8; l++) {
+        m = lane0[l] > m ? lane0[l] : m;
+        m = lane1[l] > m ? lane1[l] : m;
+        nan |= bad[l];
+    }
+    *has_nan = nan != 0;
+    return m;
 }
 
 #endif

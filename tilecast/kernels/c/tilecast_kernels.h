@@ -38,6 +38,7 @@ TC_KERNEL(attn_qk);
 TC_KERNEL(attn_pv);
 TC_KERNEL(attn_ptv);
 TC_KERNEL(attn_rowdot);
+TC_KERNEL(attn_qk_softmax);
 /* embedding.c */
 TC_KERNEL(embed);
 TC_KERNEL(embed_bwd);
@@ -71,6 +72,7 @@ void tc_time(tc_kernel_fn f, const double *p, void *const *buf, int repeats, dou
 
 /* reduce.c: column sums of a row-major (rows x cols) float matrix, in double,
  * added to or stored into out (bias and position-embedding gradients). */
+void tc_softmax_rows(float *s, float *stats, int64_t rows, int64_t cols);
 void tc_colsum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate);
 
 #define TC_I(v) ((int64_t)(v))

@@ -10,4 +10,5 @@ from tilecast.kernels.definitions import (  # noqa: F401
     cross_entropy,
     adamw,
     llama,
+    attention_softmax,
 )
