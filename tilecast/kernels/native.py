@@ -39,6 +39,15 @@ COMPILE_ARGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math
 _FNS: list | None = None
 
 
+def kernels_fingerprint() -> str:
+    """A short hash of the C kernels' sources and headers: what a stored kernel calibration was timed with
+    (a change to a kernel's code makes it time differently, so the calibration is made again)."""
+    from tilecast.kernels.native_build import build_key
+
+    return build_key([p.name.encode() + b"\0" + p.read_bytes() for p in sorted(C_DIR.iterdir())
+                      if p.suffix in (".c", ".h")])
+
+
 def library():
     """The compiled kernels module (``.ffi``, ``.lib``), built on first use."""
     flags = blas.build_flags()

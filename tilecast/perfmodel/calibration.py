@@ -76,6 +76,8 @@ class Calibration:
     # how quiet the machine was while shapes were timed as StarPU tasks (tilecast.loop.kernel_calibration):
     # passes, passes_disturbed, passes_retaken, reference_best_s, waited_s
     quiet: dict = field(default_factory=dict)
+    # the C kernels' code the shapes were timed with (tilecast.kernels.native.kernels_fingerprint)
+    kernels: str = field(default_factory=lambda: _kernels_fingerprint())
 
     def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
         entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
@@ -162,7 +164,8 @@ class Calibration:
         out = Calibration(self.machine, self.fingerprint, self.kind, self.timer,
                           runtime_samples={k: [list(r) for r in v] for k, v in self.runtime_samples.items()},
                           lane_workers=self.lane_workers,
-                          worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()})
+                          worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
+                          quiet=dict(self.quiet), kernels=self.kernels)
         for name in self.points:
             e = self.points[name]
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name)):
@@ -176,7 +179,7 @@ class Calibration:
                 "kind": self.kind, "timer": self.timer,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
-                "worker_samples": self.worker_samples, "quiet": self.quiet}
+                "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -226,7 +229,7 @@ class Calibration:
             raise CalibrationError(f"{path}: field quiet: a mapping, got {quiet!r}")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
-                   {k: [list(r) for r in v] for k, v in workers.items()}, quiet)
+                   {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")))
 
 
 def fit_runtime_excess(samples) -> list:
@@ -258,14 +261,22 @@ def calibration_path(machine: str, fingerprint: str) -> str:
 
 
 def find_calibration(machine) -> Calibration | None:
-    """The stored calibration of a machine, if one was made with the same fingerprint."""
+    """The stored calibration of a machine, if one was made with the same fingerprint and the same C kernels'
+    code (a kernel changed since times differently: its calibration is made again)."""
     path = calibration_path(machine.name, machine.fingerprint())
     if not os.path.exists(path):
         return None
     try:
-        return Calibration.load(path, machine.fingerprint())
+        cal = Calibration.load(path, machine.fingerprint())
     except CalibrationError:
         return None
+    return cal if cal.kernels == _kernels_fingerprint() else None
+
+
+def _kernels_fingerprint() -> str:
+    from tilecast.kernels.native import kernels_fingerprint
+
+    return kernels_fingerprint()
 
 
 def calibrate(machine, cases, repeats: int = 7, timer=None, timer_name: str | None = None,
