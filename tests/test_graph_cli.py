@@ -36,3 +36,17 @@ def test_bad_input_is_one_line_and_exit_2():
         assert p.returncode == 2, args
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert "Traceback" not in p.stderr
+
+
+def test_recompute_settings_are_compared_only_on_steps_small_enough(capsys, monkeypatch):
+    from tilecast.cli import graph_cmd
+
+    argv = ["graph", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32", "--json"]
+    assert main(argv) == 0
+    assert list(json.loads(capsys.readouterr().out)["recompute_settings"]) == ["none", "selective", "full"]
+    monkeypatch.setattr(graph_cmd, "COMPARE_MAX_TASKS", 10)
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert list(json.loads(out.out)["recompute_settings"]) == ["none"] and "--compare" in out.err
+    assert main(argv + ["--compare"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["recompute_settings"]) == 3

@@ -10,6 +10,10 @@ from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
 from tilecast.cli.ranks_table import add_rank_args, distribute_args, print_rank_table
 
+# The recompute settings are compared by default up to this many tasks: beyond, building the step twice more
+# would double a command that must stay interactive on steps of millions of tasks.
+COMPARE_MAX_TASKS = 500_000
+
 
 def add_parser(sub):
     p = sub.add_parser(
@@ -25,12 +29,14 @@ def add_parser(sub):
                     "peak, bytes), live_peak_tag (the tag of the task where the peak is first reached), "
                     "critical_path_flops, kernels (per kernel: tasks, flops, bytes), recompute (the setting), "
                     "recompute_settings (per setting: tasks, flops, live_bytes, live_activation_bytes; the chosen one only "
-                    "with --no-compare).")
+                    f"with --no-compare, or by default on steps of over {COMPARE_MAX_TASKS:,} tasks).")
     add_model_args(p)
     add_recompute_arg(p)
     p.add_argument("--no-compare", action="store_true",
-                   help="do not build the step under the other --recompute settings (about half the time on "
-                        "graphs of millions of tasks)")
+                   help="do not build the step under the other --recompute settings (the default on steps of "
+                        f"over {COMPARE_MAX_TASKS:,} tasks, where it doubles the time; --compare builds them)")
+    p.add_argument("--compare", action="store_true",
+                   help="build the step under every --recompute setting, however large")
     add_json_arg(p)
     add_rank_args(p, "also spread the step over N processes by --distribution and print, per rank, the tasks it "
                      "runs, the bytes it owns, sends and receives per step (StarPU-MPI's rules; --json: key ranks)")
@@ -63,7 +69,11 @@ def run(args) -> int:
         s = summary(graph, progress=bar.update, sweep=longest_path_end)
     s["recompute"] = recompute
     s["recompute_settings"] = {}
-    for setting in [recompute] if args.no_compare else RECOMPUTE:
+    compare = args.compare or (not args.no_compare and graph.n_tasks <= COMPARE_MAX_TASKS)
+    if not compare and not args.no_compare:
+        print(f"the other --recompute settings are not compared on a step of {graph.n_tasks:,} tasks "
+              "(--compare builds them)", file=sys.stderr)
+    for setting in RECOMPUTE if compare else [recompute]:
         g = graph if setting == recompute else build_step(cfg, batch, seq, tiling, recompute=setting)
         s["recompute_settings"][setting] = recompute_figures(g)
         del g
