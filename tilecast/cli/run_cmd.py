@@ -8,7 +8,8 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, as_flags, blas_summary, memory_args,
+                                 model_args, print_json)
 
 
 def add_parser(sub):
@@ -31,17 +32,20 @@ def add_parser(sub):
                         "parameters 1e-4 relative); exit 1 on a mismatch")
     p.add_argument("--trace", metavar="PATH",
                    help="write the last step's trace: .parquet or .csv table, or .json Chrome trace (Perfetto)")
+    add_memory_args(p)
     add_json_arg(p)
     return p
 
 
 def run(args) -> int:
+    from tilecast.executor.memory_limit import MemoryLimitError, format_size
     from tilecast.executor.starpu_run import run_steps
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.kernels.native_build import NativeUnavailable
     from tilecast import trace as tracefile
 
     cfg, batch, seq, tiling = model_args(args)
+    memory = memory_args(args)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
@@ -58,8 +62,11 @@ def run(args) -> int:
 
     try:
         res = run_steps(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
-                        check=args.check, progress=progress)
+                        check=args.check, progress=progress, memory=memory)
     except NativeUnavailable as e:
+        raise UsageError(str(e)) from None
+    except MemoryLimitError as e:
+        raise UsageError(as_flags(str(e))) from None
         raise UsageError(str(e)) from None
     except ValueError as e:
         msg = str(e)
@@ -81,6 +88,10 @@ def run(args) -> int:
         "host_s": res.host_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
         "step_times_s": res.step_s, "makespans_s": res.makespan_s, "losses": res.losses,
         "flops_per_step": res.flops_per_step, "blas": blas,
+        "memory_limit_bytes": memory.limit_bytes if memory else None,
+        "offload_dir": memory.offload_dir if memory else None,
+        "disk_written_bytes": res.disk_written, "disk_read_bytes": res.disk_read,
+        "peak_rss_bytes": res.peak_rss_bytes,
     }
     if res.check is not None:
         out["check"] = res.check
@@ -98,6 +109,13 @@ def run(args) -> int:
               f"{loss:>10.4f}")
     print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
           f"{res.gflops:.2f} GFLOP/s; {1e3 * res.host_s:.2f} ms of each step outside the task graph")
+    if memory is not None:
+        steps = slice(1, None) if len(res.disk_written) > 1 else slice(None)
+        print(f"memory limit {format_size(memory.limit_bytes)}"
+              + (f", offload to {memory.offload_dir}: per step (median after the first) "
+                 f"{format_size(np.median(res.disk_written[steps]))} written to disk, "
+                 f"{format_size(np.median(res.disk_read[steps]))} read" if memory.offload_dir else ", no disk node")
+              + f"; peak RSS {format_size(res.peak_rss_bytes)}")
     if args.trace:
         print(f"trace of the last step: {args.trace}")
     if res.check is not None:

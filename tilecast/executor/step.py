@@ -95,9 +95,11 @@ def step_loss(store: TileStore) -> float:
     return float(store.tensor("loss")[0])
 
 
-def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray) -> TileStore:
-    """A store holding the step's inputs; sets AdamW's step number on the graph."""
-    store = TileStore(graph)
+def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray,
+              store: TileStore | None = None) -> TileStore:
+    """A store holding the step's inputs (a new in-place TileStore, or ``store``, e.g. a
+    ManagedTileStore); sets AdamW's step number on the graph."""
+    store = TileStore(graph) if store is None else store
     for name, p in state.params.items():
         store.set_tensor(name, p)
         m_name, v_name = adam_names(name)
