@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import (TrainState, init_params, load_step, reference_step, set_batch,
+from tilecast.executor.step import (TrainState, init_params, load_initial, load_step, reference_step, set_batch,
                                     step_loss)
 from tilecast.executor.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, grad_name
@@ -113,9 +113,15 @@ class StarPUTraining:
     ``data`` is an int array (steps, batch, seq + 1) of tokens; step ``t`` reads ``data[t]``.
     """
 
-    def __init__(self, session, graph, state: TrainState, data: np.ndarray):
+    def __init__(self, session, graph, state: TrainState | tuple, data: np.ndarray):
+        """``state``: a TrainState, or (cfg, seed) for the initial state streamed into StarPU-managed tiles
+        one parameter at a time (:func:`~tilecast.executor.step.load_initial`; under a memory limit)."""
         self.session, self.graph, self.data = session, graph, data
-        self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:], store=session_store(session, graph))
+        store = session_store(session, graph)
+        if isinstance(state, tuple):
+            self.store = load_initial(graph, *state, data[0, :, :-1], data[0, :, 1:], store=store)
+        else:
+            self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:], store=store)
         self.t = 0
 
     def step(self, trace: bool = True):
@@ -164,7 +170,9 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
     if memory is not None:
         memory.check([graph], session.n_cpus)
-    state = TrainState(init_params(cfg, seed))
+    # Under a memory limit the parameters go straight into StarPU's tiles, one at a time (no numpy copy
+    # of the whole model), unless the reference check needs them.
+    state = (cfg, seed) if memory is not None and not check else TrainState(init_params(cfg, seed))
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None
