@@ -453,11 +453,17 @@ int tcs_register_managed(int64_t n, const int64_t *nelem, const int64_t *elemsiz
 
 void tcs_unregister_managed(int64_t n, void **handles)
 {
+    /* A tile on its way to or from the disk node is unregistered only once that transfer is done, and the
+     * workers drive the disk node: they must not be paused (seen hanging here otherwise). */
+    const int was_paused = paused;
+    tcs_resume();
     for (int64_t i = 0; i < n; i++)
         if (handles[i]) {
             starpu_data_unregister_no_coherency((starpu_data_handle_t)handles[i]);
             handles[i] = NULL;
         }
+    if (was_paused)
+        tcs_pause();
 }
 
 static int copy_tiles(int64_t n, const int64_t *idx, const uint64_t *host, void **handles, int to_tile)
