@@ -117,9 +117,10 @@ def test_tune_ranks_as_the_tune_command_and_simulate_agrees(loop_home, capsys): 
 
 
 def test_whatif_equals_the_whatif_command(capsys):
-    w = tc.whatif(gpus=64, tp=8, schedule="1f1b", zero=1)
-    rc, doc = cli_json(capsys, ["whatif", "--gpus", "64", "--tp", "8", "--zero", "1", "--json"])
+    w = tc.whatif(gpus=64, tp=8, pp=8, schedule="1f1b", zero=1)
+    rc, doc = cli_json(capsys, ["whatif", "--gpus", "64", "--tp", "8", "--pp", "8", "--zero", "1", "--json"])
     assert rc == 0 and w.step_s == doc["step_s"] and w.mfu == doc["mfu"] and w.strategy == doc["strategy"]
+    assert w.hfu == doc["hfu"] and w.to_frame().loc[0, "hfu"] == doc["hfu"]
     assert w.to_frame().loc[0, "tokens_per_s"] == doc["tokens_per_s"]
     found = tc.whatif(model="gpt2", cluster="dgx-h100", gpus=8, seq=1024, search=True, top=3)
     rc, doc = cli_json(capsys, ["whatif", "--model", "gpt2", "--cluster", "dgx-h100", "--gpus", "8", "--seq", "1024",
@@ -134,5 +135,6 @@ def test_whatif_equals_the_whatif_command(capsys):
 def test_validate_equals_the_validate_command(capsys):
     v = tc.validate()
     rc, doc = cli_json(capsys, ["validate", "--json"])
-    assert (rc == 0) == v.ok and v.median_abs_error == doc["median_abs_error"] and v.sources == doc["sources"]
+    assert (rc == 0) == v.ok and v.median_abs_error_heldout == doc["median_abs_error_heldout"]
+    assert v.median_abs_error_lopo == doc["median_abs_error_lopo"] and v.sources == doc["sources"]
     assert len(v.to_frame()) == len(doc["runs"]) and "median |error|" in v._repr_html_()

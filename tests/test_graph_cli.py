@@ -8,7 +8,9 @@ from tilecast.cli import main
 def test_graph_json_keys(capsys):
     assert main(["graph", "--model", "gpt2-tiny", "--batch", "2", "--seq", "16", "--tile", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"tasks", "tiles", "flops", "bytes", "live_bytes", "critical_path_flops", "kernels"}
+    assert set(out) == {"tasks", "tiles", "flops", "bytes", "live_bytes", "live_persistent_bytes",
+                        "live_activation_bytes", "live_peak_tag", "critical_path_flops", "kernels", "recompute",
+                        "recompute_settings"}
     assert out["tasks"] == sum(k["tasks"] for k in out["kernels"].values())
     assert 0 < out["critical_path_flops"] < out["flops"]
 

@@ -78,3 +78,22 @@ def test_lanes_follow_the_worker_count(workers):
     with StarPUSession("eager", workers) as s:
         med, _ = time_in_runtime(cases, [2, 2, 2], s)
     assert np.isfinite(med).all()
+
+
+def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
+    """The calibration's passes run between reference probes: a pass that ends in a slow spell is timed again,
+    and the calibration keeps how its passes fared."""
+    from tilecast.loop.interference import QuietGuard
+    from tilecast.loop.kernel_calibration import STARPU_PASSES, time_in_starpu
+    from tilecast.perfmodel import load_machine
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    probes = iter([1.0, 1.0, 1.5] + [1.0] * 20)  # the first pass ends in a spell (1.5x the fastest probe)
+    guard = QuietGuard(workers=1, probe=lambda: next(probes), sleep=lambda s: None, max_wait_s=10)
+    cases = _cases()[:3]
+    cal, _ = time_in_starpu(load_machine("local"), None, cases, [2, 2, 2], 1, guard=guard)
+    assert cal.quiet["passes"] == STARPU_PASSES and cal.quiet["passes_retaken"] == 1
+    assert cal.quiet["passes_disturbed"] == 0  # the retaken pass was quiet
+    assert set(cal.points) == {n for n, _ in cases}
+    path = cal.save(str(tmp_path / "c.json"))
+    assert type(cal).load(path).quiet == cal.quiet

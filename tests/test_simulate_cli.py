@@ -63,6 +63,7 @@ def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, 
                  "--tiles", "16", "--repeats", "2", "--per-kernel", "4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["kernels"] >= 10 and doc["timer"] == "starpu-tasks"  # StarPU runs here: shapes timed as its tasks
+    assert doc["quiet"]["passes"] >= 3  # each timing pass checked against a reference step
     assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
     assert main(["simulate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
                  "--no-trace", "--json"]) == 0

@@ -134,6 +134,7 @@ class GraphResult(_Result):
     critical_path_flops: float
     kernels: dict
     graph: object = field(repr=False, default=None)
+    recompute: str = "none"
 
     def to_frame(self):
         from tilecast.graph.analysis import kernel_table
@@ -145,17 +146,18 @@ class GraphResult(_Result):
                 f"{self.tiles} tiles, {self.flops:.4g} flops")
 
 
-def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256") -> GraphResult:
-    """Build the task graph of one training step (``tilecast graph``)."""
+def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: str = "none") -> GraphResult:
+    """Build the task graph of one training step (``tilecast graph``); ``recompute``: none, selective or full
+    (:mod:`tilecast.graph.recompute`)."""
     from tilecast.graph.analysis import summary
     from tilecast.graph.models import build_step
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
-    g = build_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     s = summary(g)
     return GraphResult(cfg.name, batch, seq, tiling.describe(), s["tasks"], s["tiles"], s["flops"], s["bytes"],
-                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g)
+                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g, recompute)
 
 
 # --- simulate ----------------------------------------------------------------------------------------------
@@ -206,7 +208,7 @@ class SimulateResult(_Result):
 
 def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
              workers: int | None = None, calibration: str | None = None, transfers: bool = True,
-             seed: int = 0) -> SimulateResult:
+             seed: int = 0, recompute: str = "none") -> SimulateResult:
     """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
@@ -229,9 +231,9 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     cal, host_costs = stored_models(m)
     if calibration is not None:
         cal = Calibration.load(calibration, m.fingerprint())
-    g = build_step(cfg, batch, seq, tiling)
+    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
-    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n), m, cal, host_costs, graph=g, durations=durations,
+    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g, durations=durations,
                 keep_result=True, transfers=transfers, seed=seed)
     s = p.summary
     return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
@@ -280,7 +282,7 @@ class TuneResult(_Result):
 
 def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", scheds=None, workers=None,
          tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
-         warmup: int = 2, recalibrate: bool = False, progress: bool = False) -> TuneResult:
+         warmup: int = 2, recalibrate: bool = False, progress: bool = False, recompute: str = "none") -> TuneResult:
     """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
     search (default: the candidates); ``execute`` K: run the K best (and ``others`` from the rest) on StarPU,
     local machine only; ``recalibrate``: learn from those runs and store the models."""
@@ -307,7 +309,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
         raise ValueError("execute: only the local machine can be run")
     res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
                        workers=list(workers) if workers else None, tilings=tilings,
-                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress)
+                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress, recompute=recompute)
     out = TuneResult(cfg.name, batch, seq, m.name, len(res.ranking), res.skipped, bool(res.host_costs),
                      res.ranking[0].row() if res.ranking else {}, ranking=res.ranking, result=res)
     if execute:
@@ -346,6 +348,7 @@ class RunResult(_Result):
     check: dict | None = None
     trace: object = field(repr=False, default=None)
     graph: object = field(repr=False, default=None)
+    recompute: str = "none"
     disk_written_bytes: list = field(default_factory=list)  # per step, to StarPU's disk node (memory_limit)
     disk_read_bytes: list = field(default_factory=list)  # per step, back from it
     peak_rss_bytes: int = 0  # the process's peak resident set size after the run
@@ -365,7 +368,8 @@ class RunResult(_Result):
 
 def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
         workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False,
-        memory_limit: str | int | None = None, offload_dir: str | None = None) -> RunResult:
+        recompute: str = "none", memory_limit: str | int | None = None,
+        offload_dir: str | None = None) -> RunResult:
     """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
     the numpy reference (``check["ok"]``). ``memory_limit`` (bytes, or a size such as ``"512MiB"``) and
     ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md)."""
@@ -386,11 +390,12 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
         memory = MemoryLimit(parse_size(memory_limit), offload_dir)
     elif offload_dir is not None:
         raise ValueError("offload_dir needs memory_limit")
-    res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, memory=memory)
+    res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute,
+                    memory=memory)
     return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
                      res.median_step_s, float(np.median(res.makespan_s[1:] or res.makespan_s)), res.host_s,
                      res.tokens_per_s, res.gflops, list(res.step_s), list(res.makespan_s), list(res.losses),
-                     res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph,
+                     res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph, recompute,
                      list(res.disk_written), list(res.disk_read), res.peak_rss_bytes)
 
 
@@ -462,6 +467,7 @@ class WhatifResult(_Result):
     searched: dict | None = None  # with search: candidates, fitting, evaluated
     top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
     timeline: object = field(repr=False, default=None)
+    hfu: float = 0.0  # hardware flops utilisation: MFU plus the recomputed forward work
 
     def to_frame(self):
         import pandas as pd
@@ -469,7 +475,7 @@ class WhatifResult(_Result):
         rows = []
         for r in self.top:
             row = {"model": r.model, "cluster": r.cluster, "gpus": r.gpus, **r.strategy, "step_s": r.step_s,
-                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "fits": r.fits,
+                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "hfu": r.hfu, "fits": r.fits,
                    **r.breakdown, "memory_per_gpu_bytes": r.memory_per_gpu_bytes}
             rows.append(row)
         return pd.DataFrame(rows)
@@ -510,41 +516,51 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
         results = [best]
     return WhatifResult(best.model, best.cluster, best.gpus, best.step_s, best.tokens_per_s, best.tflops_per_gpu,
                         best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
-                        best.timeline)
+                        best.timeline, best.hfu)
 
 
 # --- validate ----------------------------------------------------------------------------------------------
 @dataclass
 class ValidateResult(_Result):
     """The cluster model against published training runs (``tilecast validate``); ``to_frame()`` has one row
-    per run: published, predicted, error."""
+    per run: published, predicted, error (and ``lopo_error``, the leave-one-publication-out prediction's).
+    Only held-out rows (never fitted) decide ``ok``; errors are fractions."""
 
-    median_abs_error: float
-    median_abs_error_validation_rows: float
+    median_abs_error_heldout: float
+    median_abs_error_fitted: float
+    median_abs_error_lopo: float | None
     target: float
+    lopo_target: float | None
     ok: bool
     sources: list
+    scorecard: dict = field(repr=False, default_factory=dict)  # every figure of validate --json
     runs: object = field(repr=False, default=None)  # DataFrame
 
     def to_frame(self):
         return self.runs.copy()
 
     def _headline(self) -> str:
-        return (f"median |error| {100 * self.median_abs_error:.1f}% over {len(self.runs)} runs; target "
-                f"{100 * self.target:.0f}%: {'met' if self.ok else 'NOT met'}")
+        lopo = ("" if self.median_abs_error_lopo is None
+                else f", leave-one-publication-out {100 * self.median_abs_error_lopo:.1f}%")
+        return (f"median |error| {100 * self.median_abs_error_heldout:.1f}% over held-out runs{lopo}; "
+                f"{'met' if self.ok else 'NOT met'}")
 
 
-def validate(table: str | None = None, role: str = "all", target: float = 0.10) -> ValidateResult:
+def validate(table: str | None = None, target: float = 0.08, lopo_target: float | None = None,
+             max_error: float | None = None, refit_lopo: bool = False) -> ValidateResult:
     """Predict the published runs of ``table`` (default: the shipped one) and compare (``tilecast validate``).
-    ``role``: ``all``, ``calibration`` or ``validation`` rows."""
-    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, median_abs_error
+    The leave-one-publication-out folds are the stored ones for the shipped table, refitted with
+    ``refit_lopo`` (minutes), absent otherwise."""
+    from tilecast.cluster.lopo import lopo_errors
+    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, scorecard
 
     runs = load_runs(table or RUNS)
-    if role != "all":
-        runs = [r for r in runs if r.role == role]
     if not runs:
-        raise ValueError(f"role: no {role} rows in {table or RUNS}")
+        raise ValueError(f"table: no rows in {table or RUNS}")
     df = compare_runs(runs)
-    med = median_abs_error(df)
-    return ValidateResult(med, median_abs_error(df[df.role == "validation"]), target, bool(med <= target),
-                          sorted(set(df.source)), df)
+    lopo = lopo_errors(runs, "refit" if refit_lopo else None) if (table is None or refit_lopo) else None
+    card = scorecard(df, lopo, target, lopo_target, max_error)
+    if lopo is not None:
+        df = df.merge(lopo[["id", "error"]].rename(columns={"error": "lopo_error"}), on="id")
+    return ValidateResult(card["median_abs_error_heldout"], card["median_abs_error_fitted"],
+                          card["median_abs_error_lopo"], target, lopo_target, card["ok"], card["sources"], card, df)

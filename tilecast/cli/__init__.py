@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Subcommand name -> module under tilecast.cli. Order is the order of --help.
@@ -59,6 +60,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"tilecast {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader closed the pipe (``| head``): stop without a traceback, and point standard output at
+        # /dev/null so the interpreter's final flush does not raise again. 141 = 128 + SIGPIPE, what a
+        # shell reports for a tool the signal ended.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

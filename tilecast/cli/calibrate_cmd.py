@@ -99,12 +99,14 @@ def run(args) -> int:
     path = cal.save(args.output)
     report = holdout_errors(cal)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
-           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas}
+           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet}
     if args.json:
         print_json(out)
         return 0
     print(f"calibrated {len(cases)} shapes of {len(cal.points)} kernels with the {timer_name} timer -> {path}")
     print(blas_line)
+    if cal.quiet:
+        print(quiet_line(cal.quiet))
     print()
     print(f"{'kernel':<16}{'fit/held out':>14}{'median err':>12}{'max err':>10}{'fixed us':>10}{'GFLOP/s':>10}"
           f"{'GB/s':>10}")
@@ -113,3 +115,12 @@ def run(args) -> int:
         print(f"{name:<16}{r['n_fit']:>7}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
               f"{100 * r['max_rel_err']:>9.1f}%{f['fixed_us']:>10.2f}{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
     return 0
+
+
+def quiet_line(q: dict) -> str:
+    """How quiet the machine was while kernels were timed as StarPU tasks, in words."""
+    line = (f"quiet check: {q['passes'] - q['passes_disturbed']} of {q['passes']} timing passes undisturbed "
+            f"({q['passes_retaken']} retaken, {q['waited_s']:.0f} s waited for slow spells)")
+    if q["passes_disturbed"]:
+        line += "; the machine stayed slow: the kernel times may be too long"
+    return line

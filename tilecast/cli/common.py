@@ -20,7 +20,8 @@ DEFAULT_TILE = "256"
 FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
-    "sequence_parallel", "attention", "memory_limit", "offload_dir")}
+    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir")}
+FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 
 
@@ -46,6 +47,24 @@ def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ,
                    help="tile sizes: SIZE for every dimension, and/or name=SIZE for batch, seq, embd, "
                         "head (whole heads), inner, vocab; e.g. 256, seq=128,embd=256,head=2 or 256,head=4; "
                         f"dimensions not named stay untiled (default: {tile})")
+
+
+def add_recompute_arg(p) -> None:
+    p.add_argument("--recompute", default="none", metavar="none|selective|full",
+                   help="activation recompute in the tiled step: none keeps every activation the backward pass "
+                        "reads; selective recomputes each layer's attention scores and probabilities before its "
+                        "backward and keeps the rest (Korthikanti et al. 2022); full keeps only each layer's "
+                        "input and replays the layer's forward before its backward (default: none)")
+
+
+def recompute_arg(args) -> str:
+    """The validated --recompute setting; UsageError on bad input."""
+    from tilecast.graph.recompute import check_recompute
+
+    try:
+        return check_recompute(args.recompute)
+    except ValueError as e:
+        raise UsageError(as_flags(str(e))) from None
 
 
 def add_memory_args(p) -> None:

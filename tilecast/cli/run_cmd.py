@@ -8,8 +8,8 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, as_flags, blas_summary, memory_args,
-                                 model_args, print_json)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
+                                 blas_summary, memory_args, model_args, print_json, recompute_arg)
 
 
 def add_parser(sub):
@@ -21,6 +21,7 @@ def add_parser(sub):
                     "steps after the first (the first warms up and calibrates StarPU's performance models). "
                     "--check compares the first step with the numpy reference execution (exit 1 on mismatch).")
     add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile="64")
+    add_recompute_arg(p)
     p.add_argument("--sched", default="dmda", metavar="NAME",
                    help="StarPU scheduling policy (default: dmda; any policy the installed StarPU offers)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -45,6 +46,7 @@ def run(args) -> int:
     from tilecast import trace as tracefile
 
     cfg, batch, seq, tiling = model_args(args)
+    recompute = recompute_arg(args)
     memory = memory_args(args)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
@@ -62,12 +64,11 @@ def run(args) -> int:
 
     try:
         res = run_steps(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
-                        check=args.check, progress=progress, memory=memory)
+                        check=args.check, progress=progress, recompute=recompute, memory=memory)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except MemoryLimitError as e:
         raise UsageError(as_flags(str(e))) from None
-        raise UsageError(str(e)) from None
     except ValueError as e:
         msg = str(e)
         flag = "--sched" if "scheduler" in msg else "--workers" if "workers" in msg else "--model/--tile"
@@ -82,7 +83,8 @@ def run(args) -> int:
         tracefile.save(tracefile.with_step_time(res.trace, res.step_s[-1]), args.trace, res.graph)
     ok = res.check is None or res.check["ok"]
     out = {
-        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
+        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "recompute": recompute,
+        "sched": args.sched,
         "workers": len(res.workers), "tasks": res.n_tasks, "steps": args.steps,
         "step_s": res.median_step_s, "makespan_s": float(np.median(res.makespan_s[1:] or res.makespan_s)),
         "host_s": res.host_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
@@ -100,7 +102,7 @@ def run(args) -> int:
     if args.json:
         print_json(out)
         return 0 if ok else 1
-    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU {args.sched} on {len(res.workers)} CPU "
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; StarPU {args.sched} on {len(res.workers)} CPU "
           f"workers; {res.n_tasks} tasks, {res.flops_per_step / 1e9:.2f} GFLOP per step")
     print(blas_line)
     print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'GFLOP/s':>10}{'loss':>10}")

@@ -7,7 +7,7 @@ import sys
 import time
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, human, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
 
 DEFAULT_OUT = "tilecast-sim"
 
@@ -24,6 +24,7 @@ def add_parser(sub):
                     "on the local machine, unknown elsewhere) and a summary, and writes the predicted trace "
                     "(table and Chrome JSON).")
     add_model_args(p)
+    add_recompute_arg(p)
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description: local (this computer, detected), a shipped name "
                         "(a100-sxm4-80gb-8, h100-sxm5-80gb-8, h200-sxm-141gb-8) or a YAML file (default: local)")
@@ -90,10 +91,11 @@ def run(args) -> int:
     from tilecast.trace import save, with_step_time
 
     cfg, batch, seq, tiling = model_args(args)
+    recompute = recompute_arg(args)
     machine, workers = _machine(args)
     calibration, host_costs = _models(args, machine)
-    print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}", file=sys.stderr)
-    graph = build_step(cfg, batch, seq, tiling)
+    print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
+    graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
     model = DurationModel(machine, calibration)
     durations = model.durations(graph)
     provenance = dict(model.provenance)
@@ -105,14 +107,14 @@ def run(args) -> int:
               file=sys.stderr)
         t0 = time.perf_counter()
         try:
-            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers), machine, calibration, host_costs,
+            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration, host_costs,
                            graph=graph, durations=durations, keep_result=not args.compare_policies,
                            transfers=not args.no_transfers, seed=args.seed)
         except SimulationError as e:
             print(f"tilecast simulate: {e}", file=sys.stderr)
             return 1
         rows.append(_row(pred, machine, time.perf_counter() - t0))
-    common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(),
+    common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
               "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
               "duration_sources": provenance}
     if args.compare_policies:
@@ -145,7 +147,8 @@ def run(args) -> int:
 
 
 def _print_header(common, machine, workers) -> None:
-    print(f"{common['model']}, batch {common['batch']} x {common['seq']}, tiling {common['tiling']}; "
+    print(f"{common['model']}, batch {common['batch']} x {common['seq']}, tiling {common['tiling']}, "
+          f"recompute {common['recompute']}; "
           f"{machine.name}: {workers} workers, {len(machine.nodes)} memory nodes; "
           f"kernel durations: {common['calibration']}")
 

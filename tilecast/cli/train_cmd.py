@@ -7,8 +7,8 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, as_flags, blas_summary, memory_args,
-                                 model_args, print_json, require_gpt2)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
+                                 blas_summary, memory_args, model_args, print_json, recompute_arg, require_gpt2)
 
 # A small GPT-2 (gpt2-tiny: 2 layers, n_embd 64, vocab 256) whose validation loss falls below 2.0
 # after about 600 steps of 16 x 128 bytes at lr 3e-3 (1.95 at step 600, 1.79 at step 1000, measured here
@@ -28,6 +28,7 @@ def add_parser(sub):
                     "on Ctrl-C); --resume continues from it and repeats exactly the losses of an uninterrupted "
                     "run. --steps counts from the start of training, resumed steps included.")
     add_model_args(p, **DEFAULTS)
+    add_recompute_arg(p)
     p.add_argument("--sched", default="eager", metavar="NAME",
                    help="StarPU scheduling policy (default: eager, the fastest here for this small model's "
                         "short tasks; any policy the installed StarPU offers)")
@@ -59,11 +60,12 @@ def run(args) -> int:
 
     cfg, batch, seq, tiling = model_args(args)
     require_gpt2(cfg, "train")
+    recompute = recompute_arg(args)
     memory = memory_args(args)
     opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=args.steps, lr=args.lr, sched=args.sched,
                         workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        seed=args.seed, memory=memory)
+                        seed=args.seed, recompute=recompute, memory=memory)
     blas, blas_line = blas_summary()
     bars = []
 

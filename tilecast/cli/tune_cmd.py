@@ -6,9 +6,11 @@ from tilecast.cli import UsageError
 from tilecast.cli.common import (
     add_json_arg,
     add_model_args,
+    add_recompute_arg,
     human,
     model_args,
     print_json,
+    recompute_arg,
     require_gpt2,
 )
 from tilecast.cli.starpu_errors import with_starpu_errors
@@ -28,6 +30,7 @@ def add_parser(sub):
                     "from the rest of the ranking on StarPU (median of several steps after warm-up) and "
                     "prints predicted and measured step times side by side.")
     add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile=None)
+    add_recompute_arg(p)
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description (default: local, this computer; --execute needs local)")
     p.add_argument("--scheds", default=",".join(DEFAULT_SCHEDS), metavar="LIST",
@@ -87,6 +90,7 @@ def run(args) -> int:
 
     cfg, batch, seq, _ = model_args(args)
     require_gpt2(cfg, "tune")
+    recompute = recompute_arg(args)
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     workers = parse_list(args.workers, "--workers", int) if args.workers else None
@@ -102,10 +106,10 @@ def run(args) -> int:
         raise UsageError(f"--machine: {e}") from None
     try:
         result = tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
-                      max_tasks=args.max_tasks, progress=True)
+                      max_tasks=args.max_tasks, progress=True, recompute=recompute)
     except ValueError as e:
         raise UsageError(f"--scheds/--workers/--tiles: {e}") from None
-    out = {"model": cfg.name, "batch": batch, "seq": seq, "machine": machine.name,
+    out = {"model": cfg.name, "batch": batch, "seq": seq, "recompute": recompute, "machine": machine.name,
            "configurations": len(result.ranking), "skipped": result.skipped,
            "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
     execution = None
@@ -141,7 +145,7 @@ def run(args) -> int:
 
 
 def print_ranking(out, result, top) -> None:
-    print(f"{out['model']}, batch {out['batch']} x {out['seq']} on {out['machine']}: "
+    print(f"{out['model']}, batch {out['batch']} x {out['seq']}, recompute {out['recompute']} on {out['machine']}: "
           f"{out['configurations']} configurations simulated"
           + ("" if out["host_cost"] else " (kernel time only: StarPU's per-step cost not measured)"))
     for s in out["skipped"]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, model_args, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, model_args, print_json, recompute_arg
 
 
 def add_parser(sub):
@@ -20,6 +20,7 @@ def add_parser(sub):
                     "variants included; the float32 figures are printed too. Exit status 1 if any error "
                     "exceeds its tolerance.")
     add_model_args(p, model="gpt2-tiny", batch=2, seq=16, tile="8")
+    add_recompute_arg(p)
     p.add_argument("--params-dtype", choices=("float64", "float32"), default="float64",
                    help="precision of the run whose parameters are checked (default: float64)")
     add_json_arg(p)
@@ -30,10 +31,11 @@ def run(args) -> int:
     from tilecast.executor.verify import TOLERANCES, ReferenceUnavailable, verify
 
     cfg, batch, seq, tiling = model_args(args)
+    recompute = recompute_arg(args)
     if cfg.n_params() * 16 * 6 > 8e9:
         raise UsageError(f"--model: {cfg.name} is too large for a numpy reference check; use a small shape")
     try:
-        res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype)
+        res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype, recompute=recompute)
     except (ReferenceUnavailable, ValueError) as e:  # ValueError: a tiling or model the check refuses
         raise UsageError(str(e)) from None
     if args.json:
@@ -43,7 +45,7 @@ def run(args) -> int:
     def mark(err, kind):
         return "ok" if err <= TOLERANCES[kind] else "FAIL"
 
-    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}")
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}")
     print("losses (tilecast / transformers): "
           + ", ".join(f"{a:.6f} / {b:.6f}" for a, b in zip(res.losses["tilecast"], res.losses["transformers"])))
     print(f"\n{'tensor':<44}{'gradient':>12}{'':>6}{'parameter':>12}{'':>6}")

@@ -25,6 +25,11 @@ def add_parser(sub):
     p.add_argument("--dp", type=int, default=0, help="data-parallel degree (default from --gpus)")
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP)")
     p.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | interleaved")
+    p.add_argument("--pipeline-split", default="even", choices=["even", "head"],
+                   help="layers per pipeline stage: even (n_layer / pp), or head: balanced with the LM head's "
+                        "work on the last stage (uneven; e.g. llama3-405b on --pp 16: 7, 8 x 14, 7)")
+    p.add_argument("--stage-layers", default="", metavar="N,N,...",
+                   help="explicit layers per pipeline stage (--pp numbers summing to the model's layers)")
     p.add_argument("--virtual-stages", type=int, default=0, help="model chunks per pipeline rank (interleaved; default 2)")
     p.add_argument("--recompute", default="none", help="none | selective | full")
     p.add_argument("--sequence-parallel", action="store_true")
@@ -35,6 +40,9 @@ def add_parser(sub):
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="ZeRO-1/2: gather updated parameters during the next forward")
     p.add_argument("--no-overlap-grad-reduce", action="store_true", help="reduce gradients after the pipeline flush")
+    p.add_argument("--grad-dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
+                   help="dtype gradients are kept and reduced in (fp32: Megatron-LM's default for bf16 models, "
+                        "18 bytes/param of model states with DDP instead of 16)")
     p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
                    help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved")
     p.add_argument("--plot", metavar="FILE.png", help="with --sweep: plot tokens/s and the breakdown")
@@ -43,7 +51,8 @@ def add_parser(sub):
     p.add_argument("--search", action="store_true", help="search the fastest layout that fits for --gpus")
     p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
-    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object on standard output (keys and units: tilecast/cluster/README.md)")
     return p
 
 
@@ -76,12 +85,18 @@ def _strategy(args, shape, cluster):
     from tilecast.cluster.strategy import StrategyError, layout
 
     try:
+        stage_layers = tuple(int(x) for x in args.stage_layers.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--stage-layers: expected whole numbers separated by commas, got {args.stage_layers!r}") from None
+    try:
         st = layout(gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp, global_batch=args.global_batch,
                     micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     seq=args.seq, zero=args.zero, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
                     dtype=args.dtype, attention=args.attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
                     tp_comm_overlap=args.tp_comm_overlap, collective_algo=args.collective_algo,
-                    overlap_param_gather=args.overlap_param_gather)
+                    overlap_param_gather=args.overlap_param_gather,
+                    grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2,
+                    pipeline_split=args.pipeline_split, stage_layers=stage_layers)
         st.check(shape, cluster)
     except StrategyError as e:
         _fail(e)
@@ -99,7 +114,7 @@ def _print_result(r):
           f"recompute={st['recompute']} sp={st['sequence_parallel']} micro-batch={st['micro_batch']} "
           f"global-batch={st['global_batch']} seq={st['seq']} {st['dtype']}")
     print(f"  step {r.step_s:.4g} s   {r.tokens_per_s:,.0f} tokens/s   {r.tflops_per_gpu:.1f} TFLOP/s per GPU   "
-          f"MFU {100 * r.mfu:.1f}%")
+          f"MFU {100 * r.mfu:.1f}%   HFU {100 * r.hfu:.1f}%")
     b = r.breakdown
 
     def part(k, label):
@@ -114,7 +129,8 @@ def _print_result(r):
     print(f"  memory per GPU: {_gb(m['total'])} GB of {_gb(r.memory_capacity_bytes)} GB ({verdict}): params "
           f"{_gb(m['params'])}, grads {_gb(m['grads'])}, optimizer {_gb(m['optimizer'])}, activations "
           f"{_gb(m['activations'])}, other {_gb(m['other'])}")
-    print("  MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak); Kaplan et al. 2020 (6N), PaLM appendix B (attention)")
+    print("  MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak), N without input-embedding lookups; Kaplan et al. "
+          "2020 (6N), PaLM appendix B (attention); HFU adds recomputed forward work")
 
 
 def _run_sweeps(args, shape, st, cluster):
@@ -187,12 +203,16 @@ def run(args):
         except (TraceError, OSError) as e:
             raise UsageError(f"--trace: {e}") from None
     sweeps = _run_sweeps(args, shape, st, cluster) if args.sweep else []
+    rc = 0 if base.fits else 1
+    if not base.fits:
+        print(f"tilecast whatif: the layout does not fit: it needs {_gb(base.memory_per_gpu_bytes)} GB per GPU, "
+              f"{cluster.gpu.name} has {_gb(base.memory_capacity_bytes)} GB", file=sys.stderr)
     if args.json:
         obj = base.to_dict()
         if sweeps:
             obj["sweeps"] = {param: json.loads(df.to_json(orient="records")) for param, df in sweeps}
         print(json.dumps(obj))
-        return 0
+        return rc
     _print_result(base)
     for param, df in sweeps:
         print(f"\nsweep of {param}:")
@@ -201,4 +221,4 @@ def run(args):
             print(df.to_string(index=False))
     if args.plot:
         print(f"\nplot written to {args.plot}", file=sys.stderr)
-    return 0
+    return rc

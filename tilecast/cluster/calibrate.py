@@ -1,35 +1,69 @@
-"""Fit a cluster's matmul-efficiency plateau and fused-attention efficiency to the
-``calibration`` rows of the validation table.
+"""Fit the fitted figures of the cluster descriptions to published runs.
 
-The curve is a saturating function of the work of one GEMM call F:
-efficiency(F) = e_max x F / (F + F_half), tabulated at decades from 1e8 to 1e13
-flops. Its shape is fixed (F_half = 2 GFLOP: a 1024^3 GEMM reaches half the
-plateau, an assumption; the calibration rows all run GEMMs of 1e11 flops or
-more, so they cannot pin the shape). For each (cluster, GEMM dtype) the plateau
-``e_max`` and the efficiency of the attention kernel those rows use (relative to
-the curve) minimise the sum of squared log errors of the predicted throughput
-over the matching calibration rows (Nelder-Mead).
+Per cluster description (GPU), the figures fitted are:
 
-``python3 -m tilecast.cluster.calibrate`` prints the fitted figures, which are
-then written into the cluster's YAML file (marked [CAL] with the row ids).
+- the plateau ``e_max`` of each GEMM dtype group's efficiency curve
+  (bf16/fp16 share one, fp8 has its own). The curve's shape in the flops of one
+  call is fixed: efficiency(F) = e_max x F / (F + 2 GFLOP), tabulated at decades
+  from 1e8 to 1e13 (a 1024^3 GEMM reaches half the plateau, an assumption; the
+  rows all run GEMMs of 1e11 flops or more, so they cannot pin it);
+- ``gemm_half_dim``: the smallest GEMM dimension at which the shape factor
+  d / (d + d_half) is one half (``hardware.GPU.shape_factor``);
+- the efficiency of each fused attention kernel the rows use, on the causal
+  flops (``flops.causal_fraction``): searched as a fraction of the peak (at
+  most 1: a kernel may beat the end-to-end GEMM curve, not the peak) and
+  stored relative to the bf16 curve, as ``hardware.GPU.attention_efficiency``.
+
+They minimise the sum of squared log errors of the predicted metric over the
+rows given (``scipy.optimize.least_squares``, bounded). A figure that no given
+row depends on keeps its prior (:data:`PRIORS`): that happens in the
+leave-one-publication-out folds, where a fit sees the other publications only.
+
+``python3 -m tilecast.cluster.calibrate`` fits the ``role: calibration`` rows
+and prints the figures written into the cluster YAML files (marked [CAL]);
+``--lopo`` refits once per publication on all rows of the other publications and
+writes the folds' figures to ``validation/lopo.yaml``, which ``tilecast validate``
+uses to print the leave-one-publication-out error.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import os
 import sys
 from dataclasses import replace
 
 import numpy as np
-from scipy.optimize import minimize
+import yaml
+from scipy.optimize import least_squares
 
 from tilecast.cluster.hardware import EfficiencyCurve, load_cluster
-from tilecast.cluster.validation import load_runs, predict
+from tilecast.cluster.validation import RUNS, load_runs, predict
 
 DECADES = tuple(10.0 ** k for k in range(8, 14))
 F_HALF = 2e9
 # dtypes that share one fitted curve
 CURVE_GROUPS = {"bf16": ("bf16", "fp16"), "fp8": ("fp8",)}
+LOPO_FILE = os.path.join(os.path.dirname(__file__), "validation", "lopo.yaml")
+# Figures a fit starts from, and keeps when no row it is given depends on them. Attention figures here
+# are fractions of the peak (fitted figures are stored relative to the GEMM curve, see fit_cluster).
+#   e_max bf16: Maximum Achievable Matmul FLOPS, S. Bekman, "Machine Learning Engineering",
+#     compute/accelerator/README.md (A100 SXM 267.9 of 312 TFLOPS = 0.859, H100 SXM 792.1 of 989 = 0.801);
+#   attention.flash: A100 0.6, within "50-73% of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+#     FlashAttention-2, abstract); H100 0.35, "only 35% utilization on the H100" for FlashAttention-2
+#     (Shah et al. 2024, FlashAttention-3, abstract);
+#   e_max fp8, attention.cudnn, gemm_half_dim: [ASSUMED].
+PRIORS = {
+    "dgx-a100": {"e_max.bf16": 0.859, "attention.flash": 0.6, "gemm_half_dim": 256.0},
+    "dgx-h100": {"e_max.bf16": 0.801, "e_max.fp8": 0.6, "attention.flash": 0.35, "attention.cudnn": 0.5,
+                 "gemm_half_dim": 256.0},
+}
+# A fused attention kernel may run faster than the end-to-end GEMM curve (which carries a framework's
+# overheads, and which cuDNN's and FlashAttention-3's Hopper kernels beat), never faster than the peak:
+# attention figures are fitted as fractions of the peak, so the bound is attention x plateau <= 1.
+BOUNDS = {"e_max": (0.05, 1.0), "attention": (0.02, 1.0), "gemm_half_dim": (0.0, 8192.0)}  # attention: of the peak
 
 
 def curve(e_max: float, f_half: float = F_HALF) -> EfficiencyCurve:
@@ -37,50 +71,115 @@ def curve(e_max: float, f_half: float = F_HALF) -> EfficiencyCurve:
     return EfficiencyCurve(tuple(xs), tuple(np.round(e_max * xs / (xs + f_half), 4)))
 
 
-def with_fit(cluster, dtype: str, e_max: float, kernel: str, attention: float):
+def apply(cluster, params: dict):
+    """A copy of ``cluster`` with the figures of ``params`` (``e_max.<group>``, ``attention.<kernel>``,
+    ``gemm_half_dim``) set."""
     gpu = cluster.gpu
-    eff = dict(gpu.matmul_efficiency)
-    for dt in CURVE_GROUPS[dtype]:
-        if dt in eff:
-            eff[dt] = curve(e_max)
-    att = dict(gpu.attention_efficiency)
-    att[kernel] = attention
-    return replace(cluster, gpu=replace(gpu, matmul_efficiency=eff, attention_efficiency=att))
+    eff, att = dict(gpu.matmul_efficiency), dict(gpu.attention_efficiency)
+    half = gpu.gemm_half_dim
+    for key, v in params.items():
+        kind, _, what = key.partition(".")
+        if kind == "e_max":
+            for dt in CURVE_GROUPS[what]:
+                if dt in eff:
+                    eff[dt] = curve(v)
+        elif kind == "attention":
+            att[what] = v
+        else:
+            half = v
+    return replace(cluster, gpu=replace(gpu, matmul_efficiency=eff, attention_efficiency=att, gemm_half_dim=half))
 
 
-def groups(runs=None) -> list:
-    """(cluster, dtype, attention kernel) of every group of calibration rows."""
-    runs = runs or load_runs()
-    return sorted({(r.cluster, r.strategy.dtype, r.strategy.attention) for r in runs if r.role == "calibration"})
+def used_params(runs) -> set:
+    """The figures the given rows depend on."""
+    out = set()
+    for r in runs:
+        s = r.strategy
+        # (attention next to fp8 GEMMs runs in bf16, but its own figure, a fraction of the peak, covers it)
+        out.add("e_max." + ("fp8" if s.dtype == "fp8" else "bf16"))
+        if s.attention != "unfused":
+            out.add("attention." + s.attention)
+        out.add("gemm_half_dim")
+    return out
 
 
-def fit(cluster_name: str, dtype: str, kernel: str, runs=None) -> dict:
-    rows = [r for r in (runs or load_runs()) if r.role == "calibration" and r.cluster == cluster_name
-            and r.strategy.dtype == dtype and r.strategy.attention == kernel]
-    if not rows:
-        raise ValueError(f"no calibration rows for {cluster_name} {dtype} {kernel}")
+def fit_cluster(cluster_name: str, runs) -> dict:
+    """Figures of one cluster fitted on ``runs`` (rows of that cluster); priors for the others."""
+    prior = dict(PRIORS[cluster_name])
+    rows = [r for r in runs if r.cluster == cluster_name]
+    free = sorted(k for k in prior if k in used_params(rows))
     base = load_cluster(cluster_name)
+    lo = [BOUNDS[k.split(".")[0]][0] for k in free]
+    hi = [BOUNDS[k.split(".")[0]][1] for k in free]
+    scale = np.array([1000.0 if k == "gemm_half_dim" else 1.0 for k in free])
 
-    def loss(x):
-        e_max, att = x
-        if not (0.05 < e_max <= 1.0 and 0.05 < att <= 1.0):
-            return 1e9
-        c = with_fit(base, dtype, e_max, kernel, att)
-        return float(sum(np.log(predict(r, {cluster_name: c}) / r.published) ** 2 for r in rows))
+    def params_of(x):
+        # attention figures are searched as fractions of the peak (at most 1) and stored relative to the curve
+        p = {**prior, **dict(zip(free, x * scale))}
+        for k in p:
+            if k.startswith("attention."):
+                p[k] = p[k] / p["e_max.bf16"]
+        return p
 
-    best = minimize(loss, x0=[0.6, 0.6], method="Nelder-Mead",
-                    options={"xatol": 1e-3, "fatol": 1e-7, "maxiter": 300})
-    e_max, att = best.x
-    cv = curve(e_max)
-    return {"cluster": cluster_name, "dtype": dtype, "attention_kernel": kernel, "rows": [r.id for r in rows],
-            "e_max": round(float(e_max), 4), "attention_efficiency": round(float(att), 3),
-            "points": [[x, y] for x, y in zip(cv.flops, cv.fraction)],
-            "rms_log_error": float(np.sqrt(best.fun / len(rows)))}
+    if not rows or not free:
+        return {"params": {k: round(float(v), 4) for k, v in params_of(np.array([])).items()},
+                "rows": [r.id for r in rows], "rms_log_error": None}
+
+    def residuals(x):
+        c = apply(base, params_of(x))
+        return np.array([np.log(predict(r, {cluster_name: c}) / r.published) for r in rows])
+
+    x0 = np.clip([prior[k] for k in free], lo, hi) / scale
+    res = least_squares(residuals, x0, bounds=(np.array(lo) / scale, np.array(hi) / scale), diff_step=1e-3,
+                        xtol=1e-4, ftol=1e-6)
+    params = {k: round(float(v), 0 if k.startswith("gemm") else 4) for k, v in params_of(res.x).items()}
+    return {"params": params, "rows": [r.id for r in rows],
+            "rms_log_error": float(np.sqrt(np.mean(res.fun ** 2)))}
+
+
+def fit(runs) -> dict:
+    """cluster name -> fit of :func:`fit_cluster`, for every cluster with priors."""
+    return {name: fit_cluster(name, runs) for name in PRIORS}
+
+
+def fitted_clusters(fits: dict) -> dict:
+    """cluster name -> Cluster with the fitted figures (dgx-h200 takes dgx-h100's: same die)."""
+    out = {name: apply(load_cluster(name), f["params"]) for name, f in fits.items()}
+    if "dgx-h100" in fits:
+        out["dgx-h200"] = apply(load_cluster("dgx-h200"), fits["dgx-h100"]["params"])
+    return out
+
+
+def table_digest(path: str = RUNS) -> str:
+    """A digest of the validation table, so that stale folds are noticed."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def lopo_fits(runs) -> dict:
+    """Publication -> figures fitted on all rows of the other publications."""
+    return {src: fit([r for r in runs if r.source != src]) for src in sorted({r.source for r in runs})}
 
 
 def main(argv=None) -> int:
-    for cl, dt, k in groups():
-        print(json.dumps(fit(cl, dt, k)))
+    ap = argparse.ArgumentParser(prog="python3 -m tilecast.cluster.calibrate", description=__doc__.split("\n")[0])
+    ap.add_argument("--lopo", action="store_true", help="refit the leave-one-publication-out folds and write "
+                                                        + os.path.relpath(LOPO_FILE))
+    args = ap.parse_args(argv)
+    runs = load_runs()
+    if args.lopo:
+        folds = lopo_fits(runs)
+        doc = {"table_sha256_16": table_digest(),
+               "folds": {src: {name: f["params"] for name, f in fits.items()} for src, fits in folds.items()}}
+        with open(LOPO_FILE, "w") as f:
+            f.write("# Leave-one-publication-out folds: the fitted figures of each cluster description when\n"
+                    "# the publication named is left out and every row of the others is fitted.\n"
+                    "# Written by `python3 -m tilecast.cluster.calibrate --lopo`; read by `tilecast validate`.\n")
+            yaml.safe_dump(doc, f, sort_keys=True)
+        print(json.dumps(doc))
+        return 0
+    for name, f in fit([r for r in runs if r.role == "calibration"]).items():
+        print(json.dumps({"cluster": name, **f}))
     return 0
 
 

@@ -62,14 +62,21 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     dt = strat.dtype
     attn_dt = "bf16" if dt == "fp8" else dt
 
-    gemms = F.layer_gemm_flops(shape, tokens, s, t)
-    gemm_t = float(sum(gpu.matmul_time(v, dt) for v in gemms.values()))
+    shapes = F.layer_gemm_shapes(shape, tokens, t)
+    gemms = {k: 2.0 * m * n * kk for k, (m, n, kk) in shapes.items()}
+    gemm_t = float(sum(gpu.matmul_time(gemms[k], dt, min(dims)) for k, dims in shapes.items()))
     attn_flops = F.layer_attention_flops(shape, tokens, s, t)
     if strat.attention != "unfused":
-        attn_t = float(gpu.matmul_time(attn_flops, attn_dt)) / gpu.attention_fraction(strat.attention)
+        # a causal fused kernel computes the lower triangle only; its backward recomputes the scores
+        attn_hw = attn_flops * F.causal_fraction(s)
+        attn_t = float(gpu.matmul_time(attn_hw, attn_dt)) / gpu.attention_fraction(strat.attention)
+        attn_bwd = F.FUSED_ATTENTION_BACKWARD * attn_t
         attn_mem = 0.0
     else:
-        attn_t = float(gpu.matmul_time(attn_flops / (2 * b * shape.n_head / t), attn_dt)) * 2 * b * shape.n_head / t
+        attn_hw = attn_flops  # the whole square, masked afterwards
+        calls = 2 * b * shape.n_head / t  # one (s x d) x (d x s) and one (s x s) x (s x d) product per head
+        attn_t = float(gpu.matmul_time(attn_flops / calls, attn_dt)) * calls
+        attn_bwd = 2.0 * attn_t
         # scores written and read by softmax, probabilities written, dropout mask and output: ~(4e + 2) bytes/element
         attn_mem = float(gpu.memory_time(b * shape.n_head / t * s * s * (4 * e + 2)))
     repl = 12.0 * tokens * h * e  # two layer norms, two dropout + residual adds
@@ -79,7 +86,7 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     elem_t = float(gpu.memory_time(repl + act_bytes))
 
     fwd = gemm_t + attn_t + attn_mem + elem_t
-    bwd = 2.0 * fwd
+    bwd = 2.0 * (gemm_t + attn_mem + elem_t) + attn_bwd
     if strat.recompute == "full":
         rec = fwd
     elif strat.recompute == "selective":
@@ -96,7 +103,7 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     fwd_tp = 2 * one  # after attention and after the MLP (Shoeybi et al. 2019, Fig. 3)
     bwd_tp = 2 * one + (fwd_tp if strat.recompute == "full" else 0.0)
 
-    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt))
+    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab / t)))
     head_mem = float(gpu.memory_time(tokens * shape.vocab / t * (e + 4) * 2))  # logits, fp32 softmax
 
     crosses = t * strat.dp >= cluster.gpus_per_node
@@ -123,5 +130,5 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
         param_gather=collective_time("all_gather", n_stage * e, dp_group, cluster) if strat.zero in (1, 2) else 0.0,
         optimizer=float(gpu.memory_time(local * OPTIMIZER_BYTES_PER_PARAM)),
         grad_bytes=gbytes,
-        flops_fwd_layer=sum(gemms.values()) + attn_flops,
+        flops_fwd_layer=sum(gemms.values()) + attn_hw,
     )

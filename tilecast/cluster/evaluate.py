@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecast.cluster.costs import layer_costs
-from tilecast.cluster.flops import model_flops_per_token
+from tilecast.cluster.flops import hardware_flops_per_token, model_flops_per_token
 from tilecast.cluster.memory import memory_per_gpu
 from tilecast.cluster.timeline import breakdown, build_timeline
 
@@ -20,6 +20,7 @@ class Result:
     tokens_per_s: float
     tflops_per_gpu: float
     mfu: float
+    hfu: float
     breakdown: dict
     memory: dict
     memory_per_gpu_bytes: float
@@ -32,7 +33,7 @@ class Result:
         return {
             "model": self.model, "cluster": self.cluster, "gpus": self.gpus, "strategy": self.strategy,
             "step_s": self.step_s, "tokens_per_s": self.tokens_per_s, "tflops_per_gpu": self.tflops_per_gpu,
-            "mfu": self.mfu, "breakdown": self.breakdown, "memory": self.memory,
+            "mfu": self.mfu, "hfu": self.hfu, "breakdown": self.breakdown, "memory": self.memory,
             "memory_per_gpu_bytes": self.memory_per_gpu_bytes, "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits, "n_tasks": self.n_tasks,
         }
@@ -43,7 +44,8 @@ def evaluate(shape, strat, cluster) -> Result:
 
     MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak FLOP/s of the dtype), see
     :func:`tilecast.cluster.flops.model_flops_per_token`; ``tflops_per_gpu`` is
-    the numerator per GPU (model flops, recomputation not counted).
+    the numerator per GPU (model flops, recomputation not counted). HFU counts the
+    recomputed forward work too (:func:`tilecast.cluster.flops.hardware_flops_per_token`).
     """
     strat.check(shape, cluster)
     costs = layer_costs(shape, strat, cluster)
@@ -58,6 +60,8 @@ def evaluate(shape, strat, cluster) -> Result:
         model=shape.name, cluster=cluster.name, strategy=strat.to_dict(), gpus=strat.gpus,
         step_s=step, tokens_per_s=tps, tflops_per_gpu=flops_per_gpu / 1e12,
         mfu=flops_per_gpu / cluster.gpu.peak_flops[strat.dtype],
+        hfu=tps * hardware_flops_per_token(shape, strat.seq, strat.recompute) / strat.gpus
+        / cluster.gpu.peak_flops[strat.dtype],
         breakdown=bd, memory=mem.to_dict(), memory_per_gpu_bytes=mem.total,
         memory_capacity_bytes=cluster.gpu.memory_bytes, fits=mem.total <= cluster.gpu.memory_bytes,
         n_tasks=tl.n_tasks, timeline=tl,

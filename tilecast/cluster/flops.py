@@ -1,13 +1,35 @@
-"""Flops of the transformer's matrix products, and the model-flops (MFU) formula.
+"""Flops of the transformer's matrix products, model flops (MFU) and hardware flops (HFU).
 
 Per token and layer, the forward matrix products of a decoder block with model
 width h, FFN width f, key/value width k and sequence length s cost
 2h(h+2k) (QKV) + 2h^2 (output projection) + 2hf x (2, or 3 for a gated MLP)
-+ 4sh (attention scores and attention-weighted values; the full s x s square,
-as the MFU convention counts it). The backward pass costs twice the forward.
++ 4sh (attention scores and attention-weighted values over the whole s x s
+square, as the MFU convention counts them). The backward pass costs twice the
+forward.
+
+What a GPU actually runs differs in two places, which the cost model
+(``costs.py``) uses and MFU does not:
+
+- a causal fused-attention kernel (FlashAttention, cuDNN) skips the score blocks
+  above the diagonal: s(s+1)/2 of the s^2 scores, :func:`causal_fraction`;
+  an unfused implementation computes the whole square and masks it;
+- a fused kernel's backward recomputes the scores: 2.5x its forward flops
+  instead of 2x (Dao 2023, "FlashAttention-2", Sec. 4.1: backward flops are
+  2.5 times the forward's), :data:`FUSED_ATTENTION_BACKWARD`.
 """
 
 from __future__ import annotations
+
+FUSED_ATTENTION_BACKWARD = 2.5
+
+
+def model_params(shape) -> float:
+    """Parameters that take part in matrix products: the blocks, the final norm and the LM head.
+
+    An input-embedding lookup is no matrix product: an untied input embedding and a
+    learned position table are left out; a tied embedding counts once, as the head.
+    """
+    return shape.n_layer * shape.layer_params() + 2 * shape.d_model + shape.vocab * shape.d_model
 
 
 def model_flops_per_token(shape, seq: int) -> float:
@@ -16,30 +38,63 @@ def model_flops_per_token(shape, seq: int) -> float:
     6N for the parameter matmuls (forward 2N, backward 4N: Kaplan et al. 2020,
     "Scaling Laws for Neural Language Models", Sec. 2.1) plus 12 L h s for
     attention (Chowdhery et al. 2022, "PaLM", Appendix B: 6N + 12LHQT with
-    H heads of width Q, HQ = h). N counts all parameters, embeddings included,
-    as MosaicML's and Megatron-LM's MFU reporting do. Recomputation is not
-    counted: MFU measures useful work only.
+    H heads of width Q, HQ = h; the whole s x s square, as MosaicML's and NeMo's
+    published MFU count it). N is :func:`model_params`: lookups of untied input
+    embeddings and position tables are no flops. Recomputation is not counted:
+    MFU measures useful work only (see :func:`hardware_flops_per_token`).
     """
-    return 6.0 * shape.n_params() + 12.0 * shape.n_layer * shape.d_model * seq
+    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.d_model * seq
 
 
-def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
-    """Forward flops of one layer's matrix products on one tensor-parallel rank, per call.
+def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
+    """Flops per token for HFU: the model flops plus the recomputed forward work.
 
-    ``tokens`` = micro-batch x sequence length.
+    Full recomputation runs every layer's forward again (+2N_layers + 4 L h s),
+    selective recomputation the attention core (+4 L h s). Same convention as
+    MFU otherwise, as MosaicML's llm-foundry benchmark README defines HFU
+    (``scripts/train/benchmarking/README.md``, "HFU": 4 x instead of 3 x the
+    forward flops with activation checkpointing).
+    """
+    base = model_flops_per_token(shape, seq)
+    attn_fwd = 4.0 * shape.n_layer * shape.d_model * seq
+    if recompute == "full":
+        return base + 2.0 * shape.n_layer * shape.layer_params() + attn_fwd
+    if recompute == "selective":
+        return base + attn_fwd
+    return base
+
+
+def layer_gemm_shapes(shape, tokens: int, tp: int) -> dict:
+    """(m, n, k) of one layer's forward matrix products on one tensor-parallel rank.
+
+    ``tokens`` = micro-batch x sequence length = m. The backward's two products
+    (input gradient, weight gradient) per forward product use the same three
+    dimensions in another order. A gated MLP's two input projections count as one
+    product of twice the width (as fused implementations run them).
     """
     h, f, k = shape.d_model, shape.ff, shape.kv_dim
     return {
-        "qkv": 2.0 * tokens * h * (h + 2 * k) / tp,
-        "proj": 2.0 * tokens * h * h / tp,
-        "fc1": 2.0 * tokens * h * f * (2 if shape.gated_mlp else 1) / tp,
-        "fc2": 2.0 * tokens * f * h / tp,
+        "qkv": (tokens, (h + 2 * k) / tp, h),
+        "proj": (tokens, h, h / tp),
+        "fc1": (tokens, f * (2 if shape.gated_mlp else 1) / tp, h),
+        "fc2": (tokens, h, f / tp),
     }
 
 
+def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
+    """Forward flops of one layer's matrix products on one tensor-parallel rank, per call."""
+    return {name: 2.0 * m * n * k for name, (m, n, k) in layer_gemm_shapes(shape, tokens, tp).items()}
+
+
 def layer_attention_flops(shape, tokens: int, seq: int, tp: int) -> float:
-    """Forward flops of the attention scores and weighted sum on one tensor-parallel rank."""
+    """Forward flops of the attention scores and weighted sum on one tensor-parallel rank,
+    the whole s x s square (the MFU convention; see :func:`causal_fraction`)."""
     return 4.0 * tokens * seq * shape.d_model / tp
+
+
+def causal_fraction(seq: int) -> float:
+    """Share of the s x s scores a causal kernel computes: s(s+1)/2 of s^2."""
+    return (seq + 1) / (2.0 * seq)
 
 
 def lm_head_flops(shape, tokens: int, tp: int) -> float:

@@ -16,6 +16,10 @@ import yaml
 
 CLUSTER_DIR = os.path.join(os.path.dirname(__file__), "clusters")
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+# A fused attention kernel's speed is relative to the GEMM curve, which is an end-to-end figure (a
+# framework's overheads included); Hopper's cuDNN / FlashAttention-3 kernels beat it, so up to 2x is
+# admitted, as long as attention x the curve's plateau stays within the peak (checked on load).
+ATTENTION_MAX = 2.0
 ATTENTION_KERNELS = ("flash", "cudnn")  # FlashAttention-style kernels; cuDNN fused attention (Transformer Engine)
 
 
@@ -49,12 +53,32 @@ class GPU:
     memory_efficiency: float  # achievable fraction of memory_bandwidth for elementwise kernels
     attention_efficiency: dict = field(default_factory=dict)  # kernel -> fused attention speed vs. the matmul curve
     reserved_bytes: float = 0.0  # context, workspaces, fragmentation: not available to the model
+    gemm_half_dim: float = 0.0  # smallest GEMM dimension at which the shape factor is 1/2 (0: no shape factor)
 
-    def matmul_time(self, flops, dtype: str):
-        """Seconds for GEMM calls of ``flops`` each (array-friendly)."""
+    def shape_factor(self, min_dim):
+        """Fraction of the flops curve a GEMM reaches given its smallest dimension d: d / (d + d_half).
+
+        Thin GEMMs waste more of each tile and wave and stream more bytes per flop
+        (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave
+        quantisation; Anthony et al. 2024, "The Case for Co-Designing Model
+        Architectures with Hardware", arXiv:2401.14489: GEMM throughput grows with
+        the hidden size). The saturating form is an assumption; d_half is fitted
+        (``calibrate.py``).
+        """
+        d = np.asarray(min_dim, dtype=float)
+        if self.gemm_half_dim <= 0:
+            return np.ones_like(d)
+        return d / (d + self.gemm_half_dim)
+
+    def matmul_time(self, flops, dtype: str, min_dim=None):
+        """Seconds for GEMM calls of ``flops`` each (array-friendly). ``min_dim``: the smallest of
+        the GEMM's three dimensions (m, n, k); None leaves the shape factor out (the flops curve alone)."""
         peak = self.peak_flops[dtype]
         f = np.asarray(flops, dtype=float)
-        return f / (peak * self.matmul_efficiency[dtype](f))
+        eff = self.matmul_efficiency[dtype](f)
+        if min_dim is not None:
+            eff = eff * self.shape_factor(min_dim)
+        return f / (peak * eff)
 
     def attention_fraction(self, kernel: str) -> float:
         """Speed of a fused attention kernel relative to a GEMM of the same flops (1.0 when unknown)."""
@@ -181,14 +205,14 @@ def _attention(v, where) -> dict:
     if v is None:
         return {}
     if not isinstance(v, dict):
-        x = _num({"attention_efficiency": v}, "attention_efficiency", f"{where}: gpu", at_most=1.0)
+        x = _num({"attention_efficiency": v}, "attention_efficiency", f"{where}: gpu", at_most=ATTENTION_MAX)
         return {k: x for k in ATTENTION_KERNELS}
     out = {}
     for k in v:
         if k not in ATTENTION_KERNELS:
             raise ClusterError(f"cluster {where}: gpu.attention_efficiency.{k} is not a known kernel "
                                f"({', '.join(ATTENTION_KERNELS)})")
-        out[k] = _num(v, k, f"{where}: gpu.attention_efficiency", at_most=1.0)
+        out[k] = _num(v, k, f"{where}: gpu.attention_efficiency", at_most=ATTENTION_MAX)
     return out
 
 
@@ -235,7 +259,13 @@ def from_dict(data, where: str = "custom") -> Cluster:
         memory_efficiency=_num(g, "memory_efficiency", f"{name}: gpu", at_most=1.0),
         attention_efficiency=_attention(g.get("attention_efficiency"), name),
         reserved_bytes=_num(g, "reserved_bytes", f"{name}: gpu", positive=False) if "reserved_bytes" in g else 0.0,
+        gemm_half_dim=_num(g, "gemm_half_dim", f"{name}: gpu", positive=False) if "gemm_half_dim" in g else 0.0,
     )
+    attn_dt = "bf16" if "bf16" in eff else next(iter(eff))
+    for k, a in gpu.attention_efficiency.items():
+        if a * max(eff[attn_dt].fraction) > 1.0:
+            raise ClusterError(f"cluster {name}: gpu.attention_efficiency.{k} = {a} times the {attn_dt} curve's "
+                               f"plateau {max(eff[attn_dt].fraction)} exceeds the peak")
     gpn = _num(data, "gpus_per_node", name, integer=True)
     nodes = _num(data, "nodes", name, integer=True)
     intra = _section(data, "intra_node", name)

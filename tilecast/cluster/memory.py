@@ -7,6 +7,10 @@ K = 12 bytes of optimizer state (fp32 master weights, momentum, variance) per
 parameter, partitioned over the N_d data-parallel ranks:
 
 =========  =====================================
+
+with gradients kept in the dtype they are reduced in (``Strategy.grad_reduce_bytes``):
+2 bytes above; Megatron-LM keeps and reduces bf16 models' gradients in fp32
+(``--grad-dtype fp32``: 4 bytes, 18 bytes per parameter with DDP).
 stage      bytes per parameter of the rank's share
 =========  =====================================
 DDP        2 + 2 + 12
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilecast.cluster.pipeline_split import stage_layers
 from tilecast.cluster.strategy import DTYPE_BYTES
 
 
@@ -60,12 +65,21 @@ class Memory:
 
 
 def stage_params(shape, strat) -> float:
-    """Parameters held by one tensor-parallel rank of the heaviest pipeline stage."""
-    layers = shape.n_layer // strat.pp
-    p = layers * shape.layer_params() + shape.embedding_params() + 2 * shape.d_model  # + final layer norm
-    if strat.pp == 1 and not shape.tied_embeddings:
-        p += shape.vocab * shape.d_model
-    return p / strat.tp
+    """Parameters held by one tensor-parallel rank of the heaviest pipeline stage.
+
+    The first stage holds the input embedding (and position table), the last one
+    the final norm and the LM head: its own matrix, or with tied embeddings a copy
+    of the embedding when pp > 1 (as Megatron-LM keeps one to update it).
+    """
+    layers = stage_layers(shape, strat)
+    emb, head = shape.embedding_params(), shape.vocab * shape.d_model
+    if strat.pp == 1:
+        p = layers[0] * shape.layer_params() + emb + 2 * shape.d_model + (0 if shape.tied_embeddings else head)
+        return p / strat.tp
+    per = [n * shape.layer_params() for n in layers]
+    per[0] += emb
+    per[-1] += head + 2 * shape.d_model
+    return max(per) / strat.tp
 
 
 def model_state_bytes(n_params: float, zero: int, dp: int, weight_bytes: int = 2, grad_bytes: int = 2,
@@ -107,9 +121,13 @@ def in_flight_micro_batches(strat) -> float:
 
 def memory_per_gpu(shape, strat, cluster=None) -> Memory:
     n = stage_params(shape, strat)
-    w, g, o = model_state_bytes(n, strat.zero, strat.dp)
-    layers = shape.n_layer // strat.pp
-    act = activation_bytes_per_layer(shape, strat) * layers * in_flight_micro_batches(strat)
+    w, g, o = model_state_bytes(n, strat.zero, strat.dp, grad_bytes=strat.grad_reduce_bytes)
+    layers = stage_layers(shape, strat)
+    if strat.schedule == "1f1b" and strat.pp > 1:  # stage s holds min(m, p - s) micro-batches
+        held = max(n * min(strat.micro_batches, strat.pp - s) for s, n in enumerate(layers))
+    else:
+        held = layers[0] * in_flight_micro_batches(strat)
+    act = activation_bytes_per_layer(shape, strat) * held
     e = DTYPE_BYTES.get(strat.dtype, 2)
     other = 0.0
     if strat.zero >= 3:  # the gathered layer being computed plus the prefetched ones

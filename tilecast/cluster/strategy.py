@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from tilecast.cluster.pipeline_split import SPLITS
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "cudnn", "unfused")  # FlashAttention-style kernel, cuDNN fused attention, scores materialised
@@ -36,12 +38,14 @@ class Strategy:
     dtype: str = "bf16"
     attention: str = "flash"
     overlap_grad_reduce: bool = True  # gradient reduction in buckets during the last backward
-    grad_reduce_bytes: int = 2  # bytes per gradient element on the wire
+    grad_reduce_bytes: int = 2  # bytes per gradient element, kept and reduced (2: bf16/fp16, 4: fp32)
     collective_algo: str = "auto"  # auto | ring | tree | hierarchical (see collectives.py)
     tp_comm_overlap: bool = False  # tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers)
     overlap_param_gather: bool = False  # ZeRO-1/2: gather updated parameters during the next forward
     bucket_bytes: float = 25e6  # gradient bucket size in bytes (PyTorch DDP's default bucket_cap_mb = 25)
     fsdp_prefetch: int = 1  # layers of all-gather issued ahead (ZeRO-3)
+    pipeline_split: str = "even"  # even | head (LM-head aware), see pipeline_split.py
+    stage_layers: tuple = ()  # explicit layers per pipeline stage (overrides pipeline_split)
 
     @property
     def gpus(self) -> int:
@@ -55,7 +59,9 @@ class Strategy:
         return replace(self, **kw)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["stage_layers"] = list(self.stage_layers)  # as JSON has it
+        return d
 
     def check(self, shape, cluster=None) -> "Strategy":
         """Raise StrategyError naming the field if this layout cannot run ``shape``."""
@@ -73,12 +79,17 @@ class Strategy:
             raise StrategyError(f"attention: must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.collective_algo not in ("auto", "ring", "tree", "hierarchical"):
             raise StrategyError(f"collective_algo: must be auto, ring, tree or hierarchical, got {self.collective_algo!r}")
+        if self.grad_reduce_bytes not in (2, 4):
+            raise StrategyError(f"grad_reduce_bytes: must be 2 (bf16/fp16) or 4 (fp32), got {self.grad_reduce_bytes!r}")
         if self.dtype not in DTYPE_BYTES:
             raise StrategyError(f"dtype: must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.global_batch % (self.dp * self.micro_batch):
             raise StrategyError(
                 f"global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
                 f"{self.dp} x {self.micro_batch}")
+        if getattr(shape, "learned_positions", 0) and self.seq > shape.learned_positions:
+            raise StrategyError(f"seq: {self.seq} exceeds the {shape.learned_positions} positions of "
+                                f"{shape.name}'s learned position table")
         if shape.n_head % self.tp:
             raise StrategyError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
         if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
@@ -92,9 +103,20 @@ class Strategy:
         elif self.virtual_stages != 1:
             raise StrategyError("virtual_stages: only with schedule interleaved")
         chunks = self.pp * self.virtual_stages
-        if shape.n_layer % chunks:
+        if self.pipeline_split not in SPLITS:
+            raise StrategyError(f"pipeline_split: must be one of {', '.join(SPLITS)}, got {self.pipeline_split!r}")
+        if self.stage_layers:
+            sl = tuple(self.stage_layers)
+            if len(sl) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in sl):
+                raise StrategyError(f"stage_layers: expected pp = {self.pp} whole numbers >= 1, got {list(sl)}")
+            if sum(sl) != shape.n_layer:
+                raise StrategyError(f"stage_layers: {list(sl)} sum to {sum(sl)}, the model has {shape.n_layer} layers")
+        if (self.stage_layers or self.pipeline_split != "even") and self.virtual_stages != 1 and self.pp > 1:
+            raise StrategyError("stage_layers/pipeline_split: uneven stages need virtual_stages 1 (no interleaving)")
+        if not self.stage_layers and self.pipeline_split == "even" and shape.n_layer % chunks:
             raise StrategyError(
-                f"pp/virtual_stages: {shape.n_layer} layers do not split into pp x virtual stages = {chunks} equal chunks")
+                f"pp/virtual_stages: {shape.n_layer} layers do not split into pp x virtual stages = {chunks} equal "
+                f"chunks (pipeline_split head or stage_layers split them unevenly)")
         if self.sequence_parallel and self.tp == 1:
             raise StrategyError("sequence_parallel: needs tp >= 2")
         if self.sequence_parallel and self.seq % self.tp:
@@ -118,6 +140,8 @@ def layout(gpus: int = 0, tp: int = 1, pp: int = 1, dp: int = 0, global_batch: i
     ``global_batch`` = dp x micro_batch x 2pp, ``virtual_stages`` 2 when interleaved (else 1). ``recipe``:
     the other Strategy fields. Not checked against a model (:meth:`Strategy.check`)."""
     tp, pp = tp or 1, pp or 1
+    if not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1:
+        raise StrategyError(f"micro_batch: must be a whole number >= 1, got {micro_batch!r}")
     if not dp:
         if gpus and gpus % (tp * pp):
             raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {tp * pp}")

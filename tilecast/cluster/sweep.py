@@ -23,6 +23,7 @@ STRATEGY = {
     "tp": int, "pp": int, "dp": int, "micro_batch": int, "global_batch": int, "seq": int, "zero": int,
     "virtual_stages": int, "schedule": str, "recompute": str, "sequence_parallel": _flag, "dtype": str,
     "attention": str, "collective_algo": str, "tp_comm_overlap": _flag, "overlap_grad_reduce": _flag, "overlap_param_gather": _flag,
+    "pipeline_split": str, "grad_reduce_bytes": int,
 }
 PARAMS = sorted(HARDWARE) + sorted(STRATEGY)
 
@@ -74,9 +75,9 @@ def sweep_table(param: str, rows: list):
         if r is None:
             rec["error"] = row["error"]
         else:
-            rec.update(step_s=r.step_s, tokens_per_s=r.tokens_per_s, tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu,
+            rec.update(step_s=r.step_s, tokens_per_s=r.tokens_per_s, tflops_per_gpu=r.tflops_per_gpu, mfu=r.mfu, hfu=r.hfu,
                        **{k: v for k, v in r.breakdown.items() if k.endswith("_s")},
-                       memory_per_gpu_gb=r.memory_per_gpu_bytes / 1e9, fits=r.fits)
+                       memory_per_gpu_bytes=r.memory_per_gpu_bytes, fits=r.fits)
         table.append(rec)
     return pd.DataFrame(table)
 

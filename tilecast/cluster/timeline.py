@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilecast.cluster.pipeline_split import stage_layers
 from tilecast.cluster.schedule import stage_order
 from tilecast.simulator.streams import simulate_streams
 
@@ -101,7 +102,7 @@ class _Stage:
         p, v = strat.pp, strat.virtual_stages
         self.s, self.b, self.c, self.strat = s, b, c, strat
         self.p, self.v, self.n_virtual = p, v, p * v
-        self.L = shape.n_layer // (p * v)
+        self.L = stage_layers(shape, strat)[s]
         self.order = stage_order(strat.schedule, p, strat.micro_batches, v, s)
         self.next = 0
         self.last_b = {ch: idx for idx, (ph, j, ch) in enumerate(self.order) if ph == "B"}

@@ -92,3 +92,32 @@ def compare(runs=None, clusters: dict = None):
 
 def median_abs_error(df) -> float:
     return float(np.median(np.abs(df["error"]))) if len(df) else float("nan")
+
+
+def scorecard(df, lopo=None, target: float = 0.08, lopo_target: float = None, max_error: float = None) -> dict:
+    """The figures ``tilecast validate`` passes or fails on; only held-out rows (role validation) count,
+    and the leave-one-publication-out median and the worst held-out row when their targets are given.
+
+    ``df``: :func:`compare`'s frame; ``lopo``: the same rows predicted by the leave-one-publication-out
+    folds (:func:`tilecast.cluster.lopo.lopo_errors`) or None. Errors are fractions (predicted / published - 1).
+    """
+    held, fitted = df[df.role == "validation"], df[df.role == "calibration"]
+    if held.empty:
+        raise ValidationTableError("no held-out (role: validation) rows")
+    worst = held.loc[held.error.abs().idxmax()]
+    med_held = median_abs_error(held)
+    med_lopo = median_abs_error(lopo) if lopo is not None else None
+    ok = med_held <= target and (lopo_target is None or med_lopo is None or med_lopo <= lopo_target)
+    if max_error is not None:
+        ok = ok and abs(worst.error) <= max_error
+    return {
+        "median_abs_error_heldout": med_held, "heldout_rows": int(len(held)),
+        "max_abs_error_heldout": float(abs(worst.error)), "worst_heldout": str(worst.id),
+        "heldout_beyond_25pct": int((held.error.abs() > 0.25).sum()),
+        "median_abs_error_fitted": median_abs_error(fitted), "fitted_rows": int(len(fitted)),
+        "median_abs_error_lopo": med_lopo,
+        "median_abs_error_lopo_by_source": ({s: median_abs_error(g) for s, g in lopo.groupby("source")}
+                                            if lopo is not None else None),
+        "target": target, "lopo_target": lopo_target, "max_error": max_error, "ok": bool(ok),
+        "sources": sorted(set(df.source)),
+    }

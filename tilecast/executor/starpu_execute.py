@@ -224,6 +224,7 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
                            f"error {err[0]}")
     session.tasks_done_at = time.perf_counter()  # a step's end, before the trace (instrumentation) is built
     session.last_makespan_s = float(np.nanmax(end)) if n else 0.0  # submission to the last task's end
+    session.last_submit_s = float(lib.tcs_submit_seconds())  # the submitting thread's time for the graph
     if not trace:
         return None
     names = np.array([k.name for k in all_kernels()], dtype=object)

@@ -155,8 +155,11 @@ def peak_rss_bytes() -> int:
 
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
               lr: float = 1e-3, check: bool = False, progress=None, trace_from: int | None = None,
-              memory=None) -> RunResult:
+              recompute: str = "none", memory=None) -> RunResult:
     """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task).
+
+    ``recompute``: the step's activation recompute setting (:mod:`tilecast.graph.recompute`); the
+    check compares with the numpy reference execution of the same graph.
 
     The last step is traced (``trace``); with ``trace_from``, every step from that one on is, and
     ``traces`` holds them all (building a trace is not part of a step's time).
@@ -167,7 +170,7 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers, memory=memory)  # validates before the graph is built
-    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr))
+    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     if memory is not None:
         memory.check([graph], session.n_cpus)
     # Under a memory limit the parameters go straight into StarPU's tiles, one at a time (no numpy copy

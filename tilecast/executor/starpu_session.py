@@ -83,6 +83,7 @@ class StarPUSession:
         self._open = False
         self.tasks_done_at = 0.0  # perf_counter() when the last executed graph's tasks were all done
         self.last_makespan_s = 0.0  # that graph's makespan (its tasks' traced times, untraced steps too)
+        self.last_submit_s = 0.0  # and how long its submission took
 
     # --- lifetime ----------------------------------------------------------
     def start(self) -> "StarPUSession":

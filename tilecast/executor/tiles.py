@@ -37,7 +37,9 @@ class TileStore:
             raise ValueError(f"{name}: expected shape {t.shape}, got {tuple(full.shape)}")
         tiles = self.buffers[t.first_tile:t.first_tile + t.n_tiles]
         if any(b is None for b in tiles):
-            self.set_tensor(name, full)
+            # split() returns views where a tile is a contiguous run of ``full``: copy, or the caller's
+            # array would become the tile (and the next batch written here would overwrite it)
+            self.set_tensor(name, np.array(full, dtype=t.dtype, copy=True))
             return
         for i, buf in enumerate(tiles):
             sl = t.tile_slices(i)

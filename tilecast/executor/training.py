@@ -56,6 +56,7 @@ class TrainOptions:
     resume: bool = False
     seed: int = 0
     initial_params: dict | None = None  # parameter name -> array; default: GPT-2's initialisation from ``seed``
+    recompute: str = "none"  # activation recompute in the step (tilecast.graph.recompute): same losses, less memory
     memory: object = None  # a MemoryLimit (tilecast.executor.memory_limit): StarPU-managed tiles, disk offload
 
 
@@ -181,7 +182,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
         state, losses, val = TrainState(params), [], []
     session = StarPUSession(o.sched, o.workers, memory=o.memory)  # checks the scheduler and worker count
-    graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr))
+    graph = build_gpt2_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr), recompute=o.recompute)
     forward = build_gpt2_forward(o.cfg, o.batch, o.seq, o.tiling)
     if o.memory is not None:
         o.memory.check([graph, forward], session.n_cpus)

@@ -209,7 +209,7 @@ def _llama_in_float64(model) -> None:
 
 
 def run_pair(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, dtype=np.float32, steps: int = 2,
-             lr: float = 1e-3, seed: int = 0) -> PairRun:
+             lr: float = 1e-3, seed: int = 0, recompute: str = "none") -> PairRun:
     """``steps`` training steps in tilecast (numpy reference) and transformers at one precision."""
     torch, _ = _import_reference()
     model = hf_model(cfg, seed, dtype)
@@ -232,7 +232,7 @@ def run_pair(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, dtype=np.fl
         opt.step()
     hf_final = {n: p.detach().numpy() for n, p in named.items()}
 
-    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), dtype=dtype)
+    graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), dtype=dtype, recompute=recompute)
     from_hf, to_hf = _mapping(cfg).from_hf, _mapping(cfg).to_hf
     state = TrainState(from_hf(cfg, init))
     tc_logits = forward_logits(cfg, batch, seq, tiling, state.params, data[0, :, :-1], data[0, :, 1:], dtype)
@@ -254,11 +254,12 @@ def run_pair(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, dtype=np.fl
 
 
 def verify(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, params_dtype: str = "float64",
-           steps: int = 2, lr: float = 1e-3, seed: int = 0) -> VerifyResult:
-    """Loss and gradients from a float32 run; parameters from a ``params_dtype`` run."""
-    r32 = run_pair(cfg, batch, seq, tiling, np.float32, steps, lr, seed)
+           steps: int = 2, lr: float = 1e-3, seed: int = 0, recompute: str = "none") -> VerifyResult:
+    """Loss and gradients from a float32 run; parameters from a ``params_dtype`` run; both with the step's
+    ``recompute`` setting (:mod:`tilecast.graph.recompute`)."""
+    r32 = run_pair(cfg, batch, seq, tiling, np.float32, steps, lr, seed, recompute)
     rp = r32 if np.dtype(params_dtype) == np.float32 else run_pair(cfg, batch, seq, tiling, params_dtype, steps,
-                                                                      lr, seed)
+                                                                      lr, seed, recompute)
     extra = {}
     if rp is not r32:
         extra["float32_params"] = r32.params

@@ -57,26 +57,52 @@ def critical_path(graph: Graph, weights: np.ndarray | None = None, progress=None
     return float(finish.max()) if len(finish) else 0.0
 
 
-def live_bytes(graph: Graph) -> int:
-    """Peak memory of the step's live tiles when tasks run in submission order.
+def tile_lifetimes(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last): per tile, the first and the last task that touches it (``n_tasks`` and -1 for a tile
+    no task touches). An executor that releases a non-persistent tile after task ``last`` keeps the peak
+    :func:`live_memory` reports."""
+    first = np.full(graph.n_tiles, graph.n_tasks, dtype=np.int64)
+    last = np.full(graph.n_tiles, -1, dtype=np.int64)
+    np.minimum.at(first, graph.acc_tile, graph.access_task)
+    np.maximum.at(last, graph.acc_tile, graph.access_task)
+    return first, last
+
+
+def live_memory(graph: Graph) -> dict:
+    """Peak memory of the step's live tiles when tasks run one at a time in submission order.
 
     Persistent tensors (inputs, parameters, gradients, optimizer states, loss)
-    count for the whole step; any other tile from its first to its last access.
+    count for the whole step; any other tile (an activation or a temporary)
+    from the task that first touches it, its first write, to the last task that
+    touches it, its last read, both included. Returns ``peak_bytes``,
+    ``persistent_bytes``, ``activation_peak_bytes`` (the peak less the
+    persistent bytes), ``peak_task`` (the first task at which the peak is
+    reached, -1 for an empty graph) and ``peak_tag`` (that task's tag).
     """
     persistent = graph.persistent_tiles()
     nbytes = graph.tile_nbytes
     base = int(nbytes[persistent].sum())
     if graph.n_tasks == 0:
-        return base
-    first = np.full(graph.n_tiles, graph.n_tasks, dtype=np.int64)
-    last = np.full(graph.n_tiles, -1, dtype=np.int64)
-    np.minimum.at(first, graph.acc_tile, graph.access_task)
-    np.maximum.at(last, graph.acc_tile, graph.access_task)
+        return dict(peak_bytes=base, persistent_bytes=base, activation_peak_bytes=0, peak_task=-1, peak_tag="")
+    first, last = tile_lifetimes(graph)
     used = (~persistent) & (last >= 0)
     delta = np.zeros(graph.n_tasks + 1, dtype=np.int64)
     np.add.at(delta, first[used], nbytes[used])
     np.add.at(delta, last[used] + 1, -nbytes[used])
-    return base + int(np.cumsum(delta).max())
+    live = np.cumsum(delta[:-1])
+    at = int(np.argmax(live))
+    return dict(peak_bytes=base + int(live[at]), persistent_bytes=base, activation_peak_bytes=int(live[at]),
+                peak_task=at, peak_tag=graph.tags[graph.tag[at]])
+
+
+def live_bytes(graph: Graph) -> int:
+    """Peak memory of the step's live tiles in submission order (:func:`live_memory`'s ``peak_bytes``)."""
+    return live_memory(graph)["peak_bytes"]
+
+
+def _live_keys(live: dict) -> dict:
+    return {"live_bytes": live["peak_bytes"], "live_persistent_bytes": live["persistent_bytes"],
+            "live_activation_bytes": live["activation_peak_bytes"], "live_peak_tag": live["peak_tag"]}
 
 
 def summary(graph: Graph, progress=None) -> dict:
@@ -87,7 +113,7 @@ def summary(graph: Graph, progress=None) -> dict:
         "tiles": int(graph.n_tiles),
         "flops": float(graph.flops.sum()),
         "bytes": int(graph.bytes.sum()),
-        "live_bytes": live_bytes(graph),
+        **_live_keys(live_memory(graph)),
         "critical_path_flops": critical_path(graph, progress=progress),
         "kernels": {r.kernel: {"tasks": int(r.tasks), "flops": float(r.flops), "bytes": int(r.bytes)}
                     for r in table.itertuples()},

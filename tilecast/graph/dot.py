@@ -6,7 +6,7 @@ from tilecast.graph.graph import Graph
 from tilecast.kernels import all_kernels
 
 MAX_DOT_TASKS = 2000
-_PHASE_COLOURS = {"fwd": "#9ecae1", "bwd": "#fdae6b", "adamw": "#a1d99b", "loss": "#fc9272"}
+_PHASE_COLOURS = {"fwd": "#9ecae1", "bwd": "#fdae6b", "recompute": "#bcbddc", "adamw": "#a1d99b", "loss": "#fc9272"}
 
 
 def to_dot(graph: Graph) -> str:

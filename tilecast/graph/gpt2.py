@@ -7,7 +7,9 @@ whole heads; scaling 1/sqrt(head_dim); output projection) and a 4x MLP with the
 tanh GELU; final LayerNorm; LM head tied to the token embedding; mean
 next-token cross-entropy. Then the backward pass and a ``torch.optim.AdamW``
 update of every parameter, each layer's update submitted as soon as its
-gradients are complete.
+gradients are complete. With activation recompute (``recompute``, see
+:mod:`tilecast.graph.recompute`) some forward tasks are issued again in the
+backward pass, into new tiles, instead of keeping their outputs.
 
 Parameter names (``gpt2_parameters``) are tilecast's; ``verify`` maps them to
 transformers' names.
@@ -23,6 +25,7 @@ from tilecast.graph import ops
 from tilecast.graph.builder import GraphBuilder
 from tilecast.graph.graph import Graph
 from tilecast.graph.model_config import ModelConfig
+from tilecast.graph.recompute import PREFIX, check_recompute
 from tilecast.graph.tiling import Tiling
 
 
@@ -81,13 +84,15 @@ class _Step:
     """Builds the step; one method per part of the model."""
 
     def __init__(self, cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, adamw: AdamWConfig, step: int,
-                 dtype, forward_only: bool = False):
+                 dtype, forward_only: bool = False, recompute: str = "none"):
         self.cfg, self.B, self.S, self.opt, self.step = cfg, batch, seq, adamw, step
         self.forward_only = forward_only
+        self.recompute = check_recompute(recompute)
         self.eps = cfg.layer_norm_epsilon
+        self.prefix = ""  # PREFIX while a layer's forward is replayed: its activations are new tensors
         self.bld = GraphBuilder(tiling, meta=dict(
             model=cfg.to_dict(), batch=batch, seq=seq, tiling=tiling.describe(), adamw=adamw.__dict__, step=step,
-            dtype=np.dtype(dtype).name), dtype=dtype)
+            dtype=np.dtype(dtype).name, recompute=self.recompute), dtype=dtype)
         self.p, self.g = {}, {}
         for name, (shape, dims) in self.parameters().items():
             tile = self.param_tiles(name)
@@ -114,7 +119,21 @@ class _Step:
     def act(self, name, *features):
         """An activation (batch, seq, features...) tensor."""
         shape = (self.B, self.S) + tuple(f[0] for f in features)
-        return self.bld.tensor(name, shape, ("batch", "seq") + tuple(f[1] for f in features), "activation")
+        return self.act_tensor(name, shape, ("batch", "seq") + tuple(f[1] for f in features))
+
+    def act_tensor(self, name, shape, dims, tiles=None):
+        """An activation tensor of any layout (named ``recompute:name`` in a replayed forward)."""
+        return self.bld.tensor(self.prefix + name, shape, dims, "activation", tiles=tiles)
+
+    def probs_tensor(self, n):
+        """A layer's attention probabilities (batch, head, seq, seq)."""
+        H, B, S = self.cfg.n_head, self.B, self.S
+        return self.act_tensor(n + "attn.probs", (B, H, S, S), ("batch", "head", "seq", "seq"))
+
+    def softmax_stats_tensor(self, n):
+        """A layer's per-row softmax statistics (max, sum) of its attention scores."""
+        H, B, S = self.cfg.n_head, self.B, self.S
+        return self.act_tensor(n + "attn.stats", (B, H, S, 2), ("batch", "head", "seq", None))
 
     # --- forward -------------------------------------------------------------
     def embeddings(self):
@@ -135,28 +154,31 @@ class _Step:
                     dict(bt=x.extent(0, b), st=x.extent(1, s), et=x.extent(2, e)))
         return x
 
-    def block(self, layer: int, x):
+    def block(self, layer: int, x, replay: bool = False):
+        """The layer's forward from input ``x``: (output, activations the backward pass reads).
+
+        ``replay``: the forward issued again in the backward pass (full recompute), tagged
+        ``recompute``, into new tensors, without the last projection (output None).
+        """
         bld, cfg, P = self.bld, self.cfg, self.p
         E, H, D, I = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.n_inner
         n = f"h.{layer}."
-        t = {}
-        with bld.tagged(f"h{layer}.attn.fwd"):
+        t = {"x": x}
+        phase = "recompute" if replay else "fwd"
+        with bld.tagged(f"h{layer}.attn.{phase}"):
             t["st1"] = self.act(n + "ln_1.stats", (2, None))
             t["a"] = self.act(n + "ln_1.out", (E, "embd"))
             ops.layernorm(bld, x, P[n + "ln_1.g"], P[n + "ln_1.b"], t["st1"], t["a"], self.eps)
             for c in "qkv":
                 t[c] = self.act(n + f"attn.{c}", (H, "head"), (D, None))
                 ops.linear(bld, t["a"], P[n + f"attn.w{c}"], P[n + f"attn.b{c}"], t[c])
-            t["p"] = bld.tensor(n + "attn.probs", (self.B, H, self.S, self.S), ("batch", "head", "seq", "seq"),
-                                "activation")
-            t["sst"] = bld.tensor(n + "attn.stats", (self.B, H, self.S, 2), ("batch", "head", "seq", None),
-                                  "activation")
+            t["p"], t["sst"] = self.probs_tensor(n), self.softmax_stats_tensor(n)
             t["o"] = self.act(n + "attn.o", (H, "head"), (D, None))
             ops.attention(bld, t["q"], t["k"], t["v"], t["p"], t["sst"], t["o"])
             t["xm"] = self.act(n + "x_mid", (E, "embd"))
             ops.linear(bld, t["o"], P[n + "attn.wo"], P[n + "attn.bo"], t["xm"])
             ops.add_into(bld, x, t["xm"])
-        with bld.tagged(f"h{layer}.mlp.fwd"):
+        with bld.tagged(f"h{layer}.mlp.{phase}"):
             t["st2"] = self.act(n + "ln_2.stats", (2, None))
             t["m"] = self.act(n + "ln_2.out", (E, "embd"))
             ops.layernorm(bld, t["xm"], P[n + "ln_2.g"], P[n + "ln_2.b"], t["st2"], t["m"], self.eps)
@@ -164,11 +186,28 @@ class _Step:
             ops.linear(bld, t["m"], P[n + "mlp.wfc"], P[n + "mlp.bfc"], t["f"])
             t["gelu"] = self.act(n + "mlp.gelu", (I, "inner"))
             ops.gelu(bld, t["f"], t["gelu"])
+            if replay:
+                return None, t
             y = self.act(f"x.{layer + 1}", (E, "embd"))
             ops.linear(bld, t["gelu"], P[n + "mlp.wproj"], P[n + "mlp.bproj"], y)
             ops.add_into(bld, t["xm"], y)
-        t["x"] = x
         return y, t
+
+    def recomputed(self, layer: int, t: dict) -> dict:
+        """The activations layer ``layer``'s backward reads, after issuing what the recompute setting
+        recomputes (:mod:`tilecast.graph.recompute`); ``t`` is what its forward returned."""
+        if self.recompute == "none":
+            return t
+        self.prefix = PREFIX
+        try:
+            if self.recompute == "full":
+                return self.block(layer, t["x"], replay=True)[1]
+            p, stats = self.probs_tensor(f"h.{layer}."), self.softmax_stats_tensor(f"h.{layer}.")
+        finally:
+            self.prefix = ""
+        with self.bld.tagged(f"h{layer}.attn.recompute"):
+            ops.attention_probs(self.bld, t["q"], t.get("kx", t["k"]), p, stats)
+        return {**t, "p": p, "sst": stats}
 
     def head_and_loss(self, x):
         bld, cfg = self.bld, self.cfg
@@ -335,7 +374,7 @@ class _Step:
             self.adamw(self.head_params(), "head.adamw")
         layer_params = {l: [n for n in self.p if n.startswith(f"h.{l}.")] for l in range(cfg.n_layer)}
         for layer in reversed(range(cfg.n_layer)):
-            self.block_backward(layer, saved[layer])
+            self.block_backward(layer, self.recomputed(layer, saved[layer]))
             self.adamw(layer_params[layer], f"h{layer}.adamw")
         self.embeddings_backward()
         self.adamw(self.embedding_params(), "embed.adamw")
@@ -369,12 +408,16 @@ def build_gpt2_forward(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | 
 
 
 def build_gpt2_step(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,
-                    adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32) -> Graph:
+                    adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32,
+                    recompute: str = "none") -> Graph:
     """The task graph of one training step of ``cfg`` on a (batch, seq) batch of tokens.
 
     ``step`` is AdamW's 1-based step number (bias correction); change it on a
     built graph with ``graph.set_param("adamw", "step", t)``. ``dtype`` is the
     floating-point type of every tensor (float32; float64 for numerical checks).
+    ``recompute`` (none, selective, full) chooses which activations are recomputed
+    in the backward pass instead of kept (:mod:`tilecast.graph.recompute`).
     """
     dtype = _check_shape(cfg, batch, seq, dtype)
-    return _Step(cfg, batch, seq, tiling or Tiling(), adamw or AdamWConfig(), step, dtype).build()
+    return _Step(cfg, batch, seq, tiling or Tiling(), adamw or AdamWConfig(), step, dtype,
+                 recompute=recompute).build()

@@ -7,6 +7,8 @@ biases; RoPE on queries and keys; scaling 1/sqrt(head_dim); output
 projection) and a SwiGLU MLP (down(silu(gate(x)) * up(x))); final RMSNorm; LM
 head, untied or tied to the token embedding; mean next-token cross-entropy.
 Then the backward pass and a ``torch.optim.AdamW`` update of every parameter.
+Activation recompute (none, selective, full) as for GPT-2
+(:mod:`tilecast.graph.recompute`).
 
 Grouped-query attention: a ``head`` tile counts query heads, as for GPT-2, and
 holds whole groups of query heads that share key/value heads, so a tile of
@@ -125,9 +127,10 @@ def kv_reduce(bld: GraphBuilder, full: Tensor, kv: Tensor, group: int) -> None:
 
 
 class _LlamaStep(_Step):
-    def __init__(self, cfg: ModelConfig, batch, seq, tiling: Tiling, adamw, step, dtype, forward_only=False):
+    def __init__(self, cfg: ModelConfig, batch, seq, tiling: Tiling, adamw, step, dtype, forward_only=False,
+                 recompute="none"):
         self.kt = kv_head_tile(cfg, tiling)
-        super().__init__(cfg, batch, seq, tiling, adamw, step, dtype, forward_only)
+        super().__init__(cfg, batch, seq, tiling, adamw, step, dtype, forward_only, recompute)
 
     def parameters(self) -> dict:
         return llama_parameters(self.cfg)
@@ -139,8 +142,8 @@ class _LlamaStep(_Step):
 
     def kv_act(self, name):
         cfg = self.cfg
-        return self.bld.tensor(name, (self.B, self.S, cfg.n_kv_head, cfg.head_dim), ("batch", "seq", "head", None),
-                               "activation", tiles={"head": self.kt})
+        return self.act_tensor(name, (self.B, self.S, cfg.n_kv_head, cfg.head_dim), ("batch", "seq", "head", None),
+                               tiles={"head": self.kt})
 
     # --- forward -------------------------------------------------------------
     def embeddings(self):
@@ -158,12 +161,13 @@ class _LlamaStep(_Step):
                          v0=wte.start(0, v), beta=beta), modes=[None, None, mode])
         return x
 
-    def block(self, layer: int, x):
+    def block(self, layer: int, x, replay: bool = False):
         bld, cfg, P = self.bld, self.cfg, self.p
         E, H, D, I, G = cfg.n_embd, cfg.n_head, cfg.head_dim, cfg.n_inner, cfg.group_size
         n = f"h.{layer}."
-        t = {}
-        with bld.tagged(f"h{layer}.attn.fwd"):
+        t = {"x": x}
+        phase = "recompute" if replay else "fwd"
+        with bld.tagged(f"h{layer}.attn.{phase}"):
             t["st1"] = self.act(n + "attn_norm.stats", (1, None))
             t["a"] = self.act(n + "attn_norm.out", (E, "embd"))
             rmsnorm(bld, x, P[n + "attn_norm.g"], t["st1"], t["a"], self.eps)
@@ -180,16 +184,13 @@ class _LlamaStep(_Step):
                 else:
                     t[c + "x"] = self.act(n + f"attn.{c}_heads", (H, "head"), (D, None))
                     kv_expand(bld, t[c], t[c + "x"], G)
-            t["p"] = bld.tensor(n + "attn.probs", (self.B, H, self.S, self.S), ("batch", "head", "seq", "seq"),
-                                "activation")
-            t["sst"] = bld.tensor(n + "attn.stats", (self.B, H, self.S, 2), ("batch", "head", "seq", None),
-                                  "activation")
+            t["p"], t["sst"] = self.probs_tensor(n), self.softmax_stats_tensor(n)
             t["o"] = self.act(n + "attn.o", (H, "head"), (D, None))
             ops.attention(bld, t["q"], t["kx"], t["vx"], t["p"], t["sst"], t["o"])
             t["xm"] = self.act(n + "x_mid", (E, "embd"))
             ops.linear(bld, t["o"], P[n + "attn.wo"], None, t["xm"])
             ops.add_into(bld, x, t["xm"])
-        with bld.tagged(f"h{layer}.mlp.fwd"):
+        with bld.tagged(f"h{layer}.mlp.{phase}"):
             t["st2"] = self.act(n + "mlp_norm.stats", (1, None))
             t["m"] = self.act(n + "mlp_norm.out", (E, "embd"))
             rmsnorm(bld, t["xm"], P[n + "mlp_norm.g"], t["st2"], t["m"], self.eps)
@@ -200,10 +201,11 @@ class _LlamaStep(_Step):
             t["act"] = self.act(n + "mlp.act", (I, "inner"))
             bld.add("swiglu", [ops.all_tiles(t["gate"]), ops.all_tiles(t["up"]), ops.all_tiles(t["act"])],
                     dict(n=ops.tile_sizes(t["act"])))
+            if replay:
+                return None, t
             y = self.act(f"x.{layer + 1}", (E, "embd"))
             ops.linear(bld, t["act"], P[n + "mlp.wdown"], None, y)
             ops.add_into(bld, t["xm"], y)
-        t["x"] = x
         return y, t
 
     def head_weight(self):
@@ -296,13 +298,15 @@ def _check(cfg: ModelConfig, batch, seq, tiling, dtype):
 
 
 def build_llama_step(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,
-                     adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32) -> Graph:
+                     adamw: AdamWConfig | None = None, step: int = 1, dtype=np.float32,
+                     recompute: str = "none") -> Graph:
     """The task graph of one Llama training step of ``cfg`` on a (batch, seq) batch of tokens.
 
-    Same conventions as :func:`tilecast.graph.gpt2.build_gpt2_step`.
+    Same conventions as :func:`tilecast.graph.gpt2.build_gpt2_step`, ``recompute`` included.
     """
     dtype = _check(cfg, batch, seq, tiling, dtype)
-    return _LlamaStep(cfg, batch, seq, tiling or Tiling(), adamw or AdamWConfig(), step, dtype).build()
+    return _LlamaStep(cfg, batch, seq, tiling or Tiling(), adamw or AdamWConfig(), step, dtype,
+                      recompute=recompute).build()
 
 
 def build_llama_forward(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling | None = None,

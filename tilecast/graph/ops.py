@@ -129,9 +129,8 @@ def _pairs(nb, nh, nq):
     return b, h, qi[p], kj[p]
 
 
-def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor, stats: Tensor,
-              o: Tensor) -> None:
-    """o = softmax(q k^T / sqrt(d) + causal mask) v; ``scores`` end up holding the probabilities."""
+def attention_probs(bld: GraphBuilder, q: Tensor, k: Tensor, scores: Tensor, stats: Tensor) -> None:
+    """scores = softmax(q k^T / sqrt(d) + causal mask), each row's (max, sum) into ``stats``."""
     nb, ns, nh = q.grid[:3]
     d = q.shape[3]
     b, h, qi, kj = _pairs(nb, nh, ns)
@@ -144,6 +143,17 @@ def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor
     beta, mode = bld.accumulate(st_ids)
     bld.add("softmax_stats", [s_ids, st_ids], dict(rows=rows, cols=dims["sk"], beta=beta), modes=[None, mode])
     bld.add("softmax_apply", [st_ids, s_ids], dict(rows=rows, cols=dims["sk"]))
+
+
+def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor, stats: Tensor,
+              o: Tensor) -> None:
+    """o = softmax(q k^T / sqrt(d) + causal mask) v; ``scores`` end up holding the probabilities."""
+    attention_probs(bld, q, k, scores, stats)
+    nb, ns, nh = q.grid[:3]
+    d = q.shape[3]
+    b, h, qi, kj = _pairs(nb, nh, ns)
+    dims = dict(bt=q.extent(0, b), ht=q.extent(2, h), sq=q.extent(1, qi), sk=k.extent(1, kj), d=d)
+    s_ids = scores.tile_ids(b, h, qi, kj)
     o_ids = _ids(o, b, qi, h)
     beta, mode = bld.accumulate(o_ids)
     bld.add("attn_pv", [s_ids, _ids(v, b, kj, h), o_ids], dict(dims, alpha=1.0, beta=beta), modes=[None, None, mode])

@@ -10,7 +10,8 @@ from tilecast.graph.model_config import ModelConfig
 
 @dataclass(frozen=True)
 class StepConfig:
-    """A model, a batch and sequence length, a tiling, a StarPU scheduler and a worker count."""
+    """A model, a batch and sequence length, a tiling, a StarPU scheduler, a worker count and the step's
+    activation recompute setting (:mod:`tilecast.graph.recompute`)."""
 
     model: ModelConfig
     batch: int
@@ -18,26 +19,28 @@ class StepConfig:
     tiling: Tiling
     sched: str
     workers: int
+    recompute: str = "none"
 
     @property
     def tokens(self) -> int:
         return self.batch * self.seq
 
     def label(self) -> str:
-        return f"{self.model.name} {self.batch}x{self.seq} tile {self.tiling} {self.sched} w{self.workers}"
+        rc = "" if self.recompute == "none" else f" recompute {self.recompute}"
+        return f"{self.model.name} {self.batch}x{self.seq} tile {self.tiling}{rc} {self.sched} w{self.workers}"
 
     def to_dict(self) -> dict:
         return {"model": self.model.name, "batch": self.batch, "seq": self.seq, "tiling": self.tiling.describe(),
-                "sched": self.sched, "workers": self.workers}
+                "sched": self.sched, "workers": self.workers, "recompute": self.recompute}
 
     @property
     def graph_key(self) -> tuple:
         """What determines the task graph (not the scheduler nor the workers): configurations with equal keys
         run the same tasks on the same tile shapes."""
-        return (self.model.name, self.batch, self.seq, self.tiling.describe())
+        return (self.model.name, self.batch, self.seq, self.tiling.describe(), self.recompute)
 
     def build(self):
         """The step's task graph (GPT-2 or Llama)."""
         from tilecast.graph.models import build_step
 
-        return build_step(self.model, self.batch, self.seq, self.tiling)
+        return build_step(self.model, self.batch, self.seq, self.tiling, recompute=self.recompute)

@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 5  # 5: schedulers' probe fits kept beside what runs teach (calibrated_only)
+FORMAT = 6  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, and the trace schema): a change to any of them invalidates stored fits.
 EXECUTOR_SUFFIXES = (".py", ".c", ".h")
@@ -69,6 +69,16 @@ class HostCost:
     task_overhead_s: float | None = None
     overheads: list = field(default_factory=list)
     probe_points: int = 0  # how many of ``points`` (the first ones) are the probes'
+    # what each scheduling decision costs, for the policies that the simulator charges for them
+    # (tilecast.loop.decision_cost): per queued task read, per other worker's queue locked
+    decision_scan_s: float = 0.0
+    decision_lock_s: float = 0.0
+    # the submitting thread's seconds per task, measured on the probes with this many workers (0: unknown)
+    submit_task_s: float = 0.0
+
+    @property
+    def decides(self) -> bool:
+        return self.decision_scan_s > 0.0 or self.decision_lock_s > 0.0
 
     def seconds(self, n_tiles: int, n_tasks: int) -> float:
         return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
@@ -157,8 +167,18 @@ def learn_from_runs(fits: dict, runs) -> dict:
             base = out[w].points if w in out else []
         probes = base if len(own) < MIN_OWN_POINTS else []
         overheads = (old.overheads if old is not None else []) + [[n / s, o] for _, _, _, n, _, s, o in mine]
+        probe = out.get(probe_key(w, sched))
+        if probe is not None and probe.decides:
+            # a run's start delays include the decisions, which the simulation charges apart: keep the
+            # probe's per-task cost and decision costs, and learn the host cost alone
+            overheads = probe.overheads
         out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
         out[key].probe_points = len(probes)
+        source = probe or out.get(w) or old  # the submission cost as the probes measured it
+        out[key].submit_task_s = source.submit_task_s if source is not None else 0.0
+        if probe is not None and probe.decides:
+            out[key].task_overhead_s = probe.task_overhead_s
+            out[key].decision_scan_s, out[key].decision_lock_s = probe.decision_scan_s, probe.decision_lock_s
     return out
 
 
@@ -214,22 +234,24 @@ def probe_graphs(probes=PROBES) -> list:
 
 
 def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = PROBE_SCHED,
-                   progress=None) -> tuple[list, list, list]:
+                   progress=None) -> tuple[list, list, list, float]:
     """Host-cost points [tiles, tasks, median makespan, median step less median makespan], overhead points
-    [tasks per second, mean start delay] and the (graph, trace) of real runs of each probe step."""
+    [tasks per second, mean start delay], the (graph, trace) of real runs of each probe step, and the
+    submitting thread's median seconds per task over the probes."""
     from tilecast.loop.runtime_overhead import task_overhead
 
-    points, overheads, traced = [], [], []
-    for graph, makespan, host, trace in measure_walls(workers, probes, repeats, sched, progress):
+    points, overheads, traced, submit = [], [], [], []
+    for graph, makespan, host, trace, submit_s in measure_walls(workers, probes, repeats, sched, progress):
         points.append([graph.n_tiles, graph.n_tasks, makespan, max(host, 1e-6)])
         overheads.append([graph.n_tasks / (makespan + host), task_overhead(graph, trace)])
         traced.append((graph, trace))
-    return points, overheads, traced
+        submit.append(submit_s / max(graph.n_tasks, 1))
+    return points, overheads, traced, float(np.median(submit))
 
 
 def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
-    """[(graph, median makespan s, median step s less the median makespan, trace)] of training steps of each
-    probe, timed as ``tilecast run`` times them.
+    """[(graph, median makespan s, median step s less the median makespan, trace, median submission s)] of
+    training steps of each probe, timed as ``tilecast run`` times them.
 
     One warm-up step, then ``repeats`` timed steps without building a trace
     (as every step of ``tilecast run`` but the last), then one traced step
@@ -244,17 +266,37 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
         for cfg, batch, seq, graph in probe_graphs(probes):
             data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(repeats + 2, batch, seq + 1))
             training = StarPUTraining(session, graph, TrainState(init_gpt2_params(cfg, 0)), data)
-            times, makespans = [], []
+            times, makespans, submits = [], [], []
             for _ in range(repeats + 1):
                 times.append(training.step(trace=False)[0])
                 makespans.append(session.last_makespan_s)
+                submits.append(session.last_submit_s)
                 if progress:
                     progress()
             trace = training.step(trace=True)[2]
             restore_built_step(graph)  # the calibration learns from the trace
             t, mk = np.asarray(times[1:]), np.asarray(makespans[1:])
-            out.append((graph, float(np.median(mk)), float(np.median(t) - np.median(mk)), trace))
+            out.append((graph, float(np.median(mk)), float(np.median(t) - np.median(mk)), trace,
+                        float(np.median(submits[1:]))))
     return out
+
+
+def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str) -> None:
+    """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
+    probes; else the machine's) and fit its decision costs on the probes' measured makespans."""
+    from tilecast.loop.decision_cost import fit_decision_cost
+
+    if companion is not None and companion.task_overhead_s is not None:
+        probe.task_overhead_s = companion.task_overhead_s
+    from tilecast.loop.predict import submission_stretch
+
+    m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
+                                   else machine.task_overhead)
+    if probe.submit_task_s > 0:  # as predict() simulates them
+        m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
+    graphs = [g for *_, g in probe_graphs(SCHED_PROBES)]
+    makespans = [p[2] for p in probe.points[:probe.probe_points]]
+    probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
@@ -269,8 +311,12 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     from tilecast.perfmodel.calibration import PROBE_TRACE
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
+    from tilecast.loop.decision_cost import DECIDING
+
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
+    # a deciding policy's per-task cost is its companion's (the same policy without the decisions' reading)
+    scheds = list(dict.fromkeys([c for s in scheds for c in ((DECIDING[s], s) if s in DECIDING else (s,))]))
     sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and probe_key(w, s) not in fits]
     if not todo and not sched_todo:
         return fits
@@ -284,14 +330,18 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     tick = (lambda: bar.update(1)) if bar else None
     try:
         for w in todo:
-            points, overheads, traced = measure_probes(w, progress=tick)
+            points, overheads, traced, submit = measure_probes(w, progress=tick)
             fits[w] = HostCost.fit(w, points, overheads)
+            fits[w].submit_task_s = submit
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         for w, sched in sched_todo:  # a scheduler's own cost per task and per step, on the same probes
-            points, overheads, _ = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
+            points, overheads, _, submit = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
             probe = HostCost.fit(w, points, overheads)
             probe.probe_points = len(points)
+            probe.submit_task_s = submit
+            if sched in DECIDING:
+                fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched)
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
     finally:

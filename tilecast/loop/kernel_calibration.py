@@ -31,6 +31,7 @@ STARPU_REPEATS = (4, 40)
 # Passes over all the shapes, a shape's figure the median of its passes: the VM's slow spells (seconds
 # long) then move a shape's figure only when they cover most passes.
 STARPU_PASSES = 3
+QUIET_WAIT_S = 60.0  # the most a calibration waits, in all, for a slow spell of the machine to pass
 # Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
 # the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
 WORKER_SAMPLES_PER_KERNEL = 8
@@ -78,26 +79,46 @@ def starpu_workers(machine) -> int | None:
         return None
 
 
-def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: int, bar=None):
+def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: int, bar=None, guard=None):
     """Time ``cases`` as StarPU tasks on ``workers`` busy workers and add them to ``cal`` (made if None).
+
+    Each pass runs in a StarPU session of its own between two reference steps
+    (``guard``, a :class:`tilecast.loop.interference.QuietGuard`; by default
+    one that waits at most :data:`QUIET_WAIT_S` in all): a pass that a slow
+    spell of the machine disturbed is retaken, so that the calibration does
+    not learn the spell's slowness. How the passes fared is kept in
+    ``cal.quiet``.
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable, time_in_runtime
     from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.loop.interference import QuietGuard
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
+    guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
     sample = worker_sample(cases) if workers > 1 else []
     share = len(cases) / (len(cases) + len(sample))
+    verdicts = []
 
     def advance(n):  # the bar counts cases: fractions of them per pass and phase, never past its total
         bar.update(min(n, bar.total - bar.n) if bar.total else n)
 
+    def passes(n_workers, todo, reps, step):
+        def one():
+            with StarPUSession("eager", n_workers) as session:
+                return time_in_runtime(todo, reps, session, progress=step)[0]
+
+        out = []
+        for _ in range(STARPU_PASSES):
+            run, info = guard.measure(one)
+            out.append(run)
+            verdicts.append(info)
+        return out
+
     step = (lambda n: advance(n * share / STARPU_PASSES)) if bar is not None else None
     repeats = np.maximum(np.asarray(repeats), 2)
-    with StarPUSession("eager", workers) as session:
-        runs = [time_in_runtime(cases, repeats, session, progress=step)[0] for _ in range(STARPU_PASSES)]
-    med, mad = _median_mad(runs)
+    med, mad = _median_mad(passes(workers, cases, repeats, step))
     for (name, row), m, d in zip(cases, med, mad):
         if np.isfinite(m):
             cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
@@ -105,16 +126,19 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     if sample:
         step = (lambda n: advance(n * (1 - share) * len(cases) / len(sample) / STARPU_PASSES)) \
             if bar is not None else None
-        with StarPUSession("eager", 1) as session:
-            runs = [time_in_runtime([cases[i] for i in sample], repeats[sample], session, progress=step)[0]
-                    for _ in range(STARPU_PASSES)]
-        one, _ = _median_mad(runs)
+        one, _ = _median_mad(passes(1, [cases[i] for i in sample], repeats[sample], step))
         for i, t1 in zip(sample, one):
             name, row = cases[i]
             if np.isfinite(t1) and np.isfinite(med[i]) and t1 > 0 and med[i] > 0:
                 k = get(name)
                 nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
                 cal.worker_samples.setdefault(name, []).append([nbytes, float(t1), float(med[i])])
+    judged = [guard.verdict(v) for v in verdicts]
+    summary = guard.summary()
+    cal.quiet = {"passes": len(judged) + (cal.quiet or {}).get("passes", 0),
+                 "passes_disturbed": sum(v["disturbed"] for v in judged) + (cal.quiet or {}).get("passes_disturbed", 0),
+                 "passes_retaken": summary["sessions_retaken"] + (cal.quiet or {}).get("passes_retaken", 0),
+                 "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"]}
     return cal, [c for c in cases if not runnable(*c)]
 
 

@@ -79,7 +79,7 @@ def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None)
 
     res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
                     warmup + steps, seed=seed, progress=progress,
-                    trace_from=warmup + max(0, steps - TRACED_PER_ROUND))
+                    trace_from=warmup + max(0, steps - TRACED_PER_ROUND), recompute=config.recompute)
     restore_built_step(res.graph)  # the models learn from these traces
     return list(res.step_s), list(res.makespan_s), res
 

@@ -76,6 +76,16 @@ def stored_models(machine) -> tuple:
     return find_calibration(machine), load_host_costs(machine)
 
 
+def submission_stretch(machine, workers: int) -> float:
+    """How much longer a task takes while the graph is being submitted: the submitting thread and the
+    ``workers`` (which spin when idle) share the machine's cores, each getting cores / (workers + 1) of one,
+    when there are fewer cores than threads; 1 otherwise, or when the core count is unknown."""
+    cores = machine.meta.get("hardware", {}).get("cores")
+    if not cores or workers + 1 <= cores:
+        return 1.0
+    return (workers + 1) / cores
+
+
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,
             keep_result: bool = False, transfers: bool = True, seed: int = 0) -> Prediction:
     """Simulate ``config`` on ``machine`` (all its workers; ``config.workers`` of them are used).
@@ -99,6 +109,10 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     if host is not None and host.task_overhead_s is not None:
         m = m.with_task_overhead(host.task_overhead_s)
         overhead_source = "measured on StarPU traces"
+    if host is not None and host.decides:
+        m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
+    if host is not None and host.submit_task_s > 0:
+        m = m.with_submission(host.submit_task_s, submission_stretch(machine, config.workers))
     whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel

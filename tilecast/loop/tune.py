@@ -53,7 +53,8 @@ def usable_scheds(requested) -> list:
     return [s for s in requested if s in POLICIES and (offered is None or s in offered)]
 
 
-def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS):
+def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS,
+                     recompute: str = "none"):
     """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``."""
     from tilecast.graph.gpt2 import build_gpt2_step
 
@@ -67,7 +68,7 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
         if not explicit and family in over and size <= over[family]:
             skipped.append({"tiling": t.describe(), "reason": f"finer than a tiling over --max-tasks {max_tasks}"})
             continue  # finer tilings of a family only have more tasks: not worth building
-        g = build_gpt2_step(cfg, batch, seq, t)
+        g = build_gpt2_step(cfg, batch, seq, t, recompute=recompute)
         if g.n_tasks > max_tasks:
             skipped.append({"tiling": t.describe(), "reason": f"{g.n_tasks} tasks > --max-tasks {max_tasks}"})
             over[family] = max(size, over.get(family, 0))
@@ -77,8 +78,12 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
 
 
 def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers=None, tilings=None,
-         max_tasks: int = DEFAULT_MAX_TASKS, host: bool = True, progress: bool = True) -> TuneResult:
+         max_tasks: int = DEFAULT_MAX_TASKS, host: bool = True, progress: bool = True,
+         recompute: str = "none") -> TuneResult:
     """Rank every (tiling, scheduler, worker count) of a step by simulation on ``machine`` (default: local).
+
+    Every candidate step has the activation recompute setting ``recompute``
+    (:mod:`tilecast.graph.recompute`).
 
     Kernels are calibrated on first use and host costs measured on StarPU when
     it is available (both stored and reused); configurations whose tiles do not
@@ -101,7 +106,7 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     bad = [w for w in workers if not 1 <= w <= limit]
     if bad:
         raise ValueError(f"worker count {bad[0]} is outside 1..{limit} for {machine.name}")
-    graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks)
+    graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks, recompute)
     if not graphs:
         raise ValueError(f"every candidate tiling has more than {max_tasks} tasks")
     host_costs = {}
@@ -121,7 +126,7 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
             durations = model.durations(g)
             for w in workers:
                 for s in scheds:
-                    c = StepConfig(cfg, batch, seq, t, s, w)
+                    c = StepConfig(cfg, batch, seq, t, s, w, recompute)
                     preds.append(predict(c, machine, cal, host_costs, graph=g, durations=durations))
                     if bar is not None:
                         bar.update(1)

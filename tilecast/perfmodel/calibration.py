@@ -73,6 +73,9 @@ class Calibration:
     runtime_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, alone s, in-runtime s], ...]
     lane_workers: int = 0  # busy workers while shapes were timed as StarPU tasks (0: none were)
     worker_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, s on one worker, s on lane_workers]]
+    # how quiet the machine was while shapes were timed as StarPU tasks (tilecast.loop.kernel_calibration):
+    # passes, passes_disturbed, passes_retaken, reference_best_s, waited_s
+    quiet: dict = field(default_factory=dict)
 
     def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
         entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
@@ -173,7 +176,7 @@ class Calibration:
                 "kind": self.kind, "timer": self.timer,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
-                "worker_samples": self.worker_samples}
+                "worker_samples": self.worker_samples, "quiet": self.quiet}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -218,9 +221,12 @@ class Calibration:
         lane_workers = doc.get("lane_workers", 0)
         if not isinstance(lane_workers, int) or lane_workers < 0:
             raise CalibrationError(f"{path}: field lane_workers: a count of workers, got {lane_workers!r}")
+        quiet = doc.get("quiet") or {}
+        if not isinstance(quiet, dict):
+            raise CalibrationError(f"{path}: field quiet: a mapping, got {quiet!r}")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
-                   {k: [list(r) for r in v] for k, v in workers.items()})
+                   {k: [list(r) for r in v] for k, v in workers.items()}, quiet)
 
 
 def fit_runtime_excess(samples) -> list:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import yaml
@@ -124,6 +124,14 @@ class Machine:
     task_overhead: float
     source_text: str = ""
     meta: dict = field(default_factory=dict)
+    #: what a scheduling decision costs (dmdasd; see tilecast.simulator.engine): seconds per queued task
+    #: it reads and per other worker whose queue it locks
+    decision_scan: float = 0.0
+    decision_lock: float = 0.0
+    #: the thread submitting the graph: seconds it spends per task, and how much longer a task takes while it
+    #: runs (it shares the cores with the workers when they leave none free; see tilecast.simulator.engine)
+    submit_task: float = 0.0
+    submit_stretch: float = 1.0
 
     def __post_init__(self):
         self.routes = _routes(self)
@@ -155,16 +163,28 @@ class Machine:
         """The same machine using only its first ``n`` workers."""
         if not 1 <= n <= len(self.workers):
             raise MachineError(f"{self.name}: workers must be between 1 and {len(self.workers)}, got {n}")
-        return Machine(self.name, self.description, self.nodes, self.workers[:n], self.kinds, self.links,
-                       self.switches, self.task_overhead, self.source_text,
-                       {**self.meta, "fingerprint": self.fingerprint()})
+        return replace(self, workers=self.workers[:n], meta={**self.meta, "fingerprint": self.fingerprint()})
 
     def with_task_overhead(self, seconds: float) -> "Machine":
         """The same machine with another per-task runtime cost (e.g. one measured on StarPU traces)."""
         if not seconds >= 0:
             raise MachineError(f"{self.name}: the per-task overhead must be at least 0 s, got {seconds}")
-        return Machine(self.name, self.description, self.nodes, self.workers, self.kinds, self.links,
-                       self.switches, float(seconds), self.source_text, dict(self.meta))
+        return replace(self, task_overhead=float(seconds), meta=dict(self.meta))
+
+    def with_decision_cost(self, scan: float, lock: float) -> "Machine":
+        """The same machine with another cost of a scheduling decision: seconds per queued task it reads and
+        per other worker's queue it locks."""
+        if not (scan >= 0 and lock >= 0):
+            raise MachineError(f"{self.name}: a decision's costs must be at least 0 s, got {scan} and {lock}")
+        return replace(self, decision_scan=float(scan), decision_lock=float(lock), meta=dict(self.meta))
+
+    def with_submission(self, per_task: float, stretch: float) -> "Machine":
+        """The same machine with another submitting thread: seconds per task, and how much longer tasks take
+        while it runs."""
+        if not (per_task >= 0 and stretch >= 1):
+            raise MachineError(f"{self.name}: submission costs at least 0 s per task and stretches tasks by at "
+                               f"least 1x, got {per_task} and {stretch}")
+        return replace(self, submit_task=float(per_task), submit_stretch=float(stretch), meta=dict(self.meta))
 
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""

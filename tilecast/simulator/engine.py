@@ -48,6 +48,16 @@ class Engine:
         a :class:`tilecast.simulator.policies.base.Policy`.
     overhead:
         runtime cost per task, in seconds, paid on the worker before the kernel starts.
+    decision_scan, decision_lock:
+        what a policy's decision costs (dmdasd): seconds per queued task it reads
+        (StarPU reads the predicted length of every queued task ahead of the new
+        one) and per other worker whose queue it locks to read it. Decisions hold
+        the scheduler one at a time, and no task starts while one is in progress:
+        ``sched_free`` is when the last decision ends.
+    submit_end, submit_stretch:
+        until ``submit_end`` the thread submitting the graph shares the cores with
+        the workers (when they have no core to spare): a task that starts before
+        then takes ``submit_stretch`` times its duration.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     """
@@ -60,7 +70,8 @@ class Engine:
     native_loop = True
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
-                 overhead: float = 0.0, memory=None):
+                 overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
+                 decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -77,6 +88,11 @@ class Engine:
         self.worker_kind = [int(k) for k in worker_kind]
         self.worker_node = [int(m) for m in worker_node]
         self.overhead = float(overhead)
+        self.decision_scan = float(decision_scan)
+        self.decision_lock = float(decision_lock)
+        self.submit_end = float(submit_end)
+        self.submit_stretch = float(submit_stretch)
+        self.sched_free = 0.0
         self.memory = memory
         self.policy = policy
         self.env = simpy.Environment()
@@ -91,6 +107,14 @@ class Engine:
         # the policy's start- and end-of-task hooks, skipped when they do nothing
         self._started = policy.started if type(policy).started is not Policy.started else None
         self._finished = policy.finished if type(policy).finished is not Policy.finished else None
+
+    def decide(self, locked: int, scanned: int) -> None:
+        """A scheduling decision that locked ``locked`` other workers' queues and read ``scanned`` queued
+        tasks: it holds the scheduler from when the previous decision ends (or now)."""
+        cost = locked * self.decision_lock + scanned * self.decision_scan
+        if cost > 0.0:
+            now = self.env._now
+            self.sched_free = (now if now >= self.sched_free else self.sched_free) + cost
 
     # --- running ------------------------------------------------------------
     def run(self) -> "Engine":
@@ -118,12 +142,15 @@ class Engine:
     def _begin(self, w: int, t: int) -> None:
         env = self.env
         now = env._now
-        begin = now + self.overhead
+        begin = (now if now >= self.sched_free else self.sched_free) + self.overhead
         if self.memory is not None:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
                 begin = ready
-        end = begin + self.duration[self.worker_kind[w]][t]
+        d = self.duration[self.worker_kind[w]][t]
+        if begin < self.submit_end:
+            d = d * self.submit_stretch
+        end = begin + d
         if self._started is not None:
             self._started(t, w, begin)
         self.busy[w] = True

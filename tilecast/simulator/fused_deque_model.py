@@ -62,6 +62,8 @@ def run_deque_model(eng) -> None:
     env = eng.env
     timeout = env.timeout
     overhead: cython.double = eng.overhead
+    submit_end: cython.double = eng.submit_end
+    submit_stretch: cython.double = eng.submit_stretch
     n_workers: cython.Py_ssize_t = eng.n_workers
     wnode: list = eng.worker_node
     rows: list = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
@@ -314,7 +316,10 @@ def run_deque_model(eng) -> None:
                         valid[tile] = bit
             if ready > b:
                 b = ready
-        e = b + rows[w][t]
+        dur: cython.double = rows[w][t]
+        if b < submit_end:
+            dur = dur * submit_stretch
+        e = b + dur
         # dmda_pop_task + _starpu_fifo_task_transfer_started, dmda_pre_exec_hook + _starpu_fifo_task_started
         exp_len[w] = (exp_len[w] - predicted_transfer[t]) - predicted[t]
         exp_start[w] = b + predicted[t]

@@ -153,6 +153,8 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.worker_kind = p([kind_index[w.kind] for w in machine.workers], np.int32)
     s.worker_node = p([w.node for w in machine.workers], np.int32)
     s.overhead = float(machine.task_overhead)
+    s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
+    s.submit_end, s.submit_stretch = n * float(machine.submit_task), float(machine.submit_stretch)
     pred_ptr, pred = graph.dependencies
     s.pred_ptr, s.pred = p(pred_ptr, np.int64), p(pred, np.int32)
     if priority is not None:

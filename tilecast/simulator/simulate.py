@@ -153,7 +153,9 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
         policy = POLICIES[sched](priority, seed, estimate)
         eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
-                     overhead=machine.task_overhead, memory=memory).run()
+                     overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
+                     decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
+                     submit_stretch=machine.submit_stretch).run()
         start, end, worker = eng.arrays()
         tr = links.arrays()
     summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)

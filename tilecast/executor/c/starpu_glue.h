@@ -50,6 +50,8 @@ int64_t tcs_wait(int timeout_ms);
 void tcs_abort(void);
 /* Wait for every task, release them; returns the run's wall time in seconds. */
 double tcs_finish(void);
+/* Seconds the last run's submission loop took (the submitting thread's time for the graph). */
+double tcs_submit_seconds(void);
 
 /* StarPU's own cost: n empty tasks over the same handles, no callbacks, profiling on or off. */
 double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,

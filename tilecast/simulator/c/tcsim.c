@@ -40,6 +40,8 @@ typedef struct {
     jmp_buf jb;
     double now;
     int64_t eid, pushed;
+    double sched_free;  /* when the last scheduling decision ends (Engine.sched_free) */
+    int64_t scanned;    /* queued tasks the current decision read */
     int dm, da, sorted_q, sorted_decision;
     heap_t events, central;
     heap_t *hq;  /* dmdas: per worker, a heap as the Python policy's */
@@ -443,13 +445,15 @@ static void penalty(tcsim_t *s, priv_t *p, int64_t task) {
 /* --- the engine ----------------------------------------------------------------------------------------- */
 static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin */
     double now = p->now;
-    double b = now + s->overhead;
+    double b = (now >= p->sched_free ? now : p->sched_free) + s->overhead;
     if (s->has_mem) {
         p->cur[w] = t;
         double ready = acquire(s, p, t, s->worker_node[w], now);
         if (ready > b) b = ready;
     }
-    double e = b + s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
+    double d = s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
+    if (b < s->submit_end) d = d * s->submit_stretch;
+    double e = b + d;
     if (p->dm) {  /* DequeModel.started */
         double left = p->exp_len[w] - p->predicted_transfer[t];
         p->exp_len[w] = left - p->predicted[t];
@@ -526,6 +530,7 @@ static double prev_exp_len(tcsim_t *s, priv_t *p, int w, int64_t task) {  /* Deq
     int64_t k = sq_count_le(q, neg);
     if (!k) return 0.0;
     if (k == q->n) return p->exp_len[w];
+    p->scanned += k;  /* StarPU reads each one's predicted length */
     /* total = 0.0; total += predicted of each of the first k entries, in order: kept between calls
      * (the first entries' sums stand until an entry is inserted before them or the first one is popped) */
     const double *len = q->len + q->head;
@@ -534,13 +539,14 @@ static double prev_exp_len(tcsim_t *s, priv_t *p, int w, int64_t task) {  /* Deq
     return q->fold[k];
 }
 
-static void dm_push(tcsim_t *s, priv_t *p, int64_t task) {  /* DequeModel.push */
+static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeModel.push */
     double now = p->now;
     int n = s->n_workers, da = p->da;
     const int32_t *wnode = s->worker_node;
     double *pen = p->pen, *ends = p->ends, *exp_start = p->exp_start, *exp_len = p->exp_len;
     if (da && s->has_mem) penalty(s, p, task);  /* else pen stays 0 */
     double best_end = INFINITY;
+    p->scanned = 0;
     for (int w = 0; w < n; w++) {  /* compute_all_performance_predictions */
         double es = exp_start[w];
         if (es < now) es = now;
@@ -581,6 +587,13 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task) {  /* DequeModel.push *
     if (p->sorted_decision) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);
     else if (p->sorted_q) h_push(s, &p->hq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
     else dq_append(s, &p->dq[w], task);
+    if (p->sorted_decision) {  /* Engine.decide: every worker's queue locked but the deciding worker's own */
+        double cost = (double)(n - (by >= 0 ? 1 : 0)) * s->decision_lock + (double)p->scanned * s->decision_scan;
+        if (cost > 0.0) {
+            double from = now >= p->sched_free ? now : p->sched_free;
+            p->sched_free = from + cost;
+        }
+    }
     if (!p->busy[w]) wake(s, p, w);
 }
 
@@ -610,7 +623,7 @@ static void policy_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
         else if ((w = first_idle(s, p)) >= 0) wake(s, p, w);
         return;
     default:
-        dm_push(s, p, task);
+        dm_push(s, p, task, by);
     }
 }
 

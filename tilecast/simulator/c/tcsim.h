@@ -14,6 +14,9 @@ typedef struct {
     const double *est;            /* n_kinds x n_tasks: the dm family's estimates (else unused) */
     const int32_t *worker_kind, *worker_node;
     double overhead;
+    double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
+                                           * locked; decisions are serial (Engine.decide) */
+    double submit_end, submit_stretch;    /* a task begun before submit_end takes submit_stretch x its duration */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */

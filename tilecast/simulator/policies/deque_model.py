@@ -33,7 +33,11 @@ Every rule below is StarPU 1.3.10's, from src/sched_policies/deque_modeling_poli
   src/sched_policies/fifo_queues.c). dmdasd also decides with the length of
   only the queued tasks of priority at least the task's
   (``_starpu_fifo_get_exp_len_prev_task_list``); it runs in the general
-  loop only.
+  loop only. That reading costs time: StarPU locks every worker's queue
+  (``starpu_worker_lock``) and asks its history model for the length of
+  each queued task ahead of the new one; the decision reports both counts to
+  the engine (:meth:`tilecast.simulator.engine.Engine.decide`), which charges
+  them at the costs fitted by :mod:`tilecast.loop.decision_cost`.
 
 All of them prefetch a task's inputs to the chosen node as soon as it is
 assigned.
@@ -65,6 +69,7 @@ class DequeModel(Policy):
         self.queues = [[] if self.sorted_queues else deque() for _ in range(n)]
         self.neg = None if self.priority is None else [-float(p) for p in self.priority]
         self.pushed = 0  # sorted queues: equal priorities in push order
+        self.scanned = 0  # dmdasd: queued tasks the current decision read
         self.predicted = [0.0] * engine.n_tasks  # task->predicted
         self.predicted_transfer = [0.0] * engine.n_tasks  # task->predicted_transfer
         rows = engine.duration if self.estimate is None else [list(map(float, r)) for r in self.estimate]
@@ -84,6 +89,7 @@ class DequeModel(Policy):
             return 0.0
         if len(ahead) == len(q):
             return self.exp_len[w]
+        self.scanned += len(ahead)  # StarPU reads each one's predicted length (starpu_task_expected_length)
         total = 0.0
         pred = self.predicted
         for t in ahead:
@@ -100,6 +106,7 @@ class DequeModel(Policy):
         # compute_all_performance_predictions: each worker's expected end of the task
         ends = []
         best_end = float("inf")
+        self.scanned = 0
         for w, row, node in self.workers:
             es = exp_start[w]
             if es < now:  # "Sometimes workers didn't take the tasks as early as we expected"
@@ -145,6 +152,8 @@ class DequeModel(Policy):
             heapq.heappush(q, (self.neg[task] if self.neg else 0.0, self.pushed, task))
         else:
             q.append(task)
+        if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own
+            eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned)
         if not eng.busy[w]:
             eng.wake(w)
 

@@ -1,0 +1,67 @@
+"""dmdasd's decision costs: fitted from probe makespans, kept through what runs teach, used by predict."""
+
+import pytest
+
+from tilecast.loop import host_cost
+from tilecast.loop.decision_cost import fit_decision_cost
+from tilecast.loop.host_cost import HostCost, probe_key
+from tilecast.perfmodel import load_machine
+from tilecast.simulator.simulate import simulate
+
+
+@pytest.fixture(scope="module")
+def probes():
+    return [g for *_, g in host_cost.probe_graphs(host_cost.SCHED_PROBES)]
+
+
+@pytest.fixture
+def local(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    return load_machine("local").with_workers(2).with_task_overhead(8e-6)
+
+
+def test_the_fit_recovers_the_costs_that_made_the_makespans(local, probes):
+    """Makespans simulated with known costs are fitted back to those costs (the roofline's durations)."""
+    truth = (1.3e-7, 9e-6)
+    measured = [simulate(g, local.with_decision_cost(*truth), "dmdasd").makespan for g in probes]
+    free = [simulate(g, local, "dmdasd").makespan for g in probes]
+    assert min(m / f for m, f in zip(measured, free)) > 1.3  # the costs matter on these probes
+    scan, lock = fit_decision_cost(local, None, probes, measured)
+    fitted = [simulate(g, local.with_decision_cost(scan, lock), "dmdasd").makespan for g in probes]
+    assert fitted == pytest.approx(measured, rel=0.03)
+    assert scan == pytest.approx(truth[0], rel=0.25) and lock == pytest.approx(truth[1], rel=0.25)
+
+
+def test_runs_refine_the_host_cost_but_keep_the_decisions(local):
+    probe = HostCost.fit(2, [[100, 1200, 0.02, 0.001], [1000, 2300, 0.045, 0.002], [3000, 13000, 0.29, 0.004]],
+                         overheads=[[60000, 30e-6]])
+    probe.probe_points = 3
+    probe.task_overhead_s, probe.decision_scan_s, probe.decision_lock_s = 9e-6, 1e-7, 1.2e-5
+    fits = host_cost.learn_from_runs({2: probe, probe_key(2, "dmdasd"): probe, "2:dmdasd": probe},
+                                     [(2, "dmdasd", 500, 8700, 0.28, 0.29, 40e-6)])
+    learned = fits["2:dmdasd"]
+    assert len(learned.points) == 4  # the run taught the host cost
+    # its start delays (40 us, decisions included) are not taken as the per-task cost
+    assert (learned.task_overhead_s, learned.decision_scan_s, learned.decision_lock_s) == (9e-6, 1e-7, 1.2e-5)
+    host_cost.save_host_costs(local, fits)
+    back = host_cost.load_host_costs(local)["2:dmdasd"]
+    assert back.decides and back.decision_lock_s == pytest.approx(1.2e-5)
+
+
+def test_predict_charges_the_decisions_of_dmdasd_only(local):
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import predict
+
+    probe = HostCost.fit(2, [[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]], overheads=[[1000, 9e-6]])
+    fits = {2: probe, "2:dmdasd": HostCost(**{**probe.__dict__, "decision_lock_s": 2e-5})}
+    cfg = dict(model=load_model("gpt2-tiny"), batch=2, seq=32, tiling=Tiling.parse("32"), workers=2)
+    decided = predict(StepConfig(sched="dmdasd", **cfg), local, None, fits)
+    plain = predict(StepConfig(sched="dmdasd", **cfg), local, None, {2: probe})
+    # decisions run one at a time, each locking the other worker's queue, each before its task starts
+    assert decided.makespan_s >= decided.tasks * 2e-5 * 0.999 and decided.makespan_s > plain.makespan_s
+    # the simulator charges no other policy for its decisions
+    fits["2:dmdas"] = fits["2:dmdasd"]
+    assert (predict(StepConfig(sched="dmdas", **cfg), local, None, fits).makespan_s
+            == predict(StepConfig(sched="dmdas", **cfg), local, None, {2: probe}).makespan_s)
