@@ -20,7 +20,7 @@ DEFAULT_TILE = "256"
 FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
-    "sequence_parallel", "attention", "pipeline_split", "stage_layers")}
+    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir")}
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 
@@ -65,6 +65,38 @@ def recompute_arg(args) -> str:
         return check_recompute(args.recompute)
     except ValueError as e:
         raise UsageError(as_flags(str(e))) from None
+
+
+def add_memory_args(p) -> None:
+    """--memory-limit and --offload-dir (docs/memory.md)."""
+    p.add_argument("--memory-limit", metavar="SIZE",
+                   help="limit the main memory StarPU may use for tiles, e.g. 12GiB, 512MiB, 1.5GB (tiles then "
+                        "belong to StarPU, which evicts them to --offload-dir when memory is full); a limit below "
+                        "the step's smallest working set is refused with the minimum (default: no limit, tiles "
+                        "are numpy arrays registered in place)")
+    p.add_argument("--offload-dir", metavar="DIR",
+                   help="existing, writable directory for StarPU's disk memory node, where tiles evicted under "
+                        "--memory-limit go (one file per evicted tile, removed when StarPU stops); without it "
+                        "every tile must fit under the limit")
+
+
+def memory_args(args):
+    """The MemoryLimit of --memory-limit/--offload-dir, or None; UsageError on bad input."""
+    from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, check_offload_dir, parse_size
+
+    limit = getattr(args, "memory_limit", None)
+    offload = getattr(args, "offload_dir", None)
+    if limit is None:
+        if offload is not None:
+            raise UsageError("--offload-dir needs --memory-limit SIZE")
+        return None
+    try:
+        mem = MemoryLimit(parse_size(limit), offload)
+        if offload is not None:
+            check_offload_dir(offload, 0)  # missing or read-only: before anything is built
+    except MemoryLimitError as e:
+        raise UsageError(as_flags(str(e))) from None
+    return mem
 
 
 def add_json_arg(p) -> None:

@@ -8,8 +8,8 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_model_args, add_recompute_arg, blas_summary, model_args, print_json,
-                                 recompute_arg)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
+                                 blas_summary, memory_args, model_args, print_json, recompute_arg)
 from tilecast.cli.run_mpi import add_mpi_args, run_mpi_cmd
 
 
@@ -35,6 +35,7 @@ def add_parser(sub):
     p.add_argument("--trace", metavar="PATH",
                    help="write the last step's trace: .parquet or .csv table, or .json Chrome trace (Perfetto)")
     add_mpi_args(p)
+    add_memory_args(p)
     add_json_arg(p)
     return p
 
@@ -42,6 +43,7 @@ def add_parser(sub):
 def run(args) -> int:
     if args.ranks is not None:
         return run_mpi_cmd(args)
+    from tilecast.executor.memory_limit import MemoryLimitError, format_size
     from tilecast.executor.starpu_run import run_steps
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.kernels.native_build import NativeUnavailable
@@ -49,6 +51,7 @@ def run(args) -> int:
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
+    memory = memory_args(args)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
@@ -65,9 +68,11 @@ def run(args) -> int:
 
     try:
         res = run_steps(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
-                        check=args.check, progress=progress, recompute=recompute)
+                        check=args.check, progress=progress, recompute=recompute, memory=memory)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
+    except MemoryLimitError as e:
+        raise UsageError(as_flags(str(e))) from None
     except ValueError as e:
         msg = str(e)
         flag = "--sched" if "scheduler" in msg else "--workers" if "workers" in msg else "--model/--tile"
@@ -89,6 +94,10 @@ def run(args) -> int:
         "host_s": res.host_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
         "step_times_s": res.step_s, "makespans_s": res.makespan_s, "losses": res.losses,
         "flops_per_step": res.flops_per_step, "blas": blas,
+        "memory_limit_bytes": memory.limit_bytes if memory else None,
+        "offload_dir": memory.offload_dir if memory else None,
+        "disk_written_bytes": res.disk_written, "disk_read_bytes": res.disk_read,
+        "peak_rss_bytes": res.peak_rss_bytes,
     }
     if res.check is not None:
         out["check"] = res.check
@@ -106,6 +115,13 @@ def run(args) -> int:
               f"{loss:>10.4f}")
     print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
           f"{res.gflops:.2f} GFLOP/s; {1e3 * res.host_s:.2f} ms of each step outside the task graph")
+    if memory is not None:
+        steps = slice(1, None) if len(res.disk_written) > 1 else slice(None)
+        print(f"memory limit {format_size(memory.limit_bytes)}"
+              + (f", offload to {memory.offload_dir}: per step (median after the first) "
+                 f"{format_size(np.median(res.disk_written[steps]))} written to disk, "
+                 f"{format_size(np.median(res.disk_read[steps]))} read" if memory.offload_dir else ", no disk node")
+              + f"; peak RSS {format_size(res.peak_rss_bytes)}")
     if args.trace:
         print(f"trace of the last step: {args.trace}")
     if res.check is not None:

@@ -7,8 +7,8 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_model_args, add_recompute_arg, blas_summary, model_args, print_json,
-                                 recompute_arg)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
+                                 blas_summary, memory_args, model_args, print_json, recompute_arg)
 
 # A small GPT-2 (gpt2-tiny: 2 layers, n_embd 64, vocab 256) whose validation loss falls below 2.0
 # after about 600 steps of 16 x 128 bytes at lr 3e-3 (1.95 at step 600, 1.79 at step 1000, measured here
@@ -46,6 +46,7 @@ def add_parser(sub):
                    help="also write the checkpoint every N steps (default: 0, only at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint (an error if it cannot be used)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the weights and batches (default: 0)")
+    add_memory_args(p)
     add_json_arg(p)
     return p
 
@@ -53,16 +54,18 @@ def add_parser(sub):
 def run(args) -> int:
     from tilecast.executor.checkpoint import CheckpointError
     from tilecast.executor.data import DataError
+    from tilecast.executor.memory_limit import MemoryLimitError
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.executor.training import TrainOptions, TrainingError, train
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
+    memory = memory_args(args)
     opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=args.steps, lr=args.lr, sched=args.sched,
                         workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        seed=args.seed, recompute=recompute)
+                        seed=args.seed, recompute=recompute, memory=memory)
     blas, blas_line = blas_summary()
     bars = []
 
@@ -81,6 +84,8 @@ def run(args) -> int:
 
     try:
         res = train(opts, progress=progress, log=log)
+    except MemoryLimitError as e:
+        raise UsageError(as_flags(str(e))) from None
     except (TrainingError, DataError, CheckpointError) as e:
         raise UsageError(str(e)) from None
     except NativeUnavailable as e:

@@ -2,8 +2,9 @@
 
 The forward graph (:func:`~tilecast.graph.models.build_forward`) declares
 the parameters with the same tiles as the step graph, so its parameter tiles
-are pointed at the training store's buffers: evaluating copies no weights and
-sees exactly the parameters the last step left.
+are pointed at the training store's buffers (or, for StarPU-managed tiles, at
+the same StarPU handles): evaluating copies no weights and sees exactly the
+parameters the last step left.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from tilecast.graph.models import build_forward, model_parameters
 class Evaluator:
     """Mean validation loss of the parameters held in ``train_store`` over fixed batches."""
 
-    def __init__(self, cfg, batch: int, seq: int, tiling, train_store: TileStore, batches):
-        self.graph = build_forward(cfg, batch, seq, tiling)
+    def __init__(self, cfg, batch: int, seq: int, tiling, train_store: TileStore, batches, graph=None):
+        self.graph = build_forward(cfg, batch, seq, tiling) if graph is None else graph
         self.batches = list(batches)
         if not self.batches:
             raise ValueError("no validation batches (the validation data is shorter than one batch)")
-        self.store = TileStore(self.graph)
         step_graph = train_store.graph
+        if hasattr(train_store, "share_tensor"):  # StarPU-managed tiles: share the parameters' handles
+            from tilecast.executor.managed_tiles import ManagedTileStore
+
+            self.store = ManagedTileStore(self.graph, train_store.session)
+            for name in model_parameters(cfg):
+                self.store.share_tensor(name, train_store)
+            self.tokens = len(self.batches) * batch * seq
+            return
+        self.store = TileStore(self.graph)
         for name in model_parameters(cfg):
             mine, theirs = self.graph.tensor(name), step_graph.tensor(name)
             if not np.array_equal(mine.tile_shapes(), theirs.tile_shapes()):

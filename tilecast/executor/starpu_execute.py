@@ -201,7 +201,10 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
     worker = np.full(n, -1, dtype=np.int32)
     err = g.ffi.new("int *")
     submitted = 0
-    handles = session.tile_handles.update(graph, store)
+    managed = getattr(store, "handles", None)  # a ManagedTileStore's StarPU-owned tiles
+    handles = managed if managed is not None else session.tile_handles.update(graph, store)
+    if session.memory is not None:
+        submit_paused = False  # throttled submission blocks until tasks finish: the workers must run
     try:
         submitted = lib.tcs_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import (TrainState, init_params, load_step, reference_step, set_batch,
+from tilecast.executor.step import (TrainState, init_params, load_initial, load_step, reference_step, set_batch,
                                     step_loss)
 from tilecast.executor.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, grad_name
@@ -38,6 +38,9 @@ class RunResult:
     workers: list[str] = field(default_factory=list)
     makespan_s: list[float] = field(default_factory=list)
     traces: list = field(default_factory=list)  # the traced steps' traces (the last one is ``trace``)
+    disk_written: list[int] = field(default_factory=list)  # bytes StarPU wrote to its disk node, per step
+    disk_read: list[int] = field(default_factory=list)  # bytes it read back, per step
+    peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the run
 
     @property
     def median_step_s(self) -> float:
@@ -110,9 +113,15 @@ class StarPUTraining:
     ``data`` is an int array (steps, batch, seq + 1) of tokens; step ``t`` reads ``data[t]``.
     """
 
-    def __init__(self, session, graph, state: TrainState, data: np.ndarray):
+    def __init__(self, session, graph, state: TrainState | tuple, data: np.ndarray):
+        """``state``: a TrainState, or (cfg, seed) for the initial state streamed into StarPU-managed tiles
+        one parameter at a time (:func:`~tilecast.executor.step.load_initial`; under a memory limit)."""
         self.session, self.graph, self.data = session, graph, data
-        self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
+        store = session_store(session, graph)
+        if isinstance(state, tuple):
+            self.store = load_initial(graph, *state, data[0, :, :-1], data[0, :, 1:], store=store)
+        else:
+            self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:], store=store)
         self.t = 0
 
     def step(self, trace: bool = True):
@@ -127,9 +136,26 @@ class StarPUTraining:
         return seconds, step_loss(self.store), trace
 
 
+def session_store(session, graph):
+    """The store a session's steps use: StarPU-managed tiles under a memory limit (StarPU may evict
+    them), else None (load_step makes in-place numpy tiles)."""
+    if session.memory is None:
+        return None
+    from tilecast.executor.managed_tiles import ManagedTileStore
+
+    return ManagedTileStore(graph, session)
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size (``ru_maxrss``, KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None, steps: int, seed: int = 0,
               lr: float = 1e-3, check: bool = False, progress=None, trace_from: int | None = None,
-              recompute: str = "none") -> RunResult:
+              recompute: str = "none", memory=None) -> RunResult:
     """Run ``steps`` training steps of ``cfg`` on StarPU; time each (the whole graph, submission to last task).
 
     ``recompute``: the step's activation recompute setting (:mod:`tilecast.graph.recompute`); the
@@ -137,19 +163,28 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
 
     The last step is traced (``trace``); with ``trace_from``, every step from that one on is, and
     ``traces`` holds them all (building a trace is not part of a step's time).
+    ``memory`` (a :class:`~tilecast.executor.memory_limit.MemoryLimit`) limits StarPU's main memory
+    and gives it a disk node; tiles are then StarPU-managed, and a limit below the step's smallest
+    working set raises :class:`~tilecast.executor.memory_limit.MemoryLimitError` before StarPU starts.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    session = StarPUSession(sched, workers)  # validates before the graph is built
+    session = StarPUSession(sched, workers, memory=memory)  # validates before the graph is built
     graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
-    state = TrainState(init_params(cfg, seed))
+    if memory is not None:
+        memory.check([graph], session.n_cpus)
+    # Under a memory limit the parameters go straight into StarPU's tiles, one at a time (no numpy copy
+    # of the whole model), unless the reference check needs them.
+    state = (cfg, seed) if memory is not None and not check else TrainState(init_params(cfg, seed))
     data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(steps, batch, seq + 1))
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None
     step_s, makespans, losses, trace, report, traces = [], [], [], None, None, []
+    written, read = [], []
     first_traced = steps - 1 if trace_from is None else min(max(trace_from, 0), steps - 1)
     with session:
         training = StarPUTraining(session, graph, state, data)
+        session.disk_traffic()  # loading the state is not part of a step
         for t in range(steps):
             dt, loss, trace = training.step(trace=(t >= first_traced))
             if trace is not None:
@@ -157,6 +192,9 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
             step_s.append(dt)
             makespans.append(session.last_makespan_s)
             losses.append(loss)
+            w, r = session.disk_traffic()
+            written.append(w)
+            read.append(r)
             if check and t == 0:
                 store = training.store
                 got = (loss, {n: store.tensor(grad_name(n)) for n in state.params},
@@ -169,4 +207,5 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
         report = check_step(*got, (ref.loss, ref.grads, ref_state.params), adamw_expected(graph, start_params, got[1]))
     return RunResult(step_s=step_s, losses=losses, tokens_per_step=batch * seq,
                      flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph,
-                     check=report, workers=names, makespan_s=makespans, traces=traces)
+                     check=report, workers=names, makespan_s=makespans, traces=traces,
+                     disk_written=written, disk_read=read, peak_rss_bytes=peak_rss_bytes())

@@ -65,7 +65,7 @@ _ACTIVE: list = []
 class StarPUSession:
     """StarPU running with policy ``sched`` on ``workers`` CPU workers (a context manager)."""
 
-    def __init__(self, sched: str = "dmda", workers: int | None = None):
+    def __init__(self, sched: str = "dmda", workers: int | None = None, memory=None):
         offered = policies()
         if sched in WITHHELD:
             raise ValueError(f"scheduler {sched!r} is not available: {WITHHELD[sched]}")
@@ -77,6 +77,9 @@ class StarPUSession:
             raise ValueError(f"workers must be between 1 and {limit} (this StarPU's limit), got {workers}")
         self.sched = sched
         self.n_cpus = workers
+        self.memory = memory  # a MemoryLimit (tilecast.executor.memory_limit), or None: no limit
+        self.disk_node = -1  # StarPU's disk memory node, once started with an offload directory
+        self.managed_stores: list = []  # ManagedTileStores registered on this session, closed before shutdown
         self._open = False
         self.tasks_done_at = 0.0  # perf_counter() when the last executed graph's tasks were all done
         self.last_makespan_s = 0.0  # that graph's makespan (its tasks' traced times, untraced steps too)
@@ -94,7 +97,8 @@ class StarPUSession:
         os.environ["STARPU_HOME"] = str(home)
         os.environ.setdefault("STARPU_SILENT", "1")
         addresses = kernel_addresses()  # builds the kernels extension first, sets one BLAS thread
-        ret = g.lib.tcs_start(self.sched.encode(), self.n_cpus)
+        with limit_environment(self.memory, self.n_cpus):
+            ret = g.lib.tcs_start(self.sched.encode(), self.n_cpus)
         if ret != 0:
             raise StarPUError(f"StarPU failed to start (sched={self.sched}, workers={self.n_cpus}): "
                               f"{os.strerror(-ret) if ret < 0 else ret}")
@@ -111,6 +115,8 @@ class StarPUSession:
                 g.ffi.new("int[]", [len(k.buffers) for k in kernels]))
             if ret != 0:
                 raise StarPUError(f"setting up StarPU codelets failed: {os.strerror(-ret)}")
+            if self.memory is not None and self.memory.offload_dir is not None:
+                self._register_disk()
             lo, hi = g.ffi.new("int *"), g.ffi.new("int *")
             g.lib.tcs_priority_range(lo, hi)
             self.priority_range = (int(lo[0]), int(hi[0]))  # what the running policy declares
@@ -132,12 +138,36 @@ class StarPUSession:
         if not self._open:
             return
         try:
+            for store in list(self.managed_stores):
+                store.close()
             self.tile_handles.release()
         finally:
             glue().lib.tcs_stop()
         self._open = False
         if self in _ACTIVE:
             _ACTIVE.remove(self)
+
+    def _register_disk(self) -> None:
+        g = glue()
+        size = self.memory.disk_size_bytes()
+        self._disk_dir = g.ffi.new("char[]", os.path.abspath(self.memory.offload_dir).encode())
+        node = g.lib.tcs_disk_register(self._disk_dir, size)
+        if node < 0:
+            raise StarPUError(f"StarPU could not use {self.memory.offload_dir} as a disk memory node")
+        self.disk_node = int(node)
+        self.disk_traffic()  # start the counters from zero
+
+    def disk_traffic(self) -> tuple[int, int]:
+        """(bytes written to, bytes read from) the disk node since the last call (StarPU's bus
+        profiling; 0, 0 without a disk node)."""
+        if self.disk_node < 0:
+            return 0, 0
+        g = glue()
+        b, c = g.ffi.new("int64_t *"), g.ffi.new("int64_t *")
+        g.lib.tcs_bus_bytes(0, self.disk_node, b, c)
+        written = int(b[0])
+        g.lib.tcs_bus_bytes(self.disk_node, 0, b, c)
+        return written, int(b[0])
 
     def __enter__(self) -> "StarPUSession":
         return self.start()
@@ -186,6 +216,35 @@ class StarPUSession:
 
         self._require_open()
         return baseline_graph(self, graph, store, profiling)
+
+
+# Submission throttle under a memory limit (StarPU 1.3.10, src/core/task.c: starpu_task_submit blocks once
+# MAX tasks are submitted and not finished, until MIN remain): tasks queued far ahead would have StarPU
+# prefetch, and hold in main memory, tiles that later tasks need room for.
+THROTTLE_PER_WORKER = (16, 8)
+
+
+class limit_environment:
+    """StarPU's environment for a memory limit, set while StarPU starts (it reads it then) and restored."""
+
+    def __init__(self, memory, workers: int):
+        self.env = {}
+        if memory is not None:
+            hi, lo = THROTTLE_PER_WORKER
+            self.env = {"STARPU_LIMIT_CPU_MEM": str(memory.limit_mib),
+                        "STARPU_LIMIT_MAX_SUBMITTED_TASKS": str(hi * workers),
+                        "STARPU_LIMIT_MIN_SUBMITTED_TASKS": str(lo * workers)}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @atexit.register

@@ -42,8 +42,12 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """GPT-2's initialisation as transformers does it: N(0, 0.02) weights and embeddings,
     zero biases, unit LayerNorm gains, and N(0, 0.02 / sqrt(2 n_layer)) for the
     projections that feed the residual stream (Radford et al. 2019, section 2.3)."""
+    return dict(iter_gpt2_params(cfg, seed))
+
+
+def iter_gpt2_params(cfg: ModelConfig, seed: int = 0):
+    """(name, array) of :func:`init_gpt2_params`, one parameter at a time (the same values)."""
     rng = np.random.default_rng(seed)
-    out = {}
     residual_std = 0.02 / np.sqrt(2 * cfg.n_layer)
     for name, (shape, _) in gpt2_parameters(cfg).items():
         leaf = name.rsplit(".", 1)[-1]
@@ -55,22 +59,45 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
             a = rng.normal(0.0, residual_std, shape)
         else:
             a = rng.normal(0.0, 0.02, shape)
-        out[name] = a.astype(np.float32)
-    return out
+        yield name, a.astype(np.float32)
 
 
 def init_llama_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """A Llama's initialisation as transformers does it: N(0, 0.02) weights and embeddings, unit RMSNorm gains."""
+    return dict(iter_llama_params(cfg, seed))
+
+
+def iter_llama_params(cfg: ModelConfig, seed: int = 0):
+    """(name, array) of :func:`init_llama_params`, one parameter at a time."""
     from tilecast.graph.llama import llama_parameters
 
     rng = np.random.default_rng(seed)
-    return {name: (np.ones(shape) if name.endswith("norm.g") else rng.normal(0.0, 0.02, shape)).astype(np.float32)
-            for name, (shape, _) in llama_parameters(cfg).items()}
+    for name, (shape, _) in llama_parameters(cfg).items():
+        yield name, (np.ones(shape) if name.endswith("norm.g") else rng.normal(0.0, 0.02, shape)).astype(np.float32)
 
 
 def init_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """The initial parameters of ``cfg``'s family."""
-    return init_llama_params(cfg, seed) if cfg.family == "llama" else init_gpt2_params(cfg, seed)
+    return dict(iter_params(cfg, seed))
+
+
+def iter_params(cfg: ModelConfig, seed: int = 0):
+    """The initial parameters of ``cfg``'s family, one at a time: a model larger than memory is loaded
+    into StarPU-managed tiles without ever holding all its parameters in numpy."""
+    return iter_llama_params(cfg, seed) if cfg.family == "llama" else iter_gpt2_params(cfg, seed)
+
+
+def load_initial(graph: Graph, cfg: ModelConfig, seed: int, ids, targets, store: TileStore) -> TileStore:
+    """:func:`load_step` of ``TrainState(init_params(cfg, seed))`` into ``store``, one parameter at a time
+    (zero AdamW moments): the tiles receive the same values."""
+    for name, p in iter_params(cfg, seed):
+        store.set_tensor(name, p)
+        zeros = np.zeros(p.shape, dtype=p.dtype)
+        del p
+        for moment in adam_names(name):
+            store.set_tensor(moment, zeros)
+    set_batch(graph, store, ids, targets, 1)
+    return store
 
 
 def set_batch(graph: Graph, store: TileStore, ids, targets, step: int) -> None:
@@ -95,9 +122,11 @@ def step_loss(store: TileStore) -> float:
     return float(store.tensor("loss")[0])
 
 
-def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray) -> TileStore:
-    """A store holding the step's inputs; sets AdamW's step number on the graph."""
-    store = TileStore(graph)
+def load_step(graph: Graph, state: TrainState, ids: np.ndarray, targets: np.ndarray,
+              store: TileStore | None = None) -> TileStore:
+    """A store holding the step's inputs (a new in-place TileStore, or ``store``, e.g. a
+    ManagedTileStore); sets AdamW's step number on the graph."""
+    store = TileStore(graph) if store is None else store
     for name, p in state.params.items():
         store.set_tensor(name, p)
         m_name, v_name = adam_names(name)

@@ -32,8 +32,9 @@ from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_
 from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.executor.evaluation import Evaluator
 from tilecast.executor.step import TrainState, init_params, load_step, set_batch, step_loss
+from tilecast.executor.starpu_run import session_store
 from tilecast.graph.gpt2 import AdamWConfig, adam_names
-from tilecast.graph.models import build_step
+from tilecast.graph.models import build_forward, build_step
 
 
 class TrainingError(ValueError):
@@ -58,6 +59,7 @@ class TrainOptions:
     seed: int = 0
     initial_params: dict | None = None  # parameter name -> array; default: the family's initialisation from ``seed``
     recompute: str = "none"  # activation recompute in the step (tilecast.graph.recompute): same losses, less memory
+    memory: object = None  # a MemoryLimit (tilecast.executor.memory_limit): StarPU-managed tiles, disk offload
 
 
 @dataclass
@@ -181,13 +183,15 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
         params = init_params(o.cfg, o.seed) if o.initial_params is None else \
             {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
         state, losses, val = TrainState(params), [], []
-    session = StarPUSession(o.sched, o.workers)  # checks the scheduler and worker count
+    session = StarPUSession(o.sched, o.workers, memory=o.memory)  # checks the scheduler and worker count
     graph = build_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr), recompute=o.recompute)
+    forward = build_forward(o.cfg, o.batch, o.seq, o.tiling)
+    if o.memory is not None:
+        o.memory.check([graph, forward], session.n_cpus)
     start = state.step
     res = TrainResult(losses=losses, val=val, step=start, start_step=start, step_time_s=0.0, wall_s=0.0,
                       tokens_per_step=o.batch * o.seq, n_tasks=graph.n_tasks)
-    store = load_step(graph, state, *_empty_batch(o))
-    evaluator = Evaluator(o.cfg, o.batch, o.seq, o.tiling, store, val_batches)
+    store = evaluator = None
 
     def checkpoint(why: str) -> None:
         names = list(state.params)
@@ -206,6 +210,9 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
         log(f"step {res.step}: validation loss {v:.4f}")
 
     with _Interrupts() as interrupts, session:
+        # Under a memory limit the tiles are StarPU's, registered on the running session.
+        store = load_step(graph, state, *_empty_batch(o), store=session_store(session, graph))
+        evaluator = Evaluator(o.cfg, o.batch, o.seq, o.tiling, store, val_batches, graph=forward)
         res.workers = list(session.worker_names)
         if res.step == 0 and o.eval_every:
             evaluate()

@@ -450,3 +450,89 @@ struct starpu_codelet *tcs_codelet(int k)
 {
     return k >= 0 && k < n_kernels ? &codelets[k] : NULL;
 }
+
+/* --- StarPU-managed tiles and the disk node (see starpu_glue.h) ------------------------------------ */
+
+int tcs_register_managed(int64_t n, const int64_t *nelem, const int64_t *elemsize, void **handles)
+{
+    for (int64_t i = 0; i < n; i++) {
+        starpu_data_handle_t h = NULL;
+        if (nelem[i] > 0)
+            starpu_vector_data_register(&h, -1, 0, (uint32_t)nelem[i], (size_t)elemsize[i]);
+        handles[i] = h;
+    }
+    return 0;
+}
+
+void tcs_unregister_managed(int64_t n, void **handles)
+{
+    /* A tile on its way to or from the disk node is unregistered only once that transfer is done, and the
+     * workers drive the disk node: they must not be paused (seen hanging here otherwise). */
+    const int was_paused = paused;
+    tcs_resume();
+    for (int64_t i = 0; i < n; i++)
+        if (handles[i]) {
+            starpu_data_unregister_no_coherency((starpu_data_handle_t)handles[i]);
+            handles[i] = NULL;
+        }
+    if (was_paused)
+        tcs_pause();
+}
+
+static int copy_tiles(int64_t n, const int64_t *idx, const uint64_t *host, void **handles, int to_tile)
+{
+    /* Fetches from the disk node are done by the workers' progress: they must not be paused. */
+    const int was_paused = paused;
+    tcs_resume();
+    int err = 0;
+    for (int64_t k = 0; k < n && !err; k++) {
+        starpu_data_handle_t h = (starpu_data_handle_t)handles[idx[k]];
+        if (!h)
+            continue;
+        err = starpu_data_acquire_on_node(h, STARPU_MAIN_RAM, to_tile ? STARPU_W : STARPU_R);
+        if (err)
+            break;
+        void *tile = (void *)starpu_data_handle_to_pointer(h, STARPU_MAIN_RAM);
+        const size_t bytes = starpu_data_get_size(h);
+        if (to_tile)
+            memcpy(tile, (const void *)(uintptr_t)host[k], bytes);
+        else
+            memcpy((void *)(uintptr_t)host[k], tile, bytes);
+        starpu_data_release_on_node(h, STARPU_MAIN_RAM);
+    }
+    if (was_paused)
+        tcs_pause();
+    return err;
+}
+
+int tcs_tiles_write(int64_t n, const int64_t *idx, const uint64_t *src, void **handles)
+{
+    return copy_tiles(n, idx, src, handles, 1);
+}
+
+int tcs_tiles_read(int64_t n, const int64_t *idx, const uint64_t *dst, void **handles)
+{
+    return copy_tiles(n, idx, dst, handles, 0);
+}
+
+int tcs_disk_register(const char *dir, int64_t size)
+{
+    if (!started)
+        return -1;
+    return starpu_disk_register(&starpu_disk_unistd_ops, (void *)dir, (starpu_ssize_t)size);
+}
+
+int tcs_bus_bytes(int src, int dst, int64_t *bytes, int64_t *count)
+{
+    *bytes = *count = 0;
+    const int bus = starpu_bus_get_id(src, dst);
+    if (bus < 0)
+        return -1;
+    struct starpu_profiling_bus_info info;
+    const int ret = starpu_bus_get_profiling_info(bus, &info);
+    if (ret == 0) {
+        *bytes = info.transferred_bytes;
+        *count = info.transfer_count;
+    }
+    return ret;
+}

@@ -57,4 +57,17 @@ double tcs_submit_seconds(void);
 double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
                     void **handles, int profiling);
 
+/* StarPU-managed tiles (home node -1: StarPU allocates them and may evict them to a disk node).
+ * Zero-sized tiles get a NULL handle. Unregistering drops the data (no copy back). */
+int tcs_register_managed(int64_t n, const int64_t *nelem, const int64_t *elemsize, void **handles);
+void tcs_unregister_managed(int64_t n, void **handles);
+/* Copy into / out of tiles idx[0..n) through starpu_data_acquire on main memory (W or R), one tile at a
+ * time; src/dst[k] is the host address of tile idx[k]'s bytes. 0 or the first StarPU error. */
+int tcs_tiles_write(int64_t n, const int64_t *idx, const uint64_t *src, void **handles);
+int tcs_tiles_read(int64_t n, const int64_t *idx, const uint64_t *dst, void **handles);
+/* A disk memory node (unistd backend) in directory dir, of at most size bytes; its node id, or -1. */
+int tcs_disk_register(const char *dir, int64_t size);
+/* Bytes and transfers from node src to node dst since the last call (StarPU's bus profiling). */
+int tcs_bus_bytes(int src, int dst, int64_t *bytes, int64_t *count);
+
 #endif

@@ -1,0 +1,109 @@
+"""Training steps of a model larger than the memory StarPU is allowed, with tiles evicted to disk.
+
+Every tile is StarPU-managed; StarPU may use ``--memory-limit`` of main memory
+for them and writes the others back to a disk node in ``--offload-dir``
+(docs/memory.md). The initial parameters are loaded one tensor at a time, so
+the process never holds the whole model in numpy. After ``--warmup`` steps,
+``--steps`` steps are timed; for each the script prints the step time, the
+bytes StarPU wrote to and read from the disk node (its bus counters), and at
+the end the process's peak resident set size, which should stay within the
+limit plus the process's own overhead (Python, numpy, the task graph).
+
+The predicted step time needs the simulator's model of main memory's
+capacity and of the disk link, which does not exist yet: it is printed as
+"not modelled yet" and ``null``.
+
+Last line: one JSON object with ``step_s`` (median measured step, seconds),
+``predicted_step_s`` (null), ``disk_bytes`` (median per step: ``written``,
+``read``, bytes), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step
+lists and the run conditions.
+
+    python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
+    python3 benchmarks/out_of_core.py --model gpt2-tiny --batch 8 --seq 128 --tile 32 --memory-limit 2MiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, format_size, parse_size
+from tilecast.executor.starpu_run import run_steps
+from tilecast.graph import Tiling
+from tilecast.graph.model_config import load_model
+from tilecast.home import home
+from tilecast.perfmodel.local import conditions_line, run_conditions
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt2-xl")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--tile", default="256")
+    ap.add_argument("--memory-limit", default="12GiB", metavar="SIZE")
+    ap.add_argument("--offload-dir", default=None, metavar="DIR",
+                    help="disk node directory (default: a new directory under $TILECAST_HOME/offload, removed "
+                         "at the end)")
+    ap.add_argument("--sched", default="dmda")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: 1)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up (default: 3)")
+    args = ap.parse_args()
+    cfg = load_model(args.model)
+    made = args.offload_dir is None
+    if made:
+        base = home("offload")
+        base.mkdir(parents=True, exist_ok=True)
+        offload = tempfile.mkdtemp(prefix="run-", dir=base)
+    else:
+        offload = args.offload_dir
+    try:
+        memory = MemoryLimit(parse_size(args.memory_limit), offload)
+        conditions = run_conditions()
+        print(conditions_line(conditions))
+        print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} "
+              f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload}")
+
+        def progress(t, dt, loss):
+            print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
+
+        res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
+                        args.warmup + args.steps, seed=0, progress=progress, memory=memory)
+    except MemoryLimitError as e:
+        print(f"out_of_core: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if made:
+            shutil.rmtree(offload, ignore_errors=True)
+    timed = slice(args.warmup, None)
+    steps, written, read = res.step_s[timed], res.disk_written[timed], res.disk_read[timed]
+    print(f"\n{'step':>5}{'time s':>10}{'disk written':>15}{'disk read':>15}{'loss':>9}")
+    for k, (dt, w, r, loss) in enumerate(zip(steps, written, read, res.losses[timed])):
+        print(f"{args.warmup + k + 1:>5}{dt:>10.2f}{format_size(w):>15}{format_size(r):>15}{loss:>9.4f}")
+    step_s = float(np.median(steps))
+    print(f"\nmedian step {step_s:.2f} s ({res.n_tasks} tasks); predicted step: not modelled yet (the simulator "
+          f"has no model of a memory limit or a disk node)")
+    print(f"disk per step (median): {format_size(np.median(written))} written, {format_size(np.median(read))} read")
+    over = res.peak_rss_bytes - memory.limit_bytes
+    print(f"peak RSS {format_size(res.peak_rss_bytes)} = limit {format_size(memory.limit_bytes)} "
+          f"{'+' if over >= 0 else '-'} {format_size(abs(over))}")
+    print(json.dumps({
+        "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile, "sched": args.sched,
+        "workers": args.workers, "tasks": res.n_tasks, "memory_limit_bytes": memory.limit_bytes,
+        "step_s": step_s, "predicted_step_s": None,
+        "disk_bytes": {"written": float(np.median(written)), "read": float(np.median(read))},
+        "peak_rss_bytes": res.peak_rss_bytes, "step_times_s": steps, "disk_written_bytes": written,
+        "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""A limit on the main memory StarPU may use for tiles, and the disk directory evicted tiles go to.
+
+With a limit, every tile is StarPU-managed (:mod:`tilecast.executor.managed_tiles`),
+StarPU starts with ``STARPU_LIMIT_CPU_MEM`` (MiB) and, given an offload
+directory, a disk memory node (``starpu_disk_register`` with the unistd
+backend) to which it writes back tiles it evicts from main memory
+(StarPU 1.3.10, ``src/datawizard/memalloc.c``, ``choose_target``: a tile with
+no home node that must leave main memory goes to the disk node).
+
+**The smallest working set** (:func:`minimum_bytes`) is what a step needs in
+main memory at once for StarPU to make progress:
+
+- with a disk node, ``workers`` x the largest task's buffers (every worker
+  holds the tiles of the task it runs, all in main memory at once) plus the
+  largest tile (the host reads and writes one tile at a time through
+  ``starpu_data_acquire``), plus :data:`SLACK_BYTES`. Measured here
+  (gpt2-tiny, batch 8 x 128, 2 workers, dmda): tiles of 64 (largest task
+  1.01 MiB) run at a 2 MiB limit and hang at 1 MiB; tiles of 128 (largest
+  task 4.02 MiB) run at 8 MiB. StarPU takes the limit in whole MiB, hence the
+  slack;
+- without one, every tile of the graphs (nothing can be evicted: a tile's only
+  copy must stay in main memory).
+
+A limit below it is refused before StarPU starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+MIB = 1 << 20
+# StarPU takes its limit in whole MiB (STARPU_LIMIT_CPU_MEM) and rounds each allocation up a little.
+SLACK_BYTES = 1 * MIB
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*$")
+
+
+class MemoryLimitError(ValueError):
+    """A memory limit or offload directory that cannot be used; one line naming the field."""
+
+
+def parse_size(text: str, field: str = "memory_limit") -> int:
+    """Bytes in ``text``: a number with an optional unit, B, kB/MB/GB/TB (powers of 10) or
+    KiB/MiB/GiB/TiB (powers of 2), e.g. ``12GiB``, ``512MiB``, ``1.5GB``, ``1000000``."""
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise MemoryLimitError(f"{field}: {text!r} is not a size (use e.g. 12GiB, 512MiB, 1.5GB or a number of "
+                               "bytes)")
+    n = int(float(m.group(1)) * _UNITS[unit])
+    if n <= 0:
+        raise MemoryLimitError(f"{field}: must be positive, got {text!r}")
+    return n
+
+
+def format_size(n: float) -> str:
+    """Bytes as people read them, in binary units (``1.50 GiB``)."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def largest_task_bytes(graph) -> int:
+    """Bytes of the distinct tiles the graph's largest task touches."""
+    if not graph.n_tasks:
+        return 0
+    acc_ptr = np.asarray(graph.acc_ptr, dtype=np.int64)
+    nbytes = np.asarray(graph.tile_nbytes, dtype=np.int64)[np.asarray(graph.acc_tile)]
+    counts = np.diff(acc_ptr)
+    per_task = np.add.reduceat(nbytes, acc_ptr[:-1][counts > 0]) if nbytes.size else np.zeros(1, np.int64)
+    return int(per_task.max())
+
+
+def tile_bytes(graphs) -> int:
+    """Every tile's bytes over ``graphs`` (tiles shared between graphs are counted for each graph:
+    an upper bound)."""
+    return int(sum(int(np.asarray(g.tile_nbytes, dtype=np.int64).sum()) for g in graphs))
+
+
+def minimum_bytes(graphs, workers: int, offload: bool) -> int:
+    """The smallest working set of steps over ``graphs`` (see the module's docstring)."""
+    if not offload:
+        return tile_bytes(graphs)
+    task = max(largest_task_bytes(g) for g in graphs)
+    tile = max(int(np.max(g.tile_nbytes)) if g.n_tiles else 0 for g in graphs)
+    return workers * task + tile + SLACK_BYTES
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """StarPU's main-memory limit in bytes and the directory of its disk node (None: no disk node)."""
+
+    limit_bytes: int
+    offload_dir: str | None = None
+
+    @property
+    def limit_mib(self) -> int:
+        """The limit as StarPU takes it (``STARPU_LIMIT_CPU_MEM``, whole MiB, rounded down)."""
+        return self.limit_bytes // MIB
+
+    def check(self, graphs, workers: int) -> None:
+        """Refuse, in one line, a limit below the smallest working set of ``graphs`` on ``workers``
+        workers, and an offload directory that is missing, not writable or too small for what
+        may be evicted to it."""
+        need = minimum_bytes(graphs, workers, self.offload_dir is not None)
+        if self.limit_mib * MIB < need:
+            where = (f"{workers} worker(s) x the largest task's buffers + the largest tile + slack"
+                     if self.offload_dir else "every tile stays in memory without --offload-dir")
+            raise MemoryLimitError(f"memory_limit: {format_size(self.limit_bytes)} is below the step's smallest "
+                                   f"working set; the minimum is {math.ceil(need / MIB)}MiB ({where})")
+        if self.offload_dir is not None:
+            check_offload_dir(self.offload_dir, max(tile_bytes(graphs) - self.limit_mib * MIB, 0))
+
+    def disk_size_bytes(self) -> int:
+        """The disk node's capacity given to StarPU: the offload directory's free space, less 64 MiB
+        (at least StarPU's minimum, 16 MiB)."""
+        return max(shutil.disk_usage(self.offload_dir).free - 64 * MIB, 16 * MIB)
+
+
+def check_offload_dir(path: str, need: int) -> None:
+    """One-line :class:`MemoryLimitError` if ``path`` is missing, not a writable directory, or has less
+    than ``need`` bytes free (what may be evicted to it)."""
+    if not os.path.exists(path):
+        raise MemoryLimitError(f"offload_dir: no such directory {path}")
+    if not os.path.isdir(path):
+        raise MemoryLimitError(f"offload_dir: {path} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".tilecast-probe-") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise MemoryLimitError(f"offload_dir: cannot write in {path} ({e.strerror or e})") from None
+    free = shutil.disk_usage(path).free
+    if free < need:
+        raise MemoryLimitError(f"offload_dir: {path} has {format_size(free)} free, the run may evict up to "
+                               f"{format_size(need)} to it")
