@@ -47,6 +47,7 @@ def test_run_human_output_and_chrome_trace(tmp_path, capsys):
     (["--workers", "99"], "--workers"),
     (["--steps", "0"], "--steps"),
     (["--trace", "x.txt"], "--trace"),
+    (["--seq", "4096"], "--seq"),  # beyond the model's positions: named by the graph's field, not guessed
 ])
 def test_run_bad_input_is_one_line_exit_2(argv, flag, capsys):
     rc = main(["run", "--batch", "1", "--seq", "8", "--steps", "1"] + argv)

@@ -8,6 +8,9 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
+from tilecast.errors import FieldError
+from tilecast.graph import TilingError
+from tilecast.graph.model_config import ModelConfigError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
                                  blas_summary, memory_args, model_args, print_json, recompute_arg)
 from tilecast.cli.run_mpi import add_mpi_args, run_mpi_cmd
@@ -73,10 +76,8 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     except MemoryLimitError as e:
         raise UsageError(as_flags(str(e))) from None
-    except ValueError as e:
-        msg = str(e)
-        flag = "--sched" if "scheduler" in msg else "--workers" if "workers" in msg else "--model/--tile"
-        raise UsageError(f"{flag}: {msg}") from None
+    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
+        raise UsageError(as_flags(str(e))) from None
     except StarPUError as e:
         print(f"tilecast run: {e}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from tilecast.executor.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, grad_name
 from tilecast.graph.models import build_step
 from tilecast.kernels import get
+from tilecast.errors import FieldError
 
 
 @dataclass
@@ -168,7 +169,7 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     working set raises :class:`~tilecast.executor.memory_limit.MemoryLimitError` before StarPU starts.
     """
     if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
+        raise FieldError(f"steps must be at least 1, got {steps}")
     session = StarPUSession(sched, workers, memory=memory)  # validates before the graph is built
     graph = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     if memory is not None:

@@ -21,6 +21,7 @@ from tilecast.kernels import all_kernels
 from tilecast.kernels.native import kernel_addresses
 from tilecast.home import home
 from tilecast.executor.starpu_native import glue
+from tilecast.errors import FieldError
 
 
 class StarPUError(RuntimeError):
@@ -68,13 +69,13 @@ class StarPUSession:
     def __init__(self, sched: str = "dmda", workers: int | None = None, memory=None):
         offered = policies()
         if sched in WITHHELD:
-            raise ValueError(f"scheduler {sched!r} is not available: {WITHHELD[sched]}")
+            raise FieldError(f"sched: scheduler {sched!r} is not available: {WITHHELD[sched]}")
         if sched not in offered:
-            raise ValueError(f"unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(offered))}")
+            raise FieldError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(offered))}")
         limit = max_workers()
         workers = default_workers() if workers is None else int(workers)
         if not 1 <= workers <= limit:
-            raise ValueError(f"workers must be between 1 and {limit} (this StarPU's limit), got {workers}")
+            raise FieldError(f"workers must be between 1 and {limit} (this StarPU's limit), got {workers}")
         self.sched = sched
         self.n_cpus = workers
         self.memory = memory  # a MemoryLimit (tilecast.executor.memory_limit), or None: no limit

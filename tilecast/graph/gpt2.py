@@ -27,6 +27,7 @@ from tilecast.graph.graph import Graph
 from tilecast.graph.model_config import ModelConfig
 from tilecast.graph.recompute import PREFIX, check_recompute
 from tilecast.graph.tiling import Tiling
+from tilecast.errors import FieldError
 
 
 @dataclass(frozen=True)
@@ -383,14 +384,14 @@ class _Step:
 
 def _check_shape(cfg: ModelConfig, batch: int, seq: int, dtype) -> np.dtype:
     if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch}")
+        raise FieldError(f"batch must be at least 1, got {batch}")
     if seq < 1:
-        raise ValueError(f"seq must be at least 1, got {seq}")
+        raise FieldError(f"seq must be at least 1, got {seq}")
     if seq > cfg.n_positions:
-        raise ValueError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+        raise FieldError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        raise FieldError(f"dtype must be float32 or float64, got {dtype}")
     return dtype
 
 
