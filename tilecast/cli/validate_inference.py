@@ -48,7 +48,7 @@ def inference_report(args) -> tuple:
            "rows_beyond_max_error": beyond_ids,
            "sources": sorted(set(df.source))}
     lines = ["", "inference (tilecast whatif --inference; error = predicted / published - 1):",
-             (f"{'run':<38} {'source':<10} {'role':<11} {'cluster':<8} {'tp':>2} {'metric':<20} {'published':>10} "
+             (f"{'run':<40} {'source':<15} {'role':<11} {'cluster':<8} {'tp':>2} {'metric':<20} {'published':>10} "
              f"{'predicted':>10} {'error':>7}")]
     for r in df.itertuples():
         lines.append(f"{r.id:<40} {r.source:<15} {r.role:<11} {r.cluster:<8} {r.tp:>2} {r.metric:<20} "
