@@ -240,6 +240,16 @@ def test_validate_prints_the_inference_table(capsys):
     assert rc == (0 if obj["ok"] else 1)
 
 
+def test_validate_without_inference_validation_rows_gives_no_verdict(capsys):
+    rc = main(["validate", "--role", "calibration"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "no validation row among them, so no verdict" in out and "nan%" not in out
+    main(["validate", "--role", "calibration", "--json"])
+    inf = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))["inference"]
+    assert inf["median_abs_error_validation_rows"] is None and inf["max_abs_error_validation_rows"] is None
+    assert inf["runs"] and {r["role"] for r in inf["runs"]} == {"calibration"}
+
+
 def test_shipped_engine_figures_are_what_the_calibration_rows_give():
     from dataclasses import replace
 

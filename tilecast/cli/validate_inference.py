@@ -43,22 +43,28 @@ def inference_report(args) -> tuple:
     ok = not len(val) or (med_val <= args.inference_target and worst <= args.inference_max_error)
     beyond_ids = sorted(val[val.error.abs() > args.inference_max_error].id) if len(val) else []
     obj = {"runs": json.loads(df.to_json(orient="records")), "median_abs_error": median_abs_error(df),
-           "median_abs_error_validation_rows": med_val, "max_abs_error_validation_rows": worst,
+           # null, not NaN (which is not JSON), when no validation row was predicted
+           "median_abs_error_validation_rows": med_val if len(val) else None,
+           "max_abs_error_validation_rows": worst if len(val) else None,
            "target": args.inference_target, "max_error": args.inference_max_error, "ok": bool(ok),
            "rows_beyond_max_error": beyond_ids,
            "sources": sorted(set(df.source))}
     lines = ["", "inference (tilecast whatif --inference; error = predicted / published - 1):",
-             (f"{'run':<38} {'source':<10} {'role':<11} {'cluster':<8} {'tp':>2} {'metric':<20} {'published':>10} "
+             (f"{'run':<40} {'source':<15} {'role':<11} {'cluster':<8} {'tp':>2} {'metric':<20} {'published':>10} "
              f"{'predicted':>10} {'error':>7}")]
     for r in df.itertuples():
         lines.append(f"{r.id:<40} {r.source:<15} {r.role:<11} {r.cluster:<8} {r.tp:>2} {r.metric:<20} "
                      f"{r.published:>10.4g} {r.predicted:>10.4g} {100 * r.error:>+6.1f}%")
     beyond = val[val.error.abs() > args.inference_max_error]
     med_ok = not len(val) or med_val <= args.inference_target
-    lines.append(f"\ninference: median |error| {100 * med_val:.1f}% over the {len(val)} validation rows (all "
-                 f"{len(df)} rows: {100 * median_abs_error(df):.1f}%) from {df.source.nunique()} sources; target "
-                 f"{100 * args.inference_target:.0f}%: {'met' if med_ok else 'NOT met'}; largest {100 * worst:.1f}%, "
-                 f"{len(beyond)} rows beyond {100 * args.inference_max_error:.0f}%"
-                 + (f" ({', '.join(beyond.id)})" if len(beyond) else ""))
+    if not len(val):
+        lines.append(f"\ninference: {len(df)} rows, median |error| {100 * median_abs_error(df):.1f}%; no validation "
+                     "row among them, so no verdict on the targets")
+    else:
+        lines.append(f"\ninference: median |error| {100 * med_val:.1f}% over the {len(val)} validation rows (all "
+                     f"{len(df)} rows: {100 * median_abs_error(df):.1f}%) from {df.source.nunique()} sources; target "
+                     f"{100 * args.inference_target:.0f}%: {'met' if med_ok else 'NOT met'}; largest "
+                     f"{100 * worst:.1f}%, {len(beyond)} rows beyond {100 * args.inference_max_error:.0f}%"
+                     + (f" ({', '.join(beyond.id)})" if len(beyond) else ""))
     lines.append("sources and calibration: tilecast/cluster/validation/inference.yaml and README.md")
     return obj, lines, ok

@@ -17,5 +17,6 @@ One concept per module:
 - ``validation``: predictions against published measurements; ``calibrate``: the fitted figures;
   ``lopo``: leave-one-publication-out errors from the stored folds.
 - ``inference_memory`` / ``inference_costs`` / ``inference``: serving (prefill, decode, KV cache,
-  continuous batching), ``inference_sweep``; ``inference_validation`` / ``inference_calibrate``: against published serving figures.
+  continuous batching), ``inference_sweep``; ``inference_validation`` / ``inference_calibrate``: against published serving figures;
+  ``inference_report``: the generated tables of ``validation/README.md``.
 """
