@@ -190,7 +190,7 @@ def test_shipped_table_meets_the_inference_targets():
     assert len(val) >= 10 and df.source.nunique() >= 2
     assert set(df.source) >= {"trtllm-0.6", "argonne-vllm"}  # two publishers: NVIDIA and Argonne
     assert median_abs_error(val) <= 0.15
-    # the second target (none beyond 35%) is not met by a few H200 rows (validation/README.md);
+    # the second inference target (none beyond 35%) is not met by a few H200 rows (validation/README.md);
     # this guards against more of them or worse
     assert (val.error.abs() > 0.35).mean() <= 0.05 and val.error.abs().max() <= 0.60
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from tilecast.loop.accuracy_suite import SUITES, shape_of, suite_configs
 
-# Targets for first use and held out (fractions), from the issue that asked for a forecast.
+# Targets for first use and held out (fractions): what the project holds its forecast to.
 TARGETS = {"median_abs_error": 0.05, "max_abs_error": 0.10, "kendall_tau": 0.85, "best_gap": 0.03}
 VIEWS = ("first_use", "held_out", "repeatability")  # the three figures, the first the headline
 VIEW_TITLES = {"first_use": "first use (calibration alone; nothing of the suite has run)",
