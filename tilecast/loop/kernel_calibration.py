@@ -101,8 +101,14 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     share = len(cases) / (len(cases) + len(sample))
     verdicts = []
 
-    def advance(n):  # the bar counts cases: fractions of them per pass and phase, never past its total
-        bar.update(min(n, bar.total - bar.n) if bar.total else n)
+    done = [0.0]  # cases timed so far, in fractions of a case per pass and phase
+
+    def advance(n):  # the bar shows whole cases, never past its total
+        whole = int(done[0] + 1e-9)
+        done[0] += n
+        step = int(done[0] + 1e-9) - whole  # 1e-9: thirds that add up to a whole count as one
+        if step > 0:
+            bar.update(min(step, bar.total - bar.n) if bar.total else step)
 
     def passes(n_workers, todo, reps, step):
         def one():
