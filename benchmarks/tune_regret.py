@@ -43,6 +43,8 @@ def main() -> int:
     args = ap.parse_args()
     os.environ["TILECAST_HOME"] = tempfile.mkdtemp(prefix="tilecast-regret-")  # nothing has run here
     import tilecast as tc
+    from tilecast.graph import Tiling
+    from tilecast.loop.candidates import short_label
     from tilecast.perfmodel.local import conditions_line, run_conditions
 
     conditions = run_conditions()
@@ -62,7 +64,7 @@ def main() -> int:
         print(f"{'rank':>5} {'tiling':<34}{'sched':>7}{'w':>3}{'predicted ms':>14}{'measured ms':>13}{'error':>8}")
         for r in rows:
             mark = " <- fastest measured" if r["real_step_s"] == best else ""
-            print(f"{r['rank']:>5} {r['tiling'][:33]:<34}{r['sched']:>7}{r['workers']:>3}"
+            print(f"{r['rank']:>5} {short_label(Tiling.parse(r['tiling']))[:33]:<34}{r['sched']:>7}{r['workers']:>3}"
                   f"{r['pred_step_s'] * 1e3:>14.1f}{r['real_step_s'] * 1e3:>13.1f}{100 * r['error']:>7.1f}%{mark}")
         print(f"regret of tune's choice: {100 * regret:.1f}%")
         out[name] = {"regret": regret, "choice": {k: choice[k] for k in ("tiling", "sched", "workers")},
