@@ -55,28 +55,40 @@ int tcs_max_cpus(void)
     return STARPU_MAXCPUS;
 }
 
+/* The configuration tilecast starts StarPU with, in one process and under StarPU-MPI alike (starpu_mpi_glue.c). */
+void tcs_conf_init(struct starpu_conf *conf, const char *sched, int ncpus)
+{
+    starpu_conf_init(conf);
+    conf->sched_policy_name = sched;
+    conf->ncpus = ncpus;
+    conf->ncuda = 0;
+    conf->nopencl = 0;
+    conf->nmic = 0;
+    conf->nmpi_ms = 0;
+    conf->precedence_over_environment_variables = 1;
+    conf->catch_signals = 0;
+}
+
+/* init(conf) with SIGINT blocked: StarPU's threads inherit this thread's signal mask, so a Ctrl-C always
+   reaches the main thread, where Python turns it into KeyboardInterrupt. */
+int tcs_init_sigint_blocked(int (*init)(struct starpu_conf *), struct starpu_conf *conf)
+{
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int ret = init(conf);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return ret;
+}
+
 int tcs_start(const char *sched, int ncpus)
 {
     if (started)
         return -EBUSY;
     struct starpu_conf conf;
-    starpu_conf_init(&conf);
-    conf.sched_policy_name = sched;
-    conf.ncpus = ncpus;
-    conf.ncuda = 0;
-    conf.nopencl = 0;
-    conf.nmic = 0;
-    conf.nmpi_ms = 0;
-    conf.precedence_over_environment_variables = 1;
-    conf.catch_signals = 0;
-    /* StarPU's threads inherit this thread's signal mask: with SIGINT blocked while they are created, a
-       Ctrl-C always reaches the main thread, where Python turns it into KeyboardInterrupt. */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    int ret = starpu_init(&conf);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    tcs_conf_init(&conf, sched, ncpus);
+    int ret = tcs_init_sigint_blocked(starpu_init, &conf);
     if (ret != 0)
         return ret;
     started = 1;

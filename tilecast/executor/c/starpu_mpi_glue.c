@@ -9,34 +9,28 @@
 #include <starpu_profiling.h>
 #include "starpu_mpi_glue.h"
 
-struct starpu_codelet *tcs_codelet(int k); /* starpu_glue.c */
+/* starpu_glue.c */
+struct starpu_codelet *tcs_codelet(int k);
+void tcs_conf_init(struct starpu_conf *conf, const char *sched, int ncpus);
+int tcs_init_sigint_blocked(int (*init)(struct starpu_conf *), struct starpu_conf *conf);
 
 static int started;
 static double *rec_start, *rec_end;
 static int32_t *rec_worker;
 static int64_t executed;
 
+static int mpi_init(struct starpu_conf *conf)
+{
+    return starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, conf);
+}
+
 int tcsm_start(const char *sched, int ncpus)
 {
     if (started)
         return -EBUSY;
     struct starpu_conf conf;
-    starpu_conf_init(&conf);
-    conf.sched_policy_name = sched;
-    conf.ncpus = ncpus;
-    conf.ncuda = 0;
-    conf.nopencl = 0;
-    conf.nmic = 0;
-    conf.nmpi_ms = 0;
-    conf.precedence_over_environment_variables = 1;
-    conf.catch_signals = 0;
-    /* As in tcs_start: StarPU's threads block SIGINT, so a Ctrl-C reaches Python's thread. */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    int ret = starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, &conf);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    tcs_conf_init(&conf, sched, ncpus);
+    int ret = tcs_init_sigint_blocked(mpi_init, &conf);
     if (ret != 0)
         return ret;
     started = 1;
