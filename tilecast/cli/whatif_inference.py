@@ -24,7 +24,7 @@ hbm_bytes [bytes], tokens, steps), breakdown (compute_s, memory_s, comm_s, overh
 memory (weights, kv_cache, workspace, reserved, total [bytes per GPU]), memory_per_gpu_bytes, memory_capacity_bytes,
 fits, kv_bytes_per_token [bytes per token per GPU]; null where a figure is unbounded (overloaded TTFT); with --sweep,
 sweeps: {param: [rows of the swept value, tokens_per_s, tokens_per_s_per_gpu, ttft_s, tpot_s, batch, max_batch,
-compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, memory_per_gpu_gb [GB], fits, overloaded]}.
+compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, memory_per_gpu_bytes [bytes], fits, overloaded]}.
 --sweep with --inference: hardware multipliers (flops, hbm_bw, memory, nvlink_bw, network_bw, network_latency) or
 tp, pp, dp, batch, input_len, output_len, weight_dtype, kv_dtype, request_rate, max_batch."""
 

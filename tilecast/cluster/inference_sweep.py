@@ -39,7 +39,7 @@ def inference_sweep(shape, cfg: InferenceConfig, cluster, param: str, values: li
 
 
 def inference_sweep_table(param: str, rows: list):
-    """The rows as a DataFrame: throughput, latencies (s), breakdown (s), memory per GPU (GB), fit."""
+    """The rows as a DataFrame: throughput, latencies (s), breakdown (s), memory per GPU (bytes), fit."""
     import pandas as pd
 
     table = []
@@ -52,6 +52,6 @@ def inference_sweep_table(param: str, rows: list):
             rec.update(tokens_per_s=r.tokens_per_s, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu, ttft_s=r.ttft_s,
                        tpot_s=r.tpot_s, batch=r.batch, max_batch=r.max_batch,
                        **{k: v for k, v in r.breakdown.items() if k != "total_s"},
-                       memory_per_gpu_gb=r.memory_per_gpu_bytes / 1e9, fits=r.fits, overloaded=r.overloaded)
+                       memory_per_gpu_bytes=r.memory_per_gpu_bytes, fits=r.fits, overloaded=r.overloaded)
         table.append(rec)
     return pd.DataFrame(table)
