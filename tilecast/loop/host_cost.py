@@ -281,20 +281,19 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     return out
 
 
-def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str) -> None:
+def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str,
+                  graphs: list) -> None:
     """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
-    probes; else the machine's) and fit its decision costs on the probes' measured makespans."""
+    probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``."""
     from tilecast.loop.decision_cost import fit_decision_cost
+    from tilecast.loop.predict import submission_stretch
 
     if companion is not None and companion.task_overhead_s is not None:
         probe.task_overhead_s = companion.task_overhead_s
-    from tilecast.loop.predict import submission_stretch
-
     m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
                                    else machine.task_overhead)
     if probe.submit_task_s > 0:  # as predict() simulates them
         m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
-    graphs = [g for *_, g in probe_graphs(SCHED_PROBES)]
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
@@ -336,12 +335,13 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         for w, sched in sched_todo:  # a scheduler's own cost per task and per step, on the same probes
-            points, overheads, _, submit = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
+            points, overheads, traced, submit = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
             probe = HostCost.fit(w, points, overheads)
             probe.probe_points = len(points)
             probe.submit_task_s = submit
             if sched in DECIDING:
-                fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched)
+                fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
+                              [g for g, _ in traced])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
     finally:
