@@ -138,23 +138,11 @@ def _print_result(r):
 
 
 def _run_sweeps(args, shape, st, cluster):
+    from tilecast.cli.sweep_args import sweep_specs
     from tilecast.cluster.sweep import PARAMS, parse_values, plot_sweeps, sweep, sweep_table
 
-    out = []
-    for spec in args.sweep:
-        if "=" not in spec:
-            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
-        param, text = spec.split("=", 1)
-        param = param.strip().replace("-", "_")
-        if param not in PARAMS:
-            raise UsageError(f"--sweep: unknown parameter {param!r} (one of {', '.join(PARAMS)})")
-        try:
-            values = parse_values(param, text)
-        except ValueError:
-            raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
-        if not values:
-            raise UsageError(f"--sweep: no values for {param}")
-        out.append((param, sweep_table(param, sweep(shape, st, cluster, param, values, gpus=args.gpus))))
+    out = [(param, sweep_table(param, sweep(shape, st, cluster, param, values, gpus=args.gpus)))
+           for param, values in sweep_specs(args.sweep, PARAMS, parse_values)]
     if args.plot:
         plot_sweeps(out, args.plot)
     return out

@@ -123,26 +123,13 @@ def _print(r: dict, engine: str) -> None:
 
 
 def _sweeps(args, shape, cfg, cluster, eff) -> list:
+    from tilecast.cli.sweep_args import sweep_specs
     from tilecast.cluster.inference_sweep import (INFERENCE_PARAMS, inference_sweep, inference_sweep_table,
                                                   parse_inference_values)
 
-    out = []
-    for spec in args.sweep:
-        if "=" not in spec:
-            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
-        param, text = spec.split("=", 1)
-        param = param.strip().replace("-", "_")
-        if param not in INFERENCE_PARAMS:
-            raise UsageError(f"--sweep: unknown parameter {param!r} with --inference (one of "
-                             f"{', '.join(INFERENCE_PARAMS)})")
-        try:
-            values = parse_inference_values(param, text)
-        except ValueError:
-            raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
-        if not values:
-            raise UsageError(f"--sweep: no values for {param}")
-        out.append((param, inference_sweep_table(param, inference_sweep(shape, cfg, cluster, param, values, eff))))
-    return out
+    return [(param, inference_sweep_table(param, inference_sweep(shape, cfg, cluster, param, values, eff)))
+            for param, values in sweep_specs(args.sweep, INFERENCE_PARAMS, parse_inference_values,
+                                             " with --inference")]
 
 
 def run_inference(args, cluster, shape) -> int:

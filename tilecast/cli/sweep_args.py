@@ -1,0 +1,27 @@
+"""``--sweep PARAM=VALUES`` of ``tilecast whatif``, read the same way for training and ``--inference``."""
+
+from __future__ import annotations
+
+from tilecast.cli import UsageError
+
+
+def sweep_specs(specs, params, parse_values, context: str = "") -> list:
+    """``[(param, values)]`` of the ``--sweep`` arguments ``specs``; ``params``: the parameters that may be swept,
+    ``parse_values(param, text)``: their values; ``context``: what the parameter list applies to, for the error
+    (e.g. " with --inference")."""
+    out = []
+    for spec in specs:
+        if "=" not in spec:
+            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
+        param, text = spec.split("=", 1)
+        param = param.strip().replace("-", "_")
+        if param not in params:
+            raise UsageError(f"--sweep: unknown parameter {param!r}{context} (one of {', '.join(params)})")
+        try:
+            values = parse_values(param, text)
+        except ValueError:
+            raise UsageError(f"--sweep: cannot read the values of {param} from {text!r}") from None
+        if not values:
+            raise UsageError(f"--sweep: no values for {param}")
+        out.append((param, values))
+    return out
