@@ -8,6 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
+from tilecast.cli.calibrate_ranks import add_rank_calibration_args, run_rank_calibration
 from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
 
 
@@ -31,11 +32,14 @@ def add_parser(sub):
                         "kernels alone (c), the numpy references (numpy), or the first of these that works "
                         "here (auto, the default)")
     p.add_argument("--output", metavar="FILE", help="where to write the calibration (default: the machine's store)")
+    add_rank_calibration_args(p)
     add_json_arg(p)
     return p
 
 
 def run(args) -> int:
+    if args.ranks is not None:
+        return run_rank_calibration(args)
     from tilecast.graph import Tiling, TilingError
     from tilecast.graph.models import build_step
     from tilecast.perfmodel import load_machine

@@ -8,6 +8,8 @@ import time
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
+from tilecast.cli.ranks_table import add_rank_args
+from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
 DEFAULT_OUT = "tilecast-sim"
 
@@ -40,6 +42,10 @@ def add_parser(sub):
                    help=f"write the trace to PREFIX.parquet and PREFIX.json (Chrome/Perfetto) (default: {DEFAULT_OUT})")
     p.add_argument("--no-trace", action="store_true", help="do not write trace files")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy (default: 0)")
+    add_rank_args(p, "predict the step on N StarPU-MPI ranks of --workers workers each (default 1), joined by "
+                     "the network tilecast calibrate --ranks measured: owner-computes placement, StarPU-MPI's "
+                     "cache of received tiles, each rank's own --sched (docs/mpi.md)")
+    add_network_arg(p)
     add_json_arg(p)
     return p
 
@@ -92,6 +98,10 @@ def run(args) -> int:
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
+    if args.ranks is not None:
+        if args.compare_policies:
+            raise UsageError("--compare-policies: not with --ranks (give one --sched)")
+        return run_ranks(args, cfg, batch, seq, tiling, recompute)
     machine, workers = _machine(args)
     calibration, host_costs = _models(args, machine)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)

@@ -13,6 +13,7 @@ from tilecast.cli.common import (
     recompute_arg,
 )
 from tilecast.cli.starpu_errors import with_starpu_errors
+from tilecast.cli.tune_ranks import add_tune_rank_args, run_tune_ranks
 from tilecast.loop.candidates import short_label
 
 
@@ -56,6 +57,7 @@ def add_parser(sub):
                         "accuracy --help)")
     p.add_argument("--report", metavar="DIR",
                    help="with --execute: write the comparison report of the best configuration to DIR")
+    add_tune_rank_args(p)
     add_json_arg(p)
     return p
 
@@ -91,6 +93,11 @@ def run(args) -> int:
     recompute = recompute_arg(args)
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
+    if args.ranks is not None:
+        for flag, v, low in (("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
+            if v < low:
+                raise UsageError(f"{flag} must be at least {low}, got {v}")
+        return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute)
     workers = parse_list(args.workers, "--workers", int) if args.workers else None
     for flag, v, low in (("--execute", args.execute, 0), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                          ("--others", args.others, 0), ("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):

@@ -103,8 +103,9 @@ def _failure_line(text: str, returncode: int) -> str:
     return f"a rank failed (mpirun exit status {returncode}): {detail}"
 
 
-def _launch(spec_path: Path, ranks: int, timeout_s: float) -> list[str]:
-    cmd = mpirun_command(ranks) + [sys.executable, "-m", "tilecast.executor.mpi_rank", str(spec_path)]
+def _launch(spec_path: Path, ranks: int, timeout_s: float, module: str = "tilecast.executor.mpi_rank") -> list[str]:
+    """Run ``python -m module SPEC`` on ``ranks`` processes under mpirun; MPIRunError (one line) on a failure."""
+    cmd = mpirun_command(ranks) + [sys.executable, "-m", module, str(spec_path)]
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
     env["TILECAST_HOME"] = str(home())

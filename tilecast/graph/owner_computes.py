@@ -112,6 +112,21 @@ def task_ranks(graph: Graph, owner: np.ndarray, ranks: int) -> tuple[np.ndarray,
     return rank.astype(np.int32), int(differs.sum())
 
 
+def access_epochs(graph: Graph) -> np.ndarray:
+    """Per access, the write epoch of its tile: how many writes the tile had in earlier tasks (the read part
+    of an RW access sees the tile before its own write, as the exchange precedes the cache clearing)."""
+    tile = graph.acc_tile.astype(np.int64)
+    order = np.lexsort((np.arange(len(tile)), tile))  # by tile, then access (= task) order
+    w = ((graph.acc_mode[order] & W) != 0).astype(np.int64)
+    t_sorted = tile[order]
+    start = np.r_[True, t_sorted[1:] != t_sorted[:-1]]
+    csum = np.cumsum(w)
+    group_base = np.maximum.accumulate(np.where(start, csum - w, 0))
+    epoch = np.empty(len(tile), dtype=np.int64)
+    epoch[order] = csum - w - group_base
+    return epoch
+
+
 def plan(graph: Graph, owner: np.ndarray, ranks: int) -> RankPlan:
     """Executing ranks and the step's messages (sizes, ends) under the insert-task rule and its cache."""
     owner = np.asarray(owner)
@@ -123,16 +138,7 @@ def plan(graph: Graph, owner: np.ndarray, ranks: int) -> RankPlan:
     task_of = graph.access_task
     xrank = task_rank[task_of].astype(np.int64)
     acc_owner = owner[tile].astype(np.int64)
-    # Write epoch of each access: how many writes the tile had in earlier tasks (the read part of an RW
-    # access sees the tile before its own write, as the exchange precedes the cache clearing).
-    order = np.lexsort((np.arange(len(tile)), tile))  # by tile, then access (= task) order
-    w = ((mode[order] & W) != 0).astype(np.int64)
-    t_sorted = tile[order]
-    start = np.r_[True, t_sorted[1:] != t_sorted[:-1]]
-    csum = np.cumsum(w)
-    group_base = np.maximum.accumulate(np.where(start, csum - w, 0))
-    epoch = np.empty(len(tile), dtype=np.int64)
-    epoch[order] = csum - w - group_base
+    epoch = access_epochs(graph)
     # Reads by a non-owner: one message per (tile, epoch, executing rank), at its first such read.
     remote = np.flatnonzero(((mode & R) != 0) & (xrank != acc_owner))
     key = np.stack([tile[remote], epoch[remote], xrank[remote]], axis=1)

@@ -19,9 +19,13 @@ static double *rec_start, *rec_end;
 static int32_t *rec_worker;
 static int64_t executed;
 
+static int mpi_by_us; /* MPI was initialised here (tcsm_pingpong raw) before StarPU-MPI started */
+
 static int mpi_init(struct starpu_conf *conf)
 {
-    return starpu_mpi_init_conf(NULL, NULL, 1, MPI_COMM_WORLD, conf);
+    int already = 0;
+    MPI_Initialized(&already);
+    return starpu_mpi_init_conf(NULL, NULL, !already, MPI_COMM_WORLD, conf);
 }
 
 int tcsm_start(const char *sched, int ncpus)
@@ -45,6 +49,10 @@ void tcsm_stop(void)
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
     starpu_mpi_shutdown(); /* shuts StarPU down too, since starpu_mpi_init_conf started it */
     started = 0;
+    if (mpi_by_us) {
+        MPI_Finalize();
+        mpi_by_us = 0;
+    }
 }
 
 int tcsm_rank(void)
@@ -176,4 +184,72 @@ void tcsm_priority_range(int *lo, int *hi)
 int64_t tcsm_executed(void)
 {
     return __atomic_load_n(&executed, __ATOMIC_RELAXED);
+}
+
+/* One round trip of rank 0 with rank 1 (rank 0 sends first), through StarPU-MPI or plain MPI. */
+static int round_trip(int raw, int me, void *buf, int64_t nbytes, starpu_data_handle_t h, int64_t tag)
+{
+    const int peer = 1 - me;
+    MPI_Status st;
+    for (int step = 0; step < 2; step++) {
+        const int sending = (step == 0) == (me == 0);
+        int ret;
+        if (raw)
+            ret = sending ? MPI_Send(buf, (int)nbytes, MPI_BYTE, peer, (int)tag, MPI_COMM_WORLD)
+                          : MPI_Recv(buf, (int)nbytes, MPI_BYTE, peer, (int)tag, MPI_COMM_WORLD, &st);
+        else
+            ret = sending ? starpu_mpi_send(h, peer, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD)
+                          : starpu_mpi_recv(h, peer, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, &st);
+        if (ret != 0)
+            return ret;
+    }
+    return 0;
+}
+
+int tcsm_pingpong(int raw, int64_t nsizes, const int64_t *nbytes, int reps, double *out_s)
+{
+    if (raw && !started) {
+        int init = 0, provided = 0;
+        MPI_Initialized(&init);
+        if (!init) {
+            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+                return -EIO;
+            mpi_by_us = 1;
+        }
+    } else if (raw || !started) {
+        return -EINVAL; /* plain MPI only before StarPU-MPI owns it; StarPU-MPI only once started */
+    }
+    int me = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2)
+        return -EINVAL;
+    int64_t most = 8;
+    for (int64_t i = 0; i < nsizes; i++)
+        most = nbytes[i] > most ? nbytes[i] : most;
+    char *buf = calloc((size_t)most, 1);
+    if (!buf)
+        return -ENOMEM;
+    int ret = 0;
+    const int warmup = 3;
+    for (int64_t i = 0; i < nsizes && ret == 0; i++) {
+        const int64_t n = nbytes[i] > 8 ? nbytes[i] : 8;
+        starpu_data_handle_t h = NULL;
+        if (me < 2 && !raw)
+            starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)n, 1);
+        for (int r = -warmup; r < reps && ret == 0 && me < 2; r++) {
+            const double t0 = MPI_Wtime();
+            ret = round_trip(raw, me, buf, n, h, (int64_t)1000000 + i);
+            if (r >= 0 && me == 0)
+                out_s[i * reps + r] = MPI_Wtime() - t0;
+        }
+        if (h)
+            starpu_data_unregister(h);
+    }
+    free(buf);
+    if (raw)
+        MPI_Barrier(MPI_COMM_WORLD);
+    else
+        starpu_mpi_barrier(MPI_COMM_WORLD);
+    return ret;
 }

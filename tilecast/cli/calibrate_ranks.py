@@ -1,0 +1,69 @@
+"""tilecast calibrate --ranks N: what a message between StarPU-MPI ranks costs here (a ping-pong), stored."""
+
+from __future__ import annotations
+
+import sys
+
+from tilecast.cli import UsageError
+from tilecast.cli.common import human, print_json
+
+
+def add_rank_calibration_args(p) -> None:
+    p.add_argument("--ranks", type=int, nargs="?", const=2, default=None, metavar="N",
+                   help="instead of the kernels, measure the network between N StarPU-MPI ranks (default N: 2): "
+                        "a ping-pong of rank 0 with rank 1 over --sizes, first with plain MPI, then through "
+                        "StarPU-MPI with the workers running; fitted as latency + StarPU-MPI's cost per message "
+                        "+ bytes / bandwidth and stored for simulate/tune --ranks (docs/mpi.md)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="with --ranks: CPU workers per rank, as tilecast run --ranks starts them (default: 1)")
+    p.add_argument("--sizes", default="8,1024,8192,32768,131072,524288,1048576", metavar="LIST",
+                   help="with --ranks: message sizes in bytes (default: 8 B to 1 MiB)")
+    p.add_argument("--round-trips", type=int, default=30, metavar="N",
+                   help="with --ranks: timed round trips per size (default: 30)")
+
+
+def run_rank_calibration(args) -> int:
+    from tilecast.executor.mpi_launch import MPIRunError
+    from tilecast.executor.mpi_pingpong import measure_network
+    from tilecast.kernels.native_build import NativeUnavailable
+    from tilecast.perfmodel import load_machine
+    from tilecast.simulator.ranks_network import save_network
+
+    if args.ranks < 2:
+        raise UsageError(f"--ranks: a ping-pong needs at least 2 ranks, got {args.ranks}")
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--sizes: expected comma-separated byte counts, got {args.sizes!r}") from None
+    if len(set(sizes)) < 2 or min(sizes) < 1:
+        raise UsageError("--sizes: at least two distinct sizes, each at least 1 byte")
+    if args.round_trips < 1:
+        raise UsageError(f"--round-trips must be at least 1, got {args.round_trips}")
+    machine = load_machine("local")
+    print(f"ping-pong between {args.ranks} ranks of {args.workers} worker(s), {len(sizes)} sizes x "
+          f"{args.round_trips} round trips", file=sys.stderr)
+    try:
+        net, raw = measure_network(args.ranks, args.workers, sizes, args.round_trips)
+    except NativeUnavailable as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:
+        raise UsageError(f"--ranks/--workers/--sizes: {e}") from None
+    except MPIRunError as e:
+        print(f"tilecast calibrate: {e}", file=sys.stderr)
+        return 1
+    path = save_network(machine, net)
+    out = {"machine": machine.name, "ranks": net.ranks, "workers_per_rank": net.workers_per_rank,
+           "transport": net.transport, "latency_s": net.latency_s, "message_s": net.message_s,
+           "bandwidth_Bps": net.bandwidth_Bps, "points": net.points, "file": path, "source": net.source}
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"network between {net.ranks} ranks of {net.workers_per_rank} worker(s): {net.transport}")
+    print(f"  MPI latency                 {net.latency_s * 1e6:10.1f} us (plain MPI ping-pong, one way)")
+    print(f"  StarPU-MPI cost per message {net.message_s * 1e6:10.1f} us (its ping-pong less MPI's latency)")
+    print(f"  bandwidth                   {human(net.bandwidth_Bps, 'B/s'):>13} (StarPU-MPI ping-pong's slope)")
+    print(f"{'bytes':>10}{'StarPU-MPI us':>15}{'MPI us':>10}{'model us':>10}")
+    for b, a, m in net.points:
+        print(f"{b:>10}{a * 1e6:>15.1f}{m * 1e6:>10.1f}{float(net.seconds(b)) * 1e6:>10.1f}")
+    print(f"stored in {path}")
+    return 0

@@ -1,0 +1,227 @@
+"""Forecast a training step on N StarPU-MPI ranks with the one-node engine.
+
+The machine is N copies of one node (:func:`ranks_machine`: the local
+machine's workers split per rank, as ``tilecast run --ranks`` starts them),
+one memory node each, joined by a directed network link per pair of ranks
+(:mod:`tilecast.simulator.ranks_network`). The step is the graph the ranks
+run (``distribution.prepare``) and StarPU-MPI's insert-task rule
+(:mod:`tilecast.graph.owner_computes`):
+
+- every task is pinned to its executing rank and scheduled there by that
+  rank's own policy (:class:`tilecast.simulator.ranks_policy.RankPolicy`);
+- every message of the rule (a tile sent to a rank that reads it and holds no
+  valid copy: StarPU-MPI's cache, or a written tile sent back to its owner)
+  becomes a task of its own, submitted where StarPU-MPI submits it (just
+  before the task that needs it; just after a task that wrote a tile it does
+  not own), held on its link for ``Network.seconds(bytes)``, one message after
+  another per direction;
+- dependencies are StarPU's, per rank: each rank has its own copy of a tile
+  (the data item is the pair tile, rank); a message reads the sender's copy
+  and writes the receiver's, so the receiver's readers wait for it, the
+  sender's next writer waits for it to leave, and the next message into a
+  cached copy waits for that copy's readers (:func:`tilecast.graph.deps.infer_dependencies`
+  on the augmented access list).
+
+The engine, its costs (per task, submission) and the policies are the
+one-node simulator's (:class:`tilecast.simulator.engine.Engine`, general loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tilecast.graph.deps import infer_dependencies
+from tilecast.graph.owner_computes import plan as owner_plan
+from tilecast.kernels.registry import R, W
+from tilecast.perfmodel.machine import Link, Machine, MemoryNode, Worker
+from tilecast.simulator.engine import Engine
+from tilecast.simulator.ranks_network import Network
+from tilecast.simulator.ranks_policy import RankPolicy
+
+NET_KIND = "network"
+
+
+def ranks_machine(machine: Machine, ranks: int, workers_per_rank: int, network: Network) -> Machine:
+    """``ranks`` nodes of ``workers_per_rank`` of ``machine``'s workers each (its first ones), one memory node
+    per rank (``rank<R>``), a directed ``net<S>-<D>`` link for every pair, and one link worker per link."""
+    if not 1 <= workers_per_rank <= len(machine.workers):
+        raise ValueError(f"workers_per_rank must be between 1 and {len(machine.workers)}, got {workers_per_rank}")
+    nodes = [MemoryNode(f"rank{r}", "ram", machine.nodes[0].capacity) for r in range(ranks)]
+    workers = [Worker(f"rank{r}.{w.name}", w.kind, r, w.units)
+               for r in range(ranks) for w in machine.workers[:workers_per_rank]]
+    links = [Link(f"net{s}-{d}", f"rank{s}", f"rank{d}", network.bandwidth_Bps,
+                  network.latency_s + network.message_s)
+             for s in range(ranks) for d in range(ranks) if s != d]
+    workers += [Worker(link.name, NET_KIND, int(link.src[4:])) for link in links]
+    return replace(machine, name=f"{machine.name}x{ranks}", nodes=nodes, workers=workers, links=links,
+                   switches=[], meta={**machine.meta, "fingerprint": machine.fingerprint()})
+
+
+@dataclass
+class RankSimResult:
+    """A simulated step on ranks: per task its rank, worker, start and end; the messages; a summary."""
+
+    start: np.ndarray
+    end: np.ndarray
+    worker: np.ndarray
+    task_rank: np.ndarray
+    messages: dict  # src, dst, bytes, start, end, tile, task (the task whose submission sends it)
+    summary: dict
+
+    @property
+    def makespan(self) -> float:
+        return self.summary["makespan_s"]
+
+
+def augmented_accesses(graph, task_rank: np.ndarray, transfers, ranks: int):
+    """The step as every rank's StarPU sees it: tasks and messages in submission order, each with its
+    accesses to (tile, rank) copies. Returns (order: per augmented task, the graph task (>= 0) or
+    -(message index) - 1; acc_ptr, acc_tile, acc_mode)."""
+    n = graph.n_tasks
+    n_acc = np.diff(graph.acc_ptr)
+    m = len(transfers)
+    # sort key: a fetch just before its task, a task, a message sent back just after it
+    key_task = np.r_[np.arange(n) * 3 + 1, transfers.task * 3 + np.where(transfers.back, 2, 0)]
+    ident = np.r_[np.arange(n), -np.arange(m) - 1]
+    order = ident[np.argsort(key_task, kind="stable")]
+    counts = np.where(order >= 0, n_acc[np.maximum(order, 0)], 2)
+    acc_ptr = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    tiles = np.empty(acc_ptr[-1], dtype=np.int64)
+    modes = np.empty(acc_ptr[-1], dtype=graph.acc_mode.dtype)
+    is_task = order >= 0
+    # tasks: their accesses, on their rank's copies
+    t_ids = order[is_task]
+    t_starts = acc_ptr[:-1][is_task]
+    src_idx = np.concatenate([np.arange(graph.acc_ptr[t], graph.acc_ptr[t + 1]) for t in t_ids.tolist()]) \
+        if len(t_ids) else np.zeros(0, np.int64)
+    dst_idx = np.concatenate([np.arange(s, s + c) for s, c in zip(t_starts.tolist(), n_acc[t_ids].tolist())]) \
+        if len(t_ids) else np.zeros(0, np.int64)
+    tiles[dst_idx] = graph.acc_tile[src_idx].astype(np.int64) * ranks + task_rank[graph.access_task[src_idx]]
+    modes[dst_idx] = graph.acc_mode[src_idx]
+    # messages: read the sender's copy, write the receiver's
+    k = -order[~is_task] - 1
+    m_starts = acc_ptr[:-1][~is_task]
+    tile = transfers.tile[k].astype(np.int64)
+    tiles[m_starts] = tile * ranks + transfers.src[k]
+    modes[m_starts] = R
+    tiles[m_starts + 1] = tile * ranks + transfers.dst[k]
+    modes[m_starts + 1] = W
+    return order, acc_ptr, tiles, modes
+
+
+def simulate_ranks(graph, distribution, machine: Machine, network: Network, sched: str = "dmda",
+                   workers_per_rank: int = 1, durations: np.ndarray | None = None, calibration=None,
+                   priority: np.ndarray | None = None, seed: int = 0) -> RankSimResult:
+    """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
+    ``workers_per_rank`` workers of ``machine`` joined by ``network``.
+
+    durations: (kinds of ``machine``, tasks) seconds, by default from the duration model with
+    ``calibration``; priority: per task (higher first), by default the bottom levels for the policies
+    that use them. The per-task cost, decision and submission costs are ``machine``'s.
+    """
+    from tilecast.graph import priorities as _prio
+    from tilecast.simulator.simulate import POLICIES, USES_ESTIMATES, USES_PRIORITIES, task_priorities
+
+    if sched not in POLICIES:
+        raise ValueError(f"sched: unknown scheduling policy {sched!r} (known: {', '.join(POLICIES)})")
+    ranks = distribution.ranks
+    if len(distribution.owner) != graph.n_tiles:
+        raise ValueError(f"distribution: {len(distribution.owner)} owners for {graph.n_tiles} tiles "
+                         "(a distribution of another graph?)")
+    base = machine.with_workers(workers_per_rank)
+    if durations is None:
+        from tilecast.perfmodel.kernel_model import DurationModel
+        durations = DurationModel(base, calibration).durations(graph)
+    durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+    n_kinds = len(base.kind_names)
+    if durations.shape != (n_kinds, graph.n_tasks):
+        raise ValueError(f"durations: shape {durations.shape}, expected ({n_kinds}, {graph.n_tasks})")
+    p = owner_plan(graph, distribution.owner, ranks)
+    tr = p.transfers
+    big = ranks_machine(base, ranks, workers_per_rank, network)
+    order, acc_ptr, acc_tile, acc_mode = augmented_accesses(graph, p.task_rank, tr, ranks)
+    pred_ptr, pred = infer_dependencies(acc_ptr, acc_tile, acc_mode)
+    n_aug = len(order)
+    is_task = order >= 0
+    task_ids = order[is_task]
+    msg_ids = -order[~is_task] - 1
+
+    # durations: the compute kinds as given; the network kind: each message's time on its link, less the
+    # per-task cost the engine charges before every task
+    kinds = big.kind_names
+    dur = np.full((len(kinds), n_aug), np.inf)
+    for i, kname in enumerate(base.kind_names):
+        dur[kinds.index(kname), is_task] = durations[i, task_ids]
+    dur[kinds.index(NET_KIND), ~is_task] = np.maximum(network.seconds(tr.nbytes[msg_ids]) - big.task_overhead, 0.0)
+    if priority is None and sched in USES_PRIORITIES:
+        full = task_priorities(durations + base.task_overhead, *graph.dependencies, sched)
+    else:
+        full = priority
+    aug_prio = None
+    if full is not None:
+        aug_prio = np.zeros(n_aug)
+        aug_prio[is_task] = np.asarray(full, dtype=np.float64)[task_ids]
+    estimate = None
+    if sched in USES_ESTIMATES:
+        est = _prio.footprint_means(durations, _prio.footprint_groups(graph))
+        estimate = dur.copy()
+        for i, kname in enumerate(base.kind_names):
+            estimate[kinds.index(kname), is_task] = est[i, task_ids]
+
+    # workers: rank r's compute workers, then one per directed link
+    n_compute = ranks * workers_per_rank
+    rank_workers = [list(range(r * workers_per_rank, (r + 1) * workers_per_rank)) for r in range(ranks)]
+    link_worker = {(s, d): n_compute + i for i, (s, d) in enumerate(
+        (s, d) for s in range(ranks) for d in range(ranks) if s != d)}
+    task_rank_aug = np.full(n_aug, -1, dtype=np.int64)
+    task_rank_aug[is_task] = p.task_rank[task_ids]
+    task_link = np.full(n_aug, -1, dtype=np.int64)
+    task_link[~is_task] = [link_worker[(int(s), int(d))] for s, d in zip(tr.src[msg_ids], tr.dst[msg_ids])]
+    kind_index = {k: i for i, k in enumerate(kinds)}
+    policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers)
+    eng = Engine(dur, pred_ptr, pred, [kind_index[w.kind] for w in big.workers], [w.node for w in big.workers],
+                 policy, overhead=big.task_overhead, decision_scan=big.decision_scan,
+                 decision_lock=big.decision_lock, submit_end=graph.n_tasks * big.submit_task,
+                 submit_stretch=big.submit_stretch)
+    eng.fused_loops = False  # RankPolicy has no fused loop; its sub-policies' would see only one rank
+    eng.run()
+    start, end, where = eng.arrays()
+    pos = np.empty(graph.n_tasks, dtype=np.int64)
+    pos[task_ids] = np.flatnonzero(is_task)
+    mpos = np.empty(len(tr), dtype=np.int64)
+    mpos[msg_ids] = np.flatnonzero(~is_task)
+    messages = dict(src=tr.src.astype(np.int64), dst=tr.dst.astype(np.int64), bytes=tr.nbytes.astype(np.int64),
+                    start=start[mpos], end=end[mpos], tile=tr.tile.astype(np.int64), task=tr.task.astype(np.int64))
+    t_start, t_end, t_worker = start[pos], end[pos], where[pos]
+    summary = _summary(graph, distribution, big, sched, workers_per_rank, network, p, t_start, t_end, t_worker,
+                       messages, float(end.max()) if n_aug else 0.0)
+    return RankSimResult(t_start, t_end, t_worker, p.task_rank.copy(), messages, summary)
+
+
+def _summary(graph, distribution, machine, sched, wpr, network, p, start, end, worker, messages, makespan) -> dict:
+    ranks = distribution.ranks
+    busy = np.bincount(worker, weights=end - start + machine.task_overhead, minlength=ranks * wpr)[:ranks * wpr]
+    rows = p.per_rank(graph)
+    rank_end = np.zeros(ranks)
+    np.maximum.at(rank_end, p.task_rank, end)
+    if len(messages["bytes"]):
+        np.maximum.at(rank_end, messages["dst"], messages["end"])
+    link_busy = np.zeros((ranks, ranks))
+    np.add.at(link_busy, (messages["src"], messages["dst"]), messages["end"] - messages["start"])
+    for r in rows:
+        rr = r["rank"]
+        r["busy_s"] = float(busy[rr * wpr:(rr + 1) * wpr].sum())
+        r["end_s"] = float(rank_end[rr])
+        r["link_busy_s"] = float(link_busy[rr].sum())
+    return {
+        "sched": sched, "machine": machine.name, "distribution": distribution.name, "ranks": ranks,
+        "workers_per_rank": wpr, "tasks": int(graph.n_tasks), "makespan_s": makespan,
+        "messages": int(len(messages["bytes"])), "bytes_moved": int(messages["bytes"].sum()),
+        "bytes_matrix": p.matrix().tolist(), "flops": float(graph.flops.sum()),
+        "utilization": float(busy.sum() / (makespan * ranks * wpr)) if makespan > 0 else 0.0,
+        "network": {"latency_s": network.latency_s, "message_s": network.message_s,
+                    "bandwidth_Bps": network.bandwidth_Bps, "source": network.source},
+        "per_rank": rows,
+    }

@@ -1,0 +1,113 @@
+"""The predicted step time of a configuration on N StarPU-MPI ranks (``simulate --ranks``, ``tune --ranks``).
+
+One path for every caller: build the step, apply the distribution (``distribution.prepare``), take the
+kernel durations from the stored calibration and the runtime's costs from the host-cost fits of one
+process of ``workers_per_rank`` workers (cost per task, decisions, submission), and simulate the ranks
+(:func:`tilecast.simulator.ranks.simulate_ranks`) on the stored network
+(:mod:`tilecast.simulator.ranks_network`).
+
+**Shared cores.** The ranks of ``tilecast run --ranks`` share one machine's cores. Debian's StarPU 1.3
+spins idle workers (``STARPU_NON_BLOCKING_DRIVERS``) and StarPU-MPI's progress thread polls while any
+request is posted, so every rank keeps ``workers + 1`` threads runnable for the whole step; where they
+outnumber the cores each kernel runs ``threads / cores`` times longer (:func:`core_share`). The
+network's ping-pong is measured under the same load, so a message's cost needs no such factor.
+
+The step time is the simulated makespan: ``run --ranks`` times a step from a barrier to every task and
+message of every rank done, which is what the simulation spans (loading the batch and flushing the
+cache happen outside it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RankForecast:
+    model: str
+    batch: int
+    seq: int
+    tiling: str
+    sched: str
+    ranks: int
+    distribution: str
+    workers_per_rank: int
+    step_s: float
+    tasks: int
+    bytes_moved: int
+    messages: int
+    core_share: float
+    summary: dict = field(default_factory=dict)
+    result: object = None
+
+    def row(self) -> dict:
+        return {"model": self.model, "batch": self.batch, "seq": self.seq, "tiling": self.tiling,
+                "sched": self.sched, "ranks": self.ranks, "distribution": self.distribution,
+                "workers_per_rank": self.workers_per_rank, "pred_step_s": self.step_s,
+                "tokens_per_s": self.batch * self.seq / self.step_s if self.step_s > 0 else 0.0,
+                "tasks": self.tasks, "bytes_moved": self.bytes_moved, "messages": self.messages,
+                "core_share": self.core_share}
+
+
+def core_share(machine, ranks: int, workers_per_rank: int) -> float:
+    """How much longer a kernel takes with ``ranks`` processes of ``workers_per_rank`` spinning workers and
+    one polling progress thread each on ``machine``'s cores (1 when they fit, or the core count is unknown)."""
+    cores = machine.meta.get("hardware", {}).get("cores")
+    threads = ranks * (workers_per_rank + 1)
+    if not cores or threads <= cores:
+        return 1.0
+    return threads / cores
+
+
+def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
+    """``machine`` reduced to ``workers_per_rank`` workers with the runtime's costs measured for one process of
+    that many workers under ``sched`` (when measured)."""
+    from tilecast.loop.host_cost import host_cost_for
+
+    m = machine.with_workers(workers_per_rank)
+    host = host_cost_for(host_costs or {}, workers_per_rank, sched)
+    if host is not None and host.task_overhead_s is not None:
+        m = m.with_task_overhead(host.task_overhead_s)
+    if host is not None and host.decides:
+        m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
+    if host is not None and host.submit_task_s > 0:
+        m = m.with_submission(host.submit_task_s, 1.0)
+    return m
+
+
+def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, distribution: str, machine,
+                   calibration, host_costs, network, workers_per_rank: int = 1, recompute: str = "none",
+                   built=None, keep_result: bool = False) -> RankForecast:
+    """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
+    when the distribution cannot use that many ranks."""
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.models import build_step
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator.ranks import simulate_ranks
+
+    built = built if built is not None else build_step(cfg, batch, seq, tiling, recompute=recompute)
+    graph, dist = prepare(built, ranks, distribution)
+    m = rank_machine_costs(machine, host_costs, workers_per_rank, sched)
+    share = core_share(machine, ranks, workers_per_rank)
+    durations = DurationModel(m, calibration).durations(graph) * share
+    res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations)
+    s = res.summary
+    return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,
+                        distribution=distribution, workers_per_rank=workers_per_rank, step_s=res.makespan,
+                        tasks=int(graph.n_tasks), bytes_moved=s["bytes_moved"], messages=s["messages"],
+                        core_share=share, summary={**s, "task_overhead_s": m.task_overhead},
+                        result=res if keep_result else None)
+
+
+def network_or_error(machine, ranks: int, workers_per_rank: int):
+    """The stored network for the ranks (:func:`tilecast.simulator.ranks_network.load_network`), or
+    LookupError saying how to measure it."""
+    from tilecast.simulator.ranks_network import load_network
+
+    net = load_network(machine, ranks, workers_per_rank)
+    if net is None:
+        raise LookupError(f"no network calibration for {ranks} ranks of {workers_per_rank} worker(s) on "
+                          f"{machine.name}: run tilecast calibrate --ranks {ranks}"
+                          + (f" --workers {workers_per_rank}" if workers_per_rank != 1 else ""))
+    return net
+

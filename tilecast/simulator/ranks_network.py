@@ -1,0 +1,112 @@
+"""The network between ranks: what one message costs, fitted on a ping-pong and stored per machine.
+
+A message of ``b`` bytes from one rank to another takes
+``latency + message_cost + b / bandwidth`` seconds on the directed link between them
+(:mod:`tilecast.simulator.ranks` holds the link for that long, one message after another):
+``latency`` is MPI's own (a ping-pong of plain ``MPI_Send``/``MPI_Recv`` before StarPU starts),
+``message_cost`` what StarPU-MPI adds per message (the same ping-pong through ``starpu_mpi_send`` /
+``starpu_mpi_recv`` with StarPU's workers running, less MPI's latency), ``bandwidth`` the slope of the
+StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
+(:mod:`tilecast.executor.mpi_pingpong`); they are stored under
+``$TILECAST_HOME/calibration/network-<machine>-<fingerprint>.json``, keyed by rank count, workers per
+rank and MPI transport.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
+
+
+@dataclass
+class Network:
+    """Seconds per message: ``latency_s + message_s + nbytes / bandwidth_Bps``."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    message_s: float = 0.0
+    source: str = "assumed"
+    transport: str = ""
+    ranks: int = 2
+    workers_per_rank: int = 1
+    points: list | None = None  # [bytes, StarPU-MPI one-way s, MPI one-way s] medians of the ping-pong
+
+    def __post_init__(self):
+        for name in ("latency_s", "message_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+                raise ValueError(f"network {name} must be a number >= 0, got {v!r}")
+        if not (isinstance(self.bandwidth_Bps, (int, float)) and self.bandwidth_Bps > 0):
+            raise ValueError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
+
+    def seconds(self, nbytes) -> np.ndarray:
+        """Seconds a message of ``nbytes`` holds its link."""
+        return self.latency_s + self.message_s + np.asarray(nbytes, dtype=np.float64) / self.bandwidth_Bps
+
+    def key(self) -> str:
+        return network_key(self.ranks, self.workers_per_rank, self.transport)
+
+
+def network_key(ranks: int, workers_per_rank: int, transport: str) -> str:
+    return f"ranks={ranks}:workers={workers_per_rank}:transport={transport}"
+
+
+def fit_network(sizes, starpu_s, mpi_s, **kw) -> Network:
+    """Least squares of one-way times on message size: StarPU-MPI's intercept and slope, MPI's intercept
+    (``sizes`` bytes; ``starpu_s``, ``mpi_s`` one-way seconds, medians per size)."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    starpu_s, mpi_s = np.asarray(starpu_s, dtype=np.float64), np.asarray(mpi_s, dtype=np.float64)
+    if len(sizes) < 2 or len(np.unique(sizes)) < 2:
+        raise ValueError("sizes: a fit needs at least two message sizes")
+    slope, intercept = np.polyfit(sizes, starpu_s, 1)
+    _, mpi_intercept = np.polyfit(sizes, mpi_s, 1)
+    slope = max(float(slope), 1e-15)
+    latency = max(float(mpi_intercept), 0.0)
+    message = max(float(intercept) - latency, 0.0)
+    pts = [[int(b), float(a), float(m)] for b, a, m in zip(sizes, starpu_s, mpi_s)]
+    return Network(latency_s=latency, bandwidth_Bps=1.0 / slope, message_s=message, points=pts, **kw)
+
+
+def _path(machine) -> str:
+    return str(home("calibration", f"network-{machine.name}-{machine.fingerprint()}.json"))
+
+
+def save_network(machine, net: Network) -> str:
+    """Store ``net`` for ``machine`` beside the kernel calibration (other keys kept)."""
+    path = _path(machine)
+    doc = _load_doc(path)
+    doc[net.key()] = asdict(net)
+    with atomic_write(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    return path
+
+
+def _load_doc(path: str) -> dict:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_network(machine, ranks: int, workers_per_rank: int, transport: str | None = None) -> Network | None:
+    """The stored network for this rank count and workers per rank (any transport unless named), else None.
+    A fit for 2 ranks serves other rank counts when none was stored for them (the cost of one message
+    between two ranks does not depend on how many others there are, on a network without contention)."""
+    doc = _load_doc(_path(machine))
+    want = [network_key(ranks, workers_per_rank, transport)] if transport else []
+    keys = want + [k for k in doc if k.startswith(f"ranks={ranks}:workers={workers_per_rank}:")]
+    keys += [k for k in doc if k.startswith(f"ranks=2:workers={workers_per_rank}:")]
+    for k in keys:
+        if k in doc:
+            try:
+                return Network(**doc[k])
+            except (TypeError, ValueError):
+                continue
+    return None
