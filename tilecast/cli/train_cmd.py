@@ -7,6 +7,7 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
+from tilecast.cli.train_mpi import add_train_rank_args, run_train_ranks
 from tilecast.errors import FieldError
 from tilecast.graph import TilingError
 from tilecast.graph.model_config import ModelConfigError
@@ -50,6 +51,7 @@ def add_parser(sub):
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint (an error if it cannot be used)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the weights and batches (default: 0)")
     add_memory_args(p)
+    add_train_rank_args(p)
     add_json_arg(p)
     return p
 
@@ -64,6 +66,8 @@ def run(args) -> int:
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
+    if args.ranks is not None:
+        return run_train_ranks(args, cfg, batch, seq, tiling, recompute)
     memory = memory_args(args)
     opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=args.steps, lr=args.lr, sched=args.sched,
                         workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,

@@ -57,6 +57,7 @@ class MPIRunResult:
     graph: object = None
     check: dict | None = None
     launcher: list[str] = field(default_factory=list)
+    submit_s: np.ndarray | None = None  # (ranks, steps) seconds each rank spent submitting the graph
 
     @property
     def median_step_s(self) -> float:
@@ -87,10 +88,10 @@ def mpirun_command(ranks: int) -> list[str]:
 
 
 def _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-          run_dir, recompute="none") -> dict:
+          run_dir, recompute="none", train=None) -> dict:
     return dict(model=cfg.to_dict(), batch=batch, seq=seq, tiling=str(tiling), sched=sched, workers=workers,
                 steps=steps, ranks=ranks, distribution=distribution, seed=seed, lr=lr, check=check,
-                timeout_s=timeout_s, run_dir=str(run_dir), ranks_per_host=ranks, recompute=recompute)
+                timeout_s=timeout_s, run_dir=str(run_dir), ranks_per_host=ranks, recompute=recompute, train=train)
 
 
 def _failure_line(text: str, returncode: int) -> str:
@@ -150,6 +151,7 @@ def _end(proc) -> None:
 def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: bool):
     files = [np.load(run_dir / RESULT.format(r)) for r in range(ranks)]
     rank_step_s = np.stack([f["step_s"] for f in files])
+    submit_s = np.stack([f["submit_s"] for f in files])
     sent = np.stack([f["sent"] for f in files], axis=1)  # (steps, src, dst)
     executed = np.stack([f["executed"] for f in files])
     loss_rank = int(owner[graph.tensor("loss").first_tile])
@@ -173,14 +175,18 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 size = int(graph.tile_nbytes[tid] // graph.tensors[graph.tile_tensor[tid]].dtype.itemsize)
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
-    return dict(rank_step_s=rank_step_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+    return dict(rank_step_s=rank_step_s, submit_s=submit_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
-            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none") -> MPIRunResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None) -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
+
+    ``train``: batches from the byte corpus instead of random tokens, and checkpoints
+    (:mod:`tilecast.executor.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
+    ``settings`` (what a resumed checkpoint must match).
 
     ValueError (naming the field) on bad input, before anything starts;
     :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
@@ -214,11 +220,11 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root, bottom, built, recompute)
+                            timeout_s, graph, dist, predicted, root, bottom, built, recompute, train)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                     timeout_s, run_dir, recompute)
+                     timeout_s, run_dir, recompute, train)
         if bottom is not None:
             np.save(run_dir / "bottom_level.npy", bottom)
             spec["bottom_level"] = str(run_dir / "bottom_level.npy")
@@ -246,7 +252,7 @@ def _bottom_levels(graph, sched: str):
 
 
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root, bottom, built, recompute):
+                 graph, dist, predicted, root, bottom, built, recompute, train=None):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -254,7 +260,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
     run_dir = root / f"job-{job}"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 run_dir, recompute)
+                 run_dir, recompute, train)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
@@ -283,7 +289,7 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         rank_step_s=got["rank_step_s"], losses=got["losses"], bytes_sent=got["sent"], predicted=predicted,
         executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
-        end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd)
+        end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"])
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,52 @@ def own_tiles(graph, store, owner: np.ndarray, me: int):
     return ptrs, nelem, itemsize
 
 
+def _batches(spec: dict, cfg, steps: int, train):
+    """(the steps' (ids, targets), the sampler or None, steps already done): random tokens for a timed run,
+    the byte corpus's batches for training (the sampler as a resumed checkpoint left it)."""
+    if not train:
+        data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
+                                                            size=(steps, spec["batch"], spec["seq"] + 1))
+        return [(data[t, :, :-1], data[t, :, 1:]) for t in range(steps)], None, 0
+    from tilecast.executor.data import BatchSampler, load_corpus
+    from tilecast.executor.mpi_checkpoint import read_manifest
+
+    sampler = BatchSampler(load_corpus().train, spec["batch"], spec["seq"], seed=spec["seed"])
+    start = 0
+    if train.get("resume"):
+        m = read_manifest(train["folder"], train["settings"])
+        sampler.set_state(m["sampler_state"])
+        start = int(m["step"])
+    states, out = [], []
+    for _ in range(steps):
+        states.append(sampler.state())
+        out.append(sampler.next())
+    sampler.states = states + [sampler.state()]  # the state before each step, and after the last
+    return out, sampler, start
+
+
+def _checkpoint(lib, train, graph, store, owner, me, size, step, sampler_state) -> None:
+    """Every rank its shard, then rank 0 the manifest, then the old shards go (tilecast.executor.mpi_checkpoint)."""
+    from tilecast.executor.mpi_checkpoint import remove_old_shards, save_shard, write_manifest
+
+    folder = train["folder"]
+    entry = save_shard(folder, me, step, graph, store, owner)
+    lib.tcsm_barrier()
+    if me == 0:
+        from tilecast.executor.mpi_checkpoint import SHARD, _digest
+
+        shards = []
+        for r in range(size):
+            name = SHARD.format(rank=r, step=step)
+            with np.load(Path(folder) / name) as z:
+                shards.append({"rank": r, "file": name, "tiles": int(len(z["tiles"])),
+                               "sha256": _digest(z["tiles"], z["values"])})
+        assert shards[0]["sha256"] == entry["sha256"]
+        write_manifest(folder, train["settings"], step, sampler_state, shards)
+    lib.tcsm_barrier()
+    remove_old_shards(folder, me, step)
+
+
 def run_rank(spec: dict, bottom=None) -> None:
     """Run this rank's part of the steps ``spec`` describes (see :func:`tilecast.executor.mpi_launch._spec`);
     ``bottom``: the tasks' bottom levels, whose order becomes their priorities under the policies that use
@@ -92,9 +139,9 @@ def run_rank(spec: dict, bottom=None) -> None:
     graph, dist = prepare(graph, ranks, spec["distribution"])
     owner = dist.owner
     state = TrainState(init_params(cfg, spec["seed"]))
-    data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
-                                                        size=(steps, spec["batch"], spec["seq"] + 1))
-    store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:])
+    train = spec.get("train")
+    batches, sampler, start = _batches(spec, cfg, steps, train)
+    store = load_step(graph, state, *batches[0])
     del state  # the full parameters: from here on this rank holds only its own tiles (own_tiles)
 
     home = starpu_home()
@@ -113,6 +160,11 @@ def run_rank(spec: dict, bottom=None) -> None:
     me, size = lib.tcsm_rank(), lib.tcsm_size()
     if size != ranks:
         raise RuntimeError(f"started with {size} MPI processes, the run asks for {ranks} ranks")
+    if train and train.get("resume"):
+        from tilecast.executor.mpi_checkpoint import load_shard, read_manifest
+
+        load_shard(train["folder"], read_manifest(train["folder"]), me, graph, store, owner)
+    set_batch(graph, store, *batches[0], start + 1)
     ptrs, nelem, elemsize = own_tiles(graph, store, owner, me)
     kernels = all_kernels()
     names = [ffi.new("char[]", k.name.encode()) for k in kernels]
@@ -132,7 +184,7 @@ def run_rank(spec: dict, bottom=None) -> None:
         lib.tcsm_priority_range(lo, hi)
         prio = np.ascontiguousarray(starpu_priorities(bottom, lo[0], hi[0]), dtype=np.int32)
     n = graph.n_tasks
-    step_s, sent, executed, losses, snapshot = [], [], [], [], None
+    step_s, sent, executed, losses, snapshot, submit_s = [], [], [], [], None, []
     amounts = ffi.new("size_t[]", size)
     loss_tile = graph.tensor("loss").first_tile
     start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int32)
@@ -140,18 +192,20 @@ def run_rank(spec: dict, bottom=None) -> None:
     t0_first = None
     for t in range(steps):
         if t:
-            set_batch(graph, store, data[t, :, :-1], data[t, :, 1:], t + 1)  # in place: handles stay
+            set_batch(graph, store, *batches[t], start + t + 1)  # in place: handles stay
             lib.tcsm_flush_cache()  # copies of the old batch elsewhere are stale
         a = _graph_arrays(graph)
         start[:], end[:], worker[:] = np.nan, np.nan, -1
         before, done_before = list(amounts), lib.tcsm_executed()
         t0 = lib.tcsm_barrier()
         t0_first = t0 if t0_first is None else t0_first
+        s0 = time.perf_counter()
         submitted = lib.tcsm_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
             f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]),
             handles, ffi.NULL if prio is None else f("int32_t[]", prio), f("double[]", start),
             f("double[]", end), f("int32_t[]", worker), err)
+        submit_s.append(time.perf_counter() - s0)
         t1 = lib.tcsm_wait_all()
         if err[0] != 0:
             raise RuntimeError(f"StarPU-MPI refused task {submitted} "
@@ -162,11 +216,14 @@ def run_rank(spec: dict, bottom=None) -> None:
         executed.append(int(lib.tcsm_executed() - done_before))
         if owner[loss_tile] == me:
             losses.append(float(store.buffers[loss_tile][0]))
+        every = (train or {}).get("every") or 0
+        if train and train.get("folder") and (t == steps - 1 or (every and (start + t + 1) % every == 0)):
+            _checkpoint(lib, train, graph, store, owner, me, size, start + t + 1, sampler.states[t + 1])
         if t == 0 and spec["check"]:
             mine = np.flatnonzero(owner == me)
             snapshot = (mine, np.concatenate([store.buffers[i].astype(np.float64) for i in mine]))
     ran = np.flatnonzero(worker >= 0)
-    out = dict(rank=me, step_s=np.array(step_s), sent=np.array(sent, dtype=np.int64),
+    out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), sent=np.array(sent, dtype=np.int64),
                executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
                end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]))
     if snapshot is not None:

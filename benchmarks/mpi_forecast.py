@@ -1,0 +1,93 @@
+"""Predicted against measured: a training step on 2 StarPU-MPI ranks of one worker, per distribution and tiling.
+
+For every distribution x tiling, the rank simulator's forecast
+(:func:`tilecast.simulator.ranks_forecast.forecast_ranks`: the stored kernel calibration and the network
+``tilecast calibrate --ranks 2`` stored) beside ``--repeats`` runs of ``tilecast run --ranks 2``
+(:func:`tilecast.executor.mpi_launch.run_mpi`, ``--steps`` steps each; a run's step time is the median
+of its steps after the first). Reports the median over the runs and their spread (min-max), the error of
+the forecast against the median, and the bytes moved per step, measured (StarPU-MPI's count) and
+predicted. Run ``tilecast calibrate`` (kernels, with ``--model``/``--tile``/``--tiles`` covering these
+tilings) and ``tilecast calibrate --ranks 2`` first.
+
+    python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from tilecast.executor.mpi_launch import run_mpi
+from tilecast.graph import Tiling
+from tilecast.graph.model_config import load_model
+from tilecast.loop.predict import stored_models
+from tilecast.perfmodel import load_machine
+from tilecast.perfmodel.local import conditions_line, run_conditions
+from tilecast.simulator.ranks_forecast import forecast_ranks, network_or_error
+
+MODEL = '{"n_layer":4,"n_embd":128,"n_head":4,"vocab_size":512,"n_positions":128}'
+BATCH, SEQ = 4, 64
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--sched", default="lws")
+    ap.add_argument("--distributions", default="data,layer")
+    ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
+    ap.add_argument("--predict-only", action="store_true")
+    args = ap.parse_args()
+    conditions = run_conditions()
+    print(conditions_line(conditions))
+    load_before = os.getloadavg()[0]
+    print(f"load average before: {load_before:.2f}")
+    cfg = load_model(MODEL)
+    machine = load_machine("local")
+    calibration, host_costs = stored_models(machine)
+    net = network_or_error(machine, args.ranks, 1)
+    print(f"model {MODEL}, batch {BATCH} x {SEQ}, {args.sched}, {args.ranks} ranks of 1 worker, "
+          f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
+          f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
+    print(f"{'distribution':<13}{'tiling':<14}{'pred ms':>9}{'meas ms':>9}{'min-max ms':>17}{'err %':>7}"
+          f"{'moved B':>10}{'pred B':>10}{'msgs':>6}")
+    rows = []
+    for dist in args.distributions.split(","):
+        for tile in args.tiles.split(";"):
+            tiling = Tiling.parse(tile)
+            f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                               host_costs, net, 1)
+            runs, moved, busy, submit = [], None, [], []
+            for _ in range(0 if args.predict_only else args.repeats):
+                r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900)
+                runs.append(r.median_step_s)
+                moved = r.bytes_moved[-1]
+                ok = r.task_rank >= 0
+                busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
+                                        minlength=args.ranks).tolist())
+                submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+            med = float(np.median(runs)) if runs else float("nan")
+            err = (f.step_s - med) / med if runs else float("nan")
+            row = dict(distribution=dist, tiling=tile, pred_step_s=f.step_s, step_s=med, runs_s=runs,
+                       error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
+                       tasks=f.tasks, core_share=f.core_share,
+                       busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
+                       submit_s=submit)
+            rows.append(row)
+            spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
+            print(f"{dist:<13}{tile:<14}{1e3 * f.step_s:>9.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}"
+                  f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
+    load_after = os.getloadavg()[0]
+    print(f"load average after: {load_after:.2f}")
+    print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
+                      "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched,
+                      "network": {"latency_s": net.latency_s, "message_s": net.message_s,
+                                  "bandwidth_Bps": net.bandwidth_Bps}}))
+
+
+if __name__ == "__main__":
+    main()
