@@ -43,7 +43,7 @@ def run_rank_calibration(args) -> int:
     print(f"ping-pong between {args.ranks} ranks of {args.workers} worker(s), {len(sizes)} sizes x "
           f"{args.round_trips} round trips", file=sys.stderr)
     try:
-        net, raw = measure_network(args.ranks, args.workers, sizes, args.round_trips)
+        net, _ = measure_network(args.ranks, args.workers, sizes, args.round_trips)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except ValueError as e:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilecast.executor.mpi_launch import DEFAULT_TIMEOUT_S, MPIRunError, _launch, mpirun_command
+from tilecast.executor.mpi_launch import DEFAULT_TIMEOUT_S, _launch, mpirun_command
 from tilecast.home import home
 
 RESULT = "pingpong.npz"
@@ -77,7 +77,7 @@ def run_pingpong_rank(spec: dict) -> None:
 
 
 def measure_network(ranks: int = 2, workers: int = 1, sizes=DEFAULT_SIZES, repeats: int = 30, sched: str = "lws",
-                    timeout_s: float = DEFAULT_TIMEOUT_S, machine=None):
+                    timeout_s: float = DEFAULT_TIMEOUT_S):
     """Ping-pong on ``ranks`` ranks of ``workers`` workers; returns the fitted
     :class:`~tilecast.simulator.ranks_network.Network` (its ``points``: medians per size) and the raw
     round trips {sizes, mpi_rtt_s, starpu_rtt_s}. ValueError on bad input, MPIRunError on a failed run."""
@@ -136,5 +136,3 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-__all__ = ["measure_network", "MPIRunError", "DEFAULT_SIZES"]

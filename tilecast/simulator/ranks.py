@@ -91,15 +91,13 @@ def augmented_accesses(graph, task_rank: np.ndarray, transfers, ranks: int):
     tiles = np.empty(acc_ptr[-1], dtype=np.int64)
     modes = np.empty(acc_ptr[-1], dtype=graph.acc_mode.dtype)
     is_task = order >= 0
-    # tasks: their accesses, on their rank's copies
-    t_ids = order[is_task]
-    t_starts = acc_ptr[:-1][is_task]
-    src_idx = np.concatenate([np.arange(graph.acc_ptr[t], graph.acc_ptr[t + 1]) for t in t_ids.tolist()]) \
-        if len(t_ids) else np.zeros(0, np.int64)
-    dst_idx = np.concatenate([np.arange(s, s + c) for s, c in zip(t_starts.tolist(), n_acc[t_ids].tolist())]) \
-        if len(t_ids) else np.zeros(0, np.int64)
-    tiles[dst_idx] = graph.acc_tile[src_idx].astype(np.int64) * ranks + task_rank[graph.access_task[src_idx]]
-    modes[dst_idx] = graph.acc_mode[src_idx]
+    # tasks: their accesses, on their rank's copies (tasks keep their order, so access k of the graph moves
+    # by the messages' accesses inserted before its task)
+    t_starts = acc_ptr[:-1][is_task]  # in task order
+    shift = np.repeat(t_starts - graph.acc_ptr[:-1], n_acc)
+    dst_idx = np.arange(len(graph.acc_tile), dtype=np.int64) + shift
+    tiles[dst_idx] = graph.acc_tile.astype(np.int64) * ranks + task_rank[graph.access_task]
+    modes[dst_idx] = graph.acc_mode
     # messages: read the sender's copy, write the receiver's
     k = -order[~is_task] - 1
     m_starts = acc_ptr[:-1][~is_task]

@@ -239,7 +239,7 @@ int tcsm_pingpong(int raw, int64_t nsizes, const int64_t *nbytes, int reps, doub
             starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)n, 1);
         for (int r = -warmup; r < reps && ret == 0 && me < 2; r++) {
             const double t0 = MPI_Wtime();
-            ret = round_trip(raw, me, buf, n, h, (int64_t)1000000 + i);
+            ret = round_trip(raw, me, buf, n, h, (int64_t)30000 + i); /* MPI guarantees tags up to 32767 */
             if (r >= 0 && me == 0)
                 out_s[i * reps + r] = MPI_Wtime() - t0;
         }
