@@ -152,7 +152,9 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     dur = np.full((len(kinds), n_aug), np.inf)
     for i, kname in enumerate(base.kind_names):
         dur[kinds.index(kname), is_task] = durations[i, task_ids]
-    dur[kinds.index(NET_KIND), ~is_task] = np.maximum(network.seconds(tr.nbytes[msg_ids]) - big.task_overhead, 0.0)
+    if NET_KIND in kinds:  # one rank has no link
+        dur[kinds.index(NET_KIND), ~is_task] = np.maximum(network.seconds(tr.nbytes[msg_ids]) - big.task_overhead,
+                                                          0.0)
     if priority is None and sched in USES_PRIORITIES:
         full = task_priorities(durations + base.task_overhead, *graph.dependencies, sched)
     else:
@@ -190,8 +192,11 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     pos[task_ids] = np.flatnonzero(is_task)
     mpos = np.empty(len(tr), dtype=np.int64)
     mpos[msg_ids] = np.flatnonzero(~is_task)
+    # a message holds its link from when the link worker picks it up (before the per-task cost the engine
+    # charges every task, which its duration left out)
     messages = dict(src=tr.src.astype(np.int64), dst=tr.dst.astype(np.int64), bytes=tr.nbytes.astype(np.int64),
-                    start=start[mpos], end=end[mpos], tile=tr.tile.astype(np.int64), task=tr.task.astype(np.int64))
+                    start=start[mpos] - big.task_overhead, end=end[mpos], tile=tr.tile.astype(np.int64),
+                    task=tr.task.astype(np.int64))
     t_start, t_end, t_worker = start[pos], end[pos], where[pos]
     summary = _summary(graph, distribution, big, sched, workers_per_rank, network, p, t_start, t_end, t_worker,
                        messages, float(end.max()) if n_aug else 0.0)

@@ -231,9 +231,13 @@ int tcsm_pingpong(int raw, int64_t nsizes, const int64_t *nbytes, int reps, doub
     if (!buf)
         return -ENOMEM;
     int ret = 0;
-    const int warmup = 3;
+    const int warmup = 10;
     for (int64_t i = 0; i < nsizes && ret == 0; i++) {
         const int64_t n = nbytes[i] > 8 ? nbytes[i] : 8;
+        if (raw) /* every rank is here (a rank still starting up would be timed otherwise) */
+            MPI_Barrier(MPI_COMM_WORLD);
+        else
+            starpu_mpi_barrier(MPI_COMM_WORLD);
         starpu_data_handle_t h = NULL;
         if (me < 2 && !raw)
             starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)n, 1);

@@ -40,7 +40,7 @@ void tcsm_priority_range(int *lo, int *hi);
 int64_t tcsm_executed(void);
 
 /* Ping-pong of rank 0 with rank 1 (other ranks wait): for each of nsizes message sizes (bytes, at least 8),
- * 3 unrecorded then reps recorded round trips; rank 0 writes each round trip's seconds to
+ * 10 unrecorded then reps recorded round trips; rank 0 writes each round trip's seconds to
  * out_s[i * reps + r]. raw = 1: plain MPI_Send/MPI_Recv, before tcsm_start (MPI is initialised here and
  * finalised by tcsm_stop); raw = 0: starpu_mpi_send/starpu_mpi_recv of a registered vector, after
  * tcsm_start. 0 or an error. */
