@@ -130,3 +130,18 @@ def test_tune_ranks_ranks_distributions(capsys):
     assert {r["distribution"] for r in out["ranking"]} == {"data", "layer", "cyclic"}
     steps = [r["pred_step_s"] for r in out["ranking"]]
     assert steps == sorted(steps) and len(steps) == 6
+
+
+def test_message_cost_fitted_on_a_probe_step(graph):
+    from tilecast.simulator.ranks_probe import fit_message_cost
+
+    g, d = prepare(graph, 2, "layer")
+
+    def predict(cost):
+        net = Network(latency_s=NET.latency_s, bandwidth_Bps=NET.bandwidth_Bps, message_s=cost)
+        return simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=durations(g)).makespan
+
+    target = predict(2e-3)
+    cost = fit_message_cost(target, predict, low=NET.message_s)
+    assert cost == pytest.approx(2e-3, rel=0.01)
+    assert fit_message_cost(predict(NET.message_s) / 2, predict, low=NET.message_s) == NET.message_s

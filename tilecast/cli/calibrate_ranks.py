@@ -20,6 +20,10 @@ def add_rank_calibration_args(p) -> None:
                    help="with --ranks: message sizes in bytes (default: 8 B to 1 MiB)")
     p.add_argument("--round-trips", type=int, default=30, metavar="N",
                    help="with --ranks: timed round trips per size (default: 30)")
+    p.add_argument("--no-probe", action="store_true",
+                   help="with --ranks: keep the ping-pong's cost per message; by default a probe step (gpt2-tiny, "
+                        "layer, 2 runs) is run on the ranks and the cost per message raised to what the rank "
+                        "simulator needs to match it (messages waiting for time slices on a loaded machine)")
 
 
 def run_rank_calibration(args) -> int:
@@ -51,19 +55,37 @@ def run_rank_calibration(args) -> int:
     except MPIRunError as e:
         print(f"tilecast calibrate: {e}", file=sys.stderr)
         return 1
+    probe = None
+    if not args.no_probe:
+        from tilecast.simulator.ranks_probe import probe_network
+
+        print("probe step on the ranks (tilecast run --ranks), 2 runs", file=sys.stderr)
+        try:
+            net, probe = probe_network(net, args.ranks, args.workers)
+        except MPIRunError as e:
+            print(f"tilecast calibrate: probe step: {e}", file=sys.stderr)
+            return 1
     path = save_network(machine, net)
     out = {"machine": machine.name, "ranks": net.ranks, "workers_per_rank": net.workers_per_rank,
            "transport": net.transport, "latency_s": net.latency_s, "message_s": net.message_s,
-           "bandwidth_Bps": net.bandwidth_Bps, "points": net.points, "file": path, "source": net.source}
+           "bandwidth_Bps": net.bandwidth_Bps, "points": net.points, "probe": probe, "file": path,
+           "source": net.source}
     if args.json:
         print_json(out)
         return 0
     print(f"network between {net.ranks} ranks of {net.workers_per_rank} worker(s): {net.transport}")
     print(f"  MPI latency                 {net.latency_s * 1e6:10.1f} us (plain MPI ping-pong, one way)")
-    print(f"  StarPU-MPI cost per message {net.message_s * 1e6:10.1f} us (its ping-pong less MPI's latency)")
+    print(f"  StarPU-MPI cost per message {(probe['message_s_pingpong'] if probe else net.message_s) * 1e6:10.1f} us "
+          f"(its ping-pong less MPI's latency)")
     print(f"  bandwidth                   {human(net.bandwidth_Bps, 'B/s'):>13} (StarPU-MPI ping-pong's slope)")
     print(f"{'bytes':>10}{'StarPU-MPI us':>15}{'MPI us':>10}{'model us':>10}")
     for b, a, m in net.points:
         print(f"{b:>10}{a * 1e6:>15.1f}{m * 1e6:>10.1f}{float(net.seconds(b)) * 1e6:>10.1f}")
+    if probe:
+        print(f"probe step ({probe['model']}, {probe['distribution']}, tiling {probe['tile']}): measured "
+              f"{probe['step_s'] * 1e3:.1f} ms (runs {', '.join(f'{x * 1e3:.0f}' for x in probe['runs_s'])}), "
+              f"{probe['predicted_with_pingpong_s'] * 1e3:.1f} ms predicted with the ping-pong's cost per message")
+        print(f"  cost per message in a step  {probe['message_s_fitted'] * 1e6:10.1f} us (fitted on the probe; "
+              f"ping-pong: {probe['message_s_pingpong'] * 1e6:.1f} us)")
     print(f"stored in {path}")
     return 0

@@ -140,7 +140,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     owner = dist.owner
     state = TrainState(init_params(cfg, spec["seed"]))
     train = spec.get("train")
-    batches, sampler, start = _batches(spec, cfg, steps, train)
+    batches, sampler, done = _batches(spec, cfg, steps, train)
     store = load_step(graph, state, *batches[0])
     del state  # the full parameters: from here on this rank holds only its own tiles (own_tiles)
 
@@ -164,7 +164,7 @@ def run_rank(spec: dict, bottom=None) -> None:
         from tilecast.executor.mpi_checkpoint import load_shard, read_manifest
 
         load_shard(train["folder"], read_manifest(train["folder"]), me, graph, store, owner)
-    set_batch(graph, store, *batches[0], start + 1)
+    set_batch(graph, store, *batches[0], done + 1)
     ptrs, nelem, elemsize = own_tiles(graph, store, owner, me)
     kernels = all_kernels()
     names = [ffi.new("char[]", k.name.encode()) for k in kernels]
@@ -192,7 +192,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     t0_first = None
     for t in range(steps):
         if t:
-            set_batch(graph, store, *batches[t], start + t + 1)  # in place: handles stay
+            set_batch(graph, store, *batches[t], done + t + 1)  # in place: handles stay
             lib.tcsm_flush_cache()  # copies of the old batch elsewhere are stale
         a = _graph_arrays(graph)
         start[:], end[:], worker[:] = np.nan, np.nan, -1
@@ -217,8 +217,8 @@ def run_rank(spec: dict, bottom=None) -> None:
         if owner[loss_tile] == me:
             losses.append(float(store.buffers[loss_tile][0]))
         every = (train or {}).get("every") or 0
-        if train and train.get("folder") and (t == steps - 1 or (every and (start + t + 1) % every == 0)):
-            _checkpoint(lib, train, graph, store, owner, me, size, start + t + 1, sampler.states[t + 1])
+        if train and train.get("folder") and (t == steps - 1 or (every and (done + t + 1) % every == 0)):
+            _checkpoint(lib, train, graph, store, owner, me, size, done + t + 1, sampler.states[t + 1])
         if t == 0 and spec["check"]:
             mine = np.flatnonzero(owner == me)
             snapshot = (mine, np.concatenate([store.buffers[i].astype(np.float64) for i in mine]))

@@ -5,8 +5,9 @@ A message of ``b`` bytes from one rank to another takes
 (:mod:`tilecast.simulator.ranks` holds the link for that long, one message after another):
 ``latency`` is MPI's own (a ping-pong of plain ``MPI_Send``/``MPI_Recv`` before StarPU starts),
 ``message_cost`` what StarPU-MPI adds per message (the same ping-pong through ``starpu_mpi_send`` /
-``starpu_mpi_recv`` with StarPU's workers running, less MPI's latency), ``bandwidth`` the slope of the
-StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
+``starpu_mpi_recv`` with StarPU's workers running, less MPI's latency; raised to what a probe step shows,
+:mod:`tilecast.simulator.ranks_probe`, where messages wait for time slices), ``bandwidth`` the slope of
+the StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
 (:mod:`tilecast.executor.mpi_pingpong`); they are stored under
 ``$TILECAST_HOME/calibration/network-<machine>-<fingerprint>.json``, keyed by rank count, workers per
 rank and MPI transport.
@@ -35,6 +36,7 @@ class Network:
     ranks: int = 2
     workers_per_rank: int = 1
     points: list | None = None  # [bytes, StarPU-MPI one-way s, MPI one-way s] medians of the ping-pong
+    probe: dict | None = None  # the probe step message_s was fitted on (tilecast.simulator.ranks_probe), if any
 
     def __post_init__(self):
         for name in ("latency_s", "message_s"):
@@ -57,14 +59,17 @@ def network_key(ranks: int, workers_per_rank: int, transport: str) -> str:
 
 
 def fit_network(sizes, starpu_s, mpi_s, **kw) -> Network:
-    """Least squares of one-way times on message size: StarPU-MPI's intercept and slope, MPI's intercept
-    (``sizes`` bytes; ``starpu_s``, ``mpi_s`` one-way seconds, medians per size)."""
+    """Robust line (Siegel's repeated medians, scipy) of one-way times on message size: StarPU-MPI's
+    intercept and slope, MPI's intercept (``sizes`` bytes; ``starpu_s``, ``mpi_s`` one-way seconds, one
+    figure per size). A size timed during a burst of other work does not move the line."""
+    from scipy.stats import siegelslopes
+
     sizes = np.asarray(sizes, dtype=np.float64)
     starpu_s, mpi_s = np.asarray(starpu_s, dtype=np.float64), np.asarray(mpi_s, dtype=np.float64)
     if len(sizes) < 2 or len(np.unique(sizes)) < 2:
         raise ValueError("sizes: a fit needs at least two message sizes")
-    slope, intercept = np.polyfit(sizes, starpu_s, 1)
-    _, mpi_intercept = np.polyfit(sizes, mpi_s, 1)
+    slope, intercept = siegelslopes(starpu_s, sizes)
+    _, mpi_intercept = siegelslopes(mpi_s, sizes)
     slope = max(float(slope), 1e-15)
     latency = max(float(mpi_intercept), 0.0)
     message = max(float(intercept) - latency, 0.0)
