@@ -145,3 +145,10 @@ def test_message_cost_fitted_on_a_probe_step(graph):
     cost = fit_message_cost(target, predict, low=NET.message_s)
     assert cost == pytest.approx(2e-3, rel=0.01)
     assert fit_message_cost(predict(NET.message_s) / 2, predict, low=NET.message_s) == NET.message_s
+
+
+def test_network_fit_falls_back_to_mpi_bandwidth():
+    sizes = np.array([8, 1024, 8192, 1 << 20])
+    disturbed = np.array([6e-3, 7e-3, 4e-3, 1e-4])  # slow small sizes: a burst of other work
+    net = fit_network(sizes, disturbed, 1e-6 + sizes / 1e10)
+    assert net.bandwidth_Bps == pytest.approx(1e10, rel=1e-6)

@@ -69,7 +69,9 @@ def fit_network(sizes, starpu_s, mpi_s, **kw) -> Network:
     if len(sizes) < 2 or len(np.unique(sizes)) < 2:
         raise ValueError("sizes: a fit needs at least two message sizes")
     slope, intercept = siegelslopes(starpu_s, sizes)
-    _, mpi_intercept = siegelslopes(mpi_s, sizes)
+    mpi_slope, mpi_intercept = siegelslopes(mpi_s, sizes)
+    if not slope > 0:  # StarPU-MPI's times too disturbed to show the size: MPI's own bandwidth
+        slope = mpi_slope
     slope = max(float(slope), 1e-15)
     latency = max(float(mpi_intercept), 0.0)
     message = max(float(intercept) - latency, 0.0)
