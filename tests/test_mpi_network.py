@@ -1,0 +1,32 @@
+"""tilecast calibrate --ranks: a ping-pong between StarPU-MPI ranks, stored and used by simulate --ranks."""
+
+import json
+import shutil
+
+import pytest
+
+from tilecast.cli import main
+
+pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed "
+                                "(apt-get install openmpi-bin libopenmpi-dev)")
+
+
+def test_pingpong_is_stored_and_used(capsys, tmp_path, monkeypatch):
+    import tilecast.simulator.ranks_network as rn
+
+    monkeypatch.setattr(rn, "_path", lambda machine: str(tmp_path / "network.json"))  # not this home's own fit
+    sim = ["simulate", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32,batch=1", "--ranks", "2",
+           "--distribution", "layer", "--json"]
+    assert main(sim) == 2  # no network stored yet: one line saying how to measure it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run tilecast calibrate --ranks 2" in err[0]
+    assert main(["calibrate", "--ranks", "2", "--no-probe", "--sizes", "8,65536,262144", "--round-trips", "5",
+                 "--json"]) == 0
+    net = json.loads(capsys.readouterr().out)
+    assert net["ranks"] == 2 and net["bandwidth_Bps"] > 0 and net["latency_s"] >= 0 and net["message_s"] >= 0
+    assert [p[0] for p in net["points"]] == [8, 65536, 262144]
+    assert all(p[1] > 0 and p[2] > 0 for p in net["points"])  # one-way times through StarPU-MPI and MPI
+    assert "Open MPI" in net["transport"] or "MPI" in net["transport"]
+    assert main(sim) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["network"]["message_s"] == pytest.approx(net["message_s"]) and out["messages"] > 0
