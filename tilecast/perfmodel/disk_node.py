@@ -153,14 +153,21 @@ def stored_disk(machine) -> DiskNode | None:
     return load_disk(path) if os.path.exists(path) else None
 
 
+def same_file_system(a: str, b: str) -> bool:
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
 def ensure_disk(machine, directory: str | None = None) -> DiskNode:
     """The disk node of ``machine`` in ``directory`` (default ``$TILECAST_HOME/offload``): the stored one if it
-    was measured there, else measured now and stored."""
+    was measured on the same file system, else measured now in ``directory`` and stored."""
     if directory is None:
         directory = str(home("offload"))
         os.makedirs(directory, exist_ok=True)
     disk = stored_disk(machine)
-    if disk is not None and disk.directory == os.path.abspath(directory):
+    if disk is not None and same_file_system(disk.directory, directory):
         return disk
     disk = measure_disk(directory)
     save_disk(machine, disk)
