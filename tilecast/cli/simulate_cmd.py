@@ -44,9 +44,10 @@ def add_parser(sub):
     add_memory_args(p)
     p.epilog = ("With --memory-limit and --offload-dir, the step is simulated with main memory capped at the limit "
                 "and StarPU's eviction of tiles to a disk node in the directory (its speed measured by tilecast "
-                "calibrate on the same file system, else measured now and stored), after a warm-up step: the summary adds "
-                "evictions, write-backs and bytes written to and read from the disk (docs/memory.md). A limit "
-                "below the step's smallest working set is refused in one line with the minimum.")
+                "calibrate on the same file system, else measured now and stored), after a warm-up step: the "
+                "summary adds evictions, write-backs and bytes written to and read from the disk "
+                "(docs/memory.md). A limit below the step's smallest working set is refused in one line with the "
+                "minimum.")
     add_json_arg(p)
     return p
 

@@ -8,11 +8,15 @@ with the StarPU 1.3.10 code each follows:
 - **Capacity.** Main memory (node 0) holds at most ``limit_bytes`` of tiles
   (``STARPU_LIMIT_CPU_MEM``; ``src/datawizard/memory_manager.c``,
   ``_starpu_memory_manager_can_allocate_size``); the disk node is unbounded.
-- **When an allocation does not fit, StarPU reclaims twice the tile's size**
-  (``src/datawizard/memalloc.c``, ``_starpu_allocate_interface``:
-  ``reclaim = starpu_memstrategy_data_size_coefficient * handle_size``, the
-  coefficient is 2), or what the allocation lacks if that is more, in the
-  allocating worker, before the task's data can arrive.
+- **When an allocation does not fit, StarPU first reuses the memory of the
+  least recently used clean tile of the same size** that no running task
+  holds (``src/datawizard/memalloc.c``, ``_starpu_allocate_interface`` ->
+  ``try_to_reuse_potentially_in_use_mc``: same footprint, in ``mc_list``
+  order; ``try_to_throw_mem_chunk`` refuses a dirty one for reuse), with no
+  transfer. **Else it reclaims twice the tile's size** (``reclaim =
+  starpu_memstrategy_data_size_coefficient * handle_size``, the coefficient
+  is 2, or what the allocation lacks if that is more), in the allocating
+  worker, before the task's data can arrive.
 - **Victims in least-recently-used order, skipping tiles in use**
   (``_starpu_memory_reclaim_generic`` -> ``free_potentially_in_use_mc`` walks
   ``mc_list`` from its head; ``_starpu_memchunk_recently_used`` moves a tile to
@@ -180,6 +184,17 @@ class CappedMemory(Memory):
         held = self.avail[node]
         ptr, code = self.acc_ptr, self.acc_code
         in_use = {c >> 2 for t in self.running[node] for c in code[ptr[t]:ptr[t + 1]]}
+        bit, disk, size, valid = 1 << node, self.disk, self.size, self.valid
+        # memalloc.c, try_to_reuse_potentially_in_use_mc: the LRU clean tile of the same size, if any, gives
+        # its memory (a dirty one is not taken for reuse: try_to_throw_mem_chunk with a replicate)
+        for tile in held:
+            if size[tile] == nbytes and valid[tile] != bit and tile not in in_use:
+                del held[tile]
+                self.used[node] -= nbytes  # used <= cap held before, so the new tile now fits
+                valid[tile] &= ~bit
+                self.n_evictions += 1
+                self.n_dropped += 1
+                return now
         # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
         need = max(RECLAIM_FACTOR * nbytes, self.used[node] + nbytes - cap)
         victims = []
@@ -194,19 +209,18 @@ class CappedMemory(Memory):
             raise SimulationError(
                 f"main memory ({cap / 2**20:.0f} MiB) cannot hold the data of the tasks running in it: the "
                 f"limit is below the step's working set")
-        bit, disk = 1 << node, self.disk
         free_at = now
         for tile in victims:
             ready = held.pop(tile)
-            size = self.size[tile]
-            self.used[node] -= size
+            sz = size[tile]
+            self.used[node] -= sz
             self.n_evictions += 1
             if self.valid[tile] == bit:  # the only valid copy (STARPU_OWNER): written to the disk, waited for
-                end = self.links.transfer(node, disk, size, ready if ready > now else now)
+                end = self.links.transfer(node, disk, sz, ready if ready > now else now)
                 self.valid[tile] = 1 << disk
                 self.avail[disk][tile] = end
-                self.used[disk] += size
-                self.disk_written += size
+                self.used[disk] += sz
+                self.disk_written += sz
                 self.n_writebacks += 1
                 if end > free_at:
                     free_at = end
