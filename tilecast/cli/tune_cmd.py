@@ -95,9 +95,8 @@ def parse_tilings(args):
 @with_starpu_errors("tune")
 def run(args) -> int:
     from tilecast.loop import execute, pick_for_execution, tune
-    from tilecast.perfmodel import MachineError, load_machine
-
     from tilecast.graph.recompute import RECOMPUTE
+    from tilecast.perfmodel import MachineError, load_machine
 
     cfg, batch, seq, _ = model_args(args)
     limit = memory_args(args)
@@ -105,7 +104,6 @@ def run(args) -> int:
         recomputes = [recompute_arg(args)]
     else:
         recomputes = list(RECOMPUTE) if limit is not None else ["none"]
-    recompute = recomputes[0]
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     workers = parse_list(args.workers, "--workers", int) if args.workers else None
@@ -214,3 +212,5 @@ def print_ranking(out, result, top) -> None:
               f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
     if len(result.ranking) > top:
         print(f"... {len(result.ranking) - top} more (--top N, --json)")
+    if not result.ranking:
+        print("no configuration can run under the limit (see the skipped ones above)")
