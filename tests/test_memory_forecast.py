@@ -61,6 +61,22 @@ def test_no_eviction_when_everything_fits_and_too_small_is_an_error():
         simulate_memory_limited(two_axpys(), cpu_machine(1), S, DISK, "eager", durations=np.full((1, 2), 1e-3))
 
 
+def test_tidying_writes_back_ahead_of_need():
+    """20 dirty tiles in memory, none clean: below StarPU's 5% of clean tiles, so the 2 least recently used
+    dirty tiles not in use (t22, t23: t20 and t21 were just used) are written back (10% clean); the task does
+    not wait for them."""
+    b = GraphBuilder(Tiling.uniform(TILE))
+    t = b.tensor("p", (40 * TILE, TILE), ("seq", None), "param")
+    b.add("axpy", [t.tile_ids(20, 0), t.tile_ids(21, 0)], dict(n=TILE * TILE, alpha=0.5))
+    g = b.build()
+    for tidy, written in ((True, 2 * S), (False, 0)):
+        res = simulate_memory_limited(g, cpu_machine(1), 20 * S, DISK, "eager", durations=np.full((1, 1), 1e-3),
+                                      warmup=False, throttle=None, tidy=tidy)
+        s = res.summary
+        assert (s["disk_written_bytes"], s["tidied"], s["evictions"]) == (written, written // S, 0)
+        assert res.makespan == pytest.approx(1e-3)
+
+
 def test_throttle_submits_in_order_within_the_window():
     """Independent tasks on one worker, window max 2 / min 1: tasks start in id order and the policy never
     holds more than 3 submitted tasks (StarPU submits while at most max are in flight)."""

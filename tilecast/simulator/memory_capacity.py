@@ -52,9 +52,13 @@ with the StarPU 1.3.10 code each follows:
   limit, the rest on disk, as after loading them in order), then the step it
   reports, from the warm-up's final placement and LRU order.
 
-Not modelled: StarPU's periodic tidying (``starpu_memchunk_tidy``, which
-writes dirty tiles back ahead of need to keep 5% of them clean), host-side
-acquires between steps (loss, batch), and the time spent walking the LRU list.
+- **Tidying** (``starpu_memchunk_tidy``, at every driver progress): when
+  fewer than 5% of main memory's tiles are clean, dirty ones are written back
+  ahead of need, least recently used first, until 10% are; no task waits for
+  these write-backs, but they hold the disk.
+
+Not modelled: host-side acquires between steps (loss, batch), and the time
+StarPU spends walking its lists.
 
 The Python engine's general loop runs it (the fused and C loops model
 device memory only: :meth:`DequeModel.fused_run` leaves a Memory subclass to
@@ -138,13 +142,15 @@ class CappedMemory(Memory):
     """:class:`~tilecast.simulator.memory.Memory` with main memory limited and evicting to the disk node
     (the machine's last node; see the module's docstring for the rules)."""
 
-    def __init__(self, graph, machine, links, limit_bytes: int):
+    def __init__(self, graph, machine, links, limit_bytes: int, tidy: bool = True):
         super().__init__(graph, machine, links)
         self.disk = len(machine.nodes) - 1
         self.capacity[0] = float(limit_bytes)
+        self.tidy = tidy
         self.disk_written = 0  # bytes written back to the disk node
         self.disk_read = 0  # bytes read from it
         self.n_dropped = 0  # clean tiles evicted without a write
+        self.n_tidied = 0  # dirty tiles written back ahead of need
         # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
         # earlier ones evicted first, in LRU order), the others on disk
         held, disk_bit = self.avail[0], 1 << self.disk
@@ -159,6 +165,7 @@ class CappedMemory(Memory):
                 self.used[self.disk] += self.size[tile]
         self.used[0] = keep
         self.peak = list(self.used)
+        self.dirty = set(held)  # tiles whose only valid copy is in main memory (STARPU_OWNER there)
 
     def next_step(self, links) -> None:
         """Start another step from this one's placement and LRU order: every copy ready at time 0 on
@@ -171,7 +178,7 @@ class CappedMemory(Memory):
         self.links = links
         self._cost.clear()
         self.peak = list(self.used)
-        self.n_evictions = self.n_writebacks = self.n_dropped = 0
+        self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = 0
         self.disk_written = self.disk_read = 0
 
     def _make_room(self, node: int, nbytes: int, now: float) -> float:
@@ -212,6 +219,7 @@ class CappedMemory(Memory):
         free_at = now
         for tile in victims:
             ready = held.pop(tile)
+            self.dirty.discard(tile)
             sz = size[tile]
             self.used[node] -= sz
             self.n_evictions += 1
@@ -251,6 +259,47 @@ class CappedMemory(Memory):
         if u > self.peak[node]:
             self.peak[node] = u
         return ready
+
+    def acquire(self, task: int, node: int, now: float) -> float:
+        """:meth:`Memory.acquire`, keeping track of main memory's dirty tiles, then StarPU's tidying."""
+        ready = super().acquire(task, node, now)
+        if node == 0:
+            valid, dirty = self.valid, self.dirty
+            for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
+                if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
+                    dirty.add(c >> 2)
+            if self.tidy:
+                self._tidy(now)
+        return ready
+
+    def _tidy(self, now: float) -> None:
+        """memalloc.c, starpu_memchunk_tidy (run at every driver progress): when fewer than
+        STARPU_MINIMUM_CLEAN_BUFFERS (5) % of main memory's tiles are clean, write dirty ones back to the disk,
+        least recently used first, skipping those in use, until STARPU_TARGET_CLEAN_BUFFERS (10) % are; the
+        write-backs are idle requests: no task waits for them, but they hold the disk."""
+        held, dirty = self.avail[0], self.dirty
+        n = len(held)
+        clean = n - len(dirty)
+        if clean >= (n * 5) // 100:
+            return
+        target = (n * 10) // 100
+        ptr, code = self.acc_ptr, self.acc_code
+        in_use = {c >> 2 for t in self.running[0] for c in code[ptr[t]:ptr[t + 1]]}
+        disk, size, valid = self.disk, self.size, self.valid
+        for tile, ready in held.items():
+            if clean >= target:
+                break
+            if tile not in dirty or tile in in_use:
+                continue
+            sz = size[tile]
+            end = self.links.transfer(0, disk, sz, ready if ready > now else now)
+            valid[tile] |= 1 << disk
+            self.avail[disk][tile] = end
+            self.used[disk] += sz
+            self.disk_written += sz
+            self.n_tidied += 1
+            dirty.discard(tile)
+            clean += 1
 
     def prefetch(self, task: int, node: int, now: float) -> None:
         """Bring the task's inputs that fit without evicting (a prefetch never evicts in StarPU 1.3.10)."""
@@ -308,13 +357,13 @@ class Throttled(Policy):
 
 def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str = "dmda", durations=None,
                             calibration=None, priority=None, seed: int = 0, throttle=(16, 8),
-                            warmup: bool = True):
+                            warmup: bool = True, tidy: bool = True):
     """Simulate a step of ``graph`` under a main-memory limit with a disk node (``disk``: a
     :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
     :class:`~tilecast.simulator.simulate.SimResult` of the step after a warm-up step (``warmup``),
     whose summary adds ``memory_limit_bytes``, ``disk_written_bytes``, ``disk_read_bytes``,
-    ``dropped`` (clean evictions) and ``warmup_makespan_s``. ``throttle``: tasks in flight per worker
-    (max, min), or None."""
+    ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need) and ``warmup_makespan_s``.
+    ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying."""
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, SimResult, summarize,
                                              task_priorities)
@@ -334,7 +383,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     worker_kind = [kind_index[w.kind] for w in m.workers]
     worker_node = [w.node for w in m.workers]
     links = DiskLinks(m)
-    memory = CappedMemory(graph, m, links, limit_bytes)
+    memory = CappedMemory(graph, m, links, limit_bytes, tidy)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -363,5 +412,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     summary = summarize(graph, m, durations, worker_kind, start, end, worker, links, tr, memory, sched)
     summary.update({"memory_limit_bytes": int(limit_bytes), "disk_written_bytes": int(memory.disk_written),
                     "disk_read_bytes": int(memory.disk_read), "dropped": int(memory.n_dropped),
+                    "tidied": int(memory.n_tidied),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
     return SimResult(start, end, worker, summary, tr, graph, m)
