@@ -12,8 +12,9 @@ only in its own bandwidth probe, ``_starpu_get_unistd_global_bandwidth_between_d
 not on the data path.)
 
 :func:`measure_disk` times that path in the offload directory with blocks of
-two tile-like sizes: one file per block, created and truncated (counted in the
-write), written with ``os.pwrite``, then read back with ``os.pread``; a line
+two tile-like sizes: one file per block, created and truncated first (StarPU
+makes a tile's file once and reuses it for its later write-backs), written with
+``os.pwrite``, then read back with ``os.pread``; a line
 through (bytes, seconds) per direction gives a latency (the per-transfer cost:
 the system calls, the file's creation) and a bandwidth. :class:`DiskNode` holds
 the figures; :func:`save_disk`/:func:`stored_disk` keep them beside the
@@ -88,12 +89,13 @@ def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3) 
             work = tempfile.mkdtemp(prefix=".tilecast-disk-", dir=directory)
             try:
                 fds = []
-                t0 = time.perf_counter()
-                for i in range(n):
+                for i in range(n):  # a tile's file is made once, at its first write-back
                     fd, _ = tempfile.mkstemp(dir=work)
                     os.ftruncate(fd, block)
-                    os.pwrite(fd, buf, 0)
                     fds.append(fd)
+                t0 = time.perf_counter()
+                for fd in fds:
+                    os.pwrite(fd, buf, 0)
                 t1 = time.perf_counter()
                 for fd in fds:
                     os.pread(fd, block, 0)
@@ -110,7 +112,7 @@ def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3) 
     wl, wb = _fit(*zip(*write_pts))
     rl, rb = _fit(*zip(*read_pts))
     return DiskNode(wb, rb, wl, rl, os.path.abspath(directory),
-                    f"measured: StarPU's unistd path (mkstemp + ftruncate + pwrite, pread; no fsync) with "
+                    f"measured: StarPU's unistd transfers (pwrite, pread of one file per tile; no fsync) with "
                     f"{'/'.join(f'{b >> 10} KiB' for b in BLOCKS)} blocks, best of {repeats}",
                     datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
