@@ -7,6 +7,13 @@ spell of a shared machine does not fall on one configuration only), and prints, 
 the predicted step and the median measured one, and the bytes written to and read from the disk
 per step, predicted and measured.
 
+With ``--fit-first``, StarPU's own cost per disk transfer (the time a transfer
+takes inside StarPU beyond the file system's, which ``calibrate`` cannot see)
+is fitted on the first configuration's first run: the measured step less the
+forecast, over the forecast's disk transfers, added to the stored disk node
+(``runtime_latency``); every later run is forecast with it, so the other
+configurations test the model out of sample.
+
 Last line: one JSON object: ``rows`` (one per configuration: ``tiling``, ``limit``, ``recompute``,
 ``predicted_step_s``, ``measured_step_s`` (median over repeats of each repeat's median step),
 ``repeats_step_s``, ``predicted_disk_bytes`` and ``disk_bytes`` (``written``, ``read``, bytes per
@@ -50,6 +57,24 @@ def run_one(args, tile: str, limit: str, recompute: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def fit_runtime_latency(doc: dict, config) -> float:
+    """StarPU's cost per disk transfer that makes the forecast of ``doc``'s run (out_of_core.py's JSON) equal its
+    measured step, stored with the local machine's disk node; returns it (s)."""
+    from dataclasses import replace
+
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.disk_node import save_disk, stored_disk
+
+    machine = load_machine("local")
+    disk = stored_disk(machine)
+    transfers = max(doc["predicted_disk_transfers"], 1)
+    latency = max(disk.runtime_latency + (doc["step_s"] - doc["predicted_step_s"]) / transfers, 0.0)
+    save_disk(machine, replace(disk, runtime_latency=latency, runtime_source=(
+        f"fitted: out_of_core.py {doc['model']} {doc['batch']}x{doc['seq']} tile {config[0]} limit {config[1]}, "
+        f"measured step {doc['step_s']:.3f} s over {transfers} predicted disk transfers")))
+    return latency
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt2-tiny")
@@ -62,12 +87,19 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--fit-first", action="store_true",
+                    help="fit StarPU's cost per disk transfer on the first configuration's first run (see above)")
     args = ap.parse_args()
     configs = parse_configs(args.configs)
     runs: dict = {c: [] for c in configs}
+    fitted = None
     for _ in range(args.repeats):
         for c in configs:
             runs[c].append(run_one(args, *c))
+            if args.fit_first and fitted is None:
+                fitted = fit_runtime_latency(runs[c][0], c)
+                print(f"fitted StarPU's cost per disk transfer on {c[0]}:{c[1]}: {fitted * 1e6:.0f} us",
+                      file=sys.stderr, flush=True)
     rows = []
     print(f"\n{'tiling':>7}{'limit':>8}{'recomp':>10}{'pred s':>9}{'meas s':>9}{'err':>7}"
           f"{'pred wr MiB':>13}{'meas wr MiB':>13}{'pred rd MiB':>13}{'meas rd MiB':>13}")
@@ -84,7 +116,8 @@ def main() -> int:
                      "predicted_evictions": docs[0]["predicted_evictions"], "tasks": docs[0]["tasks"]})
         print(f"{tile:>7}{limit:>8}{rc:>10}{pred:>9.3f}{meas:>9.3f}{100 * (pred - meas) / meas:>+6.0f}%"
               f"{pw / 2**20:>13.1f}{wr / 2**20:>13.1f}{pr / 2**20:>13.1f}{rd / 2**20:>13.1f}")
-    print(json.dumps({"model": args.model, "batch": args.batch, "seq": args.seq, "sched": args.sched,
+    print(json.dumps({"fitted_runtime_latency_s": fitted, "fitted_on": ":".join(configs[0]) if fitted else None,
+                      "model": args.model, "batch": args.batch, "seq": args.seq, "sched": args.sched,
                       "workers": args.workers, "steps": args.steps, "repeats": args.repeats, "rows": rows,
                       "conditions": next(iter(runs.values()))[0]["conditions"]}))
     return 0

@@ -18,8 +18,8 @@ and host costs), and after it the measured figures beside it.
 Last line: one JSON object with ``step_s`` (median measured step, seconds),
 ``predicted_step_s`` (the forecast, seconds), ``disk_bytes`` (median per step:
 ``written``, ``read``, bytes), ``predicted_disk_bytes`` (``written``,
-``read``, bytes per step), ``predicted_evictions`` and ``predicted_writebacks``
-(per step), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step lists and
+``read``, bytes per step), ``predicted_evictions``, ``predicted_writebacks`` and
+``predicted_disk_transfers`` (per step), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step lists and
 the run conditions.
 
     python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
@@ -127,6 +127,7 @@ def main() -> int:
         "disk_bytes": {"written": float(np.median(written)), "read": float(np.median(read))},
         "predicted_disk_bytes": {"written": forecast["disk_written_bytes"], "read": forecast["disk_read_bytes"]},
         "predicted_evictions": forecast["evictions"], "predicted_writebacks": forecast["writebacks"],
+        "predicted_disk_transfers": forecast["disk_transfers"],
         "peak_rss_bytes": res.peak_rss_bytes, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,
     }))

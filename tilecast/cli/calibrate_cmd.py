@@ -133,17 +133,16 @@ def _measure_disk(args, machine):
     import os
 
     from tilecast.home import home
-    from tilecast.perfmodel.disk_node import DiskNodeError, measure_disk, save_disk
+    from tilecast.perfmodel.disk_node import DiskNodeError, measure_and_store
 
     directory = args.offload_dir
     if directory is None:
         directory = str(home("offload"))
         os.makedirs(directory, exist_ok=True)
     try:
-        disk = measure_disk(directory)
+        return measure_and_store(machine, directory)
     except DiskNodeError as e:
         raise UsageError(str(e).replace("offload_dir:", "--offload-dir:", 1)) from None
-    return disk, save_disk(machine, disk)
 
 
 def _disk(args, machine) -> int:

@@ -36,4 +36,4 @@ def predicted_fields(p) -> dict:
     return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s,
             "disk_written_bytes": s.get("disk_written_bytes", 0), "disk_read_bytes": s.get("disk_read_bytes", 0),
             "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
-            "tidied": s.get("tidied", 0)}
+            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0)}

@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -56,16 +56,21 @@ class DiskNode:
     directory: str = ""
     source: str = ""
     measured_at: str = ""
+    #: StarPU's own cost per disk transfer (s), beyond the file system's: fitted on a memory-limited run
+    #: (benchmarks/memory_forecast.py --fit-first); 0 until then
+    runtime_latency: float = 0.0
+    runtime_source: str = ""
 
     def write_s(self, nbytes: float) -> float:
-        return self.write_latency + nbytes / self.write_bandwidth
+        return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
 
     def read_s(self, nbytes: float) -> float:
-        return self.read_latency + nbytes / self.read_bandwidth
+        return self.runtime_latency + self.read_latency + nbytes / self.read_bandwidth
 
     def describe(self) -> str:
+        rt = f" + StarPU {self.runtime_latency * 1e6:.0f} us" if self.runtime_latency else ""
         return (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
-                f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us per transfer")
+                f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer")
 
 
 def _fit(sizes, seconds) -> tuple[float, float]:
@@ -171,6 +176,17 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
     disk = stored_disk(machine)
     if disk is not None and same_file_system(disk.directory, directory):
         return disk
+    return measure_and_store(machine, directory)[0]
+
+
+def measure_and_store(machine, directory: str) -> tuple[DiskNode, str]:
+    """(DiskNode, file): the disk node measured in ``directory`` and stored, keeping the StarPU cost per
+    transfer fitted earlier for ``machine`` (the file system's speed does not change it)."""
     disk = measure_disk(directory)
-    save_disk(machine, disk)
-    return disk
+    try:
+        old = stored_disk(machine)
+    except DiskNodeError:
+        old = None
+    if old is not None and old.runtime_latency:
+        disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source)
+    return disk, save_disk(machine, disk)

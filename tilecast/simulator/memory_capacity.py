@@ -107,8 +107,10 @@ def with_disk(machine, limit_bytes: int, disk):
     nodes.append(MemoryNode(DISK_NODE, "disk", float("inf")))
     host = machine.nodes[0].name
     links = list(machine.links) + [
-        Link(f"disk-write:{host}->{DISK_NODE}", host, DISK_NODE, disk.write_bandwidth, disk.write_latency),
-        Link(f"disk-read:{DISK_NODE}->{host}", DISK_NODE, host, disk.read_bandwidth, disk.read_latency)]
+        Link(f"disk-write:{host}->{DISK_NODE}", host, DISK_NODE, disk.write_bandwidth,
+             disk.write_latency + disk.runtime_latency),
+        Link(f"disk-read:{DISK_NODE}->{host}", DISK_NODE, host, disk.read_bandwidth,
+             disk.read_latency + disk.runtime_latency)]
     return replace(machine, nodes=nodes, links=links, meta=dict(machine.meta))
 
 
