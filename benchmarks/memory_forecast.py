@@ -106,14 +106,14 @@ def main() -> int:
     for (tile, limit, rc), docs in runs.items():
         steps = [d["step_s"] for d in docs]
         meas = float(np.median(steps))
-        pred = docs[0]["predicted_step_s"]
+        pred = docs[-1]["predicted_step_s"]  # the last forecast (after --fit-first, the fitted one)
         wr = float(np.median([d["disk_bytes"]["written"] for d in docs]))
         rd = float(np.median([d["disk_bytes"]["read"] for d in docs]))
-        pw, pr = docs[0]["predicted_disk_bytes"]["written"], docs[0]["predicted_disk_bytes"]["read"]
+        pw, pr = docs[-1]["predicted_disk_bytes"]["written"], docs[-1]["predicted_disk_bytes"]["read"]
         rows.append({"tiling": tile, "limit": limit, "recompute": rc, "predicted_step_s": pred,
                      "measured_step_s": meas, "repeats_step_s": steps,
                      "predicted_disk_bytes": {"written": pw, "read": pr}, "disk_bytes": {"written": wr, "read": rd},
-                     "predicted_evictions": docs[0]["predicted_evictions"], "tasks": docs[0]["tasks"]})
+                     "predicted_evictions": docs[-1]["predicted_evictions"], "tasks": docs[0]["tasks"]})
         print(f"{tile:>7}{limit:>8}{rc:>10}{pred:>9.3f}{meas:>9.3f}{100 * (pred - meas) / meas:>+6.0f}%"
               f"{pw / 2**20:>13.1f}{wr / 2**20:>13.1f}{pr / 2**20:>13.1f}{rd / 2**20:>13.1f}")
     print(json.dumps({"fitted_runtime_latency_s": fitted, "fitted_on": ":".join(configs[0]) if fitted else None,
