@@ -2,6 +2,7 @@
 to a disk node, the disk node's measured speed, and simulate/tune --memory-limit."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from tilecast.graph import GraphBuilder, Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
 from tilecast.perfmodel import load_machine
-from tilecast.perfmodel.disk_node import DiskNode, disk_path, load_disk, measure_disk, save_disk, stored_disk
+from tilecast.perfmodel.disk_node import (DiskNode, disk_path, load_disk, measure_and_store, measure_disk, save_disk,
+                                          stored_disk)
 from tilecast.simulator.engine import SimulationError
 from tilecast.simulator.memory_capacity import Throttled, simulate_memory_limited
 from tilecast.simulator.policies.central import Eager
@@ -100,6 +102,10 @@ def test_disk_measured_stored_and_loaded(tmp_path, monkeypatch):
     machine = cpu_machine(2)
     path = save_disk(machine, disk)
     assert path == disk_path(machine) and load_disk(path) == disk == stored_disk(machine)
+    save_disk(machine, replace(disk, runtime_latency=1e-3, runtime_source="fitted on a run"))
+    again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
+    assert again.runtime_latency == 1e-3 == stored_disk(machine).runtime_latency  # a re-measurement keeps the fit
+    assert again.write_s(S) == pytest.approx(1e-3 + again.write_latency + S / again.write_bandwidth)
 
 
 TINY = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32"]

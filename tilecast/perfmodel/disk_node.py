@@ -179,10 +179,11 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
     return measure_and_store(machine, directory)[0]
 
 
-def measure_and_store(machine, directory: str) -> tuple[DiskNode, str]:
-    """(DiskNode, file): the disk node measured in ``directory`` and stored, keeping the StarPU cost per
-    transfer fitted earlier for ``machine`` (the file system's speed does not change it)."""
-    disk = measure_disk(directory)
+def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
+    """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
+    and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
+    does not change it)."""
+    disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)
     except DiskNodeError:
