@@ -20,6 +20,19 @@ policy's per-task cost without decisions (dmdas's), and ``scan`` and
 (least squares on the relative error). The probes are not the configurations
 being predicted, so a forecast made with these costs never learned from the
 configuration itself.
+
+dmdas and dmdasd also pay for inserting a task into a worker's queue sorted
+by priority: ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c)
+walks the list from its head past every queued task of at least the new
+one's priority, in the thread that pushes (``push_task_on_best_worker``,
+deque_modeling_policy_data_aware.c), mostly a worker releasing the
+successors of the task it ended. On this machine's 1-worker probes dmdas
+ran 18-30% longer than dmda (the same decisions, queues not sorted), more on
+the larger steps, whose queues are longer. :func:`fit_push_walk` fits the
+cost per task walked past (``Machine.push_walk``; charged by
+:meth:`tilecast.simulator.engine.Engine.walk`) so that the simulated ratio of
+dmdas's probe makespans to dmda's matches the measured one, the per-task cost
+being dmda's on the same probes.
 """
 
 from __future__ import annotations
@@ -30,6 +43,19 @@ from scipy.optimize import least_squares
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
 DECIDING = {"dmdasd": "dmdas"}
+#: policies whose sorted insertions the simulator charges (Engine.walk), and the policy measured beside each
+#: for its per-task cost without them
+WALKING = {"dmdas": "dmda"}
+#: the walk's scale (s per queued task walked past) and where its fit starts
+WALK_SCALE = 1e-8
+WALK_START = 1.0
+
+
+def companions(sched: str) -> list:
+    """The policies whose probes a policy's own costs are fitted beside, measured first, then the policy
+    itself: dmdasd -> [dmda, dmdas, dmdasd]."""
+    first = DECIDING.get(sched) or WALKING.get(sched)
+    return (companions(first) if first else []) + [sched]
 #: the costs' scales (s): a queued task read, another worker's queue locked (the fit's units), and where
 #: the fit starts; a weak pull towards the start keeps a cost the probes cannot tell (the lock, on 1 worker,
 #: where only the submitting thread locks another queue) from drifting
@@ -56,3 +82,32 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     fit = least_squares(residuals, x0=START, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=40)
     scan, lock = (np.maximum(fit.x, 0.0) * SCALE).tolist()
     return float(scan), float(lock)
+
+
+def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas", beside=None) -> float:
+    """Seconds per queued task that a sorted insertion walks past, fitted on the measured ``makespans`` of
+    ``graphs`` under ``sched`` on ``machine`` (its per-task cost set, without the walk; least squares on the
+    relative error).
+
+    ``beside``: (policy, makespans) of the same graphs measured under the same policy without sorted queues
+    (dmda for dmdas): then the fit matches the simulated ratio of the two policies' makespans to the measured
+    one, so that what the simulation gets wrong for both (kernel durations, the cost per task) is not taken
+    for the walk's cost."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator.simulate import simulate
+
+    model = DurationModel(machine, calibration)
+    durations = [model.durations(g) for g in graphs]
+    measured = np.asarray(makespans, dtype=np.float64)
+    if beside is not None:
+        ref_sched, ref_measured = beside
+        ref_sim = np.array([simulate(g, machine, ref_sched, durations=d).makespan for g, d in zip(graphs, durations)])
+        measured = measured / np.asarray(ref_measured, dtype=np.float64) * ref_sim
+
+    def residuals(x):
+        m = machine.with_push_walk(max(float(x[0]), 0.0) * WALK_SCALE)
+        sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+        return (sim - measured) / measured
+
+    fit = least_squares(residuals, x0=[WALK_START], bounds=(0.0, np.inf), diff_step=0.05, max_nfev=30)
+    return float(max(fit.x[0], 0.0) * WALK_SCALE)
