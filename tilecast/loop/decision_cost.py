@@ -38,7 +38,7 @@ being dmda's on the same probes.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
@@ -46,9 +46,9 @@ DECIDING = {"dmdasd": "dmdas"}
 #: policies whose sorted insertions the simulator charges (Engine.walk), and the policy measured beside each
 #: for its per-task cost without them
 WALKING = {"dmdas": "dmda"}
-#: the walk's scale (s per queued task walked past) and where its fit starts
-WALK_SCALE = 1e-8
-WALK_START = 1.0
+#: the walk's costs first tried (s per queued task walked past): none, then 1 ns to 1 us evenly in log; the fit
+#: refines around the best of them (the makespans move in steps with it: a gradient from the start can stall)
+WALK_GRID = (0.0,) + tuple(np.geomspace(1e-9, 1e-6, 13).tolist())
 
 
 def companions(sched: str) -> list:
@@ -104,10 +104,20 @@ def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas",
         ref_sim = np.array([simulate(g, machine, ref_sched, durations=d).makespan for g, d in zip(graphs, durations)])
         measured = measured / np.asarray(ref_measured, dtype=np.float64) * ref_sim
 
-    def residuals(x):
-        m = machine.with_push_walk(max(float(x[0]), 0.0) * WALK_SCALE)
-        sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
-        return (sim - measured) / measured
+    seen = {}
 
-    fit = least_squares(residuals, x0=[WALK_START], bounds=(0.0, np.inf), diff_step=0.05, max_nfev=30)
-    return float(max(fit.x[0], 0.0) * WALK_SCALE)
+    def cost(walk: float) -> float:
+        walk = max(float(walk), 0.0)
+        if walk not in seen:
+            m = machine.with_push_walk(walk)
+            sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+            r = (sim - measured) / measured
+            seen[walk] = float(r @ r)
+        return seen[walk]
+
+    grid = list(WALK_GRID)
+    i = min(range(len(grid)), key=lambda j: cost(grid[j]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    if hi > lo:
+        minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": lo * 0.01 or 1e-11, "maxiter": 20})
+    return float(min(seen, key=seen.get))
