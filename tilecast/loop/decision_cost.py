@@ -84,6 +84,50 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     return float(scan), float(lock)
 
 
+def _probe_target(machine, calibration, graphs, makespans, beside):
+    """The probe ``graphs``' durations, and the makespans a simulation of them should give: the measured ones,
+    or with ``beside`` (policy, makespans measured under it) the measured ratio to that policy's makespans times
+    its simulated ones on ``machine``."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator.simulate import simulate
+
+    model = DurationModel(machine, calibration)
+    durations = [model.durations(g) for g in graphs]
+    target = np.asarray(makespans, dtype=np.float64)
+    if beside is not None:
+        ref_sched, ref_measured = beside
+        ref_sim = np.array([simulate(g, machine, ref_sched, durations=d).makespan for g, d in zip(graphs, durations)])
+        target = target / np.asarray(ref_measured, dtype=np.float64) * ref_sim
+    return durations, target
+
+
+def _misfit(machine, sched, graphs, durations, target) -> float:
+    from tilecast.simulator.simulate import simulate
+
+    sim = np.array([simulate(g, machine, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+    r = (sim - target) / target
+    return float(r @ r)
+
+
+def _fit_walk(machine, sched, graphs, durations, target) -> tuple[float, float]:
+    """(walk, its misfit): the grid, then a bounded refinement around its best point."""
+    seen = {}
+
+    def cost(walk: float) -> float:
+        walk = max(float(walk), 0.0)
+        if walk not in seen:
+            seen[walk] = _misfit(machine.with_push_walk(walk), sched, graphs, durations, target)
+        return seen[walk]
+
+    grid = list(WALK_GRID)
+    i = min(range(len(grid)), key=lambda j: cost(grid[j]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    if hi > lo:
+        minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": lo * 0.01 or 1e-11, "maxiter": 20})
+    best = min(seen, key=seen.get)
+    return float(best), seen[best]
+
+
 def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas", beside=None) -> float:
     """Seconds per queued task that a sorted insertion walks past, fitted on the measured ``makespans`` of
     ``graphs`` under ``sched`` on ``machine`` (its per-task cost set, without the walk; least squares on the
@@ -93,31 +137,21 @@ def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas",
     (dmda for dmdas): then the fit matches the simulated ratio of the two policies' makespans to the measured
     one, so that what the simulation gets wrong for both (kernel durations, the cost per task) is not taken
     for the walk's cost."""
-    from tilecast.perfmodel.kernel_model import DurationModel
-    from tilecast.simulator.simulate import simulate
+    durations, target = _probe_target(machine, calibration, graphs, makespans, beside)
+    return _fit_walk(machine, sched, graphs, durations, target)[0]
 
-    model = DurationModel(machine, calibration)
-    durations = [model.durations(g) for g in graphs]
-    measured = np.asarray(makespans, dtype=np.float64)
-    if beside is not None:
-        ref_sched, ref_measured = beside
-        ref_sim = np.array([simulate(g, machine, ref_sched, durations=d).makespan for g, d in zip(graphs, durations)])
-        measured = measured / np.asarray(ref_measured, dtype=np.float64) * ref_sim
 
-    seen = {}
+def fit_sorting(machine, calibration, graphs, makespans, sched: str, beside, own_overhead) -> tuple[float, float]:
+    """(seconds per task walked past, the runtime's cost per task) of a sorted policy on its probes.
 
-    def cost(walk: float) -> float:
-        walk = max(float(walk), 0.0)
-        if walk not in seen:
-            m = machine.with_push_walk(walk)
-            sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
-            r = (sim - measured) / measured
-            seen[walk] = float(r @ r)
-        return seen[walk]
-
-    grid = list(WALK_GRID)
-    i = min(range(len(grid)), key=lambda j: cost(grid[j]))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    if hi > lo:
-        minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": lo * 0.01 or 1e-11, "maxiter": 20})
-    return float(min(seen, key=seen.get))
+    Either the walk, with ``machine``'s cost per task (its companion's, measured beside it: ``beside``), or
+    no walk and the policy's own measured cost per task (its probes' mean start delay, ``own_overhead``),
+    whichever reproduces the probes better: where the probes' queues are too short for the walk to show
+    (two workers, sometimes), the policy's own start delays say more than a walk fitted to noise."""
+    durations, target = _probe_target(machine, calibration, graphs, makespans, beside)
+    walk, misfit = _fit_walk(machine, sched, graphs, durations, target)
+    if own_overhead is not None:
+        alone = machine.with_task_overhead(own_overhead).with_push_walk(0.0)
+        if _misfit(alone, sched, graphs, durations, target) < misfit:
+            return 0.0, float(own_overhead)
+    return walk, float(machine.task_overhead)

@@ -319,11 +319,13 @@ def _probe_machine(probe: HostCost, machine):
 
 
 def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str, graphs: list) -> None:
-    """Set a sorted policy's probe fit's per-task cost (its companion's, the same policy without sorted
-    queues, measured on the same probes; else its own) and fit its cost per queued task walked past on the
-    measured makespans of the probe ``graphs``."""
-    from tilecast.loop.decision_cost import WALKING, fit_push_walk
+    """Fit a sorted policy's cost per queued task walked past on the measured makespans of the probe
+    ``graphs``, its per-task cost then being its companion's (the same policy without sorted queues, measured
+    on the same probes), unless its own per-task cost without a walk reproduces the probes better
+    (:func:`tilecast.loop.decision_cost.fit_sorting`)."""
+    from tilecast.loop.decision_cost import WALKING, fit_sorting
 
+    own = probe.task_overhead_s
     if companion is not None and companion.task_overhead_s is not None:
         probe.task_overhead_s = companion.task_overhead_s
     probe.push_walk_s = 0.0
@@ -332,7 +334,8 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     beside = None
     if companion is not None and companion.probe_points == probe.probe_points:  # measured on the same probes
         beside = (WALKING[sched], [p[2] for p in companion.points[:companion.probe_points]])
-    probe.push_walk_s = fit_push_walk(m, calibration, graphs, makespans, sched, beside)
+    probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
+                                                           own if own != probe.task_overhead_s else None)
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
