@@ -114,6 +114,8 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
         overhead_source = "measured on StarPU traces"
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
+    if host is not None and host.push_walk_s > 0:
+        m = m.with_push_walk(host.push_walk_s)
     if host is not None and host.submit_task_s > 0:
         m = m.with_submission(host.submit_task_s, submission_stretch(machine, config.workers))
     whole, peak = capacity_check(graph, m)
