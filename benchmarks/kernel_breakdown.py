@@ -17,12 +17,25 @@ baseline time / current time (above 1: faster now). A kernel that the
 baseline lacks because it fuses older ones is timed there as those kernels
 in turn (``PARTS``).
 
-Prints a table (seconds per step per kernel, share, ratio) and, last, one
-JSON line: ``kernels`` maps each kernel to ``tasks``, ``s`` (seconds of one
-step on one thread), ``gflops`` (the registry's flops over that time, GFLOP/s)
-and, with a baseline, ``baseline_s`` and ``speedup``; ``kernels_s`` is the sum.
+The peak that rates are set against is a 1024^3 SGEMM of the same BLAS timed
+the same way (fastest of ``--repeats``), as ``executor_vs_torch.py`` sets a
+step's rates against that GEMM per worker. Memory-bound kernels are set
+against a copy of 256 MiB (beyond most caches) on the same thread: ``GB/s`` is
+the registry's bytes (each buffer once per direction) over the kernel's time,
+the copy's rate counts the bytes read and written.
 
-    python3 benchmarks/kernel_breakdown.py [--layers 12] [--tile 512] [--baseline main]
+Prints a table (seconds per step per kernel, share, rate, share of the peak,
+ratio), with ``--shapes N`` the N task groups (kernel and parameters) that take
+the most time, and, last, one JSON line: ``kernels`` maps each kernel to
+``tasks``, ``s`` (seconds of one step on one thread), ``gflops`` (the
+registry's flops over that time, GFLOP/s), ``of_peak`` (gflops over
+``peak_gflops``), ``gbs`` (the registry's bytes over that time, GB/s) and, with
+a baseline, ``baseline_s`` and ``speedup``; ``kernels_s`` is the sum;
+``peak_gflops`` the 1024^3 SGEMM's GFLOP/s; ``copy_gbs`` the copy's GB/s; with
+``--shapes``, ``shapes`` lists those groups (``kernel``, ``params`` by name,
+``tasks``, ``s``, ``gflops``, ``of_peak``).
+
+    python3 benchmarks/kernel_breakdown.py [--layers 12] [--tile 512] [--baseline main] [--shapes 15]
 """
 
 from __future__ import annotations
@@ -67,6 +80,21 @@ def baseline_library(rev: str):
             sources=sorted(str(p) for p in out.glob("*.c")), include_dirs=[str(out)] + flags["include_dirs"],
             libraries=flags["libraries"] + ["m"], library_dirs=flags["library_dirs"],
             extra_link_args=flags["extra_link_args"], extra_compile_args=COMPILE_ARGS)
+
+
+def copy_rate(repeats: int, nbytes: int = 256 << 20) -> float:
+    """Bytes read and written per second by a numpy copy of ``nbytes`` on this thread (fastest run, thread CPU
+    time): what a memory-bound kernel that streams its tiles from memory can reach on one worker."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.zeros_like(src)
+    best = np.inf
+    for r in range(repeats + 1):
+        t0 = time.thread_time()
+        np.copyto(dst, src)
+        t = time.thread_time() - t0
+        if r:
+            best = min(best, t)
+    return 2.0 * nbytes / best
 
 
 def task_groups(graph):
@@ -164,7 +192,11 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REV", help="git revision whose C kernels to time side by side")
     ap.add_argument("--kernels", type=lambda v: set(v.split(",")), default=None,
                     help="time only these kernels (comma-separated names)")
+    ap.add_argument("--shapes", type=int, default=0, metavar="N",
+                    help="also list the N task groups (kernel and parameters) that take the most time")
     args = ap.parse_args()
+    if args.shapes < 0:
+        ap.error(f"--shapes: a count of groups, 0 or more, got {args.shapes}")
     unknown = sorted((args.kernels or set()) - {k.name for k in all_kernels()})
     if unknown:
         ap.error(f"--kernels: unknown kernel(s) {', '.join(unknown)}")
@@ -174,6 +206,11 @@ def main() -> None:
                                      n_positions=1024)))
     graph = build_gpt2_step(cfg, args.batch, args.seq, Tiling.parse(args.tile))
     timers = {"now": timer(library())}
+    n = 1024
+    peak_bufs = [np.random.default_rng(1).uniform(0.1, 1.0, n * n).astype(np.float32) for _ in range(3)]
+    peak = 2.0 * n**3 / fastest({"now": timers["now"]}, "gemm", [0, 0, n, n, n, 1.0, 0.0], peak_bufs,
+                                args.repeats)["now"]
+    copy = copy_rate(args.repeats)
     if args.baseline:
         timers["base"] = timer_with_parts(baseline_library(args.baseline))
     rng = np.random.default_rng(0)
@@ -181,27 +218,37 @@ def main() -> None:
     total = {name: {} for name in timers}
     tasks: dict = {}
     flops = {kernels[kid].name: float(graph.flops[graph.kernel == kid].sum()) for kid in np.unique(graph.kernel)}
+    groups, moved = [], {}
     for kid, first, count in task_groups(graph):
         k = kernels[kid]
         params = graph.params[graph.param_ptr[first]:graph.param_ptr[first + 1]]
         if args.kernels and k.name not in args.kernels:
             continue
         bufs = buffers(graph, first, rng, cfg.vocab_size)
+        a, b = graph.acc_ptr[first], graph.acc_ptr[first + 1]
+        moved[k.name] = moved.get(k.name, 0.0) + count * float(k.bytes(graph.tile_nbytes[graph.acc_tile[a:b]])[0])
         for which, t in fastest(timers, k.name, params, bufs, args.repeats).items():
             total[which][k.name] = total[which].get(k.name, 0.0) + count * t
+            if which == "now":
+                groups.append(dict(kernel=k.name, params=dict(zip(k.params, params.tolist())), tasks=count,
+                                   s=count * t, gflops=count * float(graph.flops[first]) / (count * t) / 1e9))
         tasks[k.name] = tasks.get(k.name, 0) + count
     now = total["now"]
     all_s = sum(now.values())
     gemm_s = sum(v for name, v in now.items() if name in GEMM_KERNELS)
     all_s = max(all_s, 1e-30)
     print(f"GPT-2 width, {args.layers} layers, batch {args.batch} x {args.seq}, tiling {graph.meta['tiling']}: "
-          f"{graph.n_tasks} tasks, one thread")
-    head = f"{'kernel':<15}{'tasks':>7}{'s/step':>10}{'share':>8}{'GFLOP/s':>9}"
+          f"{graph.n_tasks} tasks, one thread; peak (1024^3 SGEMM, same BLAS, same timer) {peak / 1e9:.1f} GFLOP/s, "
+          f"copy of 256 MiB {copy / 1e9:.1f} GB/s")
+    head = f"{'kernel':<15}{'tasks':>7}{'s/step':>10}{'share':>8}{'GFLOP/s':>9}{'of peak':>8}{'GB/s':>7}"
     print(head + (f"{'base s':>10}{'speedup':>9}" if args.baseline else ""))
     rows = {}
     for name in sorted(now, key=now.get, reverse=True):
         row = dict(tasks=tasks[name], s=now[name], gflops=flops[name] / now[name] / 1e9)
-        line = f"{name:<15}{tasks[name]:>7}{now[name]:>10.4f}{now[name] / all_s:>8.1%}{row['gflops']:>9.1f}"
+        row["of_peak"] = row["gflops"] * 1e9 / peak
+        row["gbs"] = moved[name] / now[name] / 1e9
+        line = (f"{name:<15}{tasks[name]:>7}{now[name]:>10.4f}{now[name] / all_s:>8.1%}{row['gflops']:>9.1f}"
+                f"{row['of_peak']:>8.0%}{row['gbs']:>7.1f}")
         if args.baseline:
             base = total["base"][name]
             row.update(baseline_s=base, speedup=base / now[name])
@@ -210,7 +257,17 @@ def main() -> None:
         print(line)
     result = dict(layers=args.layers, batch=args.batch, seq=args.seq, tiling=graph.meta["tiling"],
                   tasks=graph.n_tasks, kernels_s=all_s, blas_time_share=gemm_s / all_s, kernels=rows,
-                  conditions=conditions)
+                  peak_gflops=peak / 1e9, copy_gbs=copy / 1e9, conditions=conditions)
+    if args.shapes:
+        top = sorted(groups, key=lambda g: g["s"], reverse=True)[:args.shapes]
+        for g in top:
+            g["of_peak"] = g["gflops"] * 1e9 / peak
+        result["shapes"] = top
+        print(f"the {len(top)} task groups that take the most time:")
+        for g in top:
+            shown = " ".join(f"{k}={v:g}" for k, v in g["params"].items())
+            print(f"  {g['kernel']:<15}{g['tasks']:>5}{g['s']:>9.4f} s{g['gflops']:>7.1f} GFLOP/s"
+                  f"{g['of_peak']:>5.0%}  {shown}")
     print(f"all kernels {all_s:.4f} s, BLAS kernels {gemm_s / all_s:.1%}", end="")
     if args.baseline:
         base_all = sum(total["base"].values())

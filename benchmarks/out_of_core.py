@@ -9,14 +9,18 @@ bytes StarPU wrote to and read from the disk node (its bus counters), and at
 the end the process's peak resident set size, which should stay within the
 limit plus the process's own overhead (Python, numpy, the task graph).
 
-The predicted step time needs the simulator's model of main memory's
-capacity and of the disk link, which does not exist yet: it is printed as
-"not modelled yet" and ``null``.
+Before the run it prints the forecast of a step (``tilecast simulate
+--memory-limit``: main memory capped at the limit, StarPU's eviction to the
+disk node, whose speed ``tilecast calibrate`` measured in the offload
+directory or is measured now; the local machine's stored kernel calibration
+and host costs), and after it the measured figures beside it.
 
 Last line: one JSON object with ``step_s`` (median measured step, seconds),
-``predicted_step_s`` (null), ``disk_bytes`` (median per step: ``written``,
-``read``, bytes), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step
-lists and the run conditions.
+``predicted_step_s`` (the forecast, seconds), ``disk_bytes`` (median per step:
+``written``, ``read``, bytes), ``predicted_disk_bytes`` (``written``,
+``read``, bytes per step), ``predicted_evictions``, ``predicted_writebacks`` and
+``predicted_disk_transfers`` (per step), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step lists and
+the run conditions.
 
     python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
     python3 benchmarks/out_of_core.py --model gpt2-tiny --batch 8 --seq 128 --tile 32 --memory-limit 2MiB
@@ -30,6 +34,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -38,6 +43,8 @@ from tilecast.executor.starpu_run import run_steps
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.home import home
+from tilecast.loop.predict_memory import predict_limited, predicted_fields
+from tilecast.simulator.engine import SimulationError
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
@@ -55,6 +62,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: 1)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps after the warm-up (default: 3)")
+    ap.add_argument("--recompute", default="none", choices=["none", "selective", "full"],
+                    help="activation recompute of the step (default: none)")
     args = ap.parse_args()
     cfg = load_model(args.model)
     made = args.offload_dir is None
@@ -71,11 +80,25 @@ def main() -> int:
         print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} "
               f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload}")
 
+        t0 = time.perf_counter()
+        try:
+            pred = predict_limited(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
+                                   memory.limit_bytes, offload, args.recompute)
+        except SimulationError as e:
+            print(f"out_of_core: {e}", file=sys.stderr)
+            return 2
+        forecast = predicted_fields(pred)
+        print(f"predicted step {forecast['step_s']:.2f} s (simulated in {time.perf_counter() - t0:.1f} s): "
+              f"{format_size(forecast['disk_written_bytes'])} written to disk, "
+              f"{format_size(forecast['disk_read_bytes'])} read, {forecast['evictions']} evictions "
+              f"({forecast['writebacks']} write-backs)", flush=True)
+
         def progress(t, dt, loss):
             print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
 
         res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
-                        args.warmup + args.steps, seed=0, progress=progress, memory=memory)
+                        args.warmup + args.steps, seed=0, progress=progress, memory=memory,
+                        recompute=args.recompute)
     except MemoryLimitError as e:
         print(f"out_of_core: {e}", file=sys.stderr)
         return 2
@@ -88,17 +111,23 @@ def main() -> int:
     for k, (dt, w, r, loss) in enumerate(zip(steps, written, read, res.losses[timed])):
         print(f"{args.warmup + k + 1:>5}{dt:>10.2f}{format_size(w):>15}{format_size(r):>15}{loss:>9.4f}")
     step_s = float(np.median(steps))
-    print(f"\nmedian step {step_s:.2f} s ({res.n_tasks} tasks); predicted step: not modelled yet (the simulator "
-          f"has no model of a memory limit or a disk node)")
-    print(f"disk per step (median): {format_size(np.median(written))} written, {format_size(np.median(read))} read")
+    err = (forecast["step_s"] - step_s) / step_s
+    print(f"\nmedian step {step_s:.2f} s ({res.n_tasks} tasks); predicted {forecast['step_s']:.2f} s "
+          f"({100 * err:+.0f}%)")
+    print(f"disk per step (median): {format_size(np.median(written))} written, {format_size(np.median(read))} read; "
+          f"predicted {format_size(forecast['disk_written_bytes'])} written, "
+          f"{format_size(forecast['disk_read_bytes'])} read")
     over = res.peak_rss_bytes - memory.limit_bytes
     print(f"peak RSS {format_size(res.peak_rss_bytes)} = limit {format_size(memory.limit_bytes)} "
           f"{'+' if over >= 0 else '-'} {format_size(abs(over))}")
     print(json.dumps({
         "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile, "sched": args.sched,
         "workers": args.workers, "tasks": res.n_tasks, "memory_limit_bytes": memory.limit_bytes,
-        "step_s": step_s, "predicted_step_s": None,
+        "recompute": args.recompute, "step_s": step_s, "predicted_step_s": forecast["step_s"],
         "disk_bytes": {"written": float(np.median(written)), "read": float(np.median(read))},
+        "predicted_disk_bytes": {"written": forecast["disk_written_bytes"], "read": forecast["disk_read_bytes"]},
+        "predicted_evictions": forecast["evictions"], "predicted_writebacks": forecast["writebacks"],
+        "predicted_disk_transfers": forecast["disk_transfers"],
         "peak_rss_bytes": res.peak_rss_bytes, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,
     }))

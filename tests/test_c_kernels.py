@@ -99,3 +99,29 @@ def test_fused_scores_softmax_gives_the_same_bits_as_the_three_kernels(q0, k0, c
     run_kernel("attn_qk_softmax", p, [q, k, s_got, st_got])
     assert np.array_equal(s_got, s_want, equal_nan=True)
     assert np.array_equal(st_got, st_want, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", ["attn_qk", "attn_pv", "attn_ptv"])
+@pytest.mark.parametrize("q0,k0,causal", [(0, 0, 1), (70, 0, 1), (0, 30, 1), (5, 3, 1), (0, 0, 0)],
+                         ids=["diagonal", "below-diagonal", "masked-rows", "offset", "full"])
+def test_causal_products_over_several_blocks(name, q0, k0, causal):
+    """Tiles larger than the C kernels' blocks of masked entries (several row and column blocks, uneven
+    ends): the same results as the references; masked probabilities hold NaN, which must count as zero."""
+    rng = np.random.default_rng(11)
+    bt, ht, sq, sk, d = 1, 2, 150, 170, 8
+    k = next(k for k in all_kernels() if k.name == name)
+    tok = lambda s: rng.standard_normal(bt * s * ht * d).astype(np.float32)  # noqa: E731
+    p = dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=0.5, q0=q0, k0=k0, causal=causal)
+    if name == "attn_qk":
+        bufs = [tok(sq), tok(sk), np.full(bt * ht * sq * sk, 7, np.float32)]
+    else:
+        pr = rng.random((bt, ht, sq, sk)).astype(np.float32)
+        if causal:
+            pr[..., (np.arange(sk)[None, :] + k0) > (np.arange(sq)[:, None] + q0)] = np.nan
+        p["beta"] = 1.0
+        bufs = [pr.ravel(), tok(sk), tok(sq)] if name == "attn_pv" else [pr.ravel(), tok(sq), tok(sk)]
+    want = [b.copy() for b in bufs]
+    k.reference(np, want, k.unpack([p[n] for n in k.params]))
+    got = [b.copy() for b in bufs]
+    run_kernel(name, p, got)
+    _close(f"{name} {p}", got[-1], want[-1])

@@ -1,4 +1,5 @@
-"""dmdasd's decision costs: fitted from probe makespans, kept through what runs teach, used by predict."""
+"""dmdasd's decision costs and the sorted queues' insertion cost: fitted from probe makespans, kept through what
+runs teach, used by predict."""
 
 import pytest
 
@@ -65,3 +66,49 @@ def test_predict_charges_the_decisions_of_dmdasd_only(local):
     fits["2:dmdas"] = fits["2:dmdasd"]
     assert (predict(StepConfig(sched="dmdas", **cfg), local, None, fits).makespan_s
             == predict(StepConfig(sched="dmdas", **cfg), local, None, {2: probe}).makespan_s)
+
+
+def test_the_walk_fit_recovers_the_cost_that_made_the_makespans(probes, tmp_path, monkeypatch):
+    """dmdas's probe makespans simulated with a known cost per task walked past are fitted back to it
+    (1 worker: every released task is pushed by the worker that runs the next one)."""
+    from tilecast.loop.decision_cost import fit_push_walk
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    one = load_machine("local").with_workers(1).with_task_overhead(4e-6)
+    truth = 4e-8
+    measured = [simulate(g, one.with_push_walk(truth), "dmdas").makespan for g in probes]
+    free = [simulate(g, one, "dmdas").makespan for g in probes]
+    assert max(m / f for m, f in zip(measured, free)) > 1.05  # the walks matter on these probes
+    walk = fit_push_walk(one, None, probes, measured)
+    assert walk == pytest.approx(truth, rel=0.2)
+    # measured 30% slower than simulated under both policies: the ratio to dmda's makespans still gives it
+    dmda = [1.3 * simulate(g, one, "dmda").makespan for g in probes]
+    walk = fit_push_walk(one, None, probes, [1.3 * x for x in measured], beside=("dmda", dmda))
+    assert walk == pytest.approx(truth, rel=0.2)
+
+
+def test_predict_charges_the_walks_of_the_sorted_policies_only(local):
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import predict
+
+    probe = HostCost.fit(2, [[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]], overheads=[[1000, 9e-6]])
+    walking = HostCost(**{**probe.__dict__, "push_walk_s": 1e-6})
+    cfg = dict(model=load_model("gpt2-tiny"), batch=2, seq=32, tiling=Tiling.parse("32"), workers=2)
+    for sched, charged in (("dmdas", True), ("dmdasd", True), ("dmda", False), ("prio", False)):
+        with_walk = predict(StepConfig(sched=sched, **cfg), local, None, {2: probe, f"2:{sched}": walking})
+        without = predict(StepConfig(sched=sched, **cfg), local, None, {2: probe})
+        assert (with_walk.makespan_s > without.makespan_s) == charged, sched
+        if not charged:
+            assert with_walk.makespan_s == without.makespan_s, sched
+
+
+def test_runs_refine_the_host_cost_but_keep_the_walk(local):
+    probe = HostCost.fit(1, [[100, 1200, 0.02, 0.001], [1000, 2300, 0.045, 0.002], [3000, 13000, 0.29, 0.004]],
+                         overheads=[[60000, 30e-6]])
+    probe.probe_points = 3
+    probe.task_overhead_s, probe.push_walk_s = 4e-6, 3e-8
+    fits = host_cost.learn_from_runs({1: probe, probe_key(1, "dmdas"): probe, "1:dmdas": probe},
+                                     [(1, "dmdas", 500, 8700, 0.28, 0.29, 40e-6)])
+    assert (fits["1:dmdas"].task_overhead_s, fits["1:dmdas"].push_walk_s) == (4e-6, 3e-8)

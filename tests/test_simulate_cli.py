@@ -1,6 +1,7 @@
 """tilecast simulate: summary, --json, trace files, --compare-policies, bad input."""
 
 import json
+import os
 
 import pytest
 
@@ -65,6 +66,7 @@ def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, 
     assert doc["kernels"] >= 10 and doc["timer"] == "starpu-tasks"  # StarPU runs here: shapes timed as its tasks
     assert doc["quiet"]["passes"] >= 3  # each timing pass checked against a reference step
     assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
+    assert doc["disk"]["write_bandwidth"] > 0 and os.path.exists(doc["disk"]["file"])  # the disk node, timed
     assert main(["simulate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
                  "--no-trace", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)

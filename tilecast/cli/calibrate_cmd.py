@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 import numpy as np
 from tqdm import tqdm
@@ -33,6 +34,12 @@ def add_parser(sub):
                         "here (auto, the default)")
     p.add_argument("--output", metavar="FILE", help="where to write the calibration (default: the machine's store)")
     add_rank_calibration_args(p)
+    p.add_argument("--offload-dir", metavar="DIR",
+                   help="also time the disk node of memory-limited runs in DIR (StarPU's unistd transfers of "
+                        "tile-sized blocks, about a second) and store its bandwidth and latency with the "
+                        "calibration (default: $TILECAST_HOME/offload)")
+    p.add_argument("--disk-only", action="store_true",
+                   help="time the disk node only (see --offload-dir), not the kernels")
     add_json_arg(p)
     return p
 
@@ -50,6 +57,8 @@ def run(args) -> int:
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
+    if args.disk_only:
+        return _disk(args, load_machine("local"))
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     if args.per_kernel < 1:
@@ -101,8 +110,10 @@ def run(args) -> int:
                             progress=counted)
     path = cal.save(args.output)
     report = holdout_errors(cal)
+    disk, disk_file = _measure_disk(args, machine)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
-           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet}
+           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet,
+           "disk": {**asdict(disk), "file": disk_file}}
     if args.json:
         print_json(out)
         return 0
@@ -110,6 +121,7 @@ def run(args) -> int:
     print(blas_line)
     if cal.quiet:
         print(quiet_line(cal.quiet))
+    print(f"disk node in {disk.directory}: {disk.describe()} -> {disk_file}")
     print()
     print(f"{'kernel':<16}{'fit/held out':>14}{'median err':>12}{'max err':>10}{'fixed us':>10}{'GFLOP/s':>10}"
           f"{'GB/s':>10}")
@@ -117,6 +129,35 @@ def run(args) -> int:
         f = r["fit"]
         print(f"{name:<16}{r['n_fit']:>7}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
               f"{100 * r['max_rel_err']:>9.1f}%{f['fixed_us']:>10.2f}{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
+    return 0
+
+
+def _measure_disk(args, machine):
+    """(DiskNode, file): the disk node timed in --offload-dir (default $TILECAST_HOME/offload), stored."""
+    import os
+
+    from tilecast.home import home
+    from tilecast.perfmodel.disk_node import DiskNodeError, measure_and_store
+
+    directory = args.offload_dir
+    if directory is None:
+        directory = str(home("offload"))
+        os.makedirs(directory, exist_ok=True)
+    try:
+        return measure_and_store(machine, directory)
+    except DiskNodeError as e:
+        raise UsageError(str(e).replace("offload_dir:", "--offload-dir:", 1)) from None
+
+
+def _disk(args, machine) -> int:
+    """calibrate --disk-only."""
+    disk, path = _measure_disk(args, machine)
+    if args.json:
+        print_json({"machine": machine.name, "fingerprint": machine.fingerprint(), "disk": {**asdict(disk),
+                    "file": path}})
+        return 0
+    print(f"disk node in {disk.directory}: {disk.describe()} -> {path}")
+    print(f"({disk.source})")
     return 0
 
 

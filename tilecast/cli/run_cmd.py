@@ -43,6 +43,20 @@ def add_parser(sub):
     return p
 
 
+def _forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute, graph) -> dict:
+    """The simulator's forecast of a step of this memory-limited run (``predicted`` in --json: step_s,
+    disk_written_bytes, disk_read_bytes, evictions, writebacks, dropped per step), or {"error": why}."""
+    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.loop.predict_memory import predict_limited, predicted_fields
+    from tilecast.simulator.engine import SimulationError
+
+    try:
+        return predicted_fields(predict_limited(cfg, batch, seq, tiling, sched, workers, memory.limit_bytes,
+                                                memory.offload_dir, recompute, graph=graph))
+    except (SimulationError, MemoryLimitError, ValueError) as e:
+        return {"error": f"not forecast: {e}"}
+
+
 def run(args) -> int:
     if args.ranks is not None:
         return run_mpi_cmd(args)
@@ -104,6 +118,9 @@ def run(args) -> int:
         out["check"] = res.check
     if args.trace:
         out["trace"] = args.trace
+    if memory is not None and memory.offload_dir is not None:
+        out["predicted"] = _forecast(cfg, batch, seq, tiling, args.sched, len(res.workers), memory, recompute,
+                                     res.graph)
     if args.json:
         print_json(out)
         return 0 if ok else 1
@@ -123,6 +140,13 @@ def run(args) -> int:
                  f"{format_size(np.median(res.disk_written[steps]))} written to disk, "
                  f"{format_size(np.median(res.disk_read[steps]))} read" if memory.offload_dir else ", no disk node")
               + f"; peak RSS {format_size(res.peak_rss_bytes)}")
+        f = out.get("predicted")
+        if f and "error" not in f:
+            print(f"forecast of a step: {f['step_s']:.4f} s, {format_size(f['disk_written_bytes'])} written to disk, "
+                  f"{format_size(f['disk_read_bytes'])} read ({f['evictions']} evictions, {f['writebacks']} "
+                  f"write-backs; tilecast simulate --memory-limit)")
+        elif f:
+            print(f"forecast of a step: {f['error']}")
     if args.trace:
         print(f"trace of the last step: {args.trace}")
     if res.check is not None:

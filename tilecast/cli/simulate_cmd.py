@@ -7,7 +7,8 @@ import sys
 import time
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags, human,
+                                 memory_args, model_args, print_json, recompute_arg)
 from tilecast.cli.ranks_table import add_rank_args
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
@@ -46,6 +47,13 @@ def add_parser(sub):
                      "the network tilecast calibrate --ranks measured: owner-computes placement, StarPU-MPI's "
                      "cache of received tiles, each rank's own --sched (docs/mpi.md)")
     add_network_arg(p)
+    add_memory_args(p)
+    p.epilog = ("With --memory-limit and --offload-dir, the step is simulated with main memory capped at the limit "
+                "and StarPU's eviction of tiles to a disk node in the directory (its speed measured by tilecast "
+                "calibrate on the same file system, else measured now and stored), after a warm-up step: the "
+                "summary adds evictions, write-backs and bytes written to and read from the disk "
+                "(docs/memory.md). A limit below the step's smallest working set is refused in one line with the "
+                "minimum.")
     add_json_arg(p)
     return p
 
@@ -76,6 +84,29 @@ def _models(args, machine):
     return calibration, host_costs
 
 
+def memory_forecast(args, machine, graph, workers: int):
+    """The MemoryForecast of --memory-limit/--offload-dir for ``graph`` on ``workers`` workers, or None;
+    UsageError (one line, with the minimum) for a limit below the smallest working set."""
+    from tilecast.executor.memory_limit import refusal
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    limit = memory_args(args)
+    if limit is None:
+        return None
+    why = refusal([graph], workers, limit.limit_bytes, limit.offload_dir is not None)
+    if why:
+        raise UsageError(f"--memory-limit: {why}")
+    disk = None
+    if limit.offload_dir is not None:
+        from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
+
+        try:
+            disk = ensure_disk(machine, limit.offload_dir)
+        except DiskNodeError as e:
+            raise UsageError(as_flags(str(e))) from None
+    return MemoryForecast(limit.limit_bytes, disk)
+
+
 def _row(p, machine, sim_s: float) -> dict:
     """The prediction's figures: the step time first, then its parts, then the simulation's summary."""
     from tilecast.loop.predict import host_note
@@ -102,10 +133,12 @@ def run(args) -> int:
         if args.compare_policies:
             raise UsageError("--compare-policies: not with --ranks (give one --sched)")
         return run_ranks(args, cfg, batch, seq, tiling, recompute)
+    memory_args(args)  # bad sizes and directories before anything is built
     machine, workers = _machine(args)
     calibration, host_costs = _models(args, machine)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
     graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
+    forecast = memory_forecast(args, machine, graph, workers)
     model = DurationModel(machine, calibration)
     durations = model.durations(graph)
     provenance = dict(model.provenance)
@@ -119,14 +152,16 @@ def run(args) -> int:
         try:
             pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration, host_costs,
                            graph=graph, durations=durations, keep_result=not args.compare_policies,
-                           transfers=not args.no_transfers, seed=args.seed)
+                           transfers=not args.no_transfers, seed=args.seed, memory=forecast)
         except SimulationError as e:
             print(f"tilecast simulate: {e}", file=sys.stderr)
             return 1
         rows.append(_row(pred, machine, time.perf_counter() - t0))
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
               "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
-              "duration_sources": provenance}
+              "duration_sources": provenance,
+              "memory_limit_bytes": forecast.limit_bytes if forecast else None,
+              "offload_dir": args.offload_dir if forecast else None}
     if args.compare_policies:
         if args.json:
             print_json({**common, "policies": rows})
@@ -178,6 +213,14 @@ def _print_summary(common, machine, s) -> None:
     print(f"cost per task       {s['task_overhead_us']:.2f} us ({s['task_overhead_source']})")
     print(f"transfers           {s['transfers']} ({human(s['bytes_moved'], 'B')}), "
           f"{s['evictions']} evictions, {s['writebacks']} write-backs")
+    if s.get("memory_limit_bytes") is not None:
+        if "disk_written_bytes" in s:
+            print(f"memory limit        {human(s['memory_limit_bytes'], 'B')} of main memory, disk node in "
+                  f"{common['offload_dir']} ({s['disk_node']}); the step after a warm-up step: "
+                  f"{human(s['disk_written_bytes'], 'B')} written to disk, {human(s['disk_read_bytes'], 'B')} "
+                  f"read, {s['dropped']} clean tiles dropped")
+        else:
+            print(f"memory limit        {human(s['memory_limit_bytes'], 'B')}, no disk node: every tile fits")
     print()
     print(f"{'worker':<12}{'busy ms':>10}{'idle ms':>10}")
     for w, b, i in zip(machine.workers[:s["workers"]], s["busy_s"], s["idle_s"]):

@@ -5,9 +5,12 @@ from __future__ import annotations
 from tilecast.cli import UsageError
 from tilecast.cli.common import (
     add_json_arg,
+    add_memory_args,
     add_model_args,
     add_recompute_arg,
+    as_flags,
     human,
+    memory_args,
     model_args,
     print_json,
     recompute_arg,
@@ -31,6 +34,7 @@ def add_parser(sub):
                     "prints predicted and measured step times side by side.")
     add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile=None)
     add_recompute_arg(p)
+    p.set_defaults(recompute=None)  # with --memory-limit and no --recompute, every setting is searched
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description (default: local, this computer; --execute needs local)")
     p.add_argument("--scheds", default=",".join(DEFAULT_SCHEDS), metavar="LIST",
@@ -58,6 +62,12 @@ def add_parser(sub):
     p.add_argument("--report", metavar="DIR",
                    help="with --execute: write the comparison report of the best configuration to DIR")
     add_tune_rank_args(p)
+    add_memory_args(p)
+    p.epilog = ("With --memory-limit (and --offload-dir for a disk node) every configuration is simulated with "
+                "main memory capped at the limit and StarPU's eviction to the disk node (docs/memory.md), the "
+                "recompute settings none, selective and full are all searched unless --recompute names one, and "
+                "configurations the limit cannot run (below their smallest working set) are listed as skipped "
+                "with the reason.")
     add_json_arg(p)
     return p
 
@@ -87,17 +97,22 @@ def parse_tilings(args):
 @with_starpu_errors("tune")
 def run(args) -> int:
     from tilecast.loop import execute, pick_for_execution, tune
+    from tilecast.graph.recompute import RECOMPUTE
     from tilecast.perfmodel import MachineError, load_machine
 
     cfg, batch, seq, _ = model_args(args)
-    recompute = recompute_arg(args)
+    limit = memory_args(args)
+    if args.recompute is not None:
+        recomputes = [recompute_arg(args)]
+    else:
+        recomputes = list(RECOMPUTE) if limit is not None else ["none"]
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     if args.ranks is not None:
         for flag, v, low in (("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
             if v < low:
                 raise UsageError(f"{flag} must be at least {low}, got {v}")
-        return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute)
+        return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recomputes[0])
     workers = parse_list(args.workers, "--workers", int) if args.workers else None
     for flag, v, low in (("--execute", args.execute, 0), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                          ("--others", args.others, 0), ("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
@@ -105,17 +120,33 @@ def run(args) -> int:
             raise UsageError(f"{flag} must be at least {low}, got {v}")
     if args.machine != "local" and args.execute:
         raise UsageError("--execute: only the local machine can be run (drop --machine or --execute)")
+    if limit is not None and args.execute:
+        raise UsageError("--execute: not available with --memory-limit yet (run the chosen configuration with "
+                         "tilecast run --memory-limit)")
     try:
         machine = load_machine(args.machine)
     except MachineError as e:
         raise UsageError(f"--machine: {e}") from None
-    try:
-        result = tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
-                      max_tasks=args.max_tasks, progress=True, recompute=recompute)
-    except ValueError as e:
-        raise UsageError(f"--scheds/--workers/--tiles: {e}") from None
-    out = {"model": cfg.name, "batch": batch, "seq": seq, "recompute": recompute, "machine": machine.name,
-           "configurations": len(result.ranking), "skipped": result.skipped,
+    forecast = _memory_forecast(limit, machine)
+    results = []
+    for rc in recomputes:
+        try:
+            results.append(tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
+                                max_tasks=args.max_tasks, progress=True, recompute=rc, memory=forecast))
+        except ValueError as e:
+            raise UsageError(f"--scheds/--workers/--tiles: {e}") from None
+    result = results[0]
+    if len(results) > 1:
+        from dataclasses import replace
+
+        from tilecast.loop.predict import rank
+
+        result = replace(result, ranking=rank([p for r in results for p in r.ranking]),
+                         skipped=[s for r in results for s in r.skipped])
+    out = {"model": cfg.name, "batch": batch, "seq": seq, "recompute": ",".join(recomputes),
+           "machine": machine.name, "configurations": len(result.ranking), "skipped": result.skipped,
+           "memory_limit_bytes": forecast.limit_bytes if forecast else None,
+           "offload_dir": limit.offload_dir if limit else None,
            "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
     execution = None
     if args.execute:
@@ -149,19 +180,44 @@ def run(args) -> int:
     return 0
 
 
+def _memory_forecast(limit, machine):
+    """The MemoryForecast of --memory-limit/--offload-dir (the disk node measured there if not yet), or None."""
+    if limit is None:
+        return None
+    from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    disk = None
+    if limit.offload_dir is not None:
+        try:
+            disk = ensure_disk(machine, limit.offload_dir)
+        except DiskNodeError as e:
+            raise UsageError(as_flags(str(e))) from None
+    return MemoryForecast(limit.limit_bytes, disk)
+
+
 def print_ranking(out, result, top) -> None:
     print(f"{out['model']}, batch {out['batch']} x {out['seq']}, recompute {out['recompute']} on {out['machine']}: "
           f"{out['configurations']} configurations simulated"
           + ("" if out["host_cost"] else " (kernel time only: StarPU's per-step cost not measured)"))
+    if out.get("memory_limit_bytes"):
+        print(f"memory limit {human(out['memory_limit_bytes'], 'B')}"
+              + (f", disk node in {out['offload_dir']}" if out["offload_dir"] else ", no disk node")
+              + ": configurations simulated with eviction; step times of the step after a warm-up step")
     for s in out["skipped"]:
-        print(f"  skipped tiling {s['tiling']}: {s['reason']}")
+        where = (f" on {s['workers']} workers" if "workers" in s else "") + (
+            f" (recompute {s['recompute']})" if s.get("recompute", "none") != "none" else "")
+        print(f"  skipped tiling {s['tiling']}{where}: {s['reason']}")
     print()
     print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
           f"{'tasks':>8}")
     for i, p in enumerate(result.ranking[:top]):
         c = p.config
-        mem = sum(p.peak_memory_bytes.values())
-        print(f"{i + 1:>3} {short_label(c.tiling):<30} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
+        mem = sum(v for k, v in p.peak_memory_bytes.items() if k != "disk")
+        label = short_label(c.tiling) + (f" recompute {c.recompute}" if "," in out["recompute"] else "")
+        print(f"{i + 1:>3} {label:<30} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
               f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
     if len(result.ranking) > top:
         print(f"... {len(result.ranking) - top} more (--top N, --json)")
+    if not result.ranking:
+        print("no configuration can run under the limit (see the skipped ones above)")

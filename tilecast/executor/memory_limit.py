@@ -95,6 +95,18 @@ def minimum_bytes(graphs, workers: int, offload: bool) -> int:
     return workers * task + tile + SLACK_BYTES
 
 
+def refusal(graphs, workers: int, limit_bytes: int, offload: bool) -> str | None:
+    """Why ``limit_bytes`` cannot run ``graphs`` on ``workers`` workers, in one line (None: it can): below the
+    smallest working set (:func:`minimum_bytes`), which the line gives. StarPU takes the limit in whole MiB."""
+    need = minimum_bytes(graphs, workers, offload)
+    if (limit_bytes // MIB) * MIB >= need:
+        return None
+    where = (f"{workers} worker(s) x the largest task's buffers + the largest tile + slack" if offload
+             else "every tile stays in memory without --offload-dir")
+    return (f"{format_size(limit_bytes)} is below the step's smallest working set; the minimum is "
+            f"{math.ceil(need / MIB)}MiB ({where})")
+
+
 @dataclass(frozen=True)
 class MemoryLimit:
     """StarPU's main-memory limit in bytes and the directory of its disk node (None: no disk node)."""
@@ -111,12 +123,9 @@ class MemoryLimit:
         """Refuse, in one line, a limit below the smallest working set of ``graphs`` on ``workers``
         workers, and an offload directory that is missing, not writable or too small for what
         may be evicted to it."""
-        need = minimum_bytes(graphs, workers, self.offload_dir is not None)
-        if self.limit_mib * MIB < need:
-            where = (f"{workers} worker(s) x the largest task's buffers + the largest tile + slack"
-                     if self.offload_dir else "every tile stays in memory without --offload-dir")
-            raise MemoryLimitError(f"memory_limit: {format_size(self.limit_bytes)} is below the step's smallest "
-                                   f"working set; the minimum is {math.ceil(need / MIB)}MiB ({where})")
+        refused = refusal(graphs, workers, self.limit_bytes, self.offload_dir is not None)
+        if refused:
+            raise MemoryLimitError(f"memory_limit: {refused}")
         if self.offload_dir is not None:
             check_offload_dir(self.offload_dir, max(tile_bytes(graphs) - self.limit_mib * MIB, 0))
 

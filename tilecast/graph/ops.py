@@ -129,6 +129,11 @@ def _pairs(nb, nh, nq):
     return b, h, qi[p], kj[p]
 
 
+def _causal(q: Tensor, k: Tensor, qi, kj) -> dict:
+    """Parameters of a product with probabilities that skips their masked entries (keys after the query)."""
+    return dict(q0=q.start(1, qi), k0=k.start(1, kj), causal=1)
+
+
 def attention_probs(bld: GraphBuilder, q: Tensor, k: Tensor, scores: Tensor, stats: Tensor) -> None:
     """scores = softmax(q k^T / sqrt(d) + causal mask), each row's (max, sum) into ``stats``."""
     nb, ns, nh = q.grid[:3]
@@ -166,7 +171,8 @@ def attention(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, scores: Tensor
     s_ids = scores.tile_ids(b, h, qi, kj)
     o_ids = _ids(o, b, qi, h)
     beta, mode = bld.accumulate(o_ids)
-    bld.add("attn_pv", [s_ids, _ids(v, b, kj, h), o_ids], dict(dims, alpha=1.0, beta=beta), modes=[None, None, mode])
+    bld.add("attn_pv", [s_ids, _ids(v, b, kj, h), o_ids], dict(dims, alpha=1.0, beta=beta, **_causal(q, k, qi, kj)),
+            modes=[None, None, mode])
 
 
 def attention_backward(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, o: Tensor,
@@ -178,22 +184,25 @@ def attention_backward(bld: GraphBuilder, q: Tensor, k: Tensor, v: Tensor, probs
             dict(bt=q.extent(0, b), sq=q.extent(1, qi), ht=q.extent(2, h), dh=d))
     b, h, qi, kj = _pairs(nb, nh, ns)
     dims = dict(bt=q.extent(0, b), ht=q.extent(2, h), sq=q.extent(1, qi), sk=k.extent(1, kj), d=d)
+    masked = _causal(q, k, qi, kj)
     p_ids, dp_ids = probs.tile_ids(b, h, qi, kj), dprobs.tile_ids(b, h, qi, kj)
     do_q, q_q, k_k, v_k = _ids(do, b, qi, h), _ids(q, b, qi, h), _ids(k, b, kj, h), _ids(v, b, kj, h)
+    # dP whole (its masked entries meet zero probabilities in softmax_bwd): skipping them in blocks costs more
+    # than it saves at a head dimension of 64 (the blocks' products are short)
     bld.add("attn_qk", [do_q, v_k, dp_ids], dict(dims, alpha=1.0, q0=0, k0=0, causal=0))
     bld.add("softmax_bwd", [p_ids, dp_ids, _ids(rowdot, b, h, qi)],
             dict(rows=dims["bt"] * dims["ht"] * dims["sq"], cols=dims["sk"], alpha=1.0 / math.sqrt(d)))
     # Reductions over query tiles (dv, dk) want qi innermost; over key tiles (dq) kj innermost.
     order = np.lexsort((qi, kj, h, b))
-    ob = {name: arr[order] for name, arr in dims.items() if np.ndim(arr)}
-    dims_k = dict(dims, **ob)
+    ob = {name: arr[order] for name, arr in {**dims, **masked}.items() if np.ndim(arr)}
+    dims_k = {**dims, **masked, **ob}
     dv_ids = _ids(dv, b, kj, h)[order]
     beta, mode = bld.accumulate(dv_ids)
     bld.add("attn_ptv", [p_ids[order], do_q[order], dv_ids], dict(dims_k, alpha=1.0, beta=beta),
             modes=[None, None, mode])
     dq_ids = _ids(dq, b, qi, h)
     beta, mode = bld.accumulate(dq_ids)
-    bld.add("attn_pv", [dp_ids, k_k, dq_ids], dict(dims, alpha=1.0, beta=beta), modes=[None, None, mode])
+    bld.add("attn_pv", [dp_ids, k_k, dq_ids], dict(dims, alpha=1.0, beta=beta, **masked), modes=[None, None, mode])
     dk_ids = _ids(dk, b, kj, h)[order]
     beta, mode = bld.accumulate(dk_ids)
     bld.add("attn_ptv", [dp_ids[order], q_q[order], dk_ids], dict(dims_k, alpha=1.0, beta=beta),

@@ -123,9 +123,18 @@ def _attention(name):
             return [(dict(bt=bt, sq=sq, ht=ht, dh=d), [tok(sq), tok(sq), _f(rng, bt, ht, sq)])]
         pr = rng.random(bt * ht * sq * sk).astype(np.float32)
         out = []
-        for alpha, beta in ((1.0, 0.0), (0.5, 1.0)):
-            p = dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=alpha, beta=beta)
-            bufs = [pr, tok(sk), tok(sq)] if name == "attn_pv" else [pr, tok(sq), tok(sk)]
+        # whole tiles, the diagonal tile, one below it, one partly masked, one wholly masked, and a tile whose
+        # masked entries hold NaN (they count as zero)
+        cases = [(1.0, 0.0, 0, 0, 0), (0.5, 1.0, 0, 0, 0), (1.0, 0.0, 0, 0, 1), (0.5, 1.0, 0, 0, 1),
+                 (1.0, 0.0, sk, 0, 1), (0.5, 1.0, 5, 3, 1), (1.0, 0.0, 0, sq + 2, 1), (0.5, 1.0, 0, sq + 2, 1),
+                 (1.0, 0.0, 2, 9, 1)]
+        for alpha, beta, q0, k0, c in cases:
+            p = dict(bt=bt, ht=ht, sq=sq, sk=sk, d=d, alpha=alpha, beta=beta, q0=q0, k0=k0, causal=c)
+            prc = pr.copy()
+            if c and k0 == 9:
+                masked = (np.arange(sk)[None, :] + k0) > (np.arange(sq)[:, None] + q0)
+                prc.reshape(bt, ht, sq, sk)[..., masked] = np.nan
+            bufs = [prc, tok(sk), tok(sq)] if name == "attn_pv" else [prc, tok(sq), tok(sk)]
             out.append((p, bufs))
         return out
     return make

@@ -20,16 +20,42 @@ policy's per-task cost without decisions (dmdas's), and ``scan`` and
 (least squares on the relative error). The probes are not the configurations
 being predicted, so a forecast made with these costs never learned from the
 configuration itself.
+
+dmdas and dmdasd also pay for inserting a task into a worker's queue sorted
+by priority: ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c)
+walks the list from its head past every queued task of at least the new
+one's priority, in the thread that pushes (``push_task_on_best_worker``,
+deque_modeling_policy_data_aware.c), mostly a worker releasing the
+successors of the task it ended. On this machine's 1-worker probes dmdas
+ran 18-30% longer than dmda (the same decisions, queues not sorted), more on
+the larger steps, whose queues are longer. :func:`fit_push_walk` fits the
+cost per task walked past (``Machine.push_walk``; charged by
+:meth:`tilecast.simulator.engine.Engine.walk`) so that the simulated ratio of
+dmdas's probe makespans to dmda's matches the measured one, the per-task cost
+being dmda's on the same probes.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
 DECIDING = {"dmdasd": "dmdas"}
+#: policies whose sorted insertions the simulator charges (Engine.walk), and the policy measured beside each
+#: for its per-task cost without them
+WALKING = {"dmdas": "dmda"}
+#: the walk's costs first tried (s per queued task walked past): none, then 1 ns to 1 us evenly in log; the fit
+#: refines around the best of them (the makespans move in steps with it: a gradient from the start can stall)
+WALK_GRID = (0.0,) + tuple(np.geomspace(1e-9, 1e-6, 13).tolist())
+
+
+def companions(sched: str) -> list:
+    """The policies whose probes a policy's own costs are fitted beside, measured first, then the policy
+    itself: dmdasd -> [dmda, dmdas, dmdasd]."""
+    first = DECIDING.get(sched) or WALKING.get(sched)
+    return (companions(first) if first else []) + [sched]
 #: the costs' scales (s): a queued task read, another worker's queue locked (the fit's units), and where
 #: the fit starts; a weak pull towards the start keeps a cost the probes cannot tell (the lock, on 1 worker,
 #: where only the submitting thread locks another queue) from drifting
@@ -56,3 +82,76 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     fit = least_squares(residuals, x0=START, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=40)
     scan, lock = (np.maximum(fit.x, 0.0) * SCALE).tolist()
     return float(scan), float(lock)
+
+
+def _probe_target(machine, calibration, graphs, makespans, beside):
+    """The probe ``graphs``' durations, and the makespans a simulation of them should give: the measured ones,
+    or with ``beside`` (policy, makespans measured under it) the measured ratio to that policy's makespans times
+    its simulated ones on ``machine``."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator.simulate import simulate
+
+    model = DurationModel(machine, calibration)
+    durations = [model.durations(g) for g in graphs]
+    target = np.asarray(makespans, dtype=np.float64)
+    if beside is not None:
+        ref_sched, ref_measured = beside
+        ref_sim = np.array([simulate(g, machine, ref_sched, durations=d).makespan for g, d in zip(graphs, durations)])
+        target = target / np.asarray(ref_measured, dtype=np.float64) * ref_sim
+    return durations, target
+
+
+def _misfit(machine, sched, graphs, durations, target) -> float:
+    from tilecast.simulator.simulate import simulate
+
+    sim = np.array([simulate(g, machine, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+    r = (sim - target) / target
+    return float(r @ r)
+
+
+def _fit_walk(machine, sched, graphs, durations, target) -> tuple[float, float]:
+    """(walk, its misfit): the grid, then a bounded refinement around its best point."""
+    seen = {}
+
+    def cost(walk: float) -> float:
+        walk = max(float(walk), 0.0)
+        if walk not in seen:
+            seen[walk] = _misfit(machine.with_push_walk(walk), sched, graphs, durations, target)
+        return seen[walk]
+
+    grid = list(WALK_GRID)
+    i = min(range(len(grid)), key=lambda j: cost(grid[j]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    if hi > lo:
+        minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": lo * 0.01 or 1e-11, "maxiter": 20})
+    best = min(seen, key=seen.get)
+    return float(best), seen[best]
+
+
+def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas", beside=None) -> float:
+    """Seconds per queued task that a sorted insertion walks past, fitted on the measured ``makespans`` of
+    ``graphs`` under ``sched`` on ``machine`` (its per-task cost set, without the walk; least squares on the
+    relative error).
+
+    ``beside``: (policy, makespans) of the same graphs measured under the same policy without sorted queues
+    (dmda for dmdas): then the fit matches the simulated ratio of the two policies' makespans to the measured
+    one, so that what the simulation gets wrong for both (kernel durations, the cost per task) is not taken
+    for the walk's cost."""
+    durations, target = _probe_target(machine, calibration, graphs, makespans, beside)
+    return _fit_walk(machine, sched, graphs, durations, target)[0]
+
+
+def fit_sorting(machine, calibration, graphs, makespans, sched: str, beside, own_overhead) -> tuple[float, float]:
+    """(seconds per task walked past, the runtime's cost per task) of a sorted policy on its probes.
+
+    Either the walk, with ``machine``'s cost per task (its companion's, measured beside it: ``beside``), or
+    no walk and the policy's own measured cost per task (its probes' mean start delay, ``own_overhead``),
+    whichever reproduces the probes better: where the probes' queues are too short for the walk to show
+    (two workers, sometimes), the policy's own start delays say more than a walk fitted to noise."""
+    durations, target = _probe_target(machine, calibration, graphs, makespans, beside)
+    walk, misfit = _fit_walk(machine, sched, graphs, durations, target)
+    if own_overhead is not None:
+        alone = machine.with_task_overhead(own_overhead).with_push_walk(0.0)
+        if _misfit(alone, sched, graphs, durations, target) < misfit:
+            return 0.0, float(own_overhead)
+    return walk, float(machine.task_overhead)

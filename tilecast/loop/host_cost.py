@@ -32,7 +32,8 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 6  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task
+FORMAT = 7  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+# 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, and the trace schema): a change to any of them invalidates stored fits.
 EXECUTOR_SUFFIXES = (".py", ".c", ".h")
@@ -75,10 +76,19 @@ class HostCost:
     decision_lock_s: float = 0.0
     # the submitting thread's seconds per task, measured on the probes with this many workers (0: unknown)
     submit_task_s: float = 0.0
+    # dmdas, dmdasd: seconds per queued task that inserting a task into a sorted queue walks past
+    # (tilecast.loop.decision_cost.fit_push_walk); 0: not charged
+    push_walk_s: float = 0.0
 
     @property
     def decides(self) -> bool:
         return self.decision_scan_s > 0.0 or self.decision_lock_s > 0.0
+
+    @property
+    def charged_apart(self) -> bool:
+        """Are some of this policy's costs per task (decisions, sorted insertions) simulated apart from the
+        runtime's cost per task?"""
+        return self.decides or self.push_walk_s > 0.0
 
     def seconds(self, n_tiles: int, n_tasks: int) -> float:
         return self.fixed_s + self.per_tile_s * n_tiles + self.per_task_s * n_tasks
@@ -168,17 +178,18 @@ def learn_from_runs(fits: dict, runs) -> dict:
         probes = base if len(own) < MIN_OWN_POINTS else []
         overheads = (old.overheads if old is not None else []) + [[n / s, o] for _, _, _, n, _, s, o in mine]
         probe = out.get(probe_key(w, sched))
-        if probe is not None and probe.decides:
-            # a run's start delays include the decisions, which the simulation charges apart: keep the
-            # probe's per-task cost and decision costs, and learn the host cost alone
+        if probe is not None and probe.charged_apart:
+            # a run's start delays include the decisions and sorted insertions, which the simulation charges
+            # apart: keep the probe's per-task cost and those costs, and learn the host cost alone
             overheads = probe.overheads
         out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
         out[key].probe_points = len(probes)
         source = probe or out.get(w) or old  # the submission cost as the probes measured it
         out[key].submit_task_s = source.submit_task_s if source is not None else 0.0
-        if probe is not None and probe.decides:
+        if probe is not None and probe.charged_apart:
             out[key].task_overhead_s = probe.task_overhead_s
             out[key].decision_scan_s, out[key].decision_lock_s = probe.decision_scan_s, probe.decision_lock_s
+            out[key].push_walk_s = probe.push_walk_s
     return out
 
 
@@ -286,16 +297,45 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
     probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``."""
     from tilecast.loop.decision_cost import fit_decision_cost
-    from tilecast.loop.predict import submission_stretch
 
     if companion is not None and companion.task_overhead_s is not None:
         probe.task_overhead_s = companion.task_overhead_s
-    m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
-                                   else machine.task_overhead)
-    if probe.submit_task_s > 0:  # as predict() simulates them
-        m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
+    if companion is not None:  # its sorted insertions (dmdasd's queues are dmdas's)
+        probe.push_walk_s = companion.push_walk_s
+    m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
+
+
+def _probe_machine(probe: HostCost, machine):
+    """``machine`` with the costs of ``probe`` that a fit keeps fixed, as predict() simulates them."""
+    from tilecast.loop.predict import submission_stretch
+
+    m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
+                                   else machine.task_overhead)
+    if probe.submit_task_s > 0:
+        m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
+    return m.with_push_walk(probe.push_walk_s)
+
+
+def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str, graphs: list) -> None:
+    """Fit a sorted policy's cost per queued task walked past on the measured makespans of the probe
+    ``graphs``, its per-task cost then being its companion's (the same policy without sorted queues, measured
+    on the same probes), unless its own per-task cost without a walk reproduces the probes better
+    (:func:`tilecast.loop.decision_cost.fit_sorting`)."""
+    from tilecast.loop.decision_cost import WALKING, fit_sorting
+
+    own = probe.task_overhead_s
+    if companion is not None and companion.task_overhead_s is not None:
+        probe.task_overhead_s = companion.task_overhead_s
+    probe.push_walk_s = 0.0
+    m = _probe_machine(probe, machine)
+    makespans = [p[2] for p in probe.points[:probe.probe_points]]
+    beside = None
+    if companion is not None and companion.probe_points == probe.probe_points:  # measured on the same probes
+        beside = (WALKING[sched], [p[2] for p in companion.points[:companion.probe_points]])
+    probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
+                                                           own if own != probe.task_overhead_s else None)
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
@@ -310,12 +350,13 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     from tilecast.perfmodel.calibration import PROBE_TRACE
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
-    from tilecast.loop.decision_cost import DECIDING
+    from tilecast.loop.decision_cost import DECIDING, WALKING, companions
 
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
-    # a deciding policy's per-task cost is its companion's (the same policy without the decisions' reading)
-    scheds = list(dict.fromkeys([c for s in scheds for c in ((DECIDING[s], s) if s in DECIDING else (s,))]))
+    # a deciding or sorting policy's per-task cost is its companion's (the same policy without the decisions'
+    # reading or the sorted insertion), measured first
+    scheds = list(dict.fromkeys([c for s in scheds for c in companions(s)]))
     sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and probe_key(w, s) not in fits]
     if not todo and not sched_todo:
         return fits
@@ -339,6 +380,9 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
             probe = HostCost.fit(w, points, overheads)
             probe.probe_points = len(points)
             probe.submit_task_s = submit
+            if sched in WALKING:
+                fit_walks(probe, machine.with_workers(w), cal, fits.get(probe_key(w, WALKING[sched])), sched,
+                          [g for g, _ in traced])
             if sched in DECIDING:
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
                               [g for g, _ in traced])

@@ -87,7 +87,7 @@ def submission_stretch(machine, workers: int) -> float:
 
 
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,
-            keep_result: bool = False, transfers: bool = True, seed: int = 0) -> Prediction:
+            keep_result: bool = False, transfers: bool = True, seed: int = 0, memory=None) -> Prediction:
     """Simulate ``config`` on ``machine`` (all its workers; ``config.workers`` of them are used).
 
     ``host_costs``: fits of :mod:`tilecast.loop.host_cost` ({workers or
@@ -98,6 +98,9 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     cost per task. ``durations``: the graph's per-task durations, if already
     computed (they do not depend on the scheduler or worker count).
     ``transfers`` and ``seed``: as :func:`tilecast.simulator.simulate.simulate`.
+    ``memory``: a main-memory limit (:class:`tilecast.simulator.memory_capacity.MemoryForecast`): with a
+    disk node the step is simulated with eviction to it
+    (:func:`~tilecast.simulator.memory_capacity.simulate_memory_limited`), without one every tile must fit.
     """
     from tilecast.loop.host_cost import host_cost_for, host_cost_source
     from tilecast.simulator.simulate import simulate
@@ -111,6 +114,8 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
         overhead_source = "measured on StarPU traces"
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
+    if host is not None and host.push_walk_s > 0:
+        m = m.with_push_walk(host.push_walk_s)
     if host is not None and host.submit_task_s > 0:
         m = m.with_submission(host.submit_task_s, submission_stretch(machine, config.workers))
     whole, peak = capacity_check(graph, m)
@@ -118,10 +123,19 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
         from tilecast.perfmodel.kernel_model import DurationModel
 
         durations = DurationModel(m, calibration).durations(graph)
-    res = simulate(graph, m, config.sched, durations=durations, transfers=transfers, seed=seed)
+    if memory is not None and memory.disk is not None:
+        from tilecast.simulator.memory_capacity import simulate_memory_limited
+
+        res = simulate_memory_limited(graph, m, memory.limit_bytes, memory.disk, config.sched, durations=durations,
+                                      seed=seed)
+    else:
+        res = simulate(graph, m, config.sched, durations=durations, transfers=transfers, seed=seed)
     host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0
     sim_peak = res.summary["peak_memory_bytes"]
-    if len(m.nodes) == 1:
+    if memory is not None:  # the limit's own check (minimum working set) comes first, in the caller
+        peak = dict(sim_peak) if memory.disk is not None else peak
+        fits = memory.disk is not None or peak[m.nodes[0].name] <= memory.limit_bytes
+    elif len(m.nodes) == 1:
         peak = {k: max(v, peak.get(k, 0)) for k, v in sim_peak.items()}  # the CPU executor allocates every tile
         fits = whole
     else:

@@ -84,7 +84,7 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
 
 def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers=None, tilings=None,
          max_tasks: int = DEFAULT_MAX_TASKS, host: bool = True, progress: bool = True,
-         recompute: str = "none") -> TuneResult:
+         recompute: str = "none", memory=None) -> TuneResult:
     """Rank every (tiling, scheduler, worker count) of a step by simulation on ``machine`` (default: local).
 
     Every candidate step has the activation recompute setting ``recompute``
@@ -93,6 +93,10 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     Kernels are calibrated on first use and host costs measured on StarPU when
     it is available (both stored and reused); configurations whose tiles do not
     fit the memory node are ranked last, marked ``fits=False``.
+
+    ``memory``: a main-memory limit (:class:`tilecast.simulator.memory_capacity.MemoryForecast`): every
+    configuration is simulated under it, and those it cannot run (below their smallest working set) are
+    not simulated but listed in ``skipped`` with the reason and the worker count.
     """
     from tilecast.loop.host_cost import ensure_host_costs
     from tilecast.loop.kernel_calibration import ensure_calibration
@@ -131,9 +135,16 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
         for t, g in graphs:
             durations = model.durations(g)
             for w in workers:
+                refused = memory.refusal([g], w) if memory is not None else None
+                if refused:
+                    skipped.append({"tiling": t.describe(), "workers": w, "recompute": recompute,
+                                    "reason": refused})
+                    if bar is not None:
+                        bar.update(len(scheds))
+                    continue
                 for s in scheds:
                     c = StepConfig(cfg, batch, seq, t, s, w, recompute)
-                    preds.append(predict(c, machine, cal, host_costs, graph=g, durations=durations))
+                    preds.append(predict(c, machine, cal, host_costs, graph=g, durations=durations, memory=memory))
                     if bar is not None:
                         bar.update(1)
     finally:

@@ -132,6 +132,9 @@ class Machine:
     #: runs (it shares the cores with the workers when they leave none free; see tilecast.simulator.engine)
     submit_task: float = 0.0
     submit_stretch: float = 1.0
+    #: dmdas and dmdasd: seconds per queued task that inserting a task into a worker's sorted queue walks past,
+    #: paid by the pushing worker (see tilecast.simulator.engine)
+    push_walk: float = 0.0
 
     def __post_init__(self):
         self.routes = _routes(self)
@@ -185,6 +188,12 @@ class Machine:
             raise MachineError(f"{self.name}: submission costs at least 0 s per task and stretches tasks by at "
                                f"least 1x, got {per_task} and {stretch}")
         return replace(self, submit_task=float(per_task), submit_stretch=float(stretch), meta=dict(self.meta))
+
+    def with_push_walk(self, seconds: float) -> "Machine":
+        """The same machine with another cost of inserting a task into a sorted queue, per queued task walked."""
+        if not seconds >= 0:
+            raise MachineError(f"{self.name}: the sorted insertion's cost must be at least 0 s a task, got {seconds}")
+        return replace(self, push_walk=float(seconds), meta=dict(self.meta))
 
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""

@@ -58,6 +58,11 @@ class Engine:
         until ``submit_end`` the thread submitting the graph shares the cores with
         the workers (when they have no core to spare): a task that starts before
         then takes ``submit_stretch`` times its duration.
+    push_walk:
+        seconds per queued task that inserting a task into a sorted queue walks
+        past (dmdas, dmdasd; :meth:`walk`). The worker that pushes pays it before
+        its next task, and pops that task only once it has pushed every task its
+        ended one released (``pushing``), as a StarPU worker does.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     """
@@ -71,7 +76,8 @@ class Engine:
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
-                 decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0):
+                 decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
+                 push_walk: float = 0.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -93,6 +99,9 @@ class Engine:
         self.submit_end = float(submit_end)
         self.submit_stretch = float(submit_stretch)
         self.sched_free = 0.0
+        self.push_walk = float(push_walk)
+        self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
+        self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
         self.memory = memory
         self.policy = policy
         self.env = simpy.Environment()
@@ -116,6 +125,21 @@ class Engine:
             now = self.env._now
             self.sched_free = (now if now >= self.sched_free else self.sched_free) + cost
 
+    def walk(self, by: int, walked: int) -> None:
+        """Worker ``by`` inserted a task into a sorted queue past ``walked`` queued tasks: its next task starts
+        no earlier than when that ends. The thread submitting the graph (``by`` -1) is not a worker: its own
+        time per task is measured as a whole (``submit_end``).
+
+        StarPU 1.3.10: ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c) walks the
+        list from its head past every task of at least the new one's priority, called by
+        ``push_task_on_best_worker`` (src/sched_policies/deque_modeling_policy_data_aware.c) in the thread
+        that pushes: a worker releasing the successors of the task it ended
+        (``_starpu_handle_job_termination``, src/core/jobs.c), before it pops its next task."""
+        if by >= 0 and walked:
+            h = self.hold[by]
+            now = self.env._now
+            self.hold[by] = (now if now >= h else h) + walked * self.push_walk
+
     # --- running ------------------------------------------------------------
     def run(self) -> "Engine":
         """Run to completion; raises :class:`SimulationError` if some task never runs."""
@@ -133,7 +157,7 @@ class Engine:
 
     def wake(self, w: int) -> None:
         """Give worker ``w`` its next task if it is idle and the policy has one for it."""
-        if self.busy[w]:
+        if self.busy[w] or w == self.pushing:
             return
         t = self.policy.pop(w)
         if t >= 0:
@@ -142,7 +166,11 @@ class Engine:
     def _begin(self, w: int, t: int) -> None:
         env = self.env
         now = env._now
-        begin = (now if now >= self.sched_free else self.sched_free) + self.overhead
+        begin = now if now >= self.sched_free else self.sched_free
+        h = self.hold[w]
+        if h > begin:
+            begin = h
+        begin = begin + self.overhead
         if self.memory is not None:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
@@ -172,10 +200,13 @@ class Engine:
             self._finished(t, w)
         missing = self.missing
         push = self.policy.push
+        if self.push_walk > 0.0:
+            self.pushing = w
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
             missing[s] -= 1
             if missing[s] == 0:
                 push(s, w)
+        self.pushing = -1
         if not self.busy[w]:
             nxt = self.policy.pop(w)
             if nxt >= 0:

@@ -35,6 +35,7 @@ policy's scan.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right, insort
 from heapq import heappop, heappush
 from operator import add
 
@@ -92,6 +93,13 @@ def run_deque_model(eng) -> None:
         pwc = array("d", [0.0] * n_workers)
         endc = array("d", [0.0] * n_workers)
     pushed = [0]  # sorted queues: equal priorities in push order
+    # dmdas: sorted insertions charged to the pushing worker (Engine.walk), which pops its next task only after
+    # pushing all that its ended task released
+    push_walk: cython.double = eng.push_walk
+    walking: cython.bint = sorted_queues and push_walk > 0.0
+    hold: list = eng.hold
+    keys: list = pol.keys
+    pusher = [-1]
 
     # with data: Memory's and Links' own lists and dicts, shared (Memory._make_room updates them too)
     links = log = None
@@ -269,9 +277,33 @@ def run_deque_model(eng) -> None:
                 peak[nd] = u
 
     # --- the engine: start a task, end a task, give a ready task to a worker ---
+    def walk(by: cython.Py_ssize_t, w: cython.Py_ssize_t, key: cython.double) -> None:
+        """Engine.walk with DequeModel._walked: the pushing worker pays for walking ``w``'s sorted queue."""
+        k: list = keys[w]
+        walked: cython.Py_ssize_t = 0 if not k or (k[0] == key and k[len(k) - 1] == key) else bisect_right(k, key)
+        insort(k, key)
+        h: cython.double
+        now: cython.double
+        if by >= 0 and walked:
+            h = hold[by]
+            now = env._now
+            hold[by] = (now if now >= h else h) + walked * push_walk
+
+    def take(w: cython.Py_ssize_t, q) -> cython.Py_ssize_t:
+        """The first task of ``w``'s queue, removed."""
+        if not sorted_queues:
+            return q.popleft()
+        if walking:
+            del keys[w][0]
+        return heappop(q)[2]
+
     def begin(w: cython.Py_ssize_t, t: cython.Py_ssize_t) -> None:
         now: cython.double = env._now
-        b: cython.double = now + overhead
+        b: cython.double = now
+        h: cython.double = hold[w]
+        if h > b:
+            b = h
+        b = b + overhead
         e: cython.double
         ready: cython.double
         r: cython.double
@@ -329,7 +361,7 @@ def run_deque_model(eng) -> None:
         where[t] = w
         timeout(e - now, t).callbacks.append(finish)
 
-    def push(task: cython.Py_ssize_t) -> None:
+    def push(task: cython.Py_ssize_t, by: cython.Py_ssize_t) -> None:
         now: cython.double = env._now
         d: cython.double
         e: cython.double
@@ -431,16 +463,19 @@ def run_deque_model(eng) -> None:
         predicted[task] = d
         predicted_transfer[task] = length
         q = queues[w]
-        if q or busy[w]:
-            if has_mem:
+        if q or busy[w] or w == pusher[0]:
+            if has_mem and (q or busy[w]):  # an idle worker fetches at once anyway
                 prefetch(task, wnode[w], now)
             if sorted_queues:
                 pushed[0] += 1
-                heappush(q, (neg[task] if neg else 0.0, pushed[0], task))
+                key = neg[task] if neg else 0.0
+                heappush(q, (key, pushed[0], task))
+                if walking:
+                    walk(by, w, key)
             else:
                 q.append(task)
-            if not busy[w]:  # the worker that just ended a task, its successors being pushed
-                begin(w, heappop(q)[2] if sorted_queues else q.popleft())
+            if not busy[w] and w != pusher[0]:  # the worker that just ended a task, its successors being pushed
+                begin(w, take(w, q))
         else:
             begin(w, task)
 
@@ -453,19 +488,22 @@ def run_deque_model(eng) -> None:
         busy[w] = False
         if exp_start[w] < env._now:  # dmda_post_exec_hook / _starpu_fifo_task_finished
             exp_start[w] = env._now
+        if walking:
+            pusher[0] = w
         for j in range(succ_ptr[t], succ_ptr[t + 1]):
             s = succ[j]
             m = missing[s] - 1
             missing[s] = m
             if not m:
-                push(s)
+                push(s, w)
+        pusher[0] = -1
         if not busy[w]:
             q = queues[w]
             if q:
-                begin(w, heappop(q)[2] if sorted_queues else q.popleft())
+                begin(w, take(w, q))
 
     for t in [i for i, m in enumerate(missing) if m == 0]:
-        push(t)
+        push(t, -1)
     env.run()
     eng.n_done = eng.n_tasks - eng.where.count(-1)
     eng.idle = {w for w in range(n_workers) if not busy[w]}

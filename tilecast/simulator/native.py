@@ -155,6 +155,7 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.overhead = float(machine.task_overhead)
     s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
     s.submit_end, s.submit_stretch = n * float(machine.submit_task), float(machine.submit_stretch)
+    s.push_walk = float(machine.push_walk) if sched in ("dmdas", "dmdasd") else 0.0  # simulate.SORTED_PUSH
     pred_ptr, pred = graph.dependencies
     s.pred_ptr, s.pred = p(pred_ptr, np.int64), p(pred, np.int32)
     if priority is not None:

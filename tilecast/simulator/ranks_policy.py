@@ -54,6 +54,10 @@ class RankView:
     def decide(self, locked: int, scanned: int) -> None:
         self.e.decide(locked, scanned)
 
+    def __getattr__(self, name):
+        """Anything else a policy reads (the costs the engine charges): the engine's own."""
+        return getattr(self.e, name)
+
 
 class RankPolicy(Policy):
     """Tasks on their rank's policy, messages on their link's queue.

@@ -44,6 +44,8 @@ POLICIES = {  # name -> (priority, seed, estimate) -> policy
 #: policies that decide with StarPU's performance-model estimates (per-footprint means), not exact durations
 USES_ESTIMATES = ("dm", "dmda", "dmdas", "dmdasd")
 USES_PRIORITIES = _prio.USES_PRIORITIES
+#: policies that insert into sorted queues, and are charged the walk (Machine.push_walk; Engine.walk)
+SORTED_PUSH = ("dmdas", "dmdasd")
 
 
 @dataclass
@@ -159,7 +161,8 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
                      decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
-                     submit_stretch=machine.submit_stretch).run()
+                     submit_stretch=machine.submit_stretch,
+                     push_walk=machine.push_walk if sched in SORTED_PUSH else 0.0).run()
         start, end, worker = eng.arrays()
         tr = links.arrays()
     summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)

@@ -7,8 +7,9 @@
 /* p: n lr beta1 beta2 eps weight_decay step; bufs: p g m v */
 TC_KERNEL(adamw)
 {
-    float *w = buf[0], *m = buf[2], *v = buf[3];
-    const float *g = buf[1];
+    /* Distinct tiles: restrict lets the loop vectorise without run-time overlap checks. */
+    float *restrict w = buf[0], *restrict m = buf[2], *restrict v = buf[3];
+    const float *restrict g = buf[1];
     const int64_t n = TC_I(p[0]);
     const double lr = p[1], b1 = p[2], b2 = p[3], eps = p[4], wd = p[5], step = p[6];
     const float decay = (float)(1.0 - lr * wd);

@@ -5,6 +5,44 @@
 #include "tilecast_kernels.h"
 
 #define BLOCK 256
+#define LANES 8
+
+/* Sums of a row in LANES independent double accumulators (a single accumulator is one long chain of
+ * dependent additions that the compiler may not reorder), added up at the end. */
+static inline double sum_lanes(const float *x, int64_t n)
+{
+    double acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++)
+            acc[l] += x[j + l];
+    double s = 0.0;
+    for (; j < n; j++)
+        s += x[j];
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+/* Sum of (x - mean)^2 over a row (each square in float, as the reference), in LANES double accumulators. */
+static inline double sq_dev_lanes(const float *x, int64_t n, float mean)
+{
+    double acc[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const float d = x[j + l] - mean;
+            acc[l] += d * d;
+        }
+    double s = 0.0;
+    for (; j < n; j++) {
+        const float d = x[j] - mean;
+        s += d * d;
+    }
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
 
 static inline float rstd_of(const float *st, double n, double eps)
 {
@@ -21,15 +59,8 @@ TC_KERNEL(ln_stats)
     const float c_mean = (float)(nb / n), c_m2 = (float)(na * nb / n);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
-        double s = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            s += row[j];
-        const float mean = (float)(s / (double)cols);
-        double m2 = 0.0;
-        for (int64_t j = 0; j < cols; j++) {
-            const float d = row[j] - mean;
-            m2 += d * d;
-        }
+        const float mean = (float)(sum_lanes(row, cols) / (double)cols);
+        const double m2 = sq_dev_lanes(row, cols, mean);
         float *o = st + 2 * r;
         if (p[3] == 0.0) {
             o[0] = mean;
@@ -66,11 +97,23 @@ TC_KERNEL(ln_bwd_sums)
     for (int64_t r = 0; r < rows; r++) {
         const float mean = st[2 * r], rstd = rstd_of(st + 2 * r, p[2], p[3]);
         const float *xr = x + r * cols, *dr = dy + r * cols;
+        double a1[LANES] = {0, 0, 0, 0, 0, 0, 0, 0}, a2[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t j = 0;
+        for (; j + LANES <= cols; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const float g = dr[j + l] * gamma[j + l];
+                a1[l] += g;
+                a2[l] += g * ((xr[j + l] - mean) * rstd);
+            }
         double s1 = 0.0, s2 = 0.0;
-        for (int64_t j = 0; j < cols; j++) {
+        for (; j < cols; j++) {
             const float g = dr[j] * gamma[j];
             s1 += g;
             s2 += g * ((xr[j] - mean) * rstd);
+        }
+        for (int l = 0; l < LANES; l++) {
+            s1 += a1[l];
+            s2 += a2[l];
         }
         if (p[4] == 0.0) {
             sums[2 * r] = (float)s1;

@@ -8,6 +8,28 @@
 
 #define BLOCK 256
 
+/* Sum over j < n of the float product a[j] b[j] (c[j] too when c is not NULL), in 8 independent double
+ * accumulators: a single one is a chain of dependent additions that the compiler may not reorder. */
+static inline double dot_lanes(const float *a, const float *b, const float *c, int64_t n)
+{
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    if (c)
+        for (; j + 8 <= n; j += 8)
+            for (int l = 0; l < 8; l++)
+                acc[l] += (double)(a[j + l] * b[j + l] * c[j + l]);
+    else
+        for (; j + 8 <= n; j += 8)
+            for (int l = 0; l < 8; l++)
+                acc[l] += (double)(a[j + l] * b[j + l]);
+    double s = 0.0;
+    for (; j < n; j++)
+        s += c ? (double)(a[j] * b[j] * c[j]) : (double)(a[j] * b[j]);
+    for (int l = 0; l < 8; l++)
+        s += acc[l];
+    return s;
+}
+
 static inline float rms_rstd(float ss, double n, double eps)
 {
     return 1.0f / sqrtf(ss / (float)n + (float)eps);
@@ -21,9 +43,7 @@ TC_KERNEL(rms_stats)
     const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
-        double s = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            s += (double)(row[j] * row[j]);
+        const double s = dot_lanes(row, row, NULL, cols);
         st[r] = p[2] == 0.0 ? (float)s : st[r] + (float)s;
     }
 }
@@ -51,9 +71,7 @@ TC_KERNEL(rms_bwd_sums)
     const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols, *dr = dy + r * cols;
-        double s = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            s += (double)(dr[j] * gamma[j] * xr[j]);
+        const double s = dot_lanes(dr, gamma, xr, cols);
         sums[r] = p[2] == 0.0 ? (float)s : sums[r] + (float)s;
     }
 }

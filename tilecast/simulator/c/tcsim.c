@@ -15,7 +15,9 @@
  * - the tasks holding data on a node are the busy workers' tasks there (and the
  *   task acquiring data), as in the fused loop (fused_deque_model.py);
  * - dmdasd keeps each worker's queue as an array sorted by (priority key, push
- *   count), which pops in the order of the Python heap (the keys are unique).
+ *   count), which pops in the order of the Python heap (the keys are unique);
+ *   so does dmdas when its insertions are charged (push_walk > 0), to count the
+ *   tasks each one walks past.
  */
 #include "tcsim.h"
 
@@ -43,6 +45,9 @@ typedef struct {
     double sched_free;  /* when the last scheduling decision ends (Engine.sched_free) */
     int64_t scanned;    /* queued tasks the current decision read */
     int dm, da, sorted_q, sorted_decision;
+    int use_sq;         /* the sorted queues are sq_t arrays (dmdasd; dmdas with push_walk) */
+    double *hold;       /* per worker, when its sorted insertions end (Engine.hold) */
+    int pushing;        /* the worker pushing what its ended task released (Engine.pushing), else -1 */
     heap_t events, central;
     heap_t *hq;  /* dmdas: per worker, a heap as the Python policy's */
     dq_t cdq;
@@ -445,7 +450,9 @@ static void penalty(tcsim_t *s, priv_t *p, int64_t task) {
 /* --- the engine ----------------------------------------------------------------------------------------- */
 static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin */
     double now = p->now;
-    double b = (now >= p->sched_free ? now : p->sched_free) + s->overhead;
+    double b = now >= p->sched_free ? now : p->sched_free;
+    if (p->hold[w] > b) b = p->hold[w];
+    b = b + s->overhead;
     if (s->has_mem) {
         p->cur[w] = t;
         double ready = acquire(s, p, t, s->worker_node[w], now);
@@ -470,7 +477,7 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
 static int64_t policy_pop(tcsim_t *s, priv_t *p, int w);
 
 static void wake(tcsim_t *s, priv_t *p, int w) {  /* Engine.wake */
-    if (p->busy[w]) return;
+    if (p->busy[w] || w == p->pushing) return;
     int64_t t = policy_pop(s, p, w);
     if (t >= 0) begin(s, p, w, t);
 }
@@ -515,6 +522,7 @@ static int64_t policy_pop(tcsim_t *s, priv_t *p, int w) {
         return v >= 0 ? dq_popleft(&p->dq[v]) : -1;
     }
     case TCSIM_DMDAS:
+        if (p->use_sq) return p->sq[w].n ? sq_popleft(&p->sq[w]) : -1;
         return p->hq[w].n ? h_pop(&p->hq[w]).v : -1;
     case TCSIM_DMDASD:
         return p->sq[w].n ? sq_popleft(&p->sq[w]) : -1;
@@ -582,9 +590,19 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
     exp_len[w] += row;
     p->predicted[task] = row;
     p->predicted_transfer[task] = tr;
-    int64_t qlen = p->sorted_decision ? p->sq[w].n : p->sorted_q ? p->hq[w].n : p->dq[w].n;
+    int64_t qlen = p->use_sq ? p->sq[w].n : p->sorted_q ? p->hq[w].n : p->dq[w].n;
     if (s->has_mem && (qlen || p->busy[w])) prefetch(s, p, task, nd, now);
-    if (p->sorted_decision) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);
+    if (p->use_sq && s->push_walk > 0.0) {  /* Engine.walk: _starpu_fifo_push_sorted_task's walk */
+        sq_t *q = &p->sq[w];
+        double k = s->neg ? s->neg[task] : 0.0;
+        int64_t walked = 0;
+        if (q->n && !(q->key[q->head] == k && q->key[q->head + q->n - 1] == k)) walked = sq_count_le(q, k);
+        if (by >= 0 && walked) {
+            double h = p->hold[by];
+            p->hold[by] = (now >= h ? now : h) + (double)walked * s->push_walk;
+        }
+    }
+    if (p->use_sq) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);
     else if (p->sorted_q) h_push(s, &p->hq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
     else dq_append(s, &p->dq[w], task);
     if (p->sorted_decision) {  /* Engine.decide: every worker's queue locked but the deciding worker's own */
@@ -632,10 +650,12 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
     p->busy[w] = 0;
     s->n_done++;
     if (p->dm && p->exp_start[w] < p->now) p->exp_start[w] = p->now;  /* DequeModel.finished */
+    if (s->push_walk > 0.0) p->pushing = w;
     for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++) {
         int32_t x = p->succ[j];
         if (--p->missing[x] == 0) policy_push(s, p, x, w);
     }
+    p->pushing = -1;
     if (!p->busy[w]) {
         int64_t nxt = policy_pop(s, p, w);
         if (nxt >= 0) begin(s, p, w, nxt);
@@ -672,10 +692,13 @@ int tcsim_run(tcsim_t *s) {
     p->da = pol >= TCSIM_DMDA;
     p->sorted_q = pol >= TCSIM_DMDAS;
     p->sorted_decision = pol == TCSIM_DMDASD;
+    p->use_sq = p->sorted_decision || (p->sorted_q && s->push_walk > 0.0);
+    p->pushing = -1;
     transpose(s, n, s->pred_ptr, s->pred, &p->succ_ptr, &p->succ);
     p->missing = xalloc(s, n, sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) p->missing[i] = (int32_t)(s->pred_ptr[i + 1] - s->pred_ptr[i]);
     p->busy = xalloc(s, nw, 1);
+    p->hold = xalloc(s, nw, sizeof(double));
     p->cur = xalloc(s, nw, sizeof(int64_t));
     p->dq = xalloc(s, nw, sizeof(dq_t));
     p->sq = xalloc(s, nw, sizeof(sq_t));
@@ -745,7 +768,7 @@ void tcsim_free(tcsim_t *s) {
         void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
                        p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
-                       p->stamp, p->victims, p->free_at};
+                       p->stamp, p->victims, p->free_at, p->hold};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
         free(p);
         s->priv = NULL;

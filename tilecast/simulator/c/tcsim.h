@@ -17,6 +17,8 @@ typedef struct {
     double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
                                            * locked; decisions are serial (Engine.decide) */
     double submit_end, submit_stretch;    /* a task begun before submit_end takes submit_stretch x its duration */
+    double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the
+                                   * pushing worker before its next task (Engine.walk) */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */

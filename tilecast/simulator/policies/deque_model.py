@@ -39,6 +39,14 @@ Every rule below is StarPU 1.3.10's, from src/sched_policies/deque_modeling_poli
   the engine (:meth:`tilecast.simulator.engine.Engine.decide`), which charges
   them at the costs fitted by :mod:`tilecast.loop.decision_cost`.
 
+- Inserting into a sorted queue walks the list from its head past every
+  queued task of at least the new one's priority (``_starpu_fifo_push_sorted_task``,
+  src/sched_policies/fifo_queues.c; none when every queued task has the
+  new one's priority), in the thread that pushes, under the queue's lock
+  (``push_task_on_best_worker``). The policy reports how many it walked past
+  to the engine (:meth:`tilecast.simulator.engine.Engine.walk`), which charges
+  the pushing worker ``Machine.push_walk`` seconds for each.
+
 All of them prefetch a task's inputs to the chosen node as soon as it is
 assigned.
 """
@@ -46,6 +54,7 @@ assigned.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right, insort
 from collections import deque
 
 from tilecast.simulator.policies.base import Policy
@@ -76,6 +85,17 @@ class DequeModel(Policy):
         self.rows = rows
         self.workers = [(w, rows[k], node) for w, (k, node) in enumerate(zip(engine.worker_kind, engine.worker_node))]
         self.no_penalty = [0.0] * (max(engine.worker_node) + 1)
+        # sorted queues whose insertions are charged: each queue's keys in order, to count the walk
+        self.keys = [[] for _ in range(n)] if (self.sorted_queues and engine.push_walk > 0.0) else None
+
+    def _walked(self, w: int, key: float) -> int:
+        """How many queued tasks inserting one of sort key ``key`` into ``w``'s queue walks past
+        (fifo_queues.c, ``_starpu_fifo_push_sorted_task``): those of at least its priority, none when
+        the whole queue has its priority (appended at once); the key is then kept."""
+        keys = self.keys[w]
+        walked = 0 if not keys or (keys[0] == key and keys[-1] == key) else bisect_right(keys, key)
+        insort(keys, key)
+        return walked
 
     def _prev_exp_len(self, w: int, task: int) -> float:
         """dmdasd: predicted work queued ahead of ``task`` on ``w`` (fifo_queues.c,
@@ -149,7 +169,10 @@ class DequeModel(Policy):
             memory.prefetch(task, node, now)
         if self.sorted_queues:
             self.pushed += 1
-            heapq.heappush(q, (self.neg[task] if self.neg else 0.0, self.pushed, task))
+            key = self.neg[task] if self.neg else 0.0
+            heapq.heappush(q, (key, self.pushed, task))
+            if self.keys is not None:
+                eng.walk(by, self._walked(w, key))
         else:
             q.append(task)
         if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own
@@ -170,6 +193,8 @@ class DequeModel(Policy):
         q = self.queues[worker]
         if not q:
             return -1
+        if self.keys is not None:
+            del self.keys[worker][0]
         return heapq.heappop(q)[2] if self.sorted_queues else q.popleft()
 
     def started(self, task: int, worker: int, begin: float) -> None:

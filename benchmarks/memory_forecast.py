@@ -1,0 +1,127 @@
+"""Predicted against measured memory-limited steps: several tilings and limits, each run by out_of_core.py.
+
+For each configuration (``TILE:LIMIT[:RECOMPUTE]``) it runs ``benchmarks/out_of_core.py`` (which
+prints the simulator's forecast, then runs ``--warmup`` + ``--steps`` steps on StarPU with the
+limit and a disk node), ``--repeats`` times, one configuration after the other in turn (so a slow
+spell of a shared machine does not fall on one configuration only), and prints, per configuration,
+the predicted step and the median measured one, and the bytes written to and read from the disk
+per step, predicted and measured.
+
+With ``--fit-first``, StarPU's own cost per disk transfer (the time a transfer
+takes inside StarPU beyond the file system's, which ``calibrate`` cannot see)
+is fitted on the first configuration's first run: the measured step less the
+forecast, over the forecast's disk transfers, added to the stored disk node
+(``runtime_latency``); every later run is forecast with it, so the other
+configurations test the model out of sample.
+
+Last line: one JSON object: ``rows`` (one per configuration: ``tiling``, ``limit``, ``recompute``,
+``predicted_step_s``, ``measured_step_s`` (median over repeats of each repeat's median step),
+``repeats_step_s``, ``predicted_disk_bytes`` and ``disk_bytes`` (``written``, ``read``, bytes per
+step), ``predicted_evictions``) and the run conditions.
+
+    python3 benchmarks/memory_forecast.py --configs 32:2MiB,32:4MiB,32:8MiB,64:4MiB,64:6MiB,64:12MiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_configs(text: str) -> list[tuple[str, str, str]]:
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) not in (2, 3):
+            raise SystemExit(f"memory_forecast: --configs: {item!r} is not TILE:LIMIT[:RECOMPUTE]")
+        out.append((parts[0], parts[1], parts[2] if len(parts) == 3 else "none"))
+    return out
+
+
+def run_one(args, tile: str, limit: str, recompute: str) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "out_of_core.py"), "--model", args.model, "--batch", str(args.batch),
+           "--seq", str(args.seq), "--tile", tile, "--memory-limit", limit, "--recompute", recompute,
+           "--sched", args.sched, "--workers", str(args.workers), "--warmup", str(args.warmup),
+           "--steps", str(args.steps)]
+    print("$ " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"memory_forecast: {tile}:{limit} failed: {p.stderr.strip().splitlines()[-1:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def fit_runtime_latency(doc: dict, config) -> float:
+    """StarPU's cost per disk transfer that makes the forecast of ``doc``'s run (out_of_core.py's JSON) equal its
+    measured step, stored with the local machine's disk node; returns it (s)."""
+    from dataclasses import replace
+
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.disk_node import save_disk, stored_disk
+
+    machine = load_machine("local")
+    disk = stored_disk(machine)
+    transfers = max(doc["predicted_disk_transfers"], 1)
+    latency = max(disk.runtime_latency + (doc["step_s"] - doc["predicted_step_s"]) / transfers, 0.0)
+    save_disk(machine, replace(disk, runtime_latency=latency, runtime_source=(
+        f"fitted: out_of_core.py {doc['model']} {doc['batch']}x{doc['seq']} tile {config[0]} limit {config[1]}, "
+        f"measured step {doc['step_s']:.3f} s over {transfers} predicted disk transfers")))
+    return latency
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt2-tiny")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--configs", default="32:2MiB,32:4MiB,32:8MiB,64:4MiB,64:6MiB,64:12MiB",
+                    help="comma-separated TILE:LIMIT[:RECOMPUTE]")
+    ap.add_argument("--sched", default="dmda")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--fit-first", action="store_true",
+                    help="fit StarPU's cost per disk transfer on the first configuration's first run (see above)")
+    args = ap.parse_args()
+    configs = parse_configs(args.configs)
+    runs: dict = {c: [] for c in configs}
+    fitted = None
+    for _ in range(args.repeats):
+        for c in configs:
+            runs[c].append(run_one(args, *c))
+            if args.fit_first and fitted is None:
+                fitted = fit_runtime_latency(runs[c][0], c)
+                print(f"fitted StarPU's cost per disk transfer on {c[0]}:{c[1]}: {fitted * 1e6:.0f} us",
+                      file=sys.stderr, flush=True)
+    rows = []
+    print(f"\n{'tiling':>7}{'limit':>8}{'recomp':>10}{'pred s':>9}{'meas s':>9}{'err':>7}"
+          f"{'pred wr MiB':>13}{'meas wr MiB':>13}{'pred rd MiB':>13}{'meas rd MiB':>13}")
+    for (tile, limit, rc), docs in runs.items():
+        steps = [d["step_s"] for d in docs]
+        meas = float(np.median(steps))
+        pred = docs[-1]["predicted_step_s"]  # the last forecast (after --fit-first, the fitted one)
+        wr = float(np.median([d["disk_bytes"]["written"] for d in docs]))
+        rd = float(np.median([d["disk_bytes"]["read"] for d in docs]))
+        pw, pr = docs[-1]["predicted_disk_bytes"]["written"], docs[-1]["predicted_disk_bytes"]["read"]
+        rows.append({"tiling": tile, "limit": limit, "recompute": rc, "predicted_step_s": pred,
+                     "measured_step_s": meas, "repeats_step_s": steps,
+                     "predicted_disk_bytes": {"written": pw, "read": pr}, "disk_bytes": {"written": wr, "read": rd},
+                     "predicted_evictions": docs[-1]["predicted_evictions"], "tasks": docs[0]["tasks"]})
+        print(f"{tile:>7}{limit:>8}{rc:>10}{pred:>9.3f}{meas:>9.3f}{100 * (pred - meas) / meas:>+6.0f}%"
+              f"{pw / 2**20:>13.1f}{wr / 2**20:>13.1f}{pr / 2**20:>13.1f}{rd / 2**20:>13.1f}")
+    print(json.dumps({"fitted_runtime_latency_s": fitted, "fitted_on": ":".join(configs[0]) if fitted else None,
+                      "model": args.model, "batch": args.batch, "seq": args.seq, "sched": args.sched,
+                      "workers": args.workers, "steps": args.steps, "repeats": args.repeats, "rows": rows,
+                      "conditions": next(iter(runs.values()))[0]["conditions"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

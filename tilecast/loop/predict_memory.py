@@ -1,0 +1,39 @@
+"""The forecast of a memory-limited run on the local machine: what ``run --memory-limit`` and
+``benchmarks/out_of_core.py`` print beside their measurements."""
+
+from __future__ import annotations
+
+
+def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int, limit_bytes: int,
+                    offload_dir: str | None, recompute: str = "none", graph=None, machine=None):
+    """The :class:`~tilecast.loop.predict.Prediction` of one step of the configuration under a main-memory
+    limit of ``limit_bytes`` with a disk node in ``offload_dir`` (None: no disk node), on the local machine
+    with its stored models (kernel calibration, host costs, the disk node measured by ``tilecast calibrate``
+    there or now). Its ``summary`` holds the predicted ``evictions``, ``writebacks``, ``dropped``,
+    ``disk_written_bytes`` and ``disk_read_bytes`` of a step after a warm-up step."""
+    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import predict, stored_models
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.disk_node import ensure_disk
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    machine = machine or load_machine("local")
+    config = StepConfig(cfg, batch, seq, tiling, sched, workers, recompute)
+    graph = graph if graph is not None else config.build()
+    calibration, host_costs = stored_models(machine)
+    disk = ensure_disk(machine, offload_dir) if offload_dir is not None else None
+    forecast = MemoryForecast(limit_bytes, disk)
+    refused = forecast.refusal([graph], workers)
+    if refused:
+        raise MemoryLimitError(f"memory_limit: {refused}")
+    return predict(config, machine, calibration, host_costs, graph=graph, memory=forecast)
+
+
+def predicted_fields(p) -> dict:
+    """The forecast's figures for a JSON object (seconds, bytes, counts per step)."""
+    s = p.summary
+    return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s,
+            "disk_written_bytes": s.get("disk_written_bytes", 0), "disk_read_bytes": s.get("disk_read_bytes", 0),
+            "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
+            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0)}

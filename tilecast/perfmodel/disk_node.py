@@ -1,0 +1,193 @@
+"""The disk memory node of a memory-limited run: its measured speed, stored with the calibration.
+
+Under ``--memory-limit`` with ``--offload-dir`` StarPU writes tiles evicted
+from main memory to a disk node with its unistd backend and reads them back
+(StarPU 1.3.10, ``src/core/disk_ops/unistd/disk_unistd_global.c``): a tile's
+first write-back creates one file for it (``starpu_unistd_global_alloc``:
+``_starpu_mktemp_many`` then ``ftruncate`` to the tile's size), and every
+transfer is one ``pwrite`` or ``pread`` of the whole tile at offset 0
+(``starpu_unistd_global_write``/``_read``, or their aio forms), with no
+``fsync``: the kernel's page cache takes the writes. (StarPU calls ``fsync``
+only in its own bandwidth probe, ``_starpu_get_unistd_global_bandwidth_between_disk_and_main_ram``,
+not on the data path.)
+
+:func:`measure_disk` times that path in the offload directory with blocks of
+two tile-like sizes: one file per block, created and truncated first (StarPU
+makes a tile's file once and reuses it for its later write-backs), written with
+``os.pwrite``, then read back with ``os.pread``; a line
+through (bytes, seconds) per direction gives a latency (the per-transfer cost:
+the system calls, the file's creation) and a bandwidth. :class:`DiskNode` holds
+the figures; :func:`save_disk`/:func:`stored_disk` keep them beside the
+kernel calibration (``$TILECAST_HOME/calibration/<machine>-<fingerprint>.disk.json``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from tilecast.atomic_file import atomic_write
+from tilecast.home import home
+
+DISK_FORMAT = 1
+#: block sizes timed: a 64 x 64 and a 256 x 256 float32 tile
+BLOCKS = (16 << 10, 256 << 10)
+
+
+class DiskNodeError(ValueError):
+    """A disk-node measurement or file that cannot be used; one line naming the field."""
+
+
+@dataclass(frozen=True)
+class DiskNode:
+    """Seconds per transfer = latency + bytes / bandwidth, each way (host -> disk is a write)."""
+
+    write_bandwidth: float  # bytes/s
+    read_bandwidth: float  # bytes/s
+    write_latency: float  # s per transfer
+    read_latency: float  # s per transfer
+    directory: str = ""
+    source: str = ""
+    measured_at: str = ""
+    #: StarPU's own cost per disk transfer (s), beyond the file system's: fitted on a memory-limited run
+    #: (benchmarks/memory_forecast.py --fit-first); 0 until then
+    runtime_latency: float = 0.0
+    runtime_source: str = ""
+
+    def write_s(self, nbytes: float) -> float:
+        return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
+
+    def read_s(self, nbytes: float) -> float:
+        return self.runtime_latency + self.read_latency + nbytes / self.read_bandwidth
+
+    def describe(self) -> str:
+        rt = f" + StarPU {self.runtime_latency * 1e6:.0f} us" if self.runtime_latency else ""
+        return (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
+                f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer")
+
+
+def _fit(sizes, seconds) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of the line through per-transfer (bytes, seconds)."""
+    slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(seconds, float), 1)
+    slope = max(float(slope), 1e-15)  # a page cache faster than the timer resolves: effectively unbounded
+    return max(float(intercept), 0.0), 1.0 / slope
+
+
+def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3) -> DiskNode:
+    """Time StarPU's unistd transfers in ``directory`` (see the module's docstring): about ``total_bytes``
+    written and read per block size and repeat, the fastest repeat kept (the machine is shared)."""
+    if not os.path.isdir(directory):
+        raise DiskNodeError(f"offload_dir: no such directory {directory}")
+    write_pts, read_pts = [], []
+    for block in BLOCKS:
+        n = max(int(total_bytes // block), 8)
+        buf = os.urandom(block)
+        best_w = best_r = float("inf")
+        for _ in range(repeats):
+            work = tempfile.mkdtemp(prefix=".tilecast-disk-", dir=directory)
+            try:
+                fds = []
+                for i in range(n):  # a tile's file is made once, at its first write-back
+                    fd, _ = tempfile.mkstemp(dir=work)
+                    os.ftruncate(fd, block)
+                    fds.append(fd)
+                t0 = time.perf_counter()
+                for fd in fds:
+                    os.pwrite(fd, buf, 0)
+                t1 = time.perf_counter()
+                for fd in fds:
+                    os.pread(fd, block, 0)
+                t2 = time.perf_counter()
+                for fd in fds:
+                    os.close(fd)
+            except OSError as e:
+                raise DiskNodeError(f"offload_dir: cannot write in {directory} ({e.strerror or e})") from None
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            best_w, best_r = min(best_w, (t1 - t0) / n), min(best_r, (t2 - t1) / n)
+        write_pts.append((block, best_w))
+        read_pts.append((block, best_r))
+    wl, wb = _fit(*zip(*write_pts))
+    rl, rb = _fit(*zip(*read_pts))
+    return DiskNode(wb, rb, wl, rl, os.path.abspath(directory),
+                    f"measured: StarPU's unistd transfers (pwrite, pread of one file per tile; no fsync) with "
+                    f"{'/'.join(f'{b >> 10} KiB' for b in BLOCKS)} blocks, best of {repeats}",
+                    datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+
+def disk_path(machine) -> str:
+    return str(home("calibration", f"{machine.name}-{machine.fingerprint()}.disk.json"))
+
+
+def save_disk(machine, disk: DiskNode) -> str:
+    path = disk_path(machine)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_write(path, "w") as f:
+        json.dump({"format": DISK_FORMAT, "machine": machine.name, "fingerprint": machine.fingerprint(),
+                   **asdict(disk)}, f, indent=1)
+    return path
+
+
+def load_disk(path: str) -> DiskNode:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise DiskNodeError(f"{path}: cannot read the disk node ({e})") from None
+    if doc.get("format") != DISK_FORMAT:
+        raise DiskNodeError(f"{path}: field format: {doc.get('format')!r}, expected {DISK_FORMAT}")
+    fields = {k: doc[k] for k in DiskNode.__dataclass_fields__ if k in doc}
+    try:
+        disk = DiskNode(**fields)
+    except TypeError as e:
+        raise DiskNodeError(f"{path}: {e}") from None
+    for k in ("write_bandwidth", "read_bandwidth"):
+        if not getattr(disk, k) > 0:
+            raise DiskNodeError(f"{path}: field {k} must be > 0")
+    return disk
+
+
+def stored_disk(machine) -> DiskNode | None:
+    """The disk node measured for ``machine`` by ``tilecast calibrate``, or None."""
+    path = disk_path(machine)
+    return load_disk(path) if os.path.exists(path) else None
+
+
+def same_file_system(a: str, b: str) -> bool:
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
+def ensure_disk(machine, directory: str | None = None) -> DiskNode:
+    """The disk node of ``machine`` in ``directory`` (default ``$TILECAST_HOME/offload``): the stored one if it
+    was measured on the same file system, else measured now in ``directory`` and stored."""
+    if directory is None:
+        directory = str(home("offload"))
+        os.makedirs(directory, exist_ok=True)
+    disk = stored_disk(machine)
+    if disk is not None and same_file_system(disk.directory, directory):
+        return disk
+    return measure_and_store(machine, directory)[0]
+
+
+def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
+    """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
+    and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
+    does not change it)."""
+    disk = measure_disk(directory, **measure)
+    try:
+        old = stored_disk(machine)
+    except DiskNodeError:
+        old = None
+    if old is not None and old.runtime_latency:
+        disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source)
+    return disk, save_disk(machine, disk)

@@ -1,0 +1,419 @@
+"""Main memory of limited capacity, with StarPU's eviction to a disk node: the forecast of a memory-limited step.
+
+Under ``--memory-limit`` with ``--offload-dir`` every tile is StarPU's (home
+node -1), main memory holds at most the limit of them, and StarPU evicts
+tiles to a disk node when an allocation does not fit. The model, rule by rule,
+with the StarPU 1.3.10 code each follows:
+
+- **Capacity.** Main memory (node 0) holds at most ``limit_bytes`` of tiles
+  (``STARPU_LIMIT_CPU_MEM``; ``src/datawizard/memory_manager.c``,
+  ``_starpu_memory_manager_can_allocate_size``); the disk node is unbounded.
+- **When an allocation does not fit, StarPU first reuses the memory of the
+  least recently used clean tile of the same size** that no running task
+  holds (``src/datawizard/memalloc.c``, ``_starpu_allocate_interface`` ->
+  ``try_to_reuse_potentially_in_use_mc``: same footprint, in ``mc_list``
+  order; ``try_to_throw_mem_chunk`` refuses a dirty one for reuse), with no
+  transfer. **Else it reclaims twice the tile's size** (``reclaim =
+  starpu_memstrategy_data_size_coefficient * handle_size``, the coefficient
+  is 2, or what the allocation lacks if that is more), in the allocating
+  worker, before the task's data can arrive.
+- **Victims in least-recently-used order, skipping tiles in use**
+  (``_starpu_memory_reclaim_generic`` -> ``free_potentially_in_use_mc`` walks
+  ``mc_list`` from its head; ``_starpu_memchunk_recently_used`` moves a tile to
+  the tail when a task uses it; ``try_to_throw_mem_chunk`` skips a tile a
+  running task holds: ``may_free_subtree``).
+- **Dirty tiles are written back to the disk first, clean ones dropped**
+  (``try_to_throw_mem_chunk`` -> ``choose_target``: a tile with no home in main
+  memory goes to the disk node; ``transfer_subtree_to_node``: the only valid
+  copy (``STARPU_OWNER``) is fetched to the disk and waited for,
+  ``_starpu_wait_data_request_completion``; a copy also valid on disk
+  (``STARPU_SHARED``) is only invalidated). The allocating task waits for its
+  write-backs.
+- **Prefetches do not evict** (``_starpu_allocate_interface`` with
+  ``is_prefetch``: it gives up when the cache and ``try_to_reuse_potentially_in_use_mc``
+  free nothing, which skips tiles not marked ``wontuse``): a dmda prefetch to a
+  full main memory is dropped and the data is fetched when the task starts.
+- **A read of a tile held only on disk copies it back** over the disk link, and
+  both copies stay valid (shared) until a task writes it, which drops the disk
+  copy (the coherency protocol, ``src/datawizard/coherency.c``).
+- **The disk link** carries write-backs and reads one at a time
+  (:class:`DiskLinks`, one timeline for both directions: one device), each
+  taking ``latency + bytes / bandwidth`` as ``tilecast calibrate`` measured it
+  (:mod:`tilecast.perfmodel.disk_node`).
+- **Submission is throttled** (:class:`Throttled`; ``src/core/task.c``,
+  ``_starpu_task_submit``: before a task is submitted, if more than
+  ``STARPU_LIMIT_MAX_SUBMITTED_TASKS`` are submitted and not finished, wait
+  until at most ``STARPU_LIMIT_MIN_SUBMITTED_TASKS`` remain), with the executor's
+  16 and 8 per worker (:data:`tilecast.executor.starpu_session.THROTTLE_PER_WORKER`):
+  a task unsubmitted is unknown to the scheduler even when its inputs are ready.
+- **The step is a later one.** Tiles stay registered from step to step, so a
+  step starts where the previous one left them: :func:`simulate_memory_limited`
+  simulates a warm-up step first (persistent tiles in main memory up to the
+  limit, the rest on disk, as after loading them in order), then the step it
+  reports, from the warm-up's final placement and LRU order.
+
+- **Tidying** (``starpu_memchunk_tidy``, at every driver progress): when
+  fewer than 5% of main memory's tiles are clean, dirty ones are written back
+  ahead of need, least recently used first, until 10% are; no task waits for
+  these write-backs, but they hold the disk.
+
+Not modelled: host-side acquires between steps (loss, batch), and the time
+StarPU spends walking its lists.
+
+The Python engine's general loop runs it (the fused and C loops model
+device memory only: :meth:`DequeModel.fused_run` leaves a Memory subclass to
+the general loop, and :func:`simulate_memory_limited` does not call the C
+loop); their results for ordinary simulations are unchanged.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tilecast.perfmodel.machine import Link, MemoryNode
+from tilecast.simulator.engine import Engine, SimulationError
+from tilecast.simulator.links import Links
+from tilecast.simulator.memory import Memory
+from tilecast.simulator.policies.base import Policy
+
+@dataclass(frozen=True)
+class MemoryForecast:
+    """A main-memory limit to forecast under: ``limit_bytes`` and the disk node's figures (None: no disk
+    node, every tile must fit under the limit)."""
+
+    limit_bytes: int
+    disk: object = None  # tilecast.perfmodel.disk_node.DiskNode
+
+    def refusal(self, graphs, workers: int) -> str | None:
+        """Why the limit cannot run ``graphs`` on ``workers`` workers, in one line (None: it can); the same
+        rule as the executor's (:func:`tilecast.executor.memory_limit.refusal`)."""
+        from tilecast.executor.memory_limit import refusal
+
+        return refusal(graphs, workers, self.limit_bytes, self.disk is not None)
+
+
+#: StarPU 1.3.10 memalloc.c: starpu_memstrategy_data_size_coefficient
+RECLAIM_FACTOR = 2
+DISK_NODE = "disk"
+
+
+def with_disk(machine, limit_bytes: int, disk):
+    """``machine`` with main memory (node 0) limited to ``limit_bytes`` and a disk node linked to it with
+    ``disk``'s (:class:`tilecast.perfmodel.disk_node.DiskNode`) figures: the disk node is the last node."""
+    nodes = [replace(machine.nodes[0], capacity=float(limit_bytes))] + list(machine.nodes[1:])
+    nodes.append(MemoryNode(DISK_NODE, "disk", float("inf")))
+    host = machine.nodes[0].name
+    links = list(machine.links) + [
+        Link(f"disk-write:{host}->{DISK_NODE}", host, DISK_NODE, disk.write_bandwidth,
+             disk.write_latency + disk.runtime_latency),
+        Link(f"disk-read:{DISK_NODE}->{host}", DISK_NODE, host, disk.read_bandwidth,
+             disk.read_latency + disk.runtime_latency)]
+    return replace(machine, nodes=nodes, links=links, meta=dict(machine.meta))
+
+
+class DiskLinks(Links):
+    """Links where both directions of the disk share one timeline (one device: a read waits for the
+    write-backs issued before it, and the other way round)."""
+
+    def __init__(self, machine):
+        super().__init__(machine)
+        names = [ln.name for ln in machine.links]
+        disk = [i for i, ln in enumerate(machine.links) if DISK_NODE in (ln.src, ln.dst)]
+        self.timeline = list(range(len(names)))
+        for i in disk:
+            self.timeline[i] = disk[0]
+
+    def transfer(self, src: int, dst: int, nbytes: int, not_before: float) -> float:
+        route = self.route[src][dst]
+        free_at, tl = self.free_at, self.timeline
+        start = not_before
+        for i in route:
+            if free_at[tl[i]] > start:
+                start = free_at[tl[i]]
+        end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
+        for i in route:
+            free_at[tl[i]] = end
+        self.flat_log.extend((src, dst, nbytes, start, end))
+        return end
+
+
+class CappedMemory(Memory):
+    """:class:`~tilecast.simulator.memory.Memory` with main memory limited and evicting to the disk node
+    (the machine's last node; see the module's docstring for the rules)."""
+
+    def __init__(self, graph, machine, links, limit_bytes: int, tidy: bool = True):
+        super().__init__(graph, machine, links)
+        self.disk = len(machine.nodes) - 1
+        self.capacity[0] = float(limit_bytes)
+        self.tidy = tidy
+        self.disk_written = 0  # bytes written back to the disk node
+        self.disk_read = 0  # bytes read from it
+        self.n_dropped = 0  # clean tiles evicted without a write
+        self.n_tidied = 0  # dirty tiles written back ahead of need
+        # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
+        # earlier ones evicted first, in LRU order), the others on disk
+        held, disk_bit = self.avail[0], 1 << self.disk
+        keep = 0
+        for tile in reversed(list(held)):
+            if keep + self.size[tile] <= limit_bytes:
+                keep += self.size[tile]
+            else:
+                del held[tile]
+                self.avail[self.disk][tile] = 0.0
+                self.valid[tile] = disk_bit
+                self.used[self.disk] += self.size[tile]
+        self.used[0] = keep
+        self.peak = list(self.used)
+        self.dirty = set(held)  # tiles whose only valid copy is in main memory (STARPU_OWNER there)
+
+    def next_step(self, links) -> None:
+        """Start another step from this one's placement and LRU order: every copy ready at time 0 on
+        ``links`` (fresh timelines), the counters at zero."""
+        for held in self.avail:
+            for tile in held:
+                held[tile] = 0.0
+        for r in self.running:
+            r.clear()
+        self.links = links
+        self._cost.clear()
+        self.peak = list(self.used)
+        self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = 0
+        self.disk_written = self.disk_read = 0
+
+    def _make_room(self, node: int, nbytes: int, now: float) -> float:
+        """Evict from ``node`` (main memory) until ``nbytes`` fit; return when the room is free (after the
+        write-backs, which the allocating worker waits for)."""
+        cap = self.capacity[node]
+        if node != 0:
+            super()._make_room(node, nbytes, now)
+            return now
+        held = self.avail[node]
+        ptr, code = self.acc_ptr, self.acc_code
+        in_use = {c >> 2 for t in self.running[node] for c in code[ptr[t]:ptr[t + 1]]}
+        bit, disk, size, valid = 1 << node, self.disk, self.size, self.valid
+        # memalloc.c, try_to_reuse_potentially_in_use_mc: the LRU clean tile of the same size, if any, gives
+        # its memory (a dirty one is not taken for reuse: try_to_throw_mem_chunk with a replicate)
+        for tile in held:
+            if size[tile] == nbytes and valid[tile] != bit and tile not in in_use:
+                del held[tile]
+                self.used[node] -= nbytes  # used <= cap held before, so the new tile now fits
+                valid[tile] &= ~bit
+                self.n_evictions += 1
+                self.n_dropped += 1
+                return now
+        # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
+        need = max(RECLAIM_FACTOR * nbytes, self.used[node] + nbytes - cap)
+        victims = []
+        for tile in held:  # LRU first (free_potentially_in_use_mc walks mc_list from its head)
+            if tile in in_use:
+                continue
+            victims.append(tile)
+            need -= self.size[tile]
+            if need <= 0:
+                break
+        if self.used[node] - sum(self.size[t] for t in victims) + nbytes > cap:
+            raise SimulationError(
+                f"main memory ({cap / 2**20:.0f} MiB) cannot hold the data of the tasks running in it: the "
+                f"limit is below the step's working set")
+        free_at = now
+        for tile in victims:
+            ready = held.pop(tile)
+            self.dirty.discard(tile)
+            sz = size[tile]
+            self.used[node] -= sz
+            self.n_evictions += 1
+            if self.valid[tile] == bit:  # the only valid copy (STARPU_OWNER): written to the disk, waited for
+                end = self.links.transfer(node, disk, sz, ready if ready > now else now)
+                self.valid[tile] = 1 << disk
+                self.avail[disk][tile] = end
+                self.used[disk] += sz
+                self.disk_written += sz
+                self.n_writebacks += 1
+                if end > free_at:
+                    free_at = end
+            else:  # also valid elsewhere (STARPU_SHARED): dropped
+                self.valid[tile] &= ~bit
+                self.n_dropped += 1
+        return free_at
+
+    def _bring(self, tile: int, node: int, now: float, fetch: int = 1) -> float:
+        size = self.size[tile]
+        room = now
+        if self.used[node] + size > self.capacity[node]:
+            room = self._make_room(node, size, now)
+        v = self.valid[tile]
+        if v and fetch:
+            src = v.bit_length() - 1 if v & (v - 1) == 0 else self._source(v, node, size)
+            since = self.avail[src][tile]
+            start = since if since > room else room
+            ready = self.links.transfer(src, node, size, start)
+            if src == self.disk:
+                self.disk_read += size
+        else:
+            ready = room  # a write-only access: allocated, nothing copied
+        self.avail[node][tile] = ready
+        self.valid[tile] = v | (1 << node)
+        u = self.used[node] + size
+        self.used[node] = u
+        if u > self.peak[node]:
+            self.peak[node] = u
+        return ready
+
+    def acquire(self, task: int, node: int, now: float) -> float:
+        """:meth:`Memory.acquire`, keeping track of main memory's dirty tiles, then StarPU's tidying."""
+        ready = super().acquire(task, node, now)
+        if node == 0:
+            valid, dirty = self.valid, self.dirty
+            for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
+                if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
+                    dirty.add(c >> 2)
+            if self.tidy:
+                self._tidy(now)
+        return ready
+
+    def _tidy(self, now: float) -> None:
+        """memalloc.c, starpu_memchunk_tidy (run at every driver progress): when fewer than
+        STARPU_MINIMUM_CLEAN_BUFFERS (5) % of main memory's tiles are clean, write dirty ones back to the disk,
+        least recently used first, skipping those in use, until STARPU_TARGET_CLEAN_BUFFERS (10) % are; the
+        write-backs are idle requests: no task waits for them, but they hold the disk."""
+        held, dirty = self.avail[0], self.dirty
+        n = len(held)
+        clean = n - len(dirty)
+        if clean >= (n * 5) // 100:
+            return
+        target = (n * 10) // 100
+        ptr, code = self.acc_ptr, self.acc_code
+        in_use = {c >> 2 for t in self.running[0] for c in code[ptr[t]:ptr[t + 1]]}
+        disk, size, valid = self.disk, self.size, self.valid
+        for tile, ready in held.items():
+            if clean >= target:
+                break
+            if tile not in dirty or tile in in_use:
+                continue
+            sz = size[tile]
+            end = self.links.transfer(0, disk, sz, ready if ready > now else now)
+            valid[tile] |= 1 << disk
+            self.avail[disk][tile] = end
+            self.used[disk] += sz
+            self.disk_written += sz
+            self.n_tidied += 1
+            dirty.discard(tile)
+            clean += 1
+
+    def prefetch(self, task: int, node: int, now: float) -> None:
+        """Bring the task's inputs that fit without evicting (a prefetch never evicts in StarPU 1.3.10)."""
+        valid, cap, size = self.valid, self.capacity[node], self.size
+        for tile in self.read_tile[self.read_ptr[task]:self.read_ptr[task + 1]]:
+            if not (valid[tile] >> node) & 1 and self.used[node] + size[tile] <= cap:
+                self._bring(tile, node, now)
+
+
+class Throttled(Policy):
+    """A policy seeing only submitted tasks: ``high`` and ``low`` are StarPU's
+    ``STARPU_LIMIT_MAX_SUBMITTED_TASKS`` and ``..._MIN_...`` (src/core/task.c, ``_starpu_task_submit``).
+    Tasks are submitted in id order (the executor's order)."""
+
+    def __init__(self, inner: Policy, high: int, low: int):
+        self.inner, self.high, self.low = inner, int(high), int(low)
+        self.name = inner.name
+
+    def attach(self, engine) -> None:
+        self.engine = engine
+        self.inner.attach(engine)
+        self.done = 0
+        self.submitted = 0
+
+    def submit(self) -> None:
+        self.inner.submit()
+        # submit until more than `high` are in flight; the engine pushes the ready ones among them
+        self.submitted = min(self.engine.n_tasks, self.high + 1)
+
+    def fused_run(self) -> bool:
+        return False
+
+    def push(self, task: int, by: int) -> None:
+        if task < self.submitted:
+            self.inner.push(task, by)  # else: pushed when submitted (it is ready by then)
+
+    def pop(self, worker: int) -> int:
+        return self.inner.pop(worker)
+
+    def started(self, task: int, worker: int, begin: float) -> None:
+        self.inner.started(task, worker, begin)
+
+    def finished(self, task: int, worker: int) -> None:
+        self.inner.finished(task, worker)
+        self.done += 1
+        n, missing = self.engine.n_tasks, self.engine.missing
+        if self.submitted >= n or self.submitted - self.done > self.low:
+            return  # the submitting thread still waits (or has submitted everything)
+        while self.submitted < n and self.submitted - self.done <= self.high:
+            t = self.submitted
+            self.submitted += 1
+            if missing[t] == 0:
+                self.inner.push(t, -1)
+
+
+def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str = "dmda", durations=None,
+                            calibration=None, priority=None, seed: int = 0, throttle=(16, 8),
+                            warmup: bool = True, tidy: bool = True):
+    """Simulate a step of ``graph`` under a main-memory limit with a disk node (``disk``: a
+    :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
+    :class:`~tilecast.simulator.simulate.SimResult` of the step after a warm-up step (``warmup``),
+    whose summary adds ``memory_limit_bytes``, ``disk_written_bytes``, ``disk_read_bytes``,
+    ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need) and ``warmup_makespan_s``.
+    ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying."""
+    from tilecast.graph import priorities as _prio
+    from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, SimResult, summarize,
+                                             task_priorities)
+
+    if sched not in POLICIES:
+        raise ValueError(f"unknown scheduling policy {sched!r} (known: {', '.join(POLICIES)})")
+    if durations is None:
+        from tilecast.perfmodel.kernel_model import DurationModel
+        durations = DurationModel(machine, calibration).durations(graph)
+    durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
+    m = with_disk(machine, limit_bytes, disk)
+    pred_ptr, pred = graph.dependencies
+    if priority is None and sched in USES_PRIORITIES:
+        priority = task_priorities(durations + m.task_overhead, pred_ptr, pred, sched)
+    estimate = _prio.footprint_means(durations, _prio.footprint_groups(graph)) if sched in USES_ESTIMATES else None
+    kind_index = {k: i for i, k in enumerate(m.kind_names)}
+    worker_kind = [kind_index[w.kind] for w in m.workers]
+    worker_node = [w.node for w in m.workers]
+    links = DiskLinks(m)
+    memory = CappedMemory(graph, m, links, limit_bytes, tidy)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        warm = None
+        for step in range(2 if warmup else 1):
+            if step:
+                links = DiskLinks(m)
+                memory.next_step(links)
+            policy = POLICIES[sched](priority, seed, estimate)
+            if throttle:
+                n_w = len(m.workers)
+                policy = Throttled(policy, throttle[0] * n_w, throttle[1] * n_w)
+            eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
+                         overhead=m.task_overhead, memory=memory, decision_scan=m.decision_scan,
+                         decision_lock=m.decision_lock, submit_end=graph.n_tasks * m.submit_task,
+                         submit_stretch=m.submit_stretch)
+            eng.fused_loops = False  # the general loop: the fused ones know nothing of a capped main memory
+            eng.run()
+            if warmup and not step:
+                warm = eng.makespan
+    finally:
+        if collecting:
+            gc.enable()
+    start, end, worker = eng.arrays()
+    tr = links.arrays()
+    summary = summarize(graph, m, durations, worker_kind, start, end, worker, links, tr, memory, sched)
+    summary.update({"memory_limit_bytes": int(limit_bytes), "disk_written_bytes": int(memory.disk_written),
+                    "disk_read_bytes": int(memory.disk_read), "dropped": int(memory.n_dropped),
+                    "tidied": int(memory.n_tidied),
+                    "warmup_makespan_s": warm, "disk_node": disk.describe()})
+    return SimResult(start, end, worker, summary, tr, graph, m)
