@@ -19,6 +19,8 @@ import dataclasses
 import html
 from dataclasses import dataclass, field
 
+from tilecast.errors import FieldError
+
 __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate",
            "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
            "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult"]
@@ -73,7 +75,7 @@ def _tiling(tile):
 
 def _positive(name: str, value, low: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+        raise FieldError(f"{name} must be a whole number of at least {low}, got {value!r}")
     return value
 
 
@@ -81,7 +83,7 @@ def _shape(cfg, batch, seq) -> None:
     _positive("batch", batch)
     _positive("seq", seq)
     if seq > cfg.n_positions:
-        raise ValueError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+        raise FieldError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
 
 
 # --- model -------------------------------------------------------------------------------------------------
@@ -208,11 +210,14 @@ class SimulateResult(_Result):
 
 def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
              workers: int | None = None, calibration: str | None = None, transfers: bool = True,
-             seed: int = 0, recompute: str = "none") -> SimulateResult:
+             seed: int = 0, recompute: str = "none", memory_limit: str | int | None = None,
+             offload_dir: str | None = None) -> SimulateResult:
     """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
-    stored for the machine)."""
+    stored for the machine). ``memory_limit`` (bytes or a size such as ``"512MiB"``) with ``offload_dir``:
+    the step under StarPU's main-memory limit with a disk node there (local machine only; evictions and disk
+    bytes in ``summary``, docs/memory.md)."""
     from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import host_note, predict, stored_models
@@ -225,21 +230,37 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
     if sched not in POLICIES:
-        raise ValueError(f"sched must be one of {', '.join(POLICIES)}, got {sched!r}")
+        raise FieldError(f"sched must be one of {', '.join(POLICIES)}, got {sched!r}")
     m = machine if isinstance(machine, Machine) else load_machine(machine)
     n = len(m.workers) if workers is None else len(m.with_workers(workers).workers)
     cal, host_costs = stored_models(m)
     if calibration is not None:
         cal = Calibration.load(calibration, m.fingerprint())
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
-    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g, durations=durations,
-                keep_result=True, transfers=transfers, seed=seed)
+    if memory_limit is not None:
+        p = _predict_limited(cfg, batch, seq, tiling, sched, n, recompute, g, m, memory_limit, offload_dir)
+    elif offload_dir is not None:
+        raise FieldError("offload_dir needs memory_limit")
+    else:
+        durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
+        p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
+                    durations=durations, keep_result=True, transfers=transfers, seed=seed)
     s = p.summary
     return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
                           p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
                           s["critical_path_s"], s["work_bound_s"], p.tokens_per_s, p.task_overhead_s * 1e6,
                           "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g)
+
+
+def _predict_limited(cfg, batch, seq, tiling, sched, workers, recompute, g, machine, memory_limit, offload_dir):
+    """The memory-limited forecast (:mod:`tilecast.loop.predict_memory`), on the local machine only."""
+    from tilecast.executor.memory_limit import parse_size
+    from tilecast.loop.predict_memory import predict_limited
+
+    if machine.name != "local":
+        raise FieldError(f"memory_limit: the memory-limited forecast is for the local machine, not {machine.name}")
+    return predict_limited(cfg, batch, seq, tiling, sched, workers, parse_size(memory_limit), offload_dir,
+                           recompute, graph=g, machine=machine, keep_result=True)
 
 
 # --- tune --------------------------------------------------------------------------------------------------
@@ -306,7 +327,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
         tilings = [_tiling(t) for t in ([tiles] if isinstance(tiles, (str, int)) else tiles)]
     m = machine if isinstance(machine, Machine) else load_machine(machine)
     if execute and m.name != "local":
-        raise ValueError("execute: only the local machine can be run")
+        raise FieldError("execute: only the local machine can be run")
     res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
                        workers=list(workers) if workers else None, tilings=tilings,
                        max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress, recompute=recompute)
@@ -389,7 +410,7 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
     if memory_limit is not None:
         memory = MemoryLimit(parse_size(memory_limit), offload_dir)
     elif offload_dir is not None:
-        raise ValueError("offload_dir needs memory_limit")
+        raise FieldError("offload_dir needs memory_limit")
     res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute,
                     memory=memory)
     return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
@@ -505,7 +526,7 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
         res = search_layouts(shape, c, gpus, seq, global_batch or gpus, top=top, max_configs=max_configs,
                              progress=False, **recipe)
         if not res["top"]:
-            raise ValueError(f"gpus: no layout of {shape.name} on {gpus} GPUs of {c.name} fits in memory")
+            raise FieldError(f"gpus: no layout of {shape.name} on {gpus} GPUs of {c.name} fits in memory")
         best = res["top"][0]
         searched = {k: res[k] for k in ("candidates", "fitting", "evaluated")}
         results = res["top"]
@@ -556,7 +577,7 @@ def validate(table: str | None = None, target: float = 0.08, lopo_target: float 
 
     runs = load_runs(table or RUNS)
     if not runs:
-        raise ValueError(f"table: no rows in {table or RUNS}")
+        raise FieldError(f"table: no rows in {table or RUNS}")
     df = compare_runs(runs)
     lopo = lopo_errors(runs, "refit" if refit_lopo else None) if (table is None or refit_lopo) else None
     card = scorecard(df, lopo, target, lopo_target, max_error)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int, limit_bytes: int,
-                    offload_dir: str | None, recompute: str = "none", graph=None, machine=None):
+                    offload_dir: str | None, recompute: str = "none", graph=None, machine=None,
+                    keep_result: bool = False):
     """The :class:`~tilecast.loop.predict.Prediction` of one step of the configuration under a main-memory
     limit of ``limit_bytes`` with a disk node in ``offload_dir`` (None: no disk node), on the local machine
     with its stored models (kernel calibration, host costs, the disk node measured by ``tilecast calibrate``
@@ -27,7 +28,7 @@ def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int,
     refused = forecast.refusal([graph], workers)
     if refused:
         raise MemoryLimitError(f"memory_limit: {refused}")
-    return predict(config, machine, calibration, host_costs, graph=graph, memory=forecast)
+    return predict(config, machine, calibration, host_costs, graph=graph, memory=forecast, keep_result=keep_result)
 
 
 def predicted_fields(p) -> dict:
