@@ -135,6 +135,37 @@ class Cluster:
             nic_bandwidth=self.nic_bandwidth * network_bandwidth,
         )
 
+    def with_scale_up_domain(self, gpus: int) -> "Cluster":
+        """A what-if copy whose NVLink (scale-up) domain holds ``gpus`` GPUs, as an NVL72 rack does.
+
+        The GPUs in total stay (rounded up to whole domains); each GPU keeps its NVLink bandwidth and
+        its share of scale-out bandwidth (NICs grow with the domain), so only what crosses a domain
+        boundary changes: tensor-parallel groups that no longer span domains, data-parallel groups with
+        more ranks per domain.
+        """
+        if isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1:
+            raise ClusterError(f"cluster {self.name}: gpus_per_node (NVLink domain) must be a whole number >= 1, "
+                               f"got {gpus!r}")
+        gpus = int(gpus)
+        nics = self.nics_per_node * gpus / self.gpus_per_node
+        return replace(self, gpus_per_node=gpus, nodes=-(-self.n_gpus // gpus),
+                       nics_per_node=int(nics) if nics == int(nics) else nics)
+
+    def with_nics(self, nics_per_node: int) -> "Cluster":
+        """A what-if copy with ``nics_per_node`` NICs of the same speed per node (scale-out bandwidth per GPU)."""
+        if isinstance(nics_per_node, bool) or int(nics_per_node) != nics_per_node or nics_per_node < 1:
+            raise ClusterError(f"cluster {self.name}: inter_node.nics_per_node must be a whole number >= 1, "
+                               f"got {nics_per_node!r}")
+        n = int(nics_per_node)
+        return replace(self, nics_per_node=n,
+                       inter_node=replace(self.inter_node, bandwidth=n * self.nic_bandwidth / self.gpus_per_node))
+
+    def with_memory_bytes(self, nbytes: float) -> "Cluster":
+        """A what-if copy whose GPUs have ``nbytes`` of HBM."""
+        if isinstance(nbytes, bool) or not nbytes > 0:
+            raise ClusterError(f"cluster {self.name}: gpu.memory_bytes must be positive, got {nbytes!r}")
+        return replace(self, gpu=replace(self.gpu, memory_bytes=float(nbytes)))
+
 
 # ---------------------------------------------------------------- loading
 
