@@ -54,6 +54,19 @@ class GPU:
     attention_efficiency: dict = field(default_factory=dict)  # kernel -> fused attention speed vs. the matmul curve
     reserved_bytes: float = 0.0  # context, workspaces, fragmentation: not available to the model
     gemm_half_dim: float = 0.0  # smallest GEMM dimension at which the shape factor is 1/2 (0: no shape factor)
+    reread_bandwidth: float = 0.0  # bytes/s of data re-read from on-die caches (0: memory_bandwidth), see below
+
+    @property
+    def cache_reread_bandwidth(self) -> float:
+        """Rate of traffic that re-reads data a kernel has just brought on die (a decode attention kernel's
+        query heads re-reading their group's KV head): an on-die (L2) rate, the die's, not the HBM's.
+
+        It is not separable from how much is re-read (the serving engines' ``kv_group_reread``, fitted on
+        H100 rows), so it is stated relative to the die whose rows fitted it: unset, the GPU's own HBM
+        bandwidth; the H200 (the H100 die with HBM3e) states the H100's, so that its faster HBM does not
+        speed up traffic that never leaves the die.
+        """
+        return self.reread_bandwidth or self.memory_bandwidth
 
     def shape_factor(self, min_dim):
         """Fraction of the flops curve a GEMM reaches given its smallest dimension d: d / (d + d_half).
@@ -126,6 +139,7 @@ class Cluster:
         g = self.gpu
         gpu = replace(g, peak_flops={k: v * flops for k, v in g.peak_flops.items()},
                       memory_bandwidth=g.memory_bandwidth * hbm_bandwidth,
+                      reread_bandwidth=g.cache_reread_bandwidth,  # on die: HBM what-ifs leave it
                       memory_bytes=g.memory_bytes * memory)
         return replace(
             self, gpu=gpu,
@@ -291,6 +305,7 @@ def from_dict(data, where: str = "custom") -> Cluster:
         attention_efficiency=_attention(g.get("attention_efficiency"), name),
         reserved_bytes=_num(g, "reserved_bytes", f"{name}: gpu", positive=False) if "reserved_bytes" in g else 0.0,
         gemm_half_dim=_num(g, "gemm_half_dim", f"{name}: gpu", positive=False) if "gemm_half_dim" in g else 0.0,
+        reread_bandwidth=_num(g, "reread_bandwidth", f"{name}: gpu") if "reread_bandwidth" in g else 0.0,
     )
     attn_dt = "bf16" if "bf16" in eff else next(iter(eff))
     for k, a in gpu.attention_efficiency.items():

@@ -24,7 +24,8 @@ HARDWARE = {
     "memory": "memory",
     "network_latency": "network_latency",
 }
-# Hardware what-ifs set to a value: GPUs per NVLink (scale-up) domain, NICs per node, HBM capacity in GB.
+# Hardware what-ifs set to a value: GPUs per NVLink (scale-up) domain, NICs per node, HBM capacity in GB as
+# datasheets count it (binary, as the cluster files take it: 80 -> 80 GiB = 85.9e9 bytes, an H100's).
 HARDWARE_SET = {"nvlink_domain": int, "nics_per_node": int, "hbm_gb": float}
 HARDWARE_PARAMS = sorted(HARDWARE) + sorted(HARDWARE_SET)
 
@@ -38,7 +39,7 @@ def hardware_point(cluster, param: str, value):
     if param == "nics_per_node":
         return cluster.with_nics(value)
     if param == "hbm_gb":
-        return cluster.with_memory_bytes(float(value) * 1e9)
+        return cluster.with_memory_bytes(float(value) * 2**30)
     raise KeyError(param)
 
 
