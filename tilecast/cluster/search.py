@@ -146,11 +146,11 @@ def search_sweep(shape, cluster, gpus: int, seq: int, global_batch: int, param: 
 
 
 def layout_label(strategy: dict) -> str:
-    """``tp8 pp4 dp8 mb1 zero1 interleaved/2 selective`` for a Result's strategy."""
+    """``tp8 pp4 dp8 sp mb1 zero1 interleaved/2 selective`` for a Result's strategy (sp: sequence parallelism)."""
     s = strategy
     sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
-    return (f"tp{s['tp']} pp{s['pp']} dp{s['dp']} mb{s['micro_batch']} zero{s['zero']} {sched} "
-            f"{s['recompute']}")
+    return (f"tp{s['tp']} pp{s['pp']} dp{s['dp']}{' sp' if s['sequence_parallel'] else ''} mb{s['micro_batch']} "
+            f"zero{s['zero']} {sched} {s['recompute']}")
 
 
 def search_sweep_table(param: str, rows: list):
