@@ -194,3 +194,10 @@ def test_fused_attention_pads_the_head_dimension_as_its_kernels_do():
     assert fused_attention_head_padding(200) == pytest.approx(256 / 200)
     mpt30, mpt70 = load_shape("mpt-30b"), load_shape("mpt-70b")
     assert mpt30.head_dim == 112 and mpt70.head_dim == 128
+
+
+@pytest.mark.parametrize("inference", [False, True])
+def test_baseline_without_search_is_refused(capsys, inference):
+    rc, cap = run(capsys, ["whatif", "--model", "gpt3-6.7b", "--gpus", "16", "--baseline", "tp=8"]
+                  + (["--inference"] if inference else []))
+    assert rc == 2 and cap.err.strip() == "tilecast whatif: --baseline: only with --search"

@@ -170,6 +170,8 @@ def run(args):
         from tilecast.cli.whatif_search import run_search
 
         return run_search(args, shape, cluster)
+    if args.baseline is not None:
+        raise UsageError("--baseline: only with --search")
     st = _strategy(args, shape, cluster)
     base = evaluate(shape, st, cluster)
     if args.trace:
@@ -180,8 +182,6 @@ def run(args):
             save(to_trace(base.timeline), args.trace)
         except (TraceError, OSError) as e:
             raise UsageError(f"--trace: {e}") from None
-    if args.baseline is not None:
-        raise UsageError("--baseline: only with --search")
     sweeps = _run_sweeps(args, shape, st, cluster) if args.sweep else []
     rc = 0 if base.fits else 1
     if not base.fits:
