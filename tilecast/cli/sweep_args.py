@@ -25,3 +25,26 @@ def sweep_specs(specs, params, parse_values, context: str = "") -> list:
             raise UsageError(f"--sweep: no values for {param}")
         out.append((param, values))
     return out
+
+
+def layout_fields(text: str, types: dict, flag: str = "--baseline") -> dict:
+    """``"tp=8,pp=1,dp=32"`` -> {"tp": 8, "pp": 1, "dp": 32}, each value read as ``types[field]``; ``dp=auto``
+    (or ``dp=...``) leaves dp to be derived from the GPUs. Errors name ``flag``."""
+    out = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise UsageError(f"{flag}: expected FIELD=VALUE pairs separated by commas, got {part!r}")
+        key, value = (x.strip() for x in part.split("=", 1))
+        key = key.replace("-", "_")
+        if key not in types:
+            raise UsageError(f"{flag}: unknown field {key!r} (one of {', '.join(sorted(types))})")
+        if key == "dp" and value in ("auto", "...", ""):
+            continue
+        try:
+            out[key] = types[key](value)
+        except ValueError:
+            raise UsageError(f"{flag}: cannot read {key} from {value!r}") from None
+    return out

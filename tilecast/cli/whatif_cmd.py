@@ -44,13 +44,23 @@ def add_parser(sub):
                    help="dtype gradients are kept and reduced in (fp32: Megatron-LM's default for bf16 models, "
                         "18 bytes/param of model states with DDP instead of 16)")
     p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
-                   help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved")
-    p.add_argument("--plot", metavar="FILE.png", help="with --sweep: plot tokens/s and the breakdown")
+                   help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved; "
+                        "hardware as MAD Max sweeps it: nvlink_domain=8..64 (GPUs per NVLink domain), "
+                        "nics_per_node=2,4,8, hbm_gb=40,80,141, hbm_bw=x0.5..x2, flops=x1..x4 (rows add "
+                        "exposed_comm_share and a note when the layout no longer fits); with --search, hardware "
+                        "parameters only: the best layout at each point")
+    p.add_argument("--plot", metavar="FILE.png", help="with --sweep: plot tokens/s, the exposed-communication share "
+                                                      "and the breakdown")
     p.add_argument("--trace", metavar="FILE", help="write the simulated timeline (.parquet, .csv, or .json Chrome "
                                                    "trace: one process per pipeline stage, one thread per stream)")
     p.add_argument("--search", action="store_true", help="search the fastest layout that fits for --gpus")
     p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
+    p.add_argument("--baseline", nargs="?", const="", default=None, metavar="FIELD=VALUE,...",
+                   help="with --search: also evaluate this layout and print the best layout's tokens/s over it, e.g. "
+                        "\"tp=8,pp=1\" (dp = gpus / (tp pp) unless given; other fields from the layout flags; "
+                        "--baseline alone: the layout of --tp, --pp, --dp, --micro-batch, ...); with --sweep of a "
+                        "hardware parameter, the best layout at each point and its gain")
     p.add_argument("--json", action="store_true",
                    help="one JSON object on standard output (keys and units: tilecast/cluster/README.md)")
     from tilecast.cli.whatif_inference import JSON_KEYS, add_arguments
@@ -150,7 +160,6 @@ def _run_sweeps(args, shape, st, cluster):
 
 def run(args):
     from tilecast.cluster.evaluate import evaluate
-    from tilecast.cluster.search import search
 
     cluster, shape = _inputs(args)
     if args.inference:
@@ -158,36 +167,11 @@ def run(args):
 
         return run_inference(args, cluster, shape)
     if args.search:
-        if not args.gpus:
-            raise UsageError("--search: needs --gpus")
-        if args.gpus > cluster.n_gpus:
-            raise UsageError(f"--gpus: {args.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
-        if args.dtype not in cluster.gpu.peak_flops:
-            raise UsageError(f"--dtype: {cluster.gpu.name} has no {args.dtype} peak in {cluster.name}")
-        if args.attention not in ("flash", "cudnn", "unfused"):
-            raise UsageError(f"--attention: must be flash, cudnn or unfused, got {args.attention!r}")
-        gb = args.global_batch or args.gpus
-        res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
-                     progress=not args.json, dtype=args.dtype, attention=args.attention)
-        if args.json:
-            print(json.dumps({"candidates": res["candidates"], "fitting": res["fitting"], "evaluated": res["evaluated"],
-                              "top": [r.to_dict() for r in res["top"]]}))
-            return 0
-        print(f"{shape.name} on {args.gpus} x {cluster.name}, seq {args.seq}, global batch {gb}: "
-              f"{res['candidates']} layouts, {res['fitting']} fit in memory, {res['evaluated']} simulated")
-        print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'mb':>3} {'zero':>4} {'schedule':>12} {'recompute':>9} "
-              f"{'step s':>9} {'tokens/s':>12} {'TFLOP/s':>8} {'MFU %':>6} {'exposed':>8} {'bubble':>7} {'mem GB':>7}")
-        for i, r in enumerate(res["top"], 1):
-            s = r.strategy
-            sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
-            print(f"{i:>3} {s['tp']:>3} {s['pp']:>3} {s['dp']:>5} {s['micro_batch']:>3} {s['zero']:>4} {sched:>12} "
-                  f"{s['recompute']:>9} {r.step_s:>9.3f} {r.tokens_per_s:>12,.0f} {r.tflops_per_gpu:>8.1f} "
-                  f"{100 * r.mfu:>6.1f} {r.breakdown['exposed_comm_s']:>8.3f} {r.breakdown['bubble_s']:>7.3f} "
-                  f"{r.memory_per_gpu_bytes / 1e9:>7.1f}")
-        if not res["top"]:
-            print("no layout fits in memory")
-            return 1
-        return 0
+        from tilecast.cli.whatif_search import run_search
+
+        return run_search(args, shape, cluster)
+    if args.baseline is not None:
+        raise UsageError("--baseline: only with --search")
     st = _strategy(args, shape, cluster)
     base = evaluate(shape, st, cluster)
     if args.trace:

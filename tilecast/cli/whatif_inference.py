@@ -12,7 +12,7 @@ INFERENCE_FLAGS = {"weight_dtype": "--dtype", "kv_dtype": "--kv-dtype", "input_l
                    "output_len": "--output-len", "request_rate": "--request-rate", "max_batch": "--max-batch",
                    "batch": "--batch", "tp": "--tp", "pp": "--pp", "dp": "--dp", "engine": "--engine",
                    "model": "--model", "cluster": "--cluster"}
-TRAINING_ONLY = ("search", "trace", "plot")
+TRAINING_ONLY = ("trace",)
 
 JSON_KEYS = """\
 --json keys (--inference): model, cluster, engine, config (tp, pp, dp, batch, input_len, output_len, weight_dtype,
@@ -24,8 +24,12 @@ hbm_bytes [bytes], tokens, steps), breakdown (compute_s, memory_s, comm_s, overh
 memory (weights, kv_cache, workspace, reserved, total [bytes per GPU]), memory_per_gpu_bytes, memory_capacity_bytes,
 fits, kv_bytes_per_token [bytes per token per GPU]; null where a figure is unbounded (overloaded TTFT); with --sweep,
 sweeps: {param: [rows of the swept value, tokens_per_s, tokens_per_s_per_gpu, ttft_s, tpot_s, batch, max_batch,
-compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, memory_per_gpu_bytes [bytes], fits, overloaded]}.
---sweep with --inference: hardware multipliers (flops, hbm_bw, memory, nvlink_bw, network_bw, network_latency) or
+compute_s, memory_s, comm_s, overhead_s, pipeline_idle_s, exposed_comm_share [comm_s / the total time],
+memory_per_gpu_bytes [bytes], fits, overloaded, note ["" or what it would need when it does not fit]; error on a
+value the configuration or hardware cannot take]}; with --search: candidates, fitting, top [results as above],
+baseline and gain [best tokens/s / baseline tokens/s] with --baseline, search_sweeps with --sweep.
+--sweep with --inference: hardware multipliers (flops, hbm_bw, memory, nvlink_bw, network_bw, network_latency),
+hardware values (nvlink_domain [GPUs per NVLink domain], nics_per_node, hbm_gb [GB of HBM per GPU]) or
 tp, pp, dp, batch, input_len, output_len, weight_dtype, kv_dtype, request_rate, max_batch."""
 
 
@@ -144,7 +148,20 @@ def run_inference(args, cluster, shape) -> int:
         res = evaluate_inference(shape, cfg, cluster, eff)
     except (InferenceError, ValueError) as e:
         raise UsageError(_flags(str(e))) from None
+    if args.search:
+        from tilecast.cli.whatif_inference_search import run_inference_search
+
+        return run_inference_search(args, shape, cluster, cfg, eff, engine)
+    if args.baseline is not None:
+        raise UsageError("--baseline: only with --search")
+    if args.plot and not args.sweep:
+        raise UsageError("--plot: needs --sweep")
     sweeps = _sweeps(args, shape, cfg, cluster, eff) if args.sweep else []
+    if args.plot:
+        from tilecast.cluster.inference_sweep import INFERENCE_PARTS
+        from tilecast.cluster.sweep import plot_sweeps
+
+        plot_sweeps(sweeps, args.plot, parts=INFERENCE_PARTS, unit="seconds (the batch's prefill and decode)")
     obj = {"engine": engine, **res.to_dict()}
     if args.json:
         if sweeps:

@@ -70,6 +70,7 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
         # a causal fused kernel computes the lower triangle only; its backward recomputes the scores
         attn_hw = attn_flops * F.causal_fraction(s)
         attn_t = float(gpu.matmul_time(attn_hw, attn_dt)) / gpu.attention_fraction(strat.attention)
+        attn_t *= F.fused_attention_head_padding(shape.head_dim)  # e.g. head dim 112 runs the 128 kernel
         attn_bwd = F.FUSED_ATTENTION_BACKWARD * attn_t
         attn_mem = 0.0
     else:

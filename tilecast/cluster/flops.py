@@ -97,5 +97,19 @@ def causal_fraction(seq: int) -> float:
     return (seq + 1) / (2.0 * seq)
 
 
+def fused_attention_head_padding(head_dim: int) -> float:
+    """Work a fused attention kernel does per unit of the model's head dimension.
+
+    FlashAttention-2 runs a head dimension rounded up to a multiple of 32 (256
+    above 192: ``head_size_rounded`` in its ``flash_api.cpp``), and MosaicML's
+    Triton kernel rounds up to a power of two, which agrees up to 128: MPT-30B's
+    112 runs the 128 kernel, 128/112 = 1.14x the work; 64, 128, 160, 256 run as
+    they are.
+    """
+    d = int(head_dim)
+    padded = -(-d // 32) * 32 if d <= 192 else 256 * -(-d // 256)
+    return padded / d
+
+
 def lm_head_flops(shape, tokens: int, tp: int) -> float:
     return 2.0 * tokens * shape.d_model * shape.vocab / tp

@@ -54,6 +54,19 @@ class GPU:
     attention_efficiency: dict = field(default_factory=dict)  # kernel -> fused attention speed vs. the matmul curve
     reserved_bytes: float = 0.0  # context, workspaces, fragmentation: not available to the model
     gemm_half_dim: float = 0.0  # smallest GEMM dimension at which the shape factor is 1/2 (0: no shape factor)
+    reread_bandwidth: float = 0.0  # bytes/s of data re-read from on-die caches (0: memory_bandwidth), see below
+
+    @property
+    def cache_reread_bandwidth(self) -> float:
+        """Rate of traffic that re-reads data a kernel has just brought on die (a decode attention kernel's
+        query heads re-reading their group's KV head): an on-die (L2) rate, the die's, not the HBM's.
+
+        It is not separable from how much is re-read (the serving engines' ``kv_group_reread``, fitted on
+        H100 rows), so it is stated relative to the die whose rows fitted it: unset, the GPU's own HBM
+        bandwidth; the H200 (the H100 die with HBM3e) states the H100's, so that its faster HBM does not
+        speed up traffic that never leaves the die.
+        """
+        return self.reread_bandwidth or self.memory_bandwidth
 
     def shape_factor(self, min_dim):
         """Fraction of the flops curve a GEMM reaches given its smallest dimension d: d / (d + d_half).
@@ -126,6 +139,7 @@ class Cluster:
         g = self.gpu
         gpu = replace(g, peak_flops={k: v * flops for k, v in g.peak_flops.items()},
                       memory_bandwidth=g.memory_bandwidth * hbm_bandwidth,
+                      reread_bandwidth=g.cache_reread_bandwidth,  # on die: HBM what-ifs leave it
                       memory_bytes=g.memory_bytes * memory)
         return replace(
             self, gpu=gpu,
@@ -134,6 +148,37 @@ class Cluster:
                                latency=self.inter_node.latency * network_latency),
             nic_bandwidth=self.nic_bandwidth * network_bandwidth,
         )
+
+    def with_scale_up_domain(self, gpus: int) -> "Cluster":
+        """A what-if copy whose NVLink (scale-up) domain holds ``gpus`` GPUs, as an NVL72 rack does.
+
+        The GPUs in total stay (rounded up to whole domains); each GPU keeps its NVLink bandwidth and
+        its share of scale-out bandwidth (NICs grow with the domain), so only what crosses a domain
+        boundary changes: tensor-parallel groups that no longer span domains, data-parallel groups with
+        more ranks per domain.
+        """
+        if isinstance(gpus, bool) or int(gpus) != gpus or gpus < 1:
+            raise ClusterError(f"cluster {self.name}: gpus_per_node (NVLink domain) must be a whole number >= 1, "
+                               f"got {gpus!r}")
+        gpus = int(gpus)
+        nics = self.nics_per_node * gpus / self.gpus_per_node
+        return replace(self, gpus_per_node=gpus, nodes=-(-self.n_gpus // gpus),
+                       nics_per_node=int(nics) if nics == int(nics) else nics)
+
+    def with_nics(self, nics_per_node: int) -> "Cluster":
+        """A what-if copy with ``nics_per_node`` NICs of the same speed per node (scale-out bandwidth per GPU)."""
+        if isinstance(nics_per_node, bool) or int(nics_per_node) != nics_per_node or nics_per_node < 1:
+            raise ClusterError(f"cluster {self.name}: inter_node.nics_per_node must be a whole number >= 1, "
+                               f"got {nics_per_node!r}")
+        n = int(nics_per_node)
+        return replace(self, nics_per_node=n,
+                       inter_node=replace(self.inter_node, bandwidth=n * self.nic_bandwidth / self.gpus_per_node))
+
+    def with_memory_bytes(self, nbytes: float) -> "Cluster":
+        """A what-if copy whose GPUs have ``nbytes`` of HBM."""
+        if isinstance(nbytes, bool) or not nbytes > 0:
+            raise ClusterError(f"cluster {self.name}: gpu.memory_bytes must be positive, got {nbytes!r}")
+        return replace(self, gpu=replace(self.gpu, memory_bytes=float(nbytes)))
 
 
 # ---------------------------------------------------------------- loading
@@ -260,6 +305,7 @@ def from_dict(data, where: str = "custom") -> Cluster:
         attention_efficiency=_attention(g.get("attention_efficiency"), name),
         reserved_bytes=_num(g, "reserved_bytes", f"{name}: gpu", positive=False) if "reserved_bytes" in g else 0.0,
         gemm_half_dim=_num(g, "gemm_half_dim", f"{name}: gpu", positive=False) if "gemm_half_dim" in g else 0.0,
+        reread_bandwidth=_num(g, "reread_bandwidth", f"{name}: gpu") if "reread_bandwidth" in g else 0.0,
     )
     attn_dt = "bf16" if "bf16" in eff else next(iter(eff))
     for k, a in gpu.attention_efficiency.items():

@@ -216,14 +216,16 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
     kvh = kv_heads_per_rank(shape, tp)
     if new_tokens > 1:  # prefill: fused attention over the prompt (training's flops convention), cache written
         fl = F.layer_attention_flops(shape, tokens, new_tokens, tp)
-        t = gpu.matmul_time(fl, attn_dt) / gpu.attention_fraction(eff.attention)
+        t = gpu.matmul_time(fl, attn_dt) / gpu.attention_fraction(eff.attention) \
+            * F.fused_attention_head_padding(shape.head_dim)
         nbytes = tokens * 2 * kvh * shape.head_dim * kb
         cost.add_kernel(t, nbytes / bw, fl, nbytes)
     else:  # decode: each sequence reads its cached keys and values once
-        nbytes = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb
-        nbytes = nbytes * (1.0 + eff.kv_group_reread * (shape.n_head // shape.kv_heads - 1))
+        unique = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb
+        reread = unique * eff.kv_group_reread * (shape.n_head // shape.kv_heads - 1)  # on die (L2), see GPU
         fl = 4.0 * seqs * (context + 1) * h / tp
-        cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), nbytes / bw, fl, nbytes)
+        read_t = unique / bw + reread / (gpu.cache_reread_bandwidth * eff.decode_hbm_efficiency)
+        cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), read_t, fl, unique + reread)
     # layer norms, residual adds, activation function: HBM-bound at the elementwise efficiency
     elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * f / tp * 2
     cost.add_kernel(0.0, gpu.memory_time(elem), 0.0, elem)

@@ -1,4 +1,12 @@
-"""Search parallel layouts for a model on a number of GPUs, under the memory limit."""
+"""Search parallel layouts for a model on a number of GPUs, under the memory limit.
+
+With a baseline layout the search reports how much the best layout gains over
+it (tokens/s of the best / tokens/s of the baseline, both simulated on the same
+hardware), the kind of figure MAD Max reports for parallelisation and hardware
+co-design (Hsia et al., ISCA 2024, arXiv:2310.02784: up to 2.24x for
+pre-training); :func:`search_sweep` finds the best layout at each point of a
+hardware sweep.
+"""
 
 from __future__ import annotations
 
@@ -53,9 +61,32 @@ def candidates(shape, cluster, gpus: int, seq: int, global_batch: int, dtype: st
     return out
 
 
+def baseline_layout(template: Strategy, fields: dict, gpus: int) -> Strategy:
+    """``template`` with ``fields`` (Strategy fields) replaced; ``dp`` = gpus / (tp pp) unless given.
+    Raises StrategyError naming the field."""
+    st = template.with_(**fields)
+    if "dp" not in fields:
+        if gpus % (st.tp * st.pp):
+            raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {st.tp} x {st.pp}")
+        st = st.with_(dp=gpus // (st.tp * st.pp))
+    elif st.gpus != gpus:
+        raise StrategyError(f"dp: tp x pp x dp = {st.gpus} differs from the {gpus} GPUs searched")
+    if "virtual_stages" not in fields and st.schedule != "interleaved":
+        st = st.with_(virtual_stages=1)
+    if "sequence_parallel" not in fields and st.tp == 1:
+        st = st.with_(sequence_parallel=False)
+    return st
+
+
+def gain(best, baseline) -> float:
+    """Throughput of ``best`` over ``baseline`` (two Results)."""
+    return best.tokens_per_s / baseline.tokens_per_s
+
+
 def search(shape, cluster, gpus: int, seq: int, global_batch: int, *, top: int = 10, max_configs: int = 1000,
-           progress: bool = True, **kw) -> dict:
-    """Simulate the layouts that fit in memory and return the ``top`` fastest.
+           progress: bool = True, baseline: Strategy = None, **kw) -> dict:
+    """Simulate the layouts that fit in memory and return the ``top`` fastest; with a ``baseline`` layout,
+    also its Result (``baseline``) and the best one's throughput over it (``gain``, None when nothing fits).
 
     When more than ``max_configs`` fit, an evenly spaced subset of them (in
     enumeration order: TP, PP, micro-batch, ZeRO, schedule, recomputation) is
@@ -72,4 +103,81 @@ def search(shape, cluster, gpus: int, seq: int, global_batch: int, *, top: int =
     for st in tqdm(evaluated, desc="layouts", file=sys.stderr, disable=not progress, leave=False):
         results.append(evaluate(shape, st, cluster))
     results.sort(key=lambda r: -r.tokens_per_s)
-    return {"candidates": len(cands), "fitting": len(fitting), "evaluated": len(evaluated), "top": results[:top]}
+    out = {"candidates": len(cands), "fitting": len(fitting), "evaluated": len(evaluated), "top": results[:top]}
+    if baseline is not None:
+        base = evaluate(shape, baseline, cluster)
+        out["baseline"] = base
+        out["gain"] = gain(results[0], base) if results else None
+    return out
+
+
+def search_sweep(shape, cluster, gpus: int, seq: int, global_batch: int, param: str, values: list, *,
+                 baseline: Strategy = None, max_configs: int = 1000, **kw) -> list:
+    """The best layout at each point of a hardware sweep (:data:`tilecast.cluster.sweep.HARDWARE_PARAMS`).
+
+    Rows ``{value, best, fitting, baseline, gain, gain_vs_base_hardware}`` (or ``{value, error}``): ``gain``
+    is the best layout over the baseline on the same hardware point, ``gain_vs_base_hardware`` the best layout
+    at this point over the baseline on the unchanged cluster (hardware and layout together)."""
+    from tilecast.cluster.hardware import ClusterError
+    from tilecast.cluster.sweep import hardware_point
+
+    base0 = evaluate(shape, baseline, cluster) if baseline is not None else None
+    rows = []
+    for v in values:
+        try:
+            c = hardware_point(cluster, param, v)
+        except ClusterError as e:
+            rows.append({"value": v, "error": str(e)})
+            continue
+        res = search(shape, c, gpus, seq, global_batch, top=1, max_configs=max_configs, progress=False, **kw)
+        row = {"value": v, "best": res["top"][0] if res["top"] else None, "fitting": res["fitting"],
+               "baseline": None, "gain": None, "gain_vs_base_hardware": None}
+        if baseline is not None:
+            try:
+                row["baseline"] = evaluate(shape, baseline, c)
+            except StrategyError as e:  # e.g. a TP group the resized domain cannot hold
+                row["baseline_error"] = str(e)
+            if row["best"] is not None:
+                if row["baseline"] is not None:
+                    row["gain"] = gain(row["best"], row["baseline"])
+                row["gain_vs_base_hardware"] = gain(row["best"], base0)
+        rows.append(row)
+    return rows
+
+
+def layout_label(strategy: dict) -> str:
+    """``tp8 pp4 dp8 sp mb1 zero1 interleaved/2 selective`` for a Result's strategy (sp: sequence parallelism)."""
+    s = strategy
+    sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
+    return (f"tp{s['tp']} pp{s['pp']} dp{s['dp']}{' sp' if s['sequence_parallel'] else ''} mb{s['micro_batch']} "
+            f"zero{s['zero']} {sched} {s['recompute']}")
+
+
+def search_sweep_table(param: str, rows: list):
+    """The rows of :func:`search_sweep` as a DataFrame (tokens/s; shares and gains as fractions and ratios)."""
+    import pandas as pd
+
+    table = []
+    for row in rows:
+        rec = {param: row["value"]}
+        if "error" in row:
+            rec["error"] = row["error"]
+            table.append(rec)
+            continue
+        b, base = row["best"], row["baseline"]
+        rec["fitting"] = row["fitting"]
+        if b is not None:
+            rec.update(best_layout=layout_label(b.strategy), tokens_per_s=b.tokens_per_s, mfu=b.mfu,
+                       exposed_comm_share=b.breakdown["exposed_comm_s"] / b.step_s)
+        else:
+            rec["note"] = "no layout fits in memory"
+        if base is not None:
+            rec.update(baseline_tokens_per_s=base.tokens_per_s,
+                       baseline_exposed_comm_share=base.breakdown["exposed_comm_s"] / base.step_s,
+                       baseline_fits=base.fits)
+        elif "baseline_error" in row:
+            rec["baseline_error"] = row["baseline_error"]
+        if row["gain"] is not None or row["gain_vs_base_hardware"] is not None:
+            rec.update(gain=row["gain"], gain_vs_base_hardware=row["gain_vs_base_hardware"])
+        table.append(rec)
+    return pd.DataFrame(table)

@@ -1,0 +1,104 @@
+"""``tilecast whatif --inference --search``: the serving layouts (TP x PP x DP on --gpus) with the highest output
+tokens/s, their gain over a ``--baseline`` configuration, and with ``--sweep`` of a hardware parameter the best
+layout at each hardware point."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from tilecast.cli import UsageError
+
+BASELINE_FIELDS = {"tp": int, "pp": int, "dp": int, "batch": int, "weight_dtype": str, "kv_dtype": str}
+
+
+def baseline_config(args, shape, cluster, cfg):
+    """The ``--baseline`` serving configuration: ``cfg`` (from the flags) with the given fields replaced;
+    dp = gpus / (tp pp) unless given. None without ``--baseline``."""
+    from tilecast.cli.sweep_args import layout_fields
+    from tilecast.cluster.inference import InferenceError
+
+    if args.baseline is None:
+        return None
+    fields = layout_fields(args.baseline, BASELINE_FIELDS)
+    tp, pp = fields.get("tp", cfg.tp), fields.get("pp", cfg.pp)
+    if "dp" not in fields:
+        if args.gpus % (tp * pp):
+            raise UsageError(f"--baseline: --gpus {args.gpus} is not a multiple of tp x pp = {tp} x {pp}")
+        fields["dp"] = args.gpus // (tp * pp)
+    base = replace(cfg, **fields)
+    if base.gpus != args.gpus:
+        raise UsageError(f"--baseline: tp x pp x dp = {base.gpus} differs from --gpus {args.gpus}")
+    try:
+        return base.check(shape, cluster)
+    except InferenceError as e:
+        raise UsageError(f"--baseline: {e}") from None
+
+
+def _share(r) -> float:
+    b = r.breakdown
+    return b["comm_s"] / b["total_s"] if b["total_s"] else 0.0
+
+
+def _label(r) -> str:
+    c = r.config
+    return f"tp{c['tp']} pp{c['pp']} dp{c['dp']} batch {r.batch:.0f}"
+
+
+def run_inference_search(args, shape, cluster, cfg, eff, engine: str) -> int:
+    from tilecast.cli.sweep_args import sweep_specs
+    from tilecast.cluster.inference_search import (inference_search, inference_search_sweep,
+                                                   inference_search_sweep_table)
+    from tilecast.cluster.sweep import HARDWARE_PARAMS, parse_values
+
+    if not args.gpus:
+        raise UsageError("--search: needs --gpus")
+    if args.request_rate:
+        raise UsageError("--request-rate: --search with --inference compares fixed batches (leave it out)")
+    if args.plot:
+        raise UsageError("--plot: not available with --search (plot a --sweep of one configuration)")
+    base = baseline_config(args, shape, cluster, cfg)
+    specs = sweep_specs(args.sweep, HARDWARE_PARAMS, parse_values, " with --search (hardware parameters only)")
+    res = inference_search(shape, cluster, cfg, args.gpus, eff, top=args.top, baseline=base)
+    sweeps = [(p, inference_search_sweep_table(p, inference_search_sweep(shape, cluster, cfg, args.gpus, eff, p, v,
+                                                                         baseline=base)))
+              for p, v in specs]
+    if args.json:
+        obj = {"engine": engine, "candidates": res["candidates"], "fitting": res["fitting"],
+               "top": [r.to_dict() for r in res["top"]]}
+        if base is not None:
+            obj["baseline"] = res["baseline"].to_dict()
+            obj["gain"] = res["gain"]
+        if sweeps:
+            obj["search_sweeps"] = {p: json.loads(df.to_json(orient="records")) for p, df in sweeps}
+        print(json.dumps(obj))
+        return 0 if res["top"] else 1
+    batch = f"batch {cfg.batch} per replica" if cfg.batch else "the largest batch that fits each layout"
+    print(f"{shape.name} served on {args.gpus} x {cluster.name} ({engine}), input {cfg.input_len} / output "
+          f"{cfg.output_len} tokens, {batch}, weights {cfg.weight_dtype}, KV cache {cfg.kv_dtype}: "
+          f"{res['candidates']} layouts, {res['fitting']} fit in memory")
+    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4} {'batch':>6} {'tokens/s':>12} {'per GPU':>9} {'TTFT ms':>9} "
+          f"{'TPOT ms':>8} {'comm %':>7} {'mem GB':>7}")
+    for i, r in enumerate(res["top"], 1):
+        c = r.config
+        print(f"{i:>3} {c['tp']:>3} {c['pp']:>3} {c['dp']:>4} {r.batch:>6.0f} {r.tokens_per_s:>12,.0f} "
+              f"{r.tokens_per_s_per_gpu:>9,.0f} {1e3 * r.ttft_s:>9.1f} {1e3 * r.tpot_s:>8.2f} "
+              f"{100 * _share(r):>7.1f} {r.memory_per_gpu_bytes / 1e9:>7.1f}")
+    if not res["top"]:
+        print("no layout fits in memory")
+    if base is not None:
+        b = res["baseline"]
+        print(f"baseline {_label(b)}: {b.tokens_per_s:,.0f} output tokens/s, tensor-parallel communication "
+              f"{100 * _share(b):.1f}% of the time" + ("" if b.fits else " (DOES NOT FIT)"))
+        if res["gain"] is not None:
+            t = res["top"][0]
+            print(f"best layout {_label(t)}: {res['gain']:.2f}x the baseline's output tokens/s (same GPUs, "
+                  f"requests and hardware)")
+    import pandas as pd
+
+    for param, df in sweeps:
+        print(f"\nbest serving layout at each {param}:")
+        with pd.option_context("display.width", 220, "display.max_columns", 30, "display.float_format",
+                               "{:.4g}".format):
+            print(df.to_string(index=False))
+    return 0 if res["top"] else 1

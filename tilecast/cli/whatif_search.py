@@ -1,0 +1,113 @@
+"""``tilecast whatif --search``: the fastest layouts that fit, their gain over a ``--baseline`` layout, and
+with ``--sweep`` of a hardware parameter the best layout at each hardware point."""
+
+from __future__ import annotations
+
+import json
+
+from tilecast.cli import UsageError
+
+
+def baseline_strategy(args, shape, cluster, gb: int):
+    """The ``--baseline`` layout: the layout flags (--tp, --pp, --dp, --micro-batch, ...) with the fields of
+    the ``--baseline`` value replaced; dp = gpus / (tp pp) unless given. None without ``--baseline``."""
+    from tilecast.cli.sweep_args import layout_fields
+    from tilecast.cluster.search import baseline_layout
+    from tilecast.cluster.strategy import Strategy, StrategyError
+    from tilecast.cluster.sweep import STRATEGY
+
+    if args.baseline is None:
+        return None
+    fields = {"tp": args.tp or 1, "pp": args.pp or 1, **({"dp": args.dp} if args.dp else {})}
+    fields.update(layout_fields(args.baseline, {k: v for k, v in STRATEGY.items() if k not in ("global_batch", "seq")}))
+    try:
+        template = Strategy(seq=args.seq, global_batch=gb, micro_batch=args.micro_batch, zero=args.zero,
+                            schedule=args.schedule, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                            dtype=args.dtype, attention=args.attention, collective_algo=args.collective_algo,
+                            tp_comm_overlap=args.tp_comm_overlap, overlap_param_gather=args.overlap_param_gather,
+                            overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                            grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2,
+                            virtual_stages=args.virtual_stages or (2 if args.schedule == "interleaved" else 1))
+        st = baseline_layout(template, fields, args.gpus)
+        if "virtual_stages" not in fields and st.schedule == "interleaved" and not args.virtual_stages:
+            st = st.with_(virtual_stages=2)
+        return st.check(shape, cluster)
+    except (StrategyError, TypeError) as e:
+        raise UsageError(f"--baseline: {e}") from None
+
+
+def _hardware_sweeps(args):
+    from tilecast.cli.sweep_args import sweep_specs
+    from tilecast.cluster.sweep import HARDWARE_PARAMS, parse_values
+
+    return sweep_specs(args.sweep, HARDWARE_PARAMS, parse_values, " with --search (hardware parameters only)")
+
+
+def _share(r) -> float:
+    return r.breakdown["exposed_comm_s"] / r.step_s
+
+
+def run_search(args, shape, cluster) -> int:
+    from tilecast.cluster.search import layout_label, search, search_sweep, search_sweep_table
+
+    if not args.gpus:
+        raise UsageError("--search: needs --gpus")
+    if args.gpus > cluster.n_gpus:
+        raise UsageError(f"--gpus: {args.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+    if args.dtype not in cluster.gpu.peak_flops:
+        raise UsageError(f"--dtype: {cluster.gpu.name} has no {args.dtype} peak in {cluster.name}")
+    if args.attention not in ("flash", "cudnn", "unfused"):
+        raise UsageError(f"--attention: must be flash, cudnn or unfused, got {args.attention!r}")
+    if args.plot:
+        raise UsageError("--plot: not available with --search (plot a --sweep of one layout)")
+    gb = args.global_batch or args.gpus
+    base = baseline_strategy(args, shape, cluster, gb)
+    specs = _hardware_sweeps(args)
+    kw = dict(dtype=args.dtype, attention=args.attention)
+    res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
+                 progress=not args.json, baseline=base, **kw)
+    sweeps = [(p, search_sweep_table(p, search_sweep(shape, cluster, args.gpus, args.seq, gb, p, values,
+                                                     baseline=base, max_configs=args.max_configs, **kw)))
+              for p, values in specs]
+    if args.json:
+        obj = {"candidates": res["candidates"], "fitting": res["fitting"], "evaluated": res["evaluated"],
+               "top": [r.to_dict() for r in res["top"]]}
+        if base is not None:
+            obj["baseline"] = res["baseline"].to_dict()
+            obj["gain"] = res["gain"]
+        if sweeps:
+            obj["search_sweeps"] = {p: json.loads(df.to_json(orient="records")) for p, df in sweeps}
+        print(json.dumps(obj))
+        return 0 if res["top"] else 1
+    print(f"{shape.name} on {args.gpus} x {cluster.name}, seq {args.seq}, global batch {gb}: "
+          f"{res['candidates']} layouts, {res['fitting']} fit in memory, {res['evaluated']} simulated")
+    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'mb':>3} {'zero':>4} {'schedule':>12} {'recompute':>9} "
+          f"{'step s':>9} {'tokens/s':>12} {'TFLOP/s':>8} {'MFU %':>6} {'exposed':>8} {'bubble':>7} {'mem GB':>7}")
+    for i, r in enumerate(res["top"], 1):
+        s = r.strategy
+        sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
+        print(f"{i:>3} {s['tp']:>3} {s['pp']:>3} {s['dp']:>5} {s['micro_batch']:>3} {s['zero']:>4} {sched:>12} "
+              f"{s['recompute']:>9} {r.step_s:>9.3f} {r.tokens_per_s:>12,.0f} {r.tflops_per_gpu:>8.1f} "
+              f"{100 * r.mfu:>6.1f} {r.breakdown['exposed_comm_s']:>8.3f} {r.breakdown['bubble_s']:>7.3f} "
+              f"{r.memory_per_gpu_bytes / 1e9:>7.1f}")
+    if not res["top"]:
+        print("no layout fits in memory")
+    if base is not None:
+        b = res["baseline"]
+        print(f"baseline {layout_label(b.strategy)}: {b.tokens_per_s:,.0f} tokens/s, MFU {100 * b.mfu:.1f}%, exposed "
+              f"communication {100 * _share(b):.1f}% of the step"
+              + ("" if b.fits else f" (DOES NOT FIT: needs {b.memory_per_gpu_bytes / 1e9:.1f} GB per GPU)"))
+        if res["gain"] is not None:
+            t = res["top"][0]
+            print(f"best layout {layout_label(t.strategy)}: {res['gain']:.2f}x the baseline's tokens/s (exposed "
+                  f"communication {100 * _share(t):.1f}% of the step; same GPUs, sequence, global batch, hardware)")
+    import pandas as pd
+
+    for param, df in sweeps:
+        print(f"\nbest layout at each {param}" + (" (gain: over the baseline on the same hardware; "
+                                                 "gain_vs_base_hardware: over the baseline on the unchanged cluster)"
+                                                 if base is not None else "") + ":")
+        with pd.option_context("display.width", 220, "display.max_columns", 30, "display.max_colwidth", 60,
+                               "display.float_format", "{:.4g}".format):
+            print(df.to_string(index=False))
+    return 0 if res["top"] else 1
