@@ -27,8 +27,11 @@ SMALL = {
     "closed_loop.ipynb": 'BATCH, SEQ, TILE, SCHED, WORKERS, STEPS = 2, 32, "64", "eager", 1, 3\n'
                          'REPORT = {report!r}',
     "cluster.ipynb": "TOP, MAX_CONFIGS = 5, 120",
+    "memory.ipynb": 'MODELS, BATCH, SEQ, TILE = ["gpt2-tiny", "gpt2"], 1, 64, "64"\n'
+                    'RUN_BATCH, RUN_SEQ, LIMITS, WORKERS, STEPS = 2, 64, ["2MiB"], 1, 2',
 }
-ORDER = ["one_node.ipynb", "closed_loop.ipynb", "cluster.ipynb"]  # closed_loop reuses one_node's calibration
+# closed_loop and memory reuse one_node's calibration
+ORDER = ["one_node.ipynb", "closed_loop.ipynb", "memory.ipynb", "cluster.ipynb"]
 
 
 def test_every_notebook_is_tested_and_stripped():
@@ -99,7 +102,8 @@ def _drawn(img) -> float:
     return float((img[..., :3].min(axis=-1) < 0.9).mean())
 
 
-@pytest.mark.parametrize("name, images", [("one_node.ipynb", 3), ("closed_loop.ipynb", 2), ("cluster.ipynb", 2)])
+@pytest.mark.parametrize("name, images", [("one_node.ipynb", 3), ("closed_loop.ipynb", 2), ("cluster.ipynb", 2),
+                                          ("memory.ipynb", 2)])
 def test_notebook_runs_and_plots(executed, name, images):
     nb = executed[name]
     assert not [o for o in _outputs(nb) if o.output_type == "error"]
@@ -132,3 +136,11 @@ def test_cluster_search_and_bandwidth(executed):
     assert m and int(m.group(1)) * int(m.group(2)) * int(m.group(3)) == 256, text[:2000]
     gain = re.search(r"doubling the network bandwidth: ([+-][\d.]+)% tokens/s", text)
     assert gain and float(gain.group(1)) >= 0.0  # a faster network is never predicted slower
+
+
+def test_memory_sizes_models_and_runs_under_a_limit(executed):
+    text = _text(executed["memory.ipynb"])
+    assert re.search(r"largest in RAM: gpt2 \(124 M parameters", text), text[:2000]  # both tiny shapes fit
+    m = re.search(r"without a limit: [\d.]+ s a step; losses equal under every limit: (\w+)", text)
+    assert m and m.group(1) == "True", text[:2000]  # eviction to disk never changes the arithmetic
+    assert "written MiB, predicted" in text
