@@ -144,7 +144,7 @@ def test_the_accuracy_suite_is_timed_whole():
     from tilecast.perfmodel import load_machine
 
     machine = load_machine("local")
-    graphs = {c.tiling.describe() + c.cfg.name: c for c in suite_configs("full", workers=[1, 2], policies=["eager"])}
+    graphs = {c.tiling.describe() + c.model.name: c for c in suite_configs("full", workers=[1, 2], policies=["eager"])}
     cases = missing_cases(None, [c.build() for c in graphs.values()])
     est = estimated_seconds(machine, cases)
     cost = timing_cost_s(cases, est, starpu_repeats(est), 2, STARPU_PASSES)

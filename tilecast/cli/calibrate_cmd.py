@@ -31,7 +31,7 @@ def add_parser(sub):
                    help="at most N shapes per kernel timed, spread over its flops and bytes (default: 16)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="estimated seconds of timing above which fewer shapes per kernel are timed "
-                        "(default: %.0f, as on first use)" % _budget())
+                        "(default: the budget of first use, 360)")
     p.add_argument("--timer", choices=["auto", "starpu", "c", "numpy"], default="auto",
                    help="what runs the kernels: StarPU tasks of the C kernels on every worker (starpu), the C "
                         "kernels alone (c), the numpy references (numpy), or the first of these that works "

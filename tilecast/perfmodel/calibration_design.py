@@ -50,7 +50,7 @@ def design(features: np.ndarray, cost_s: np.ndarray, allowance_s: float, known: 
     taken[chosen] = True
     while len(chosen) < min(cap, m):
         # the shape model needs MIN_FIT_POINTS shapes to fit: those are timed whatever they cost
-        ok = ~taken & ((spent + cost_s <= allowance_s) | (len(chosen) < MIN_FIT_POINTS)) & (gap > MIN_GAP)
+        ok = ~taken & (((spent + cost_s <= allowance_s) & (gap > MIN_GAP)) | (len(chosen) < MIN_FIT_POINTS))
         if not ok.any():
             break
         j = int(np.argmax(np.where(ok, gap, -1.0)))

@@ -7,7 +7,7 @@ order of preference:
    (scaled for steps on fewer workers than calibration kept busy:
    ``Calibration.worker_factor``);
 2. the shape model (:mod:`tilecast.perfmodel.shape_model`), when the calibration
-   holds at least 3 shapes of the kernel: a fitted, physically shaped model
+   holds shapes of the kernel: a fitted (from 3 shapes; else the roofline below), physically shaped model
    ``t = fixed + flops / rate + bytes / bandwidth`` (non-negative least squares on
    relative error, so small and large tiles weigh alike), corrected by the
    measured-to-fitted ratio of the nearest timed shapes (calibration times a
@@ -29,7 +29,7 @@ from scipy.optimize import nnls
 from tilecast.kernels import all_kernels
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 
-from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, ShapeModel, holdout_errors  # noqa: F401
+from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, RooflineBase, ShapeModel, holdout_errors  # noqa: F401
 
 
 def _features(kernel_id: int, shapes: np.ndarray) -> np.ndarray:
@@ -83,7 +83,13 @@ class DurationModel:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
             shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
             self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
-            self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t) if len(t) >= MIN_FIT_POINTS else None
+            if len(t) >= MIN_FIT_POINTS:
+                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t)
+            elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
+                base = RooflineBase(kernel_id, self.machine.kinds[self.calibration.kind])
+                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t, base=base)
+            else:
+                self._fits[kernel_id] = None
         return self._fits[kernel_id]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,12 +63,14 @@ class ShapeModel:
     log_ratio: np.ndarray  # log(measured / base) of each timed shape
 
     @classmethod
-    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray) -> "ShapeModel":
+    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray, base=None) -> "ShapeModel":
+        """``base``: the physical model to correct (default: fitted on these shapes; pass e.g. a
+        :class:`RooflineBase` when there are fewer than :data:`MIN_FIT_POINTS`)."""
         from tilecast.perfmodel.kernel_model import FittedKernel
 
         shapes = np.asarray(shapes, dtype=np.float64)
         seconds = np.asarray(seconds, dtype=np.float64)
-        base = FittedKernel.fit(kernel_id, shapes, seconds)
+        base = base if base is not None else FittedKernel.fit(kernel_id, shapes, seconds)
         ratio = seconds / np.maximum(base.predict(shapes), 1e-12)
         return cls(kernel_id, base, shape_features(kernel_id, shapes), np.log(ratio))
 
@@ -85,6 +87,22 @@ class ShapeModel:
 
     def describe(self) -> dict:
         return self.base.describe()
+
+
+@dataclass
+class RooflineBase:
+    """A worker kind's roofline as the physical model of a kernel with too few timed shapes to fit one."""
+
+    kernel: int
+    kind: object  # WorkerKind
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        n_params = len(all_kernels()[self.kernel].params)
+        return self.kind.roofline(shape_flops(self.kernel, shapes[:, :n_params]),
+                                  shape_bytes(self.kernel, shapes[:, n_params:]))
+
+    def describe(self) -> dict:
+        return {"fixed_us": float("nan"), "gflops": float("nan"), "GBps": float("nan")}
 
 
 def interior(features: np.ndarray) -> np.ndarray:
