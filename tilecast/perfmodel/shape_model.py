@@ -109,7 +109,9 @@ def interior(features: np.ndarray) -> np.ndarray:
     """Rows that are not at the smallest or largest flops or bytes of the set (the range's ends)."""
     ends = np.zeros(len(features), dtype=bool)
     for j in range(2):
-        ends |= (features[:, j] == features[:, j].min()) | (features[:, j] == features[:, j].max())
+        lo, hi = features[:, j].min(), features[:, j].max()
+        if lo < hi:  # a kernel without flops has no range in them
+            ends |= (features[:, j] == lo) | (features[:, j] == hi)
     return ~ends
 
 
