@@ -11,8 +11,13 @@ and 12); batch 4 x 256 tokens; float32; AdamW:
   untied LM head; against transformers' LlamaForCausalLM with eager attention.
 
 The StarPU configuration (tiling and scheduler) is the one ``tilecast tune``
-ranks first for ``--workers`` workers (kernels calibrated on first use), not
-one chosen for this benchmark; ``--tile`` and ``--sched`` override it. Steps of
+ranks first for ``--workers`` workers, not one chosen for this benchmark;
+``--tile`` and ``--sched`` override it. The machine is calibrated first for
+every model's candidates at once (``tilecast.loop.tune.calibrate_candidates``:
+the host-cost probes, then a design of the kernel shapes timed under one
+budget, the others predicted by the shape model), which is skipped when
+``$TILECAST_HOME`` holds them; how long that took, how many shapes were
+timed and the tiling tune picked are printed and in the JSON. Steps of
 the two alternate (StarPU paused during torch's), so that load from other
 processes hits both alike; figures are medians over the steps after the first.
 
@@ -24,7 +29,13 @@ each kernel's rate against the per-worker peak, idle workers, and the host's
 time outside the task graph (``tilecast.reports.time_budget``).
 
 Prints a table per model, then one JSON line with a row per model
-(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, ...).
+(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, tiling, sched,
+chosen_by, tune_s: seconds tune took after calibration, ...) and ``calibration``
+(calibration_s: wall seconds of the host-cost probes and kernel timing;
+shapes, timed, predicted: kernel shapes of the candidates, timed, left to the
+shape model; heldout_median_rel_err, heldout_max_rel_err: per kernel, the
+shape model's relative error on timed shapes held out of its fit; null with
+``--tile`` and ``--sched``).
 Targets: ratio >= 1.5 (gpt2) and >= 1.2 (llama), gemm_share >= 0.75 for every model.
 
     python3 benchmarks/executor_vs_torch.py [--models gpt2,llama] [--layers 2,12] [--workers 2] [--steps 4]
@@ -105,12 +116,30 @@ def torch_stepper(cfg, batch, seq, threads, data):
     return step
 
 
+def calibrate(cfgs, batch, seq, workers):
+    """Calibrate for every model's tune candidates at once; a summary for the JSON, printed."""
+    from tilecast.loop.tune import calibrate_candidates
+
+    cal, wall = calibrate_candidates([(cfg, batch, seq) for cfg in cfgs], workers=[workers])
+    run = cal.last_run or {}
+    out = {"calibration_s": round(wall, 1), "shapes": run.get("cases", 0), "timed": run.get("timed", 0),
+           "predicted": run.get("predicted", 0), "budget_s": run.get("budget_s"),
+           "heldout_median_rel_err": {k: round(r["median_rel_err"], 4) for k, r in run.get("heldout", {}).items()},
+           "heldout_max_rel_err": {k: round(r["max_rel_err"], 4) for k, r in run.get("heldout", {}).items()}}
+    what = (f"timed {out['timed']} of {out['shapes']} kernel shapes, the rest predicted by the shape model"
+            if run else "nothing left to time: the stored calibration covers every candidate")
+    print(f"calibration for tune's candidates: {wall:.0f} s ({what})")
+    return out
+
+
 def tuned_config(cfg, batch, seq, workers):
-    """The tiling and scheduler that ``tilecast tune`` ranks first for this step on ``workers`` workers."""
+    """The tiling and scheduler that ``tilecast tune`` ranks first for this step on ``workers`` workers,
+    its predicted step time and the seconds tune took."""
     from tilecast.loop.tune import tune
 
+    start = time.monotonic()
     best = tune(cfg, batch, seq, workers=[workers]).ranking[0]
-    return best.config.tiling, best.config.sched, best.step_s
+    return best.config.tiling, best.config.sched, best.step_s, time.monotonic() - start
 
 
 def measure(cfg, args, tiling, sched):
@@ -143,14 +172,26 @@ def main() -> None:
     families = [f.strip() for f in args.models.split(",") if f.strip()]
     if not families or set(families) - set(SHAPES):
         ap.error(f"--models: a comma-separated list of {', '.join(SHAPES)}, got {args.models!r}")
+    if args.tile is not None:
+        from tilecast.graph import TilingError
+
+        try:
+            Tiling.parse(args.tile)
+        except TilingError as e:
+            ap.error(f"--tile: {str(e).removeprefix('tile: ')}")
     conditions = run_conditions()
     print(conditions_line(conditions))
     rows = []
-    for family, layers in [(f, int(x)) for f in families for x in args.layers.split(",")]:
+    steps = [(f, int(x)) for f in families for x in args.layers.split(",")]
+    tuned = args.tile is None or args.sched is None
+    calibration = calibrate([model(f, n) for f, n in steps], args.batch, args.seq, args.workers) if tuned else None
+    for family, layers in steps:
         cfg = model(family, layers)
-        predicted = None
-        if args.tile is None or args.sched is None:
-            tiling, sched, predicted = tuned_config(cfg, args.batch, args.seq, args.workers)
+        predicted = tune_s = None
+        if tuned:
+            tiling, sched, predicted, tune_s = tuned_config(cfg, args.batch, args.seq, args.workers)
+            print(f"tune picked tiling {tiling.describe()}, {sched} for {describe(cfg)} (predicted step "
+                  f"{predicted:.3f} s; tune took {tune_s:.0f} s after calibration)")
         tiling = Tiling.parse(args.tile) if args.tile is not None else tiling
         sched = args.sched or sched
         graph, ours, spans, theirs, peaks, trace = measure(cfg, args, tiling, sched)
@@ -165,8 +206,11 @@ def main() -> None:
                    starpu_gflops=round(gflops, 2), torch_gflops=round(flops / t_step / 1e9, 2),
                    gemm_peak_gflops=round(peak / 1e9, 2), starpu_step_s=round(s_step, 4),
                    torch_step_s=round(t_step, 4), predicted_step_s=predicted,
+                   tune_s=round(tune_s, 1) if tune_s is not None else None,
                    host_s=round(float(np.median(np.subtract(ours[1:] or ours, spans[1:] or spans))), 5),
-                   tiling=tiling.describe(), sched=sched, chosen_by="given" if args.tile and args.sched else "tune",
+                   tiling=tiling.describe(), sched=sched,
+                   chosen_by="tune" if args.tile is None and args.sched is None else
+                   "given" if args.tile is not None and args.sched is not None else "tune, then --tile/--sched",
                    workers=args.workers, tasks=graph.n_tasks,
                    last_step={k: round(v, 4) for k, v in budget.items()},
                    kernels={k: dict(busy_s=round(r.busy_s, 4), gflops=round(r.gflops, 1) if r.gflops == r.gflops
@@ -188,7 +232,7 @@ def main() -> None:
         for k, r in rates.head(10).iterrows():
             print(f"  {k:<16}{r.tasks:>7}{r.busy_s:>9.3f}{r.gflops:>9.1f}{r.of_peak:>9.0%}")
     met = all(r["ratio"] >= TARGET_RATIO[r["family"]] and r["gemm_share"] >= TARGET_GEMM_SHARE for r in rows)
-    print(json.dumps({"models": rows, "targets_met": met, "target_ratio": TARGET_RATIO,
+    print(json.dumps({"models": rows, "calibration": calibration, "targets_met": met, "target_ratio": TARGET_RATIO,
                       "target_gemm_share": TARGET_GEMM_SHARE, "conditions": conditions}))
 
 

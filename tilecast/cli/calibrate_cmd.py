@@ -20,14 +20,20 @@ def add_parser(sub):
                     "the way a step runs them where StarPU runs: as StarPU tasks, one lane of tasks per worker, "
                     "every worker busy, durations from StarPU's profiling (else alone, one BLAS thread); keep "
                     "the median of the repeats, store the result for the local machine (reused by simulate "
-                    "and tune), and report each kernel model's error on shapes held out of its fit.")
+                    "and tune), and report each kernel model's error on shapes held out of its fit. A kernel "
+                    "with more shapes than --per-kernel, or a set whose timing is estimated above --budget, "
+                    "has a design of its shapes timed (the ends of its range of flops and bytes, then the "
+                    "shapes farthest from those timed); the others are predicted by the shape model.")
     add_model_args(p, model="gpt2-tiny", batch=2, seq=128, tile="64")
     p.add_argument("--tiles", default="32,64,128", metavar="LIST",
                    help="comma-separated uniform tile sizes whose shapes are calibrated, besides --tile "
                         "(default: 32,64,128)")
     p.add_argument("--repeats", type=int, default=7, metavar="N", help="runs per shape (default: 7)")
     p.add_argument("--per-kernel", type=int, default=16, metavar="N",
-                   help="at most N shapes per kernel, spread over its sizes (default: 16)")
+                   help="at most N shapes per kernel timed, spread over its flops and bytes (default: 16)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="estimated seconds of timing above which fewer shapes per kernel are timed "
+                        "(default: the budget of first use, 360)")
     p.add_argument("--timer", choices=["auto", "starpu", "c", "numpy"], default="auto",
                    help="what runs the kernels: StarPU tasks of the C kernels on every worker (starpu), the C "
                         "kernels alone (c), the numpy references (numpy), or the first of these that works "
@@ -44,6 +50,12 @@ def add_parser(sub):
     return p
 
 
+def _budget() -> float:
+    from tilecast.loop.kernel_calibration import BUDGET_S
+
+    return BUDGET_S
+
+
 def run(args) -> int:
     if args.ranks is not None:
         return run_rank_calibration(args)
@@ -51,9 +63,11 @@ def run(args) -> int:
     from tilecast.graph.models import build_step
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
+    from tilecast.perfmodel.calibration_design import choose_timed
     from tilecast.perfmodel.kernel_model import holdout_errors
     from tilecast.perfmodel.shapes import graph_shapes
-    from tilecast.loop.kernel_calibration import starpu_workers, time_in_starpu
+    from tilecast.loop.kernel_calibration import (STARPU_PASSES, estimated_seconds, starpu_workers, time_in_starpu,
+                                                  timing_cost_s)
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
@@ -63,6 +77,9 @@ def run(args) -> int:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
     if args.per_kernel < 1:
         raise UsageError(f"--per-kernel must be at least 1, got {args.per_kernel}")
+    budget = _budget() if args.budget is None else args.budget
+    if not budget > 0:
+        raise UsageError(f"--budget must be a positive number of seconds, got {args.budget}")
     try:
         tilings = [tiling] + [Tiling.parse(t) for t in args.tiles.split(",") if t.strip()]
     except TilingError as e:
@@ -89,9 +106,14 @@ def run(args) -> int:
     shapes = []
     for t in tilings:
         shapes += graph_shapes(build_step(cfg, batch, seq, t))
-    cases = cases_from_shapes(shapes, per_kernel=args.per_kernel)
+    seen = cases_from_shapes(shapes)
+    est = estimated_seconds(machine, seen)
+    cost = timing_cost_s(seen, est, np.full(len(seen), args.repeats + 1), workers or 1,
+                         STARPU_PASSES if workers else 1)
+    timed, left = choose_timed(seen, cost, budget, cap=args.per_kernel)
+    cases, predicted = [seen[i] for i in sorted(timed)], [seen[i] for i in left]
     where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
-    print(f"timing {len(cases)} kernel shapes {where}, {args.repeats} runs each", file=sys.stderr)
+    print(f"timing {len(cases)} of {len(seen)} kernel shapes {where}, {args.repeats} runs each", file=sys.stderr)
     with tqdm(total=len(cases), unit="shape", file=sys.stderr, leave=False) as bar:
 
         def counted(items):
@@ -108,27 +130,35 @@ def run(args) -> int:
         else:
             cal = calibrate(machine, cases, repeats=args.repeats, timer=timer, timer_name=timer_name,
                             progress=counted)
+    for name, row in predicted:
+        cal.add_predicted(name, row)
     path = cal.save(args.output)
     report = holdout_errors(cal)
     disk, disk_file = _measure_disk(args, machine)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
-           "shapes": len(cases), "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet,
+           "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
+           "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet,
            "disk": {**asdict(disk), "file": disk_file}}
     if args.json:
         print_json(out)
         return 0
     print(f"calibrated {len(cases)} shapes of {len(cal.points)} kernels with the {timer_name} timer -> {path}")
+    if predicted:
+        print(f"{len(predicted)} more shapes of the step are predicted by the shape model (fit corrected by the "
+              "nearest timed shapes)")
     print(blas_line)
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk.directory}: {disk.describe()} -> {disk_file}")
     print()
-    print(f"{'kernel':<16}{'fit/held out':>14}{'median err':>12}{'max err':>10}{'fixed us':>10}{'GFLOP/s':>10}"
-          f"{'GB/s':>10}")
+    print("shape model's error on timed shapes held out of its fit:")
+    print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"
+          f"{'GFLOP/s':>10}{'GB/s':>10}")
     for name, r in report.items():
         f = r["fit"]
-        print(f"{name:<16}{r['n_fit']:>7}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
-              f"{100 * r['max_rel_err']:>9.1f}%{f['fixed_us']:>10.2f}{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
+        print(f"{name:<16}{r['n_fit']:>8}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
+              f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%{f['fixed_us']:>10.2f}"
+              f"{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
     return 0
 
 

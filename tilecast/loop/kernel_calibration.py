@@ -9,17 +9,28 @@ shapes are timed as StarPU tasks with every worker busy
 how a step runs them and they run slower there than alone; elsewhere, and for
 shapes StarPU cannot run, the C kernels are timed alone on one BLAS thread.
 Long shapes are repeated fewer times so that first use stays quick.
+
+A large set of shapes (the candidate tilings of a GPT-2-small-width step hold
+thousands) is not timed whole: when the estimated time to time every shape
+exceeds the budget (:data:`BUDGET_S`), a design of each kernel's shapes is
+timed (:mod:`tilecast.perfmodel.calibration_design`) and the others are left
+to the shape model (:mod:`tilecast.perfmodel.shape_model`), whose error on
+timed shapes held out of its fit is printed. Small sets (the accuracy
+suite's, a tiny model's) are timed whole, as before.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
 from tilecast.kernels import get
 from tilecast.perfmodel.calibration import (STARPU_TASKS, Calibration, calibrate, cases_from_shapes,
                                            find_calibration)
+from tilecast.perfmodel.calibration_design import choose_timed
+from tilecast.perfmodel.shape_model import holdout_errors
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 from tilecast.perfmodel.timers import default_timer
 
@@ -35,18 +46,32 @@ QUIET_WAIT_S = 60.0  # the most a calibration waits, in all, for a slow spell of
 # Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
 # the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
 WORKER_SAMPLES_PER_KERNEL = 8
+# A task estimated longer than this is timed twice per lane and pass (a warm-up and one timed run, as
+# StarPU's profiling of a long task varies little) and left out of the one-worker sample.
+LONG_TASK_S = 0.1
+# Estimated seconds of timing (all passes) above which a design of each kernel's shapes is timed instead of
+# every shape: about 6 minutes on 2 cores, which with the probes keeps a first calibration near 10 minutes.
+BUDGET_S = 360.0
+# The estimate of a shape's timing cost: per task at least TASK_FLOOR_S (StarPU's own cost per task and
+# its profiling), per shape and pass SHAPE_SETUP_S (graph, handles, trace), and its buffers filled per lane.
+TASK_FLOOR_S = 20e-6
+SHAPE_SETUP_S = 2e-3
+FILL_S_PER_BYTE = 2e-9
 
 
 def known_shapes(cal: Calibration | None) -> set:
+    """(kernel, shape) pairs the calibration has timed or left to the shape model."""
     if cal is None:
         return set()
-    return {(name, tuple(float(x) for x in s)) for name, e in cal.points.items() for s in e["shapes"]}
+    return ({(name, tuple(float(x) for x in s)) for name, e in cal.points.items() for s in e["shapes"]}
+            | {(name, tuple(float(x) for x in s)) for name, rows in cal.predicted.items() for s in rows})
 
 
 def missing_cases(cal: Calibration | None, graphs) -> list:
-    """Calibration cases (kernel name, shape) of ``graphs`` that ``cal`` does not hold."""
+    """Calibration cases (kernel name, shape) of ``graphs`` (task graphs, or their
+    :func:`~tilecast.perfmodel.shapes.graph_shapes` lists) that ``cal`` does not hold."""
     have = known_shapes(cal)
-    shapes = [ks for g in graphs for ks in graph_shapes(g)]
+    shapes = [ks for g in graphs for ks in (g if isinstance(g, list) else graph_shapes(g))]
     if not shapes:
         return []
     out, seen = [], set()
@@ -67,6 +92,22 @@ def estimated_seconds(machine, cases) -> np.ndarray:
         p, b = row[None, :len(k.params)], row[None, len(k.params):]
         out[i] = wk.roofline(shape_flops(k.id, p), shape_bytes(k.id, b))[0]
     return out
+
+
+def starpu_repeats(est: np.ndarray) -> np.ndarray:
+    """Tasks per lane and pass for shapes of estimated seconds ``est`` (:data:`STARPU_REPEATS`, and 2 for
+    shapes longer than :data:`LONG_TASK_S`)."""
+    reps = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), *STARPU_REPEATS).astype(int)
+    return np.where(np.asarray(est) > LONG_TASK_S, 2, reps)
+
+
+def timing_cost_s(cases, est: np.ndarray, repeats: np.ndarray, lanes: int, passes: int) -> np.ndarray:
+    """Estimated wall seconds to time each case: ``passes`` times its tasks (lanes side by side), its
+    set-up, and filling its buffers on every lane."""
+    nbytes = np.asarray([float(np.sum(np.asarray(row, dtype=np.float64)[len(get(name).params):]))
+                         for name, row in cases])
+    return passes * (np.asarray(repeats) * np.maximum(est, TASK_FLOOR_S) + SHAPE_SETUP_S
+                     + FILL_S_PER_BYTE * nbytes * max(lanes, 1))
 
 
 def starpu_workers(machine) -> int | None:
@@ -97,7 +138,7 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
-    sample = worker_sample(cases) if workers > 1 else []
+    sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     share = len(cases) / (len(cases) + len(sample))
     verdicts = []
 
@@ -154,14 +195,15 @@ def _median_mad(runs) -> tuple[np.ndarray, np.ndarray]:
     return med, np.median(np.abs(runs - med), axis=0)
 
 
-def worker_sample(cases) -> list:
+def worker_sample(cases, est=None) -> list:
     """Indices of cases to time on one worker too: per kernel, up to :data:`WORKER_SAMPLES_PER_KERNEL` shapes
-    spread evenly over its sizes (smallest and largest included), among those StarPU can run."""
+    spread evenly over its sizes (smallest and largest included), among those StarPU can run (and, with
+    ``est``, estimated at most :data:`LONG_TASK_S`)."""
     from tilecast.executor.runtime_timer import runnable
 
     by_kernel: dict = {}
     for i, (name, row) in enumerate(cases):
-        if runnable(name, row):
+        if runnable(name, row) and (est is None or est[i] <= LONG_TASK_S):
             k = get(name)
             nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
             by_kernel.setdefault(name, []).append((nbytes, i))
@@ -173,21 +215,35 @@ def worker_sample(cases) -> list:
     return sorted(out)
 
 
-def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_runtime: bool | None = None
-                       ) -> Calibration:
+def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_runtime: bool | None = None,
+                       budget_s: float | None = BUDGET_S) -> Calibration:
     """The machine's stored calibration, extended with every shape of ``graphs`` it lacks (then saved).
 
     ``machine`` must be the machine as stored (e.g. ``load_machine('local')``, all
     workers): calibrations are keyed by its fingerprint. ``in_runtime`` (default:
     when StarPU runs here and no ``timer`` is given) times shapes as StarPU tasks.
+    When timing every missing shape is estimated to take more than ``budget_s``
+    seconds (None: no limit), a design of each kernel's shapes is timed and the
+    others are recorded as predicted by the shape model (``cal.predicted``);
+    what was done is in ``cal.last_run``.
     """
+    start = time.monotonic()
     cal = find_calibration(machine)
     todo = missing_cases(cal, graphs)
     if not todo:
         return cal
-    est = estimated_seconds(machine, todo)
-    repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
     workers = starpu_workers(machine) if (in_runtime or (in_runtime is None and timer is None)) else None
+    est = estimated_seconds(machine, todo)
+    if workers:
+        cost = timing_cost_s(todo, est, starpu_repeats(est), workers, STARPU_PASSES)
+    else:
+        cost = timing_cost_s(todo, est, np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS) + 1,
+                             1, 1)
+    known = {name: cal.arrays(name)[0] for name in cal.points} if cal is not None else None
+    timed, left = choose_timed(todo, cost, budget_s, known)
+    predicted = [todo[i] for i in left]
+    todo, est = [todo[i] for i in sorted(timed)], est[sorted(timed)]
+    repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
     if timer is None:
         timer_name, timer = default_timer()
     else:
@@ -197,11 +253,12 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
         from tqdm import tqdm
 
         desc = "calibrating kernels" + (f" (StarPU tasks, {workers} workers)" if workers else "")
+        if predicted:
+            desc += f", {len(todo)} of {len(todo) + len(predicted)} shapes"
         bar = tqdm(total=len(todo), unit="shape", desc=desc, file=sys.stderr, leave=False)
     try:
         if workers:
-            lane_repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), *STARPU_REPEATS).astype(int)
-            cal, todo = time_in_starpu(machine, cal, todo, lane_repeats, workers, bar)
+            cal, todo = time_in_starpu(machine, cal, todo, starpu_repeats(est), workers, bar)
             cal.save()  # kept even if the isolated timing below is interrupted
             est = estimated_seconds(machine, todo)
             repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
@@ -222,5 +279,27 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     finally:
         if bar is not None:
             bar.close()
+    for name, row in predicted:
+        cal.add_predicted(name, row)
+    cal.last_run = {"cases": len(timed) + len(predicted), "timed": len(timed), "predicted": len(predicted),
+                    "budget_s": budget_s, "estimated_s": float(np.sum(cost[timed])),
+                    "wall_s": time.monotonic() - start}
+    if predicted:
+        kernels = sorted({name for name, _ in predicted})
+        cal.last_run["heldout"] = holdout_errors(cal, kernels=kernels)
+        if progress:
+            print(design_summary(cal.last_run), file=sys.stderr)
     cal.save()
     return cal
+
+
+def design_summary(run: dict) -> str:
+    """What a budgeted calibration timed and the shape model's held-out error per kernel, for people."""
+    lines = [f"timed {run['timed']} of {run['cases']} kernel shapes in {run['wall_s']:.0f} s (budget "
+             f"{run['budget_s']:.0f} s); the other {run['predicted']} are predicted by the shape model, whose "
+             "error on timed shapes held out of its fit is:",
+             f"  {'kernel':<16}{'timed':>7}{'held out':>10}{'median err':>12}{'max err':>10}{'fit alone':>11}"]
+    for name, r in run.get("heldout", {}).items():
+        lines.append(f"  {name:<16}{r['n_fit']:>7}{r['n_heldout']:>10}{100 * r['median_rel_err']:>11.1f}%"
+                     f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%")
+    return "\n".join(lines)

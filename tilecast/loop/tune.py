@@ -154,6 +154,31 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
                       {t.describe(): g for t, g in graphs})
 
 
+def calibrate_candidates(steps, machine=None, scheds=DEFAULT_SCHEDS, workers=None,
+                         max_tasks: int = DEFAULT_MAX_TASKS, progress: bool = True):
+    """Calibrate the local machine for the candidates of several steps at once (``steps``: (cfg, batch, seq)
+    tuples): the host-cost probes, then the kernel shapes of every candidate graph under one timing budget
+    (:func:`tilecast.loop.kernel_calibration.ensure_calibration`), so that :func:`tune` of each step then
+    finds them stored. Returns (calibration, wall seconds)."""
+    import time
+
+    from tilecast.loop.host_cost import ensure_host_costs
+    from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.shapes import graph_shapes
+
+    start = time.monotonic()
+    machine = machine or load_machine("local")
+    shapes = [graph_shapes(g) for cfg, batch, seq in steps  # shapes only: the graphs are not all kept in memory
+              for _, g in build_candidates(cfg, batch, seq, None, max_tasks)[0]]
+    limit = min(len(machine.workers), starpu_max_workers() or len(machine.workers))
+    if starpu_policies() is not None:
+        ensure_host_costs(machine, list(workers) if workers else worker_counts(limit), progress=progress,
+                          scheds=usable_scheds(scheds))
+    cal = ensure_calibration(machine, shapes, progress=progress)
+    return cal, time.monotonic() - start
+
+
 def pick_for_execution(ranking: list, k: int, others: int = 2) -> list:
     """The ``k`` best fitting configurations and ``others`` spread over the rest of the ranking (the last included)."""
     fitting = [p for p in ranking if p.fits]

@@ -78,6 +78,14 @@ class Calibration:
     quiet: dict = field(default_factory=dict)
     # the C kernels' code the shapes were timed with (tilecast.kernels.native.kernels_fingerprint)
     kernels: str = field(default_factory=lambda: _kernels_fingerprint())
+    # kernel -> shapes seen but not timed: calibration of a large set times a chosen subset and leaves these to
+    # the shape model (tilecast.perfmodel.shape_model); kept so that they are not timed again
+    predicted: dict = field(default_factory=dict)
+    # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
+    last_run: dict = field(default_factory=dict, compare=False)
+
+    def add_predicted(self, kernel: str, shape) -> None:
+        self.predicted.setdefault(kernel, []).append([float(x) for x in shape])
 
     def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
         entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
@@ -92,6 +100,8 @@ class Calibration:
         for name, rows in other.worker_samples.items():
             self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
         self.lane_workers = self.lane_workers or other.lane_workers
+        for name, rows in other.predicted.items():
+            self.predicted.setdefault(name, []).extend([list(r) for r in rows])
         for name, e in other.points.items():
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], other.sources(name)):
                 self.add(name, shape, m, d, src)
@@ -165,7 +175,8 @@ class Calibration:
                           runtime_samples={k: [list(r) for r in v] for k, v in self.runtime_samples.items()},
                           lane_workers=self.lane_workers,
                           worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
-                          quiet=dict(self.quiet), kernels=self.kernels)
+                          quiet=dict(self.quiet), kernels=self.kernels,
+                          predicted={k: [list(r) for r in v] for k, v in self.predicted.items()})
         for name in self.points:
             e = self.points[name]
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name)):
@@ -179,7 +190,8 @@ class Calibration:
                 "kind": self.kind, "timer": self.timer,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
-                "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels}
+                "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels,
+                "predicted": self.predicted}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -227,9 +239,15 @@ class Calibration:
         quiet = doc.get("quiet") or {}
         if not isinstance(quiet, dict):
             raise CalibrationError(f"{path}: field quiet: a mapping, got {quiet!r}")
+        predicted = doc.get("predicted") or {}
+        for name, rows in predicted.items():
+            width = len(known[name].params) + len(known[name].buffers) if name in known else -1
+            if width < 0 or not all(isinstance(r, list) and len(r) == width for r in rows):
+                raise CalibrationError(f"{path}: field predicted.{name}: a known kernel, shapes of {width} numbers")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
-                   {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")))
+                   {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
+                   {k: [list(r) for r in v] for k, v in predicted.items()})
 
 
 def fit_runtime_excess(samples) -> list:

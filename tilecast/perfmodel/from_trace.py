@@ -92,6 +92,7 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
         cal.runtime_samples = {k: [list(r) for r in v] for k, v in base.runtime_samples.items()}
         cal.lane_workers = base.lane_workers
         cal.worker_samples = {k: [list(r) for r in v] for k, v in base.worker_samples.items()}
+        cal.predicted = {k: [list(r) for r in v] for k, v in base.predicted.items()}  # not to be timed again
         for name, e in base.points.items():
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name)):
                 if (name, tuple(shape)) not in learned or (src in LEARNED) != learned_class:

@@ -6,9 +6,12 @@ order of preference:
 1. the measured median of that exact shape, when a calibration holds it
    (scaled for steps on fewer workers than calibration kept busy:
    ``Calibration.worker_factor``);
-2. a fitted, physically shaped model ``t = fixed + flops / rate + bytes / bandwidth``
-   (non-negative least squares on relative error, so small and large tiles
-   weigh alike), when the calibration holds at least 3 shapes of the kernel;
+2. the shape model (:mod:`tilecast.perfmodel.shape_model`), when the calibration
+   holds shapes of the kernel: a fitted (from 3 shapes; else the roofline below), physically shaped model
+   ``t = fixed + flops / rate + bytes / bandwidth`` (non-negative least squares on
+   relative error, so small and large tiles weigh alike), corrected by the
+   measured-to-fitted ratio of the nearest timed shapes (calibration times a
+   chosen subset of a large set of shapes and predicts the others this way);
 3. the worker kind's roofline from the machine description
    (:meth:`tilecast.perfmodel.machine.WorkerKind.roofline`).
 
@@ -23,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from tilecast.kernels import all_kernels, get
+from tilecast.kernels import all_kernels
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 
-MIN_FIT_POINTS = 3
+from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, RooflineBase, ShapeModel, holdout_errors  # noqa: F401
 
 
 def _features(kernel_id: int, shapes: np.ndarray) -> np.ndarray:
@@ -68,7 +71,7 @@ class DurationModel:
         self.machine = machine
         self.calibration = calibration
         self.kinds = machine.kind_names
-        self._fits: dict[int, FittedKernel | None] = {}
+        self._fits: dict[int, ShapeModel | None] = {}
         self._measured: dict[int, dict] = {}
         self.provenance: dict[str, int] = {"measured": 0, "fitted": 0, "roofline": 0}
 
@@ -80,7 +83,13 @@ class DurationModel:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
             shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
             self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
-            self._fits[kernel_id] = FittedKernel.fit(kernel_id, shapes, t) if len(t) >= MIN_FIT_POINTS else None
+            if len(t) >= MIN_FIT_POINTS:
+                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t)
+            elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
+                base = RooflineBase(kernel_id, self.machine.kinds[self.calibration.kind])
+                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t, base=base)
+            else:
+                self._fits[kernel_id] = None
         return self._fits[kernel_id]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,15 +100,15 @@ class DurationModel:
         how = np.full(len(shapes), 2)
         if self._calibrated(kind):
             fit = self._fit(kernel_id)
-            if fit is not None:
-                out = fit.predict(shapes)
-                how[:] = 1
             measured = self._measured[kernel_id]
-            for i, row in enumerate(shapes.tolist()):
-                v = measured.get(tuple(row))
-                if v is not None:
-                    out[i] = v
-                    how[i] = 0
+            known = [measured.get(tuple(row)) for row in shapes.tolist()]
+            have = np.array([v is not None for v in known], dtype=bool)
+            if fit is not None and not have.all():
+                out[~have] = fit.predict(shapes[~have])
+                how[~have] = 1
+            if have.any():
+                out[have] = [v for v in known if v is not None]
+                how[have] = 0
         return out, how
 
     def durations(self, graph) -> np.ndarray:
@@ -115,26 +124,3 @@ class DurationModel:
                 for j in range(3):
                     self.provenance[names[j]] += int(counts[j])
         return out
-
-
-def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0) -> dict:
-    """Per kernel, relative error of a model fitted without a random ``holdout`` share of shapes.
-
-    Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "fit"}}``.
-    """
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in sorted(calibration.points):
-        shapes, t = calibration.arrays(name)
-        n = len(t)
-        n_out = int(round(n * holdout))
-        if n - n_out < MIN_FIT_POINTS or n_out < 1:
-            continue
-        perm = rng.permutation(n)
-        test, train = perm[:n_out], perm[n_out:]
-        k = get(name)
-        fit = FittedKernel.fit(k.id, shapes[train], t[train])
-        err = np.abs(fit.predict(shapes[test]) - t[test]) / t[test]
-        out[name] = {"n_fit": len(train), "n_heldout": len(test), "median_rel_err": float(np.median(err)),
-                     "max_rel_err": float(err.max()), "fit": fit.describe()}
-    return out

@@ -1,0 +1,100 @@
+"""Which shapes calibration times when timing every one would take longer than its budget.
+
+The candidate tilings of a GPT-2-small-width step hold thousands of distinct
+shapes (8,408 for the two and twelve layer GPT-2 and Llama steps of
+``benchmarks/executor_vs_torch.py``), many of them alike in what a kernel's
+duration depends on. When the estimated time to time them all exceeds the
+budget, each kernel gets a share of it and a *design*: a subset of its shapes
+that covers the range of the shape model's features
+(:func:`tilecast.perfmodel.shape_model.shape_features`: flops, bytes, mode
+flags), chosen as
+
+1. one shape per set of equal features (the others get its time exactly);
+2. the ends of the range: the smallest and largest flops and bytes (always
+   timed, so the shape model interpolates and never extrapolates), and at
+   least as many shapes as the model needs to fit;
+3. then, greedily, the shape farthest (in decades) from every shape timed so
+   far, the calibration's earlier ones included, among those the share can
+   still pay for, until no shape is more than :data:`MIN_GAP` from a timed one
+   or :data:`MAX_PER_KERNEL` are chosen.
+
+Shares are handed out cheapest kernel first, each taking at most an equal
+part of what is left, so what a cheap kernel does not need goes to the
+costly ones. Below the budget every shape is timed, as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from tilecast.kernels import get
+from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, shape_features
+
+MAX_PER_KERNEL = 40
+MIN_GAP = 0.02  # decades (5% in flops or bytes): a shape this near a timed one is left to the shape model
+
+
+def design(features: np.ndarray, cost_s: np.ndarray, allowance_s: float, known: np.ndarray | None = None,
+           cap: int = MAX_PER_KERNEL) -> list[int]:
+    """Rows of ``features`` (distinct) to time, in the order chosen: the ends, then farthest first."""
+    m = len(features)
+    if m == 0:
+        return []
+    ends = list(dict.fromkeys(int(f(features[:, j])) for j in range(2) for f in (np.argmin, np.argmax)))
+    chosen = ends[:max(cap, 1)]
+    spent = float(cost_s[chosen].sum())
+    centres = features[chosen] if known is None or not len(known) else np.concatenate([known, features[chosen]])
+    gap = cKDTree(centres).query(features)[0]
+    taken = np.zeros(m, dtype=bool)
+    taken[chosen] = True
+    while len(chosen) < min(cap, m):
+        # the shape model needs MIN_FIT_POINTS shapes to fit: those are timed whatever they cost
+        ok = ~taken & (((spent + cost_s <= allowance_s) & (gap > MIN_GAP)) | (len(chosen) < MIN_FIT_POINTS))
+        if not ok.any():
+            break
+        j = int(np.argmax(np.where(ok, gap, -1.0)))
+        chosen.append(j)
+        taken[j] = True
+        spent += float(cost_s[j])
+        gap = np.minimum(gap, np.linalg.norm(features - features[j], axis=1))
+    return chosen
+
+
+def choose_timed(cases, cost_s, budget_s: float | None, known: dict | None = None,
+                 cap: int | None = None) -> tuple[list[int], list[int]]:
+    """(indices of ``cases`` to time, indices left to the shape model) for an estimated ``cost_s`` each.
+
+    ``known``: kernel name -> shapes the calibration has timed already (they
+    count as covered). Every case is timed when the total fits ``budget_s``
+    (None: no budget) and no kernel has more than ``cap`` cases; otherwise each
+    kernel's design has at most ``cap`` shapes (default :data:`MAX_PER_KERNEL`).
+    """
+    cost_s = np.asarray(cost_s, dtype=np.float64)
+    by_kernel: dict = {}
+    for i, (name, _) in enumerate(cases):
+        by_kernel.setdefault(name, []).append(i)
+    over_cap = cap is not None and any(len(v) > cap for v in by_kernel.values())
+    if (budget_s is None or cost_s.sum() <= budget_s) and not over_cap:
+        return list(range(len(cases))), []
+    cap = cap if cap is not None else MAX_PER_KERNEL
+    budget_s = float("inf") if budget_s is None else budget_s
+    known = known or {}
+    plans = []
+    for name, idx in by_kernel.items():
+        kid = get(name).id
+        z = shape_features(kid, np.asarray([cases[i][1] for i in idx], dtype=np.float64))
+        keys, first, group = np.unique(z, axis=0, return_index=True, return_inverse=True)
+        rep_cost = cost_s[np.asarray(idx)[first]]
+        have = known.get(name)
+        have = shape_features(kid, np.asarray(have, dtype=np.float64)) if have is not None and len(have) else None
+        plans.append((float(rep_cost.sum()), name, np.asarray(idx), keys, first, rep_cost, have))
+    plans.sort(key=lambda p: p[0])
+    left, timed = float(budget_s), []
+    for j, (_, name, idx, keys, first, rep_cost, have) in enumerate(plans):
+        share = left / (len(plans) - j)
+        rows = design(keys, rep_cost, share, have, cap)
+        left = max(0.0, left - float(rep_cost[rows].sum()))
+        timed += [int(idx[first[r]]) for r in rows]
+    chosen = set(timed)
+    return timed, [i for i in range(len(cases)) if i not in chosen]

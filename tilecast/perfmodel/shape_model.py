@@ -1,0 +1,166 @@
+"""The shape model: a kernel's duration for a shape never timed, from the timed shapes nearest to it.
+
+A shape is described by its features: flops, bytes moved (both in decades,
+so that their difference is the arithmetic intensity) and the kernel's
+mode flags (transposes, causal mask, accumulate), which change the code
+path but not the work. The model has two parts:
+
+- a physical fit over all timed shapes, ``fixed + flops / rate + bytes /
+  bandwidth`` (:class:`tilecast.perfmodel.kernel_model.FittedKernel`);
+- a correction from the neighbours: the ratio of measured to fitted time of
+  the :data:`NEIGHBOURS` timed shapes nearest in feature space, averaged in
+  log space with weights ``1 / distance**2``. It carries what the straight
+  line misses (a BLAS that runs small tiles at a lower rate, a cache size
+  crossed) from the shapes beside the one predicted.
+
+A timed shape is predicted as its own measured time (distance zero), and so
+is every shape with the same features (e.g. an attention tile at another
+offset). :func:`holdout_errors` is the model's error on timed shapes left
+out of its fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from tilecast.kernels import all_kernels, get
+from tilecast.perfmodel.shapes import shape_bytes, shape_flops
+
+NEIGHBOURS = 4
+# Mode flags (value > 0 or not) that select a kernel's code path; distance between two shapes that differ in
+# one, in decades of flops or bytes: a shape of the same mode half a decade away counts as near as one of the
+# other mode at the same size.
+FLAG_PARAMS = ("trans_a", "trans_b", "causal", "beta", "sign")
+FLAG_DISTANCE = 0.5
+MIN_FIT_POINTS = 3
+
+
+def flag_columns(kernel_id: int) -> list[int]:
+    return [j for j, p in enumerate(all_kernels()[kernel_id].params) if p in FLAG_PARAMS]
+
+
+def shape_features(kernel_id: int, shapes: np.ndarray) -> np.ndarray:
+    """(n, 2 + flags): log10 flops, log10 bytes, then each mode flag (0 or :data:`FLAG_DISTANCE`)."""
+    shapes = np.atleast_2d(np.asarray(shapes, dtype=np.float64))
+    n_params = len(all_kernels()[kernel_id].params)
+    flops = shape_flops(kernel_id, shapes[:, :n_params])
+    nbytes = shape_bytes(kernel_id, shapes[:, n_params:])
+    cols = [np.log10(np.maximum(flops, 1.0)), np.log10(np.maximum(nbytes, 1.0))]
+    cols += [FLAG_DISTANCE * (shapes[:, j] > 0) for j in flag_columns(kernel_id)]
+    return np.stack(cols, axis=1)
+
+
+@dataclass
+class ShapeModel:
+    """A kernel's physical fit corrected by the measured-to-fitted ratio of the nearest timed shapes."""
+
+    kernel: int
+    base: object  # FittedKernel
+    features: np.ndarray  # of the timed shapes
+    log_ratio: np.ndarray  # log(measured / base) of each timed shape
+
+    @classmethod
+    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray, base=None) -> "ShapeModel":
+        """``base``: the physical model to correct (default: fitted on these shapes; pass e.g. a
+        :class:`RooflineBase` when there are fewer than :data:`MIN_FIT_POINTS`)."""
+        from tilecast.perfmodel.kernel_model import FittedKernel
+
+        shapes = np.asarray(shapes, dtype=np.float64)
+        seconds = np.asarray(seconds, dtype=np.float64)
+        base = base if base is not None else FittedKernel.fit(kernel_id, shapes, seconds)
+        ratio = seconds / np.maximum(base.predict(shapes), 1e-12)
+        return cls(kernel_id, base, shape_features(kernel_id, shapes), np.log(ratio))
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        shapes = np.atleast_2d(np.asarray(shapes, dtype=np.float64))
+        if not len(shapes):
+            return np.zeros(0)
+        base = np.maximum(self.base.predict(shapes), 1e-12)
+        k = min(NEIGHBOURS, len(self.features))
+        d, idx = cKDTree(self.features).query(shape_features(self.kernel, shapes), k=k)
+        d, idx = d.reshape(len(shapes), k), idx.reshape(len(shapes), k)
+        w = 1.0 / np.maximum(d, 1e-6) ** 2  # a shape at distance 0 (its own features timed) takes their ratio
+        return base * np.exp((w * self.log_ratio[idx]).sum(axis=1) / w.sum(axis=1))
+
+    def describe(self) -> dict:
+        return self.base.describe()
+
+
+@dataclass
+class RooflineBase:
+    """A worker kind's roofline as the physical model of a kernel with too few timed shapes to fit one."""
+
+    kernel: int
+    kind: object  # WorkerKind
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        n_params = len(all_kernels()[self.kernel].params)
+        return self.kind.roofline(shape_flops(self.kernel, shapes[:, :n_params]),
+                                  shape_bytes(self.kernel, shapes[:, n_params:]))
+
+    def describe(self) -> dict:
+        return {"fixed_us": float("nan"), "gflops": float("nan"), "GBps": float("nan")}
+
+
+def interior(features: np.ndarray) -> np.ndarray:
+    """Rows that are not at the smallest or largest flops or bytes of the set (the range's ends)."""
+    ends = np.zeros(len(features), dtype=bool)
+    for j in range(2):
+        lo, hi = features[:, j].min(), features[:, j].max()
+        if lo < hi:  # a kernel without flops has no range in them
+            ends |= (features[:, j] == lo) | (features[:, j] == hi)
+    return ~ends
+
+
+def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=None) -> dict:
+    """Per kernel, the shape model's relative error on timed shapes left out of its fit.
+
+    The timed shapes inside the range (not an end of flops or bytes: shapes
+    never timed lie inside the timed range, since calibration times the
+    ends) are split at random into ``round(1 / holdout)`` folds, shapes of
+    equal features together; each fold is predicted by the model fitted on
+    every other shape, so each is held out once and each fit keeps about
+    ``1 - holdout`` of them. Kernels with fewer than :data:`MIN_FIT_POINTS`
+    shapes left to fit are left out.
+
+    Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "base_median_rel_err",
+    "fit"}}``: ``n_fit`` timed shapes, ``n_heldout`` of them predicted while held out, the median and
+    largest relative error of those predictions, the median error of the physical fit alone (without
+    the neighbours), and the physical fit over all shapes (fixed_us, gflops, GBps).
+    """
+    rng = np.random.default_rng(seed)
+    folds = max(2, int(round(1.0 / holdout)))
+    out = {}
+    for name in sorted(kernels if kernels is not None else calibration.points):
+        shapes, t = calibration.arrays(name)
+        if len(t) < MIN_FIT_POINTS + 1:
+            continue
+        k = get(name)
+        z = shape_features(k.id, shapes)
+        keys, group = np.unique(z, axis=0, return_inverse=True)
+        group = group.ravel()
+        inner = np.unique(group[interior(z)])
+        if not len(inner):
+            continue
+        fold_of = np.full(len(keys), -1)
+        fold_of[rng.permutation(inner)] = np.arange(len(inner)) % folds
+        pred, base = np.full(len(t), np.nan), np.full(len(t), np.nan)
+        for f in range(folds):
+            test = fold_of[group] == f
+            if not test.any() or (~test).sum() < MIN_FIT_POINTS:
+                continue
+            model = ShapeModel.fit(k.id, shapes[~test], t[~test])
+            pred[test] = model.predict(shapes[test])
+            base[test] = model.base.predict(shapes[test])
+        done = np.isfinite(pred)
+        if not done.any():
+            continue
+        err = np.abs(pred[done] - t[done]) / t[done]
+        out[name] = {"n_fit": int(len(t)), "n_heldout": int(done.sum()), "median_rel_err": float(np.median(err)),
+                     "max_rel_err": float(err.max()),
+                     "base_median_rel_err": float(np.median(np.abs(base[done] - t[done]) / t[done])),
+                     "fit": ShapeModel.fit(k.id, shapes, t).describe()}
+    return out
