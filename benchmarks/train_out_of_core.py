@@ -1,6 +1,7 @@
 """`tilecast train` with --memory-limit and disk offload: same losses as without a limit, and after a resume.
 
-Three runs of ``tilecast train --json`` on the same model, batch, tiling and seed:
+A preset with GPT-2's vocabulary is trained with vocab_size 256 (``train`` reads bytes; every other size is the
+preset's). Three runs of ``tilecast train --json`` on the same model, batch, tiling and seed:
 
 1. without a limit, ``--steps N``;
 2. with ``--memory-limit SIZE --offload-dir DIR``, ``--steps N``;
@@ -29,8 +30,18 @@ import sys
 import tempfile
 
 from tilecast.executor.memory_limit import format_size
+from tilecast.graph.model_config import PRESETS, load_model
 from tilecast.home import home
 from tilecast.perfmodel.local import conditions_line, run_conditions
+
+
+def byte_model(name: str) -> str:
+    """A preset as an inline GPT-2 config with vocab_size 256 (``train`` trains on bytes), else NAME unchanged."""
+    if name not in PRESETS or load_model(name).vocab_size == 256:
+        return name
+    c = load_model(name)
+    return json.dumps(dict(model_type="gpt2", n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head, vocab_size=256,
+                           n_positions=c.n_positions))
 
 
 def tilecast(argv: list[str]) -> tuple[dict, int]:
@@ -75,7 +86,7 @@ def main() -> int:
     base.mkdir(parents=True, exist_ok=True)
     offload = tempfile.mkdtemp(prefix="train-", dir=base) if made else args.offload_dir
     work = tempfile.mkdtemp(prefix="ckpt-", dir=base)
-    common = ["--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq), "--tile", args.tile,
+    common = ["--model", byte_model(args.model), "--batch", str(args.batch), "--seq", str(args.seq), "--tile", args.tile,
               "--sched", args.sched, "--workers", str(args.workers), "--seed", "0"]
     train = ["train", *common, "--eval-every", "1000000", "--eval-batches", "1"]
     limit = ["--memory-limit", args.memory_limit, "--offload-dir", offload]
