@@ -99,6 +99,23 @@ def memory_args(args):
     return mem
 
 
+def memory_forecast(limit, machine):
+    """The simulator's MemoryForecast of a MemoryLimit (:func:`memory_args`; the disk node measured in its
+    offload directory if not yet), or None; UsageError for a disk that cannot be measured."""
+    if limit is None:
+        return None
+    from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    disk = None
+    if limit.offload_dir is not None:
+        try:
+            disk = ensure_disk(machine, limit.offload_dir)
+        except DiskNodeError as e:
+            raise UsageError(as_flags(str(e))) from None
+    return MemoryForecast(limit.limit_bytes, disk)
+
+
 def add_json_arg(p) -> None:
     p.add_argument("--json", action="store_true",
                    help="print exactly one JSON object on standard output (progress goes to standard error)")

@@ -7,8 +7,9 @@ import sys
 import time
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags, human,
-                                 memory_args, model_args, print_json, recompute_arg)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, human,
+                                 memory_args, memory_forecast, model_args, print_json,
+                                 recompute_arg)
 from tilecast.cli.ranks_table import add_rank_args
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
@@ -84,11 +85,10 @@ def _models(args, machine):
     return calibration, host_costs
 
 
-def memory_forecast(args, machine, graph, workers: int):
+def limited_forecast(args, machine, graph, workers: int):
     """The MemoryForecast of --memory-limit/--offload-dir for ``graph`` on ``workers`` workers, or None;
     UsageError (one line, with the minimum) for a limit below the smallest working set."""
     from tilecast.executor.memory_limit import refusal
-    from tilecast.simulator.memory_capacity import MemoryForecast
 
     limit = memory_args(args)
     if limit is None:
@@ -96,15 +96,7 @@ def memory_forecast(args, machine, graph, workers: int):
     why = refusal([graph], workers, limit.limit_bytes, limit.offload_dir is not None)
     if why:
         raise UsageError(f"--memory-limit: {why}")
-    disk = None
-    if limit.offload_dir is not None:
-        from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
-
-        try:
-            disk = ensure_disk(machine, limit.offload_dir)
-        except DiskNodeError as e:
-            raise UsageError(as_flags(str(e))) from None
-    return MemoryForecast(limit.limit_bytes, disk)
+    return memory_forecast(limit, machine)
 
 
 def _row(p, machine, sim_s: float) -> dict:
@@ -138,7 +130,7 @@ def run(args) -> int:
     calibration, host_costs = _models(args, machine)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
     graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    forecast = memory_forecast(args, machine, graph, workers)
+    forecast = limited_forecast(args, machine, graph, workers)
     model = DurationModel(machine, calibration)
     durations = model.durations(graph)
     provenance = dict(model.provenance)

@@ -8,9 +8,9 @@ from tilecast.cli.common import (
     add_memory_args,
     add_model_args,
     add_recompute_arg,
-    as_flags,
     human,
     memory_args,
+    memory_forecast,
     model_args,
     print_json,
     recompute_arg,
@@ -127,7 +127,7 @@ def run(args) -> int:
         machine = load_machine(args.machine)
     except MachineError as e:
         raise UsageError(f"--machine: {e}") from None
-    forecast = _memory_forecast(limit, machine)
+    forecast = memory_forecast(limit, machine)
     results = []
     for rc in recomputes:
         try:
@@ -178,22 +178,6 @@ def run(args) -> int:
         if args.recalibrate:
             print(f"models updated from the measured runs: {', '.join(out['calibration_files'])}")
     return 0
-
-
-def _memory_forecast(limit, machine):
-    """The MemoryForecast of --memory-limit/--offload-dir (the disk node measured there if not yet), or None."""
-    if limit is None:
-        return None
-    from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
-    from tilecast.simulator.memory_capacity import MemoryForecast
-
-    disk = None
-    if limit.offload_dir is not None:
-        try:
-            disk = ensure_disk(machine, limit.offload_dir)
-        except DiskNodeError as e:
-            raise UsageError(as_flags(str(e))) from None
-    return MemoryForecast(limit.limit_bytes, disk)
 
 
 def print_ranking(out, result, top) -> None:
