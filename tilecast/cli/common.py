@@ -107,7 +107,7 @@ def add_json_arg(p) -> None:
 def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     """Validated (model, batch, seq, tiling) from the shared flags; UsageError on bad input."""
     try:
-        cfg = load_model(args.model)
+        cfg = load_model(args.model).check_tiled()
     except ModelConfigError as e:
         raise UsageError(as_flags(str(e))) from None
     if args.batch < 1:

@@ -68,7 +68,7 @@ def _fail(e):
 
 def _inputs(args):
     from tilecast.cluster.hardware import ClusterError, load_cluster
-    from tilecast.cluster.models import load_shape
+    from tilecast.graph.model_config import load_model
     from tilecast.graph.model_config import ModelConfigError
 
     try:
@@ -76,7 +76,7 @@ def _inputs(args):
     except ClusterError as e:
         _fail(e)
     try:
-        shape = load_shape(args.model)
+        shape = load_model(args.model)
     except (ModelConfigError, OSError, ValueError) as e:
         _fail(e)
     for flag in ("gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "dp", "virtual_stages", "top", "max_configs"):

@@ -11,6 +11,8 @@ bytes moved / (HBM bandwidth x efficiency), backward twice the forward.
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 from dataclasses import dataclass
 
 from tilecast.cluster import flops as F
@@ -58,7 +60,7 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     # (Transformer Engine keeps attention and communication in bf16).
     e = max(2, DTYPE_BYTES[strat.dtype])
     tokens = b * s
-    h, f = shape.d_model, shape.ff
+    h, f = shape.n_embd, shape.intermediate_size
     dt = strat.dtype
     attn_dt = "bf16" if dt == "fp8" else dt
 
@@ -103,8 +105,8 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     fwd_tp = 2 * one  # after attention and after the MLP (Shoeybi et al. 2019, Fig. 3)
     bwd_tp = 2 * one + (fwd_tp if strat.recompute == "full" else 0.0)
 
-    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab / t)))
-    head_mem = float(gpu.memory_time(tokens * shape.vocab / t * (e + 4) * 2))  # logits, fp32 softmax
+    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab_size / t)))
+    head_mem = float(gpu.memory_time(tokens * shape.vocab_size / t * (e + 4) * 2))  # logits, fp32 softmax
 
     crosses = t * strat.dp >= cluster.gpus_per_node
     p2p = p2p_time(act / t, cluster, crosses)  # Megatron scatter/gather: each TP rank sends 1/t
@@ -112,8 +114,8 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     dp_group = Group.placed(cluster, strat.dp, stride=t)
     n_stage = stage_params(shape, strat)
     gbytes = n_stage * strat.grad_reduce_bytes
-    lbytes = shape.layer_params() / t * e
-    lgbytes = shape.layer_params() / t * strat.grad_reduce_bytes
+    lbytes = P.layer_params(shape) / t * e
+    lgbytes = P.layer_params(shape) / t * strat.grad_reduce_bytes
     if strat.zero == 0:
         grad_reduce = collective_time("all_reduce", gbytes, dp_group, cluster)
     else:

@@ -20,6 +20,8 @@ What a GPU actually runs differs in two places, which the cost model
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 FUSED_ATTENTION_BACKWARD = 2.5
 
 
@@ -29,7 +31,7 @@ def model_params(shape) -> float:
     An input-embedding lookup is no matrix product: an untied input embedding and a
     learned position table are left out; a tied embedding counts once, as the head.
     """
-    return shape.n_layer * shape.layer_params() + 2 * shape.d_model + shape.vocab * shape.d_model
+    return shape.n_layer * P.layer_params(shape) + 2 * shape.n_embd + shape.vocab_size * shape.n_embd
 
 
 def model_flops_per_token(shape, seq: int) -> float:
@@ -43,7 +45,7 @@ def model_flops_per_token(shape, seq: int) -> float:
     embeddings and position tables are no flops. Recomputation is not counted:
     MFU measures useful work only (see :func:`hardware_flops_per_token`).
     """
-    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.d_model * seq
+    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.n_embd * seq
 
 
 def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
@@ -56,9 +58,9 @@ def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
     forward flops with activation checkpointing).
     """
     base = model_flops_per_token(shape, seq)
-    attn_fwd = 4.0 * shape.n_layer * shape.d_model * seq
+    attn_fwd = 4.0 * shape.n_layer * shape.n_embd * seq
     if recompute == "full":
-        return base + 2.0 * shape.n_layer * shape.layer_params() + attn_fwd
+        return base + 2.0 * shape.n_layer * P.layer_params(shape) + attn_fwd
     if recompute == "selective":
         return base + attn_fwd
     return base
@@ -72,7 +74,7 @@ def layer_gemm_shapes(shape, tokens: int, tp: int) -> dict:
     dimensions in another order. A gated MLP's two input projections count as one
     product of twice the width (as fused implementations run them).
     """
-    h, f, k = shape.d_model, shape.ff, shape.kv_dim
+    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
     return {
         "qkv": (tokens, (h + 2 * k) / tp, h),
         "proj": (tokens, h, h / tp),
@@ -89,7 +91,7 @@ def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
 def layer_attention_flops(shape, tokens: int, seq: int, tp: int) -> float:
     """Forward flops of the attention scores and weighted sum on one tensor-parallel rank,
     the whole s x s square (the MFU convention; see :func:`causal_fraction`)."""
-    return 4.0 * tokens * seq * shape.d_model / tp
+    return 4.0 * tokens * seq * shape.n_embd / tp
 
 
 def causal_fraction(seq: int) -> float:
@@ -98,4 +100,4 @@ def causal_fraction(seq: int) -> float:
 
 
 def lm_head_flops(shape, tokens: int, tp: int) -> float:
-    return 2.0 * tokens * shape.d_model * shape.vocab / tp
+    return 2.0 * tokens * shape.n_embd * shape.vocab_size / tp

@@ -85,8 +85,8 @@ class InferenceConfig:
                 raise InferenceError(f"{f}: must be one of {', '.join(INFERENCE_DTYPE_BYTES)}, got {getattr(self, f)!r}")
         if shape.n_head % self.tp:
             raise InferenceError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
-        if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
-            raise InferenceError(f"tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+        if shape.n_kv_head % self.tp and self.tp % shape.n_kv_head:
+            raise InferenceError(f"tp: {self.tp} and the {shape.n_kv_head} key/value heads do not divide each other")
         if self.pp > shape.n_layer:
             raise InferenceError(f"pp: {self.pp} stages for {shape.n_layer} layers")
         if cluster is not None:

@@ -48,6 +48,8 @@ each engine) or stated in the file, and two switches stated per engine:
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 import os
 from dataclasses import dataclass, field
 
@@ -205,7 +207,7 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
     wb, kb = INFERENCE_DTYPE_BYTES[weight_dtype], INFERENCE_DTYPE_BYTES[kv_dtype]
     dt = compute_dtype(weight_dtype)
     attn_dt = "bf16" if dt == "fp8" else dt
-    h, f, k = shape.d_model, shape.ff, shape.kv_dim
+    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
     tokens = seqs * new_tokens
     cost = PassCost()
     weights = {"qkv": h * (h + 2 * k), "proj": h * h, "fc1": h * f * (2 if shape.gated_mlp else 1), "fc2": f * h}
@@ -221,7 +223,7 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
         cost.add_kernel(t, nbytes / bw, fl, nbytes)
     else:  # decode: each sequence reads its cached keys and values once
         nbytes = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb
-        nbytes = nbytes * (1.0 + eff.kv_group_reread * (shape.n_head // shape.kv_heads - 1))
+        nbytes = nbytes * (1.0 + eff.kv_group_reread * (shape.n_head // shape.n_kv_head - 1))
         fl = 4.0 * seqs * (context + 1) * h / tp
         cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), nbytes / bw, fl, nbytes)
     # layer norms, residual adds, activation function: HBM-bound at the elementwise efficiency
@@ -242,7 +244,7 @@ def head_pass(shape, cluster, *, tp: int, seqs: int, weight_dtype: str,
     gpu = cluster.gpu
     dt = "bf16" if weight_dtype == "fp8" else weight_dtype
     fl = F.lm_head_flops(shape, seqs, tp)
-    nbytes = shape.vocab * shape.d_model / tp * 2 + seqs * shape.vocab / tp * 4
+    nbytes = shape.vocab_size * shape.n_embd / tp * 2 + seqs * shape.vocab_size / tp * 4
     cost = PassCost()
     cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / (gpu.memory_bandwidth * eff.decode_hbm_efficiency), fl, nbytes)
     return cost
@@ -264,4 +266,4 @@ def stage_pass(shape, cluster, *, tp: int, layers: int, last: bool, n_stages: in
 
 def stage_send(shape, cluster, *, tp: int, tokens: int, crosses_node: bool) -> float:
     """Activations handed to the next pipeline stage (each TP rank sends its 1/tp share)."""
-    return p2p_time(tokens * shape.d_model * 2.0 / tp, cluster, crosses_node)
+    return p2p_time(tokens * shape.n_embd * 2.0 / tp, cluster, crosses_node)

@@ -22,6 +22,8 @@ plus the cluster's ``reserved_bytes`` (CUDA context, allocator slack).
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 import math
 from dataclasses import dataclass
 
@@ -48,7 +50,7 @@ class InferenceMemory:
 
 def kv_heads_per_rank(shape, tp: int) -> int:
     """Key/value heads one tensor-parallel rank stores (replicated when tp > kv heads)."""
-    return math.ceil(shape.kv_heads / tp)
+    return math.ceil(shape.n_kv_head / tp)
 
 
 def stage_layers(shape, pp: int) -> int:
@@ -65,21 +67,21 @@ def weight_bytes(shape, tp: int, pp: int, weight_dtype: str) -> float:
     """Weight bytes on one GPU of the heaviest stage."""
     wb = INFERENCE_DTYPE_BYTES[weight_dtype]
     eb = max(2, wb)  # embedding and LM head stay 16-bit
-    layers = stage_layers(shape, pp) * shape.layer_params() * wb
-    emb = shape.embedding_params() * eb
-    head = (0 if shape.tied_embeddings else shape.vocab * shape.d_model) * eb
+    layers = stage_layers(shape, pp) * P.layer_params(shape) * wb
+    emb = P.embedding_params(shape) * eb
+    head = (0 if shape.tie_word_embeddings else shape.vocab_size * shape.n_embd) * eb
     if pp == 1:
         ends = emb + head
     else:  # first stage: embedding; last stage: head (a tied head is a copy of the embedding)
-        ends = max(emb, head if head else shape.vocab * shape.d_model * eb)
-    return (layers + ends + 2 * shape.d_model * eb) / tp
+        ends = max(emb, head if head else shape.vocab_size * shape.n_embd * eb)
+    return (layers + ends + 2 * shape.n_embd * eb) / tp
 
 
 def workspace_bytes(shape, tp: int, prefill_tokens: int, sequences: int) -> float:
     """Transient activations of the largest forward pass plus fp32 logits of one token per sequence."""
-    h = shape.d_model
-    per_token = 2 * h + (h + 2 * shape.kv_dim) / tp + (3 if shape.gated_mlp else 2) * shape.ff / tp
-    return prefill_tokens * per_token * 2.0 + sequences * shape.vocab / tp * 4.0
+    h = shape.n_embd
+    per_token = 2 * h + (h + 2 * shape.kv_dim) / tp + (3 if shape.gated_mlp else 2) * shape.intermediate_size / tp
+    return prefill_tokens * per_token * 2.0 + sequences * shape.vocab_size / tp * 4.0
 
 
 def inference_memory(shape, cluster, *, tp: int, pp: int, batch: int, context: int, prefill_tokens: int,

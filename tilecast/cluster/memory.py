@@ -41,6 +41,8 @@ The first pipeline stage keeps the activations of min(m, p) micro-batches in
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 from dataclasses import dataclass
 
 from tilecast.cluster.pipeline_split import stage_layers
@@ -72,13 +74,13 @@ def stage_params(shape, strat) -> float:
     of the embedding when pp > 1 (as Megatron-LM keeps one to update it).
     """
     layers = stage_layers(shape, strat)
-    emb, head = shape.embedding_params(), shape.vocab * shape.d_model
+    emb, head = P.embedding_params(shape), shape.vocab_size * shape.n_embd
     if strat.pp == 1:
-        p = layers[0] * shape.layer_params() + emb + 2 * shape.d_model + (0 if shape.tied_embeddings else head)
+        p = layers[0] * P.layer_params(shape) + emb + 2 * shape.n_embd + (0 if shape.tie_word_embeddings else head)
         return p / strat.tp
-    per = [n * shape.layer_params() for n in layers]
+    per = [n * P.layer_params(shape) for n in layers]
     per[0] += emb
-    per[-1] += head + 2 * shape.d_model
+    per[-1] += head + 2 * shape.n_embd
     return max(per) / strat.tp
 
 
@@ -96,8 +98,8 @@ def model_state_bytes(n_params: float, zero: int, dp: int, weight_bytes: int = 2
 
 
 def activation_bytes_per_layer(shape, strat) -> float:
-    s, b, h, a, t = strat.seq, strat.micro_batch, shape.d_model, shape.n_head, strat.tp
-    mlp_scale = shape.ff / (4.0 * h) * (1.5 if shape.gated_mlp else 1.0)
+    s, b, h, a, t = strat.seq, strat.micro_batch, shape.n_embd, shape.n_head, strat.tp
+    mlp_scale = shape.intermediate_size / (4.0 * h) * (1.5 if shape.gated_mlp else 1.0)
     sp = strat.sequence_parallel
     if strat.recompute == "full":
         return 2.0 * s * b * h / (t if sp else 1)
@@ -131,9 +133,9 @@ def memory_per_gpu(shape, strat, cluster=None) -> Memory:
     e = DTYPE_BYTES.get(strat.dtype, 2)
     other = 0.0
     if strat.zero >= 3:  # the gathered layer being computed plus the prefetched ones
-        other += (1 + strat.fsdp_prefetch) * shape.layer_params() / strat.tp * e
+        other += (1 + strat.fsdp_prefetch) * P.layer_params(shape) / strat.tp * e
     # logits and their fp32 softmax on the last stage: b s V / t elements in dtype plus fp32
-    other += strat.micro_batch * strat.seq * shape.vocab / strat.tp * (e + 4)
+    other += strat.micro_batch * strat.seq * shape.vocab_size / strat.tp * (e + 4)
     if cluster is not None:
         other += cluster.gpu.reserved_bytes
     return Memory(params=w, grads=g, optimizer=o, activations=act, other=other)

@@ -15,6 +15,8 @@ Uneven splits run with one model chunk per stage (no interleaving).
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 import math
 
 SPLITS = ("even", "head")
@@ -22,8 +24,8 @@ SPLITS = ("even", "head")
 
 def head_layer_equivalents(shape, seq: int) -> float:
     """The LM head's forward flops per token in units of one layer's (GEMMs and attention)."""
-    layer = 2.0 * shape.layer_params() + 4.0 * shape.d_model * seq
-    return 2.0 * shape.d_model * shape.vocab / layer
+    layer = 2.0 * P.layer_params(shape) + 4.0 * shape.n_embd * seq
+    return 2.0 * shape.n_embd * shape.vocab_size / layer
 
 
 def balanced_split(n_layer: int, pp: int, head: float) -> tuple:

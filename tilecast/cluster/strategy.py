@@ -87,13 +87,13 @@ class Strategy:
             raise StrategyError(
                 f"global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
                 f"{self.dp} x {self.micro_batch}")
-        if getattr(shape, "learned_positions", 0) and self.seq > shape.learned_positions:
+        if shape.learned_positions and self.seq > shape.learned_positions:
             raise StrategyError(f"seq: {self.seq} exceeds the {shape.learned_positions} positions of "
                                 f"{shape.name}'s learned position table")
         if shape.n_head % self.tp:
             raise StrategyError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
-        if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
-            raise StrategyError(f"tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+        if shape.n_kv_head % self.tp and self.tp % shape.n_kv_head:
+            raise StrategyError(f"tp: {self.tp} and the {shape.n_kv_head} key/value heads do not divide each other")
         if self.schedule == "interleaved":
             if self.pp < 2:
                 raise StrategyError("schedule: interleaved needs pp >= 2")

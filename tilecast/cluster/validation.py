@@ -10,7 +10,7 @@ import yaml
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import load_shape
+from tilecast.graph.model_config import load_model
 from tilecast.cluster.strategy import Strategy
 
 RUNS = os.path.join(os.path.dirname(__file__), "validation", "runs.yaml")
@@ -73,7 +73,7 @@ def load_runs(path: str = RUNS) -> tuple:
 def predict(run: Run, clusters: dict = None) -> float:
     clusters = clusters if clusters is not None else {}
     c = clusters.get(run.cluster) or load_cluster(run.cluster)
-    res = evaluate(load_shape(run.model), run.strategy, c)
+    res = evaluate(load_model(run.model), run.strategy, c)
     return float(getattr(res, run.metric))
 
 
