@@ -58,9 +58,11 @@ def stage_layers(shape, pp: int) -> int:
     return math.ceil(shape.n_layer / pp)
 
 
-def kv_bytes_per_token(shape, tp: int, pp: int, kv_dtype: str) -> float:
-    """KV-cache bytes one token of one sequence takes on one GPU of the heaviest stage."""
-    return 2.0 * kv_heads_per_rank(shape, tp) * shape.head_dim * INFERENCE_DTYPE_BYTES[kv_dtype] * stage_layers(shape, pp)
+def kv_bytes_per_token(shape, tp: int, pp: int, kv_dtype: str, cp: int = 1) -> float:
+    """KV-cache bytes one token of one sequence takes on one GPU of the heaviest stage (the cache split over
+    ``cp`` GPUs with context parallelism)."""
+    out = 2.0 * kv_heads_per_rank(shape, tp) * shape.head_dim * INFERENCE_DTYPE_BYTES[kv_dtype] * stage_layers(shape, pp)
+    return out / cp if cp > 1 else out
 
 
 def weight_bytes(shape, tp: int, pp: int, weight_dtype: str) -> float:
@@ -85,18 +87,19 @@ def workspace_bytes(shape, tp: int, prefill_tokens: int, sequences: int) -> floa
 
 
 def inference_memory(shape, cluster, *, tp: int, pp: int, batch: int, context: int, prefill_tokens: int,
-                     weight_dtype: str, kv_dtype: str) -> InferenceMemory:
-    """Memory of one GPU serving ``batch`` sequences of up to ``context`` tokens each."""
+                     weight_dtype: str, kv_dtype: str, cp: int = 1) -> InferenceMemory:
+    """Memory of one GPU serving ``batch`` sequences of up to ``context`` tokens each (weights replicated over
+    the ``cp`` GPUs a prompt is split over; its KV cache and prefill activations divided)."""
     return InferenceMemory(
         weights=weight_bytes(shape, tp, pp, weight_dtype),
-        kv_cache=batch * context * kv_bytes_per_token(shape, tp, pp, kv_dtype),
-        workspace=workspace_bytes(shape, tp, prefill_tokens, batch),
+        kv_cache=batch * context * kv_bytes_per_token(shape, tp, pp, kv_dtype, cp),
+        workspace=workspace_bytes(shape, tp, prefill_tokens // cp, batch),
         reserved=cluster.gpu.reserved_bytes,
     )
 
 
 def largest_batch(shape, cluster, *, tp: int, pp: int, input_len: int, output_len: int, weight_dtype: str,
-                  kv_dtype: str, prefill_tokens_per_sequence: int | None = None) -> int:
+                  kv_dtype: str, prefill_tokens_per_sequence: int | None = None, cp: int = 1) -> int:
     """The most sequences of ``input_len + output_len`` tokens whose KV cache fits beside the weights.
 
     Memory grows linearly with the batch (KV cache, logits and, when the whole
@@ -107,7 +110,7 @@ def largest_batch(shape, cluster, *, tp: int, pp: int, input_len: int, output_le
     """
     ptok = input_len if prefill_tokens_per_sequence is None else prefill_tokens_per_sequence
     fixed = weight_bytes(shape, tp, pp, weight_dtype) + cluster.gpu.reserved_bytes
-    per_seq = ((input_len + output_len) * kv_bytes_per_token(shape, tp, pp, kv_dtype)
-               + workspace_bytes(shape, tp, ptok, 1))
+    per_seq = ((input_len + output_len) * kv_bytes_per_token(shape, tp, pp, kv_dtype, cp)
+               + workspace_bytes(shape, tp, ptok // cp, 1))
     free = cluster.gpu.memory_bytes - fixed
     return max(0, int(free // per_seq))

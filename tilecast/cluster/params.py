@@ -71,3 +71,8 @@ def n_params(cfg):
     """The whole model as the cluster counts it: layers, embeddings, final norm, an untied head."""
     head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.n_embd
     return cfg.n_layer * layer_params(cfg) + embedding_params(cfg) + head + 2 * cfg.n_embd
+
+
+def n_active_params(cfg):
+    """:func:`n_params` with only the experts one token goes through (top-k routed and shared)."""
+    return n_params(cfg) - cfg.n_layer * (layer_params(cfg) - active_layer_params(cfg))
