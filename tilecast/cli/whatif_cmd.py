@@ -11,12 +11,15 @@ from tilecast.cli import UsageError
 def add_parser(sub):
     p = sub.add_parser("whatif", help="predict a distributed training step (parallelism, collectives, memory)",
                        description="Predict the step time, its breakdown, throughput, MFU and memory per GPU of "
-                                   "one distributed GPT training configuration; sweep a hardware or strategy "
+                                   "one distributed training configuration (dense or mixture-of-experts, with "
+                                   "tensor, pipeline, data, expert and context parallelism); sweep a hardware or strategy "
                                    "parameter; or search the best layout.")
     p.add_argument("--cluster", default="dgx-a100", help="shipped cluster (dgx-a100, dgx-h100, dgx-h200) or YAML file")
     p.add_argument("--gpus", type=int, default=0, help="GPUs used (default tp x pp x dp); with --tp/--pp, dp = gpus/(tp pp)")
-    p.add_argument("--model", default="gpt3-175b", help="cluster shape (gpt3-175b, mt-nlg-530b, mpt-7b, llama3-70b, ...), "
-                                                        "GPT-2 preset, or JSON")
+    p.add_argument("--model", default="gpt3-175b",
+                   help="a preset (gpt3-175b, mt-nlg-530b, bloom-176b, mpt-7b, llama3-70b, mixtral-8x7b, "
+                        "deepseek-moe-16b, gpt2, ...: tilecast/graph/presets.py), a transformers config.json "
+                        "(gpt2, llama, mixtral) or JSON with ModelConfig's fields")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=0, help="sequences per step (default dp x micro-batch x 2pp)")
     p.add_argument("--micro-batch", type=int, default=1)
@@ -67,8 +70,9 @@ def add_parallelism_arguments(p) -> None:
     g = p.add_argument_group("mixture of experts, context parallelism, hybrid sharding")
     g.add_argument("--ep", type=int, default=1,
                    help="expert parallelism: a mixture of experts' routed experts spread over this many of the "
-                        "data-parallel ranks (training) or GPUs of a replica (--inference); must divide the "
-                        "experts (and --dp); tokens reach their experts by an all-to-all dispatch and combine")
+                        "data-parallel ranks (must divide the experts and --dp), or with --inference over this "
+                        "many of the --tp GPUs (must divide --tp); tokens reach their experts by an all-to-all "
+                        "dispatch and combine")
     g.add_argument("--capacity-factor", type=float, default=0.0,
                    help="each expert's buffer padded to this many times the mean load (tokens beyond dropped), "
                         "which the compute and the all-to-all carry; 0 = dropless (default)")

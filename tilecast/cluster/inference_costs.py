@@ -275,7 +275,8 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     expert weights whatever ``ep``. Flops: ``tokens x top-k x load`` rows through the experts' matrices,
     1/tp of them per GPU (``load``: the busiest GPU's over the mean). Weights read: those of the experts
     the pass's tokens touch (:func:`experts_touched`: all of them in a prefill, top-k per token in a
-    decode step of one sequence), plus the shared experts and, in the leading dense layers, the MLP.
+    decode step of one sequence; with a skew ``load`` > 1, at most n_experts / load of them, the tokens
+    read as spread over that many), plus the shared experts and, in the leading dense layers, the MLP.
     """
     from tilecast.cluster import params as P
 
@@ -283,7 +284,10 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     mats = 3 if shape.gated_mlp else 2
     expert_w = mats * h * fe
     routed = tokens * shape.n_experts_per_token * load
-    touched = float(experts_touched(shape.n_experts, shape.n_experts_per_token, tokens))
+    # routing skewed by ``load`` (the busiest expert's share over the mean) is read as tokens spread evenly over
+    # n_experts / load experts: a pass reads at most those
+    touched = min(float(experts_touched(shape.n_experts, shape.n_experts_per_token, tokens)),
+                  max(float(shape.n_experts_per_token), shape.n_experts / load))
     out = []
     fl = 2.0 * routed * expert_w / tp * m
     out.append((fl, (touched * expert_w / tp * wb + routed * ((mats - 1) * fe + h) / tp * 2) * m))

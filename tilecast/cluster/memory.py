@@ -34,6 +34,13 @@ bytes, for sequence s, micro-batch b, width h, heads a, tensor parallelism t:
 The 34 = 10 + 24 counts a 4h MLP; for other FFN widths the 16 s b h of MLP
 activations (fc1 output, GELU output, dropout mask, in Korthikanti's count) is
 scaled by f / 4h, and a gated MLP stores one more f-wide product.
+Context parallelism divides the activations (and logits) by cp: each rank
+holds seq / cp tokens. Expert parallelism divides the routed experts'
+parameters by ep, and their states are sharded over the dp x cp / ep
+expert-data-parallel ranks; ZeRO shards the other states over dp x cp ranks,
+or over ``shard_group`` x cp with hybrid sharding. A mixture of experts' MLP
+activations are those of the top-k routed (x the busiest rank's load) and
+shared experts, plus the tokens permuted to and from the experts.
 The first pipeline stage keeps the activations of min(m, p) micro-batches in
 1F1B (m with GPipe); interleaving multiplies that by 1 + (p-1)/(p v)
 (Korthikanti et al. 2022, Sec. 4.2.3).

@@ -17,7 +17,8 @@ RUNS = os.path.join(os.path.dirname(__file__), "validation", "runs.yaml")
 METRICS = ("step_s", "tokens_per_s", "tflops_per_gpu")
 STRATEGY_FIELDS = ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "zero", "schedule", "virtual_stages",
                    "recompute", "sequence_parallel", "attention", "overlap_grad_reduce", "overlap_param_gather",
-                   "tp_comm_overlap", "grad_reduce_bytes", "dtype")
+                   "tp_comm_overlap", "grad_reduce_bytes", "dtype", "cp", "ep", "capacity_factor", "expert_imbalance",
+                   "shard_group")
 REQUIRED = ("id", "source", "cluster", "model", "gpus", "dp", "seq", "global_batch", "micro_batch", "metric",
             "published", "role")
 # Publications that must stay out of the table and of every calibration.
@@ -63,7 +64,7 @@ def load_runs(path: str = RUNS) -> tuple:
             raise ValidationTableError(f"{path}: run {r['id']}: role must be calibration or validation")
         st = Strategy(**{k: r[k] for k in STRATEGY_FIELDS if k in r})
         if st.gpus != r["gpus"]:
-            raise ValidationTableError(f"{path}: run {r['id']}: tp x pp x dp = {st.gpus} but gpus = {r['gpus']}")
+            raise ValidationTableError(f"{path}: run {r['id']}: tp x cp x pp x dp = {st.gpus} but gpus = {r['gpus']}")
         runs.append(Run(id=r["id"], source=r["source"], cluster=r["cluster"], model=r["model"], gpus=r["gpus"],
                         metric=r["metric"], published=float(r["published"]), role=r["role"], strategy=st,
                         assumed=tuple(r.get("assumed", ()))))
