@@ -10,9 +10,9 @@ import time
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.graph.model_config import load_model
 from tilecast.cluster.search import candidates
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
 

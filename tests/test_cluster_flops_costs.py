@@ -2,14 +2,13 @@
 
 import pytest
 
-from tilecast.cluster import params as P
-
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.costs import layer_costs
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.graph.model_config import load_model
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 
 H100 = load_cluster("dgx-h100")
 

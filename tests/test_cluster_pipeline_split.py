@@ -3,13 +3,12 @@
 import pytest
 
 from tilecast.cluster import params as P
-
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.memory import stage_params
-from tilecast.graph.model_config import load_model
 from tilecast.cluster.pipeline_split import balanced_split, stage_layers
 from tilecast.cluster.strategy import Strategy, StrategyError
+from tilecast.graph.model_config import load_model
 
 
 def test_llama3_405b_head_aware_split_is_the_papers():

@@ -7,10 +7,10 @@ from hypothesis import strategies as hs
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.memory import memory_per_gpu
-from tilecast.graph.model_config import load_model
 from tilecast.cluster.search import candidates, search
 from tilecast.cluster.strategy import Strategy, StrategyError
 from tilecast.cluster.sweep import parse_values, sweep
+from tilecast.graph.model_config import load_model
 
 C = load_cluster("dgx-a100")
 GPT3 = load_model("gpt3-175b")

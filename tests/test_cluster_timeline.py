@@ -7,9 +7,9 @@ import pytest
 from tilecast.cluster.costs import LayerCosts
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.graph.model_config import ModelConfig, load_model
 from tilecast.cluster.strategy import Strategy
 from tilecast.cluster.timeline import breakdown, build_timeline
+from tilecast.graph.model_config import ModelConfig, load_model
 
 FREE = LayerCosts(fwd_compute=1.0, bwd_compute=2.0, recompute=0.0, fwd_tp=0.0, bwd_tp=0.0, head_fwd=0.0,
                   head_bwd=0.0, p2p=0.0, layer_param_gather=0.0, layer_grad_scatter=0.0, grad_reduce=0.0,

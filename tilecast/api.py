@@ -495,9 +495,9 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
     copy, ``load_cluster("dgx-h100").scaled(network_bandwidth=2)``)."""
     from tilecast.cluster.evaluate import evaluate
     from tilecast.cluster.hardware import Cluster, load_cluster
-    from tilecast.graph.model_config import load_model
     from tilecast.cluster.search import search as search_layouts
     from tilecast.cluster.strategy import layout
+    from tilecast.graph.model_config import load_model
 
     c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_model(model)
     if search:

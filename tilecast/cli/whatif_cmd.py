@@ -97,8 +97,7 @@ def _fail(e):
 
 def _inputs(args):
     from tilecast.cluster.hardware import ClusterError, load_cluster
-    from tilecast.graph.model_config import load_model
-    from tilecast.graph.model_config import ModelConfigError
+    from tilecast.graph.model_config import ModelConfigError, load_model
 
     try:
         cluster = load_cluster(args.cluster)

@@ -105,7 +105,8 @@ def _print(r: dict, engine: str) -> None:
     mode = (f"{c['request_rate']:g} requests/s, continuous batching" if r["mode"] == "continuous"
             else f"batch {r['batch']:.0f}")
     extra = "".join(f" {k}={c[k]}" for k in ("cp", "ep") if c.get(k, 1) != 1)
-    print(f"{r['model']} served on {r['gpus']} x {r['cluster']} ({engine}): tp={c['tp']} pp={c['pp']} dp={c['dp']}{extra} "
+    print(f"{r['model']} served on {r['gpus']} x {r['cluster']} ({engine}): "
+          f"tp={c['tp']} pp={c['pp']} dp={c['dp']}{extra} "
           f"{mode}, input {c['input_len']} / output {c['output_len']} tokens, weights {c['weight_dtype']}, "
           f"KV cache {c['kv_dtype']}")
     print(f"  {r['tokens_per_s']:,.0f} output tokens/s ({r['tokens_per_s_per_gpu']:,.0f} per GPU, "

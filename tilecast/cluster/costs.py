@@ -11,11 +11,10 @@ bytes moved / (HBM bandwidth x efficiency), backward twice the forward.
 
 from __future__ import annotations
 
-from tilecast.cluster import params as P
-
 from dataclasses import dataclass
 
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, p2p_time
 from tilecast.cluster.collectives import collective_time as _collective_time
 from tilecast.cluster.memory import stage_param_split

@@ -48,8 +48,6 @@ each engine) or stated in the file, and two switches stated per engine:
 
 from __future__ import annotations
 
-from tilecast.cluster import params as P
-
 import os
 from dataclasses import dataclass, field
 
@@ -57,6 +55,7 @@ import numpy as np
 import yaml
 
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, collective_time, p2p_time
 from tilecast.cluster.inference_memory import INFERENCE_DTYPE_BYTES, kv_heads_per_rank
 
@@ -244,8 +243,6 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
             ring = collective_time("all_reduce", seqs * h / tp * 2.0, Group.placed(cluster, cp, stride=tp), cluster)
     # layer norms, residual adds, activation function: HBM-bound at the elementwise efficiency
     if shape.is_moe:
-        from tilecast.cluster import params as P
-
         m, fe = P.moe_layer_share(shape), shape.expert_intermediate_size
         width = (1 - m) * f + m * (shape.n_experts_per_token * expert_load + shape.n_shared_experts) * fe
         elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * width / tp * 2
@@ -278,8 +275,6 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     decode step of one sequence; with a skew ``load`` > 1, at most n_experts / load of them, the tokens
     read as spread over that many), plus the shared experts and, in the leading dense layers, the MLP.
     """
-    from tilecast.cluster import params as P
-
     h, fe, m = shape.n_embd, shape.expert_intermediate_size, P.moe_layer_share(shape)
     mats = 3 if shape.gated_mlp else 2
     expert_w = mats * h * fe
@@ -293,7 +288,8 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     out.append((fl, (touched * expert_w / tp * wb + routed * ((mats - 1) * fe + h) / tp * 2) * m))
     if shape.n_shared_experts:
         w = shape.n_shared_experts * expert_w
-        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + tokens * shape.n_shared_experts * ((mats - 1) * fe + h) / tp * 2) * m))
+        acts = tokens * shape.n_shared_experts * ((mats - 1) * fe + h) / tp * 2
+        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m))
     out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m))  # router
     if m < 1:
         w = mats * h * shape.intermediate_size
@@ -307,10 +303,9 @@ def expert_dispatch(shape, cluster, tokens: int, tp: int, ep: int, capacity_fact
     over the layers); 0 without experts or with ``ep`` 1 (experts split like the dense MLP)."""
     if not shape.is_moe or ep == 1:
         return 0.0
-    from tilecast.cluster import params as P
-
     n = F.all_to_all_bytes(shape, tokens, tp, 2, capacity_factor)
-    return 2.0 * collective_time("all_to_all", n, Group.placed(cluster, ep, stride=1), cluster) * P.moe_layer_share(shape)
+    one = collective_time("all_to_all", n, Group.placed(cluster, ep, stride=1), cluster)
+    return 2.0 * one * P.moe_layer_share(shape)
 
 
 def prefill_ring_exposed(cluster, cp: int, tp: int, kv_bytes: float, attn_s: float) -> float:

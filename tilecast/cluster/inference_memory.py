@@ -22,10 +22,10 @@ plus the cluster's ``reserved_bytes`` (CUDA context, allocator slack).
 
 from __future__ import annotations
 
-from tilecast.cluster import params as P
-
 import math
 from dataclasses import dataclass
+
+from tilecast.cluster import params as P
 
 INFERENCE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
 

@@ -48,10 +48,9 @@ The first pipeline stage keeps the activations of min(m, p) micro-batches in
 
 from __future__ import annotations
 
-from tilecast.cluster import params as P
-
 from dataclasses import dataclass
 
+from tilecast.cluster import params as P
 from tilecast.cluster.pipeline_split import stage_layers
 from tilecast.cluster.strategy import DTYPE_BYTES
 
@@ -122,7 +121,8 @@ def activation_bytes_per_layer(shape, strat) -> float:
     if shape.is_moe:
         m = P.moe_layer_share(shape)
         routed = shape.n_experts_per_token * strat.expert_load
-        width = (1 - m) * shape.intermediate_size + m * (routed + shape.n_shared_experts) * shape.expert_intermediate_size
+        fe = shape.expert_intermediate_size
+        width = (1 - m) * shape.intermediate_size + m * (routed + shape.n_shared_experts) * fe
         mlp_scale = width / (4.0 * h) * gated
         permuted = m * 4.0 * routed  # bytes per s b h: the dispatched and the combined copies, 2 bytes each
     else:

@@ -15,9 +15,9 @@ Uneven splits run with one model chunk per stage (no interleaving).
 
 from __future__ import annotations
 
-from tilecast.cluster import params as P
-
 import math
+
+from tilecast.cluster import params as P
 
 SPLITS = ("even", "head")
 

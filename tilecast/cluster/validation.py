@@ -10,8 +10,8 @@ import yaml
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.graph.model_config import load_model
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 
 RUNS = os.path.join(os.path.dirname(__file__), "validation", "runs.yaml")
 METRICS = ("step_s", "tokens_per_s", "tflops_per_gpu")
