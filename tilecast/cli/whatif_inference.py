@@ -122,7 +122,9 @@ def _print(r: dict, engine: str) -> None:
         return f"{label} {b[k]:.4g} s ({100 * b[k] / tot:.1f}%)"
 
     print("  breakdown: " + "   ".join([part("compute_s", "compute-bound"), part("memory_s", "memory-bound"),
-                                        part("comm_s", "tensor-parallel comm"), part("overhead_s", "engine overhead"),
+                                        part("comm_s", "tensor-parallel comm" if c.get("ep", 1) == 1 and c.get("cp", 1) == 1
+                                             else "comm (tensor-parallel, expert all-to-all, context ring)"),
+                                        part("overhead_s", "engine overhead"),
                                         part("pipeline_idle_s", "pipeline idle")]))
     m = r["memory"]
     verdict = "fits" if r["fits"] else "DOES NOT FIT"
