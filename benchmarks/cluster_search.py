@@ -10,9 +10,9 @@ import time
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import load_shape
 from tilecast.cluster.search import candidates
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
@@ -23,21 +23,21 @@ def main():
     conditions = run_conditions()
     print(conditions_line(conditions))
     c = load_cluster("dgx-a100")
-    shape = load_shape("gpt3-175b")
+    shape = load_model("gpt3-175b")
     st = Strategy(tp=8, pp=16, dp=24, seq=2048, global_batch=1536, recompute="selective", sequence_parallel=True,
                   schedule="interleaved", virtual_stages=2)
     t0 = time.process_time()
     r = evaluate(shape, st, c)
     one = time.process_time() - t0
     # every candidate layout (fitting or not) for 175B on 3072 GPUs, then 70B on 1024, until --configs are done
-    cands = candidates(shape, c, 3072, 2048, 1536) + candidates(load_shape("mpt-70b"), c, 1024, 2048, 1024)
+    cands = candidates(shape, c, 3072, 2048, 1536) + candidates(load_model("mpt-70b"), c, 1024, 2048, 1024)
     cands = (cands * (1 + args.configs // max(1, len(cands))))[: args.configs]
     shapes = {}
     t0 = time.process_time()
     tasks = 0
     for s in cands:
         name = "gpt3-175b" if s.gpus == 3072 else "mpt-70b"
-        shapes.setdefault(name, load_shape(name))
+        shapes.setdefault(name, load_model(name))
         tasks += evaluate(shapes[name], s, c).n_tasks
     many = time.process_time() - t0
     print(f"{'what':<40} {'CPU s':>8} {'tasks':>9}")

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import load_shape
+from tilecast.graph.model_config import load_model as load_shape
 from tilecast.cluster.strategy import layout
 from tilecast.graph import Tiling
 from tilecast.graph.distribution import prepare

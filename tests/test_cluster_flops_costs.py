@@ -3,17 +3,18 @@
 import pytest
 
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.costs import layer_costs
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import load_shape
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 
 H100 = load_cluster("dgx-h100")
 
 
 def test_causal_kernels_count_the_lower_triangle_unfused_the_square():
-    shape, s = load_shape("mpt-7b"), 8192
+    shape, s = load_model("mpt-7b"), 8192
     st = Strategy(dp=8, seq=s, global_batch=8, zero=3)
     gemm = sum(F.layer_gemm_flops(shape, s, s, 1).values())
     full = F.layer_attention_flops(shape, s, s, 1)
@@ -24,7 +25,7 @@ def test_causal_kernels_count_the_lower_triangle_unfused_the_square():
 
 def test_fused_attention_backward_is_two_and_a_half_forwards():
     # FlashAttention-2 (Dao 2023): the backward recomputes the scores, 2.5x the forward's flops.
-    shape = load_shape("mpt-1b")
+    shape = load_model("mpt-1b")
     short, long = (layer_costs(shape, Strategy(dp=8, seq=s, global_batch=8, micro_batch=32768 // s), H100)
                    for s in (1024, 32768))
     # same tokens per micro-batch: only the attention differs between the two
@@ -43,14 +44,14 @@ def test_gemm_shape_factor_slows_thin_gemms():
 
 
 def test_model_flops_leave_untied_input_embeddings_out():
-    llama, gpt3 = load_shape("llama2-7b"), load_shape("gpt3-175b")
-    assert F.model_params(llama) == llama.n_params() - llama.vocab * llama.d_model  # the input lookup
-    assert F.model_params(gpt3) == gpt3.n_params() - 2048 * gpt3.d_model  # tied: only the position table
+    llama, gpt3 = load_model("llama2-7b"), load_model("gpt3-175b")
+    assert F.model_params(llama) == P.n_params(llama) - llama.vocab_size * llama.n_embd  # the input lookup
+    assert F.model_params(gpt3) == P.n_params(gpt3) - 2048 * gpt3.n_embd  # tied: only the position table
     assert F.model_flops_per_token(llama, 4096) == pytest.approx(6 * F.model_params(llama) + 12 * 32 * 4096 * 4096)
 
 
 def test_hfu_counts_recomputation_as_mosaicml_does():
-    shape = load_shape("mpt-7b")
+    shape = load_model("mpt-7b")
     st = Strategy(dp=8, zero=3, seq=4096, global_batch=256, micro_batch=16, recompute="full", grad_reduce_bytes=4)
     r = evaluate(shape, st, H100)
     # llm-foundry's benchmark table, 7b seq 4096 with activation checkpointing: HFU 53.9 / MFU 40.42;

@@ -11,7 +11,7 @@ from tilecast.cluster.hardware import ClusterError, load_cluster
 from tilecast.cluster.inference import InferenceConfig
 from tilecast.cluster.inference_search import inference_search
 from tilecast.cluster.inference_sweep import inference_sweep, inference_sweep_table
-from tilecast.cluster.models import load_shape
+from tilecast.graph.model_config import load_model as load_shape
 from tilecast.cluster.search import search, search_sweep
 from tilecast.cluster.strategy import Strategy
 from tilecast.cluster.sweep import parse_values, sweep, sweep_table

@@ -5,7 +5,7 @@ import pytest
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.memory import (activation_bytes_per_layer, memory_per_gpu, model_state_bytes,
                                      stage_params)
-from tilecast.cluster.models import load_shape
+from tilecast.graph.model_config import load_model
 from tilecast.cluster.strategy import Strategy
 
 
@@ -17,7 +17,7 @@ def test_zero_stages_one_billion_params_eight_ranks(zero, want):
 
 
 def test_zero_totals_for_gpt2_xl():
-    shape = load_shape("gpt2-xl")
+    shape = load_model("gpt2-xl")
     n = shape.n_params()  # tp = pp = 1: the rank holds the whole model
     st = Strategy(dp=16, seq=1024, global_batch=16)
     assert stage_params(shape, st) == n
@@ -32,7 +32,7 @@ def test_zero_totals_for_gpt2_xl():
 
 
 def test_activations_match_korthikanti_formula():
-    shape = load_shape("gpt3-175b")
+    shape = load_model("gpt3-175b")
     s, b, h, a = 2048, 1, 12288, 96
     st = Strategy(tp=8, seq=s, global_batch=8, micro_batch=b, attention="unfused")
     t = 8
@@ -45,7 +45,7 @@ def test_activations_match_korthikanti_formula():
 
 def test_pipeline_in_flight_and_fit_flag():
     c = load_cluster("dgx-a100")
-    shape = load_shape("gpt3-175b")
+    shape = load_model("gpt3-175b")
     st = Strategy(tp=8, pp=8, dp=1, seq=2048, global_batch=64, recompute="selective", sequence_parallel=True)
     one_f = memory_per_gpu(shape, st, c)
     gpipe = memory_per_gpu(shape, st.with_(schedule="gpipe"), c)
@@ -60,5 +60,5 @@ def test_every_published_run_is_predicted_to_fit():
     from tilecast.cluster.validation import load_runs
 
     for r in load_runs():
-        m = memory_per_gpu(load_shape(r.model), r.strategy, load_cluster(r.cluster))
+        m = memory_per_gpu(load_model(r.model), r.strategy, load_cluster(r.cluster))
         assert m.total <= load_cluster(r.cluster).gpu.memory_bytes, (r.id, m.total / 1e9)

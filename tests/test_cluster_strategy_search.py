@@ -7,13 +7,13 @@ from hypothesis import strategies as hs
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.memory import memory_per_gpu
-from tilecast.cluster.models import load_shape
 from tilecast.cluster.search import candidates, search
 from tilecast.cluster.strategy import Strategy, StrategyError
 from tilecast.cluster.sweep import parse_values, sweep
+from tilecast.graph.model_config import load_model
 
 C = load_cluster("dgx-a100")
-GPT3 = load_shape("gpt3-175b")
+GPT3 = load_model("gpt3-175b")
 
 
 @pytest.mark.parametrize("kw, field", [
@@ -78,7 +78,7 @@ LAYOUTS = hs.fixed_dictionaries({
 @settings(max_examples=30, deadline=None)
 @given(LAYOUTS)
 def test_property_more_bandwidth_never_slower(x):
-    shape = load_shape("mpt-13b")
+    shape = load_model("mpt-13b")
     interleaved = x["schedule"] == "interleaved" and x["pp"] > 1
     st = Strategy(tp=x["tp"], pp=x["pp"], dp=x["dp"], seq=2048, global_batch=x["dp"] * x["mb"] * 4,
                   micro_batch=x["mb"], zero=x["zero"], recompute=x["rec"], overlap_grad_reduce=x["overlap"],

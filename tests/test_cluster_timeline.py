@@ -7,14 +7,14 @@ import pytest
 from tilecast.cluster.costs import LayerCosts
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import Shape, load_shape
 from tilecast.cluster.strategy import Strategy
 from tilecast.cluster.timeline import breakdown, build_timeline
+from tilecast.graph.model_config import ModelConfig, load_model
 
 FREE = LayerCosts(fwd_compute=1.0, bwd_compute=2.0, recompute=0.0, fwd_tp=0.0, bwd_tp=0.0, head_fwd=0.0,
                   head_bwd=0.0, p2p=0.0, layer_param_gather=0.0, layer_grad_scatter=0.0, grad_reduce=0.0,
                   grad_scatter=0.0, param_gather=0.0, optimizer=0.0, grad_bytes=1.0, flops_fwd_layer=1.0)
-SHAPE = Shape(name="toy", n_layer=16, d_model=64, n_head=4, vocab=100)
+SHAPE = ModelConfig(name="toy", n_layer=16, n_embd=64, n_head=4, vocab_size=100, n_positions=2048)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
@@ -40,7 +40,7 @@ def test_interleaving_divides_the_bubble(p, v, m):
 
 def test_gradient_buckets_overlap_backward():
     c = load_cluster("dgx-a100")
-    shape = load_shape("gpt2-xl")
+    shape = load_model("gpt2-xl")
     st = Strategy(dp=64, seq=1024, global_batch=64 * 4, micro_batch=4)
     on = evaluate(shape, st, c)
     off = evaluate(shape, st.with_(overlap_grad_reduce=False), c)
@@ -51,7 +51,7 @@ def test_gradient_buckets_overlap_backward():
 
 def test_breakdown_adds_up():
     c = load_cluster("dgx-h100")
-    r = evaluate(load_shape("gpt3-175b"), Strategy(tp=8, pp=8, dp=4, seq=2048, global_batch=256,
+    r = evaluate(load_model("gpt3-175b"), Strategy(tp=8, pp=8, dp=4, seq=2048, global_batch=256,
                                                    recompute="selective", sequence_parallel=True), c)
     b = r.breakdown
     assert b["compute_s"] + b["exposed_comm_s"] + b["bubble_s"] + b["optimizer_s"] == pytest.approx(r.step_s)
@@ -71,7 +71,7 @@ CONFIGS = [
 @pytest.mark.parametrize("name, st", CONFIGS)
 def test_more_bandwidth_never_slows_a_step(name, st):
     c = load_cluster("dgx-a100")
-    shape = load_shape(name)
+    shape = load_model(name)
     steps = [evaluate(shape, st, c.scaled(network_bandwidth=x, nvlink_bandwidth=y)).step_s
              for x, y in [(0.5, 0.5), (1, 1), (2, 1), (2, 2), (4, 4)]]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), steps
@@ -82,7 +82,7 @@ def test_3072_gpu_configuration_under_a_second():
     st = Strategy(tp=8, pp=16, dp=24, seq=2048, global_batch=1536, recompute="selective",
                   sequence_parallel=True, schedule="interleaved", virtual_stages=2)
     t0 = time.process_time()
-    r = evaluate(load_shape("gpt3-175b"), st, c)
+    r = evaluate(load_model("gpt3-175b"), st, c)
     elapsed = time.process_time() - t0
     assert r.gpus == 3072
     assert elapsed < 1.0, f"{elapsed:.2f} s of CPU for one 3072-GPU configuration"
@@ -92,7 +92,7 @@ def test_search_space_speed_1000_configs_per_minute():
     from tilecast.cluster.search import candidates
 
     c = load_cluster("dgx-a100")
-    shape = load_shape("gpt3-175b")
+    shape = load_model("gpt3-175b")
     cands = candidates(shape, c, 3072, 2048, 1536)[:200]
     assert len(cands) == 200
     t0 = time.process_time()

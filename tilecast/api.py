@@ -516,11 +516,11 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
     copy, ``load_cluster("dgx-h100").scaled(network_bandwidth=2)``)."""
     from tilecast.cluster.evaluate import evaluate
     from tilecast.cluster.hardware import Cluster, load_cluster
-    from tilecast.cluster.models import load_shape
     from tilecast.cluster.search import search as search_layouts
     from tilecast.cluster.strategy import layout
+    from tilecast.graph.model_config import load_model
 
-    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_shape(model)
+    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_model(model)
     if search:
         _positive("gpus", gpus)
         res = search_layouts(shape, c, gpus, seq, global_batch or gpus, top=top, max_configs=max_configs,
@@ -632,9 +632,9 @@ def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: in
     from tilecast.cluster.hardware import Cluster, load_cluster
     from tilecast.cluster.inference import InferenceConfig, evaluate_inference
     from tilecast.cluster.inference_costs import DEFAULT_ENGINE, engine_efficiency
-    from tilecast.cluster.models import load_shape
+    from tilecast.graph.model_config import load_model
 
-    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_shape(model)
+    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_model(model)
     eff = engine_efficiency(engine or DEFAULT_ENGINE)
     cfg = InferenceConfig(tp=tp, pp=pp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
                           weight_dtype=dtype, kv_dtype=kv_dtype or dtype, request_rate=request_rate,

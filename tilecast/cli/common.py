@@ -20,7 +20,8 @@ DEFAULT_TILE = "256"
 FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
-    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir")}
+    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir",
+    "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group")}
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 
@@ -124,7 +125,7 @@ def add_json_arg(p) -> None:
 def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     """Validated (model, batch, seq, tiling) from the shared flags; UsageError on bad input."""
     try:
-        cfg = load_model(args.model)
+        cfg = load_model(args.model).check_tiled()
     except ModelConfigError as e:
         raise UsageError(as_flags(str(e))) from None
     if args.batch < 1:

@@ -37,7 +37,7 @@ def run(args) -> int:
     cfg = None
     if args.model:
         try:
-            cfg = load_model(args.model)
+            cfg = load_model(args.model).check_tiled()
         except ModelConfigError as e:
             raise UsageError(as_flags(str(e))) from None
     batch = args.batch or DEMO_BATCH

@@ -11,12 +11,15 @@ from tilecast.cli import UsageError
 def add_parser(sub):
     p = sub.add_parser("whatif", help="predict a distributed training step (parallelism, collectives, memory)",
                        description="Predict the step time, its breakdown, throughput, MFU and memory per GPU of "
-                                   "one distributed GPT training configuration; sweep a hardware or strategy "
+                                   "one distributed training configuration (dense or mixture-of-experts, with "
+                                   "tensor, pipeline, data, expert and context parallelism); sweep a hardware or strategy "
                                    "parameter; or search the best layout.")
     p.add_argument("--cluster", default="dgx-a100", help="shipped cluster (dgx-a100, dgx-h100, dgx-h200) or YAML file")
     p.add_argument("--gpus", type=int, default=0, help="GPUs used (default tp x pp x dp); with --tp/--pp, dp = gpus/(tp pp)")
-    p.add_argument("--model", default="gpt3-175b", help="cluster shape (gpt3-175b, mt-nlg-530b, mpt-7b, llama3-70b, ...), "
-                                                        "GPT-2 preset, or JSON")
+    p.add_argument("--model", default="gpt3-175b",
+                   help="a preset (gpt3-175b, mt-nlg-530b, bloom-176b, mpt-7b, llama3-70b, mixtral-8x7b, "
+                        "deepseek-moe-16b, gpt2, ...: tilecast/graph/presets.py), a transformers config.json "
+                        "(gpt2, llama, mixtral) or JSON with ModelConfig's fields")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=0, help="sequences per step (default dp x micro-batch x 2pp)")
     p.add_argument("--micro-batch", type=int, default=1)
@@ -63,11 +66,37 @@ def add_parser(sub):
                         "hardware parameter, the best layout at each point and its gain")
     p.add_argument("--json", action="store_true",
                    help="one JSON object on standard output (keys and units: tilecast/cluster/README.md)")
+    add_parallelism_arguments(p)
     from tilecast.cli.whatif_inference import JSON_KEYS, add_arguments
 
     add_arguments(p)
     p.epilog = JSON_KEYS
     return p
+
+
+def add_parallelism_arguments(p) -> None:
+    """Experts, context parallelism and hybrid sharding: one group of flags (training; --ep, --cp,
+    --capacity-factor and --expert-imbalance also with --inference)."""
+    g = p.add_argument_group("mixture of experts, context parallelism, hybrid sharding")
+    g.add_argument("--ep", type=int, default=1,
+                   help="expert parallelism: a mixture of experts' routed experts spread over this many of the "
+                        "data-parallel ranks (must divide the experts and --dp), or with --inference over this "
+                        "many of the --tp GPUs (must divide --tp); tokens reach their experts by an all-to-all "
+                        "dispatch and combine")
+    g.add_argument("--capacity-factor", type=float, default=0.0,
+                   help="each expert's buffer padded to this many times the mean load (tokens beyond dropped), "
+                        "which the compute and the all-to-all carry; 0 = dropless (default)")
+    g.add_argument("--expert-imbalance", type=float, default=1.0,
+                   help="dropless routing: the busiest expert's tokens over the mean (>= 1), stretching the "
+                        "expert compute of its rank, which the others wait for (default 1: balanced)")
+    g.add_argument("--cp", type=int, default=1,
+                   help="context parallelism: each sequence split over this many GPUs (ring attention: key/value "
+                        "blocks passed around the ring, overlapped with attention); --seq must split into "
+                        "2 x cp chunks; with --inference the prompt's prefill and the KV cache are split")
+    g.add_argument("--shard-group", type=int, default=0,
+                   help="with --zero 1/2/3: shard the model states over groups of this many data-parallel ranks "
+                        "(e.g. a node's 8) and replicate them across groups (FSDP hybrid sharding); 0 = over "
+                        "all --dp ranks (default)")
 
 
 def _fail(e):
@@ -78,18 +107,18 @@ def _fail(e):
 
 def _inputs(args):
     from tilecast.cluster.hardware import ClusterError, load_cluster
-    from tilecast.cluster.models import load_shape
-    from tilecast.graph.model_config import ModelConfigError
+    from tilecast.graph.model_config import ModelConfigError, load_model
 
     try:
         cluster = load_cluster(args.cluster)
     except ClusterError as e:
         _fail(e)
     try:
-        shape = load_shape(args.model)
+        shape = load_model(args.model)
     except (ModelConfigError, OSError, ValueError) as e:
         _fail(e)
-    for flag in ("gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "dp", "virtual_stages", "top", "max_configs"):
+    for flag in ("gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "dp", "virtual_stages", "top", "max_configs",
+                 "shard_group"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag.replace('_', '-')}: must not be negative")
     return cluster, shape
@@ -103,7 +132,9 @@ def _strategy(args, shape, cluster):
     except ValueError:
         raise UsageError(f"--stage-layers: expected whole numbers separated by commas, got {args.stage_layers!r}") from None
     try:
-        st = layout(gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp, global_batch=args.global_batch,
+        st = layout(gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, ep=args.ep,
+                    capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
+                    shard_group=args.shard_group, global_batch=args.global_batch,
                     micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     seq=args.seq, zero=args.zero, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
                     dtype=args.dtype, attention=args.attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
@@ -123,7 +154,9 @@ def _gb(x):
 
 def _print_result(r):
     st = r.strategy
-    print(f"{r.model} on {r.gpus} x {r.cluster}: tp={st['tp']} pp={st['pp']} dp={st['dp']} zero={st['zero']} "
+    extra = "".join(f" {k}={st[k]}" for k in ("cp", "ep") if st.get(k, 1) != 1)
+    extra += f" shard-group={st['shard_group']}" if st.get("shard_group") else ""
+    print(f"{r.model} on {r.gpus} x {r.cluster}: tp={st['tp']} pp={st['pp']} dp={st['dp']}{extra} zero={st['zero']} "
           f"{st['schedule']}{'(v=%d)' % st['virtual_stages'] if st['schedule'] == 'interleaved' else ''} "
           f"recompute={st['recompute']} sp={st['sequence_parallel']} micro-batch={st['micro_batch']} "
           f"global-batch={st['global_batch']} seq={st['seq']} {st['dtype']}")
@@ -134,8 +167,11 @@ def _print_result(r):
     def part(k, label):
         return f"{label} {b[k]:.4g} s ({100 * b[k] / r.step_s:.1f}%)"
 
+    blocking = f"tensor-parallel {b['tp_comm_s']:.4g} s"
+    blocking += f", expert all-to-all {b['ep_comm_s']:.4g} s" if b.get("ep_comm_s") else ""
+    blocking += f", ring attention {b['cp_comm_s']:.4g} s" if b.get("cp_comm_s") else ""
     print("  breakdown: " + "   ".join([part("compute_s", "compute"), part("exposed_comm_s", "exposed comm")
-                                        + f" [tensor-parallel {b['tp_comm_s']:.4g} s]",
+                                        + f" [{blocking}]",
                                         part("bubble_s", "pipeline bubble"), part("optimizer_s", "optimizer")])
           + f"   (overlapped comm {b['overlapped_comm_s']:.4g} s, hidden under compute)")
     m = r.memory
@@ -144,7 +180,8 @@ def _print_result(r):
           f"{_gb(m['params'])}, grads {_gb(m['grads'])}, optimizer {_gb(m['optimizer'])}, activations "
           f"{_gb(m['activations'])}, other {_gb(m['other'])}")
     print("  MFU = tokens/s x (6N + 12 L h s) / (GPUs x peak), N without input-embedding lookups; Kaplan et al. "
-          "2020 (6N), PaLM appendix B (attention); HFU adds recomputed forward work")
+          "2020 (6N), PaLM appendix B (attention); HFU adds recomputed forward work"
+          + ("; N: active parameters (top-k and shared experts)" if r.active_params != r.params else ""))
 
 
 def _run_sweeps(args, shape, st, cluster):

@@ -11,12 +11,13 @@ from tilecast.cli import UsageError
 INFERENCE_FLAGS = {"weight_dtype": "--dtype", "kv_dtype": "--kv-dtype", "input_len": "--input-len",
                    "output_len": "--output-len", "request_rate": "--request-rate", "max_batch": "--max-batch",
                    "batch": "--batch", "tp": "--tp", "pp": "--pp", "dp": "--dp", "engine": "--engine",
-                   "model": "--model", "cluster": "--cluster"}
+                   "model": "--model", "cluster": "--cluster", "ep": "--ep", "cp": "--cp",
+                   "capacity_factor": "--capacity-factor", "expert_imbalance": "--expert-imbalance"}
 TRAINING_ONLY = ("trace",)
 
 JSON_KEYS = """\
 --json keys (--inference): model, cluster, engine, config (tp, pp, dp, batch, input_len, output_len, weight_dtype,
-kv_dtype, request_rate [requests/s], max_batch), mode ("fixed-batch" | "continuous"), gpus, batch [sequences in
+kv_dtype, request_rate [requests/s], max_batch, ep, cp, capacity_factor, expert_imbalance), mode ("fixed-batch" | "continuous"), gpus, batch [sequences in
 flight per replica], max_batch [largest batch that fits, per replica], tokens_per_s [output tokens/s, all replicas],
 tokens_per_s_per_gpu, total_tokens_per_s [input + output tokens/s], ttft_s [s], tpot_s [s], request_latency_s [s],
 requests_per_s, overloaded, prefill and decode (time_s [s], compute_s, memory_s, comm_s, overhead_s [s], flops,
@@ -71,17 +72,23 @@ def _config(args, shape, cluster):
     for flag in ("batch", "input_len", "output_len", "max_batch"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag.replace('_', '-')}: must not be negative")
-    tp, pp = args.tp or 1, args.pp or 1
+    if args.shard_group:
+        raise UsageError("--shard-group: not available with --inference (no optimizer states to shard)")
+    if args.cp < 1:
+        raise UsageError(f"--cp: must be a whole number >= 1, got {args.cp}")
+    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp
     dp = args.dp
+    what = "tp x pp" if cp == 1 else "tp x cp x pp"
     if not dp:
-        if args.gpus and args.gpus % (tp * pp):
-            raise UsageError(f"--gpus: {args.gpus} is not a multiple of tp x pp = {tp * pp}")
-        dp = args.gpus // (tp * pp) if args.gpus else 1
-    elif args.gpus and args.gpus != tp * pp * dp:
-        raise UsageError(f"--gpus: {args.gpus} differs from tp x pp x dp = {tp * pp * dp}")
+        if args.gpus and args.gpus % (tp * pp * cp):
+            raise UsageError(f"--gpus: {args.gpus} is not a multiple of {what} = {tp * pp * cp}")
+        dp = args.gpus // (tp * pp * cp) if args.gpus else 1
+    elif args.gpus and args.gpus != tp * pp * dp * cp:
+        raise UsageError(f"--gpus: {args.gpus} differs from {what} x dp = {tp * pp * dp * cp}")
     cfg = InferenceConfig(tp=tp, pp=pp, dp=dp, batch=args.batch, input_len=args.input_len,
                           output_len=args.output_len, weight_dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
-                          request_rate=args.request_rate, max_batch=args.max_batch)
+                          request_rate=args.request_rate, max_batch=args.max_batch, ep=args.ep, cp=cp,
+                          capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance)
     try:
         cfg.check(shape, cluster)
     except InferenceError as e:
@@ -101,7 +108,9 @@ def _print(r: dict, engine: str) -> None:
     c = r["config"]
     mode = (f"{c['request_rate']:g} requests/s, continuous batching" if r["mode"] == "continuous"
             else f"batch {r['batch']:.0f}")
-    print(f"{r['model']} served on {r['gpus']} x {r['cluster']} ({engine}): tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+    extra = "".join(f" {k}={c[k]}" for k in ("cp", "ep") if c.get(k, 1) != 1)
+    print(f"{r['model']} served on {r['gpus']} x {r['cluster']} ({engine}): "
+          f"tp={c['tp']} pp={c['pp']} dp={c['dp']}{extra} "
           f"{mode}, input {c['input_len']} / output {c['output_len']} tokens, weights {c['weight_dtype']}, "
           f"KV cache {c['kv_dtype']}")
     print(f"  {r['tokens_per_s']:,.0f} output tokens/s ({r['tokens_per_s_per_gpu']:,.0f} per GPU, "
@@ -117,7 +126,9 @@ def _print(r: dict, engine: str) -> None:
         return f"{label} {b[k]:.4g} s ({100 * b[k] / tot:.1f}%)"
 
     print("  breakdown: " + "   ".join([part("compute_s", "compute-bound"), part("memory_s", "memory-bound"),
-                                        part("comm_s", "tensor-parallel comm"), part("overhead_s", "engine overhead"),
+                                        part("comm_s", "tensor-parallel comm" if c.get("ep", 1) == 1 and c.get("cp", 1) == 1
+                                             else "comm (tensor-parallel, expert all-to-all, context ring)"),
+                                        part("overhead_s", "engine overhead"),
                                         part("pipeline_idle_s", "pipeline idle")]))
     m = r["memory"]
     verdict = "fits" if r["fits"] else "DOES NOT FIT"

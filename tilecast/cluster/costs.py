@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, p2p_time
 from tilecast.cluster.collectives import collective_time as _collective_time
-from tilecast.cluster.memory import stage_params
+from tilecast.cluster.memory import stage_param_split
 from tilecast.cluster.strategy import DTYPE_BYTES
 
 # Adam step with fp32 master weights, per parameter: read master, m, v, grad (4 each),
@@ -44,11 +45,16 @@ class LayerCosts:
     optimizer: float
     grad_bytes: float  # bytes of one stage's gradients on the wire
     flops_fwd_layer: float  # hardware flops of one layer forward (one rank, one micro-batch)
+    fwd_ep: float = 0.0  # blocking expert all-to-alls (dispatch, combine) of one layer's forward
+    bwd_ep: float = 0.0  # ... of its backward (and recomputed forward)
+    fwd_cp: float = 0.0  # ring-attention communication not hidden by attention, forward
+    bwd_cp: float = 0.0  # ... backward (and recomputed attention)
+    replica_reduce: float = 0.0  # hybrid sharding: all-reduce of the sharded gradients across replicas
 
 
 def layer_costs(shape, strat, cluster) -> LayerCosts:
     gpu = cluster.gpu
-    t, b, s = strat.tp, strat.micro_batch, strat.seq
+    t, b, s, cp = strat.tp, strat.micro_batch, strat.seq, strat.cp
     algo = strat.collective_algo
 
     def collective_time(op, n, group, c):
@@ -57,15 +63,22 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     # Activations, collectives and attention stay in 16 bits when the GEMMs run in fp8
     # (Transformer Engine keeps attention and communication in bf16).
     e = max(2, DTYPE_BYTES[strat.dtype])
-    tokens = b * s
-    h, f = shape.d_model, shape.ff
+    tokens = b * s // cp  # a rank's share of the micro-batch's tokens (context parallelism splits sequences)
+    h, f = shape.n_embd, shape.intermediate_size
     dt = strat.dtype
     attn_dt = "bf16" if dt == "fp8" else dt
 
-    shapes = F.layer_gemm_shapes(shape, tokens, t)
-    gemms = {k: 2.0 * m * n * kk for k, (m, n, kk) in shapes.items()}
-    gemm_t = float(sum(gpu.matmul_time(gemms[k], dt, min(dims)) for k, dims in shapes.items()))
-    attn_flops = F.layer_attention_flops(shape, tokens, s, t)
+    if shape.is_moe:
+        calls = F.moe_gemm_shapes(shape, tokens, t, strat.ep, strat.expert_load)
+        gemm_t = float(sum(w * gpu.matmul_time(2.0 * m * n * kk, dt, min(mc, n, kk))
+                           for m, n, kk, w, mc in calls.values()))
+        gemm_flops = sum(2.0 * m * n * kk * w for m, n, kk, w, _ in calls.values())
+    else:
+        shapes = F.layer_gemm_shapes(shape, tokens, t)
+        gemms = {k: 2.0 * m * n * kk for k, (m, n, kk) in shapes.items()}
+        gemm_t = float(sum(gpu.matmul_time(gemms[k], dt, min(dims)) for k, dims in shapes.items()))
+        gemm_flops = sum(gemms.values())
+    attn_flops = F.layer_attention_flops(shape, tokens, s, t)  # the rank's queries against the whole sequence
     if strat.attention != "unfused":
         # a causal fused kernel computes the lower triangle only; its backward recomputes the scores
         attn_hw = attn_flops * F.causal_fraction(s)
@@ -75,15 +88,22 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
         attn_mem = 0.0
     else:
         attn_hw = attn_flops  # the whole square, masked afterwards
-        calls = 2 * b * shape.n_head / t  # one (s x d) x (d x s) and one (s x s) x (s x d) product per head
-        attn_t = float(gpu.matmul_time(attn_flops / calls, attn_dt)) * calls
+        calls_n = 2 * b * shape.n_head / t  # one (s x d) x (d x s) and one (s x s) x (s x d) product per head
+        attn_t = float(gpu.matmul_time(attn_flops / calls_n, attn_dt)) * calls_n
         attn_bwd = 2.0 * attn_t
         # scores written and read by softmax, probabilities written, dropout mask and output: ~(4e + 2) bytes/element
-        attn_mem = float(gpu.memory_time(b * shape.n_head / t * s * s * (4 * e + 2)))
+        attn_mem = float(gpu.memory_time(b * shape.n_head / t * s * s / cp * (4 * e + 2)))
     repl = 12.0 * tokens * h * e  # two layer norms, two dropout + residual adds
     if strat.sequence_parallel:
         repl /= t
-    act_bytes = (3 if shape.gated_mlp else 2) * tokens * f * e / t  # GELU / SwiGLU
+    gate = 3 if shape.gated_mlp else 2
+    if shape.is_moe:  # GELU / SwiGLU over the MLPs each token goes through, plus permuting tokens to experts
+        m, fe = P.moe_layer_share(shape), shape.expert_intermediate_size
+        routed = tokens * shape.n_experts_per_token * strat.expert_load
+        act_bytes = ((1 - m) * gate * tokens * f + m * gate * (routed + tokens * shape.n_shared_experts) * fe) * e / t
+        act_bytes += m * 4.0 * routed * h * e / t
+    else:
+        act_bytes = gate * tokens * f * e / t  # GELU / SwiGLU
     elem_t = float(gpu.memory_time(repl + act_bytes))
 
     fwd = gemm_t + attn_t + attn_mem + elem_t
@@ -103,33 +123,100 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
         one = collective_time("all_reduce", act, tp_group, cluster)
     fwd_tp = 2 * one  # after attention and after the MLP (Shoeybi et al. 2019, Fig. 3)
     bwd_tp = 2 * one + (fwd_tp if strat.recompute == "full" else 0.0)
+    fwd_ep, bwd_ep = expert_all_to_all(shape, strat, cluster, tokens, e)
+    fwd_cp, bwd_cp = ring_attention_exposed(shape, strat, cluster, tokens, e, attn_t, attn_bwd)
 
-    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab / t)))
-    head_mem = float(gpu.memory_time(tokens * shape.vocab / t * (e + 4) * 2))  # logits, fp32 softmax
+    head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab_size / t)))
+    head_mem = float(gpu.memory_time(tokens * shape.vocab_size / t * (e + 4) * 2))  # logits, fp32 softmax
 
-    crosses = t * strat.dp >= cluster.gpus_per_node
+    crosses = t * cp * strat.dp >= cluster.gpus_per_node
     p2p = p2p_time(act / t, cluster, crosses)  # Megatron scatter/gather: each TP rank sends 1/t
 
-    dp_group = Group.placed(cluster, strat.dp, stride=t)
-    n_stage = stage_params(shape, strat)
-    gbytes = n_stage * strat.grad_reduce_bytes
-    lbytes = shape.layer_params() / t * e
-    lgbytes = shape.layer_params() / t * strat.grad_reduce_bytes
-    if strat.zero == 0:
-        grad_reduce = collective_time("all_reduce", gbytes, dp_group, cluster)
-    else:
-        grad_reduce = collective_time("reduce_scatter", gbytes, dp_group, cluster)
-    local = n_stage / (strat.dp if strat.zero >= 1 else 1)
+    st = _state_costs(shape, strat, cluster, collective_time, e)
     return LayerCosts(
         fwd_compute=fwd, bwd_compute=bwd, recompute=rec, fwd_tp=fwd_tp, bwd_tp=bwd_tp,
         head_fwd=head + head_mem, head_bwd=2 * head + head_mem,
-        p2p=p2p,
-        layer_param_gather=collective_time("all_gather", lbytes, dp_group, cluster),
-        layer_grad_scatter=collective_time("reduce_scatter", lgbytes, dp_group, cluster),
-        grad_reduce=grad_reduce,
-        grad_scatter=collective_time("reduce_scatter", gbytes, dp_group, cluster),
-        param_gather=collective_time("all_gather", n_stage * e, dp_group, cluster) if strat.zero in (1, 2) else 0.0,
-        optimizer=float(gpu.memory_time(local * OPTIMIZER_BYTES_PER_PARAM)),
+        p2p=p2p, **st,
+        flops_fwd_layer=gemm_flops + attn_hw,
+        fwd_ep=fwd_ep, bwd_ep=bwd_ep, fwd_cp=fwd_cp, bwd_cp=bwd_cp,
+    )
+
+
+def expert_all_to_all(shape, strat, cluster, tokens: int, e: int) -> tuple:
+    """(forward, backward) seconds of one layer's blocking expert all-to-alls (the mean over layers).
+
+    Each MoE layer dispatches the tokens to their experts' ranks and combines the results back: two
+    all-to-alls of :func:`tilecast.cluster.flops.all_to_all_bytes` over the ``ep`` ranks in the forward,
+    two in the backward (their gradients), two more when full recomputation replays the forward.
+    """
+    if not shape.is_moe or strat.ep == 1:
+        return 0.0, 0.0
+    group = Group.placed(cluster, strat.ep, stride=strat.tp * strat.cp)
+    n = F.all_to_all_bytes(shape, tokens, strat.tp, e, strat.capacity_factor)
+    one = _collective_time("all_to_all", n, group, cluster, strat.collective_algo)
+    fwd = 2 * one * P.moe_layer_share(shape)
+    return fwd, fwd + (fwd if strat.recompute == "full" else 0.0)
+
+
+def ring_attention_exposed(shape, strat, cluster, tokens: int, e: int, attn_t: float, attn_bwd: float) -> tuple:
+    """(forward, backward) seconds of ring-attention communication that attention compute does not hide.
+
+    Context parallelism (Liu et al. 2023, "Ring Attention with Blockwise Transformers"; Megatron-Core's
+    context parallelism) splits each sequence over ``cp`` ranks; each layer passes the key/value blocks
+    around the ring in ``cp - 1`` steps, each step's transfer (the rank's tokens x 2 x key/value width,
+    its 1/tp share) overlapped with the attention of the block already there (1/cp of the rank's
+    attention). The backward passes the keys/values and their gradients (twice the bytes); recomputing
+    attention (selective or full) runs the forward ring again.
+    """
+    cp = strat.cp
+    if cp == 1:
+        return 0.0, 0.0
+    group = Group.placed(cluster, cp, stride=strat.tp)
+    kv = tokens * 2.0 * shape.kv_dim * e / strat.tp
+    step = p2p_time(kv, cluster, group.nodes > 1)
+    step2 = p2p_time(2 * kv, cluster, group.nodes > 1)
+    fwd = (cp - 1) * max(0.0, step - attn_t / cp)
+    bwd = (cp - 1) * max(0.0, step2 - attn_bwd / cp) + (fwd if strat.recompute != "none" else 0.0)
+    return fwd, bwd
+
+
+def _state_costs(shape, strat, cluster, collective_time, e) -> dict:
+    """Gradient reduction, ZeRO gathers and scatters, optimizer: per step or per layer.
+
+    Dense parameters are replicated over the dp x cp ranks, routed experts over dp x cp / ep (the
+    expert-data-parallel ranks); each part is reduced (DDP) or sharded (ZeRO) over its own ranks. With
+    hybrid sharding (``shard_group`` N < dp) the dense states are sharded over N x cp ranks and the
+    sharded gradients all-reduced across the dp / N replicas once per step (``replica_reduce``).
+    """
+    t, cp, ep = strat.tp, strat.cp, strat.ep
+    n_dense, n_expert = stage_param_split(shape, strat)
+    n_stage = n_dense + n_expert
+    grb = strat.grad_reduce_bytes
+    shard = strat.shard_ranks if strat.zero else strat.dp * cp
+    shard_grp = Group.placed(cluster, shard, stride=t)
+    x_grp = Group.placed(cluster, max(1, shard // ep), stride=t * ep)
+
+    def reduce(op, n_d, n_x):
+        out = collective_time(op, n_d, shard_grp, cluster)
+        if n_x:
+            out += collective_time(op, n_x, x_grp, cluster)
+        return out
+
+    gbytes = n_stage * grb
+    lp = P.rank_layer_params(shape, ep) / t
+    replicas = strat.dp // strat.shard_group if (strat.shard_group and strat.zero) else 1
+    replica = 0.0
+    if replicas > 1:
+        rep_grp = Group.placed(cluster, replicas, stride=t * shard)
+        replica = collective_time("all_reduce", gbytes / shard, rep_grp, cluster)
+    local = n_dense / (shard if strat.zero >= 1 else 1) + n_expert / (max(1, shard // ep) if strat.zero >= 1 else 1)
+    return dict(
+        layer_param_gather=collective_time("all_gather", lp * e, shard_grp, cluster),
+        layer_grad_scatter=collective_time("reduce_scatter", lp * grb, shard_grp, cluster),
+        grad_reduce=reduce("all_reduce" if strat.zero == 0 else "reduce_scatter", n_dense * grb, n_expert * grb),
+        grad_scatter=reduce("reduce_scatter", n_dense * grb, n_expert * grb),
+        param_gather=reduce("all_gather", n_dense * e, n_expert * e) if strat.zero in (1, 2) else 0.0,
+        optimizer=float(cluster.gpu.memory_time(local * OPTIMIZER_BYTES_PER_PARAM)),
         grad_bytes=gbytes,
-        flops_fwd_layer=sum(gemms.values()) + attn_hw,
+        replica_reduce=replica,
     )

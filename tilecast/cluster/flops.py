@@ -20,6 +20,8 @@ What a GPU actually runs differs in two places, which the cost model
 
 from __future__ import annotations
 
+from tilecast.cluster import params as P
+
 FUSED_ATTENTION_BACKWARD = 2.5
 
 
@@ -28,8 +30,11 @@ def model_params(shape) -> float:
 
     An input-embedding lookup is no matrix product: an untied input embedding and a
     learned position table are left out; a tied embedding counts once, as the head.
+    A mixture of experts counts its active parameters: the experts one token goes
+    through (top-k routed and shared), as MFU is quoted for MoE models (e.g.
+    DeepSeek-V3's technical report, Dai et al. 2024).
     """
-    return shape.n_layer * shape.layer_params() + 2 * shape.d_model + shape.vocab * shape.d_model
+    return shape.n_layer * P.active_layer_params(shape) + 2 * shape.n_embd + shape.vocab_size * shape.n_embd
 
 
 def model_flops_per_token(shape, seq: int) -> float:
@@ -43,7 +48,7 @@ def model_flops_per_token(shape, seq: int) -> float:
     embeddings and position tables are no flops. Recomputation is not counted:
     MFU measures useful work only (see :func:`hardware_flops_per_token`).
     """
-    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.d_model * seq
+    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.n_embd * seq
 
 
 def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
@@ -56,9 +61,9 @@ def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
     forward flops with activation checkpointing).
     """
     base = model_flops_per_token(shape, seq)
-    attn_fwd = 4.0 * shape.n_layer * shape.d_model * seq
+    attn_fwd = 4.0 * shape.n_layer * shape.n_embd * seq
     if recompute == "full":
-        return base + 2.0 * shape.n_layer * shape.layer_params() + attn_fwd
+        return base + 2.0 * shape.n_layer * P.active_layer_params(shape) + attn_fwd
     if recompute == "selective":
         return base + attn_fwd
     return base
@@ -72,13 +77,48 @@ def layer_gemm_shapes(shape, tokens: int, tp: int) -> dict:
     dimensions in another order. A gated MLP's two input projections count as one
     product of twice the width (as fused implementations run them).
     """
-    h, f, k = shape.d_model, shape.ff, shape.kv_dim
+    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
     return {
         "qkv": (tokens, (h + 2 * k) / tp, h),
         "proj": (tokens, h, h / tp),
         "fc1": (tokens, f * (2 if shape.gated_mlp else 1) / tp, h),
         "fc2": (tokens, h, f / tp),
     }
+
+
+def moe_gemm_shapes(shape, tokens: int, tp: int, ep: int, load: float) -> dict:
+    """Mixture-of-experts layers' forward matrix products on one rank: name -> (m, n, k, share, m_call).
+
+    ``share``: the fraction of layers that run it (dense MLPs in the first ``n_dense_layers`` layers, the
+    router and the experts in the others), ``m_call``: the rows of one call, which set its efficiency.
+    The routed experts of an expert-parallel rank process ``tokens x top-k x load`` rows in all (the
+    mean, tokens x top-k, times the busiest rank's ``load``), ``tokens x top-k x load x ep / experts``
+    per expert (a grouped GEMM); experts are split over tensor parallelism as the dense MLP is.
+    """
+    h, fe, m = shape.n_embd, shape.expert_intermediate_size, P.moe_layer_share(shape)
+    mats = 2 if shape.gated_mlp else 1
+    out = {"qkv": (tokens, (h + 2 * shape.kv_dim) / tp, h, 1.0, tokens), "proj": (tokens, h, h / tp, 1.0, tokens)}
+    if m < 1:
+        f = shape.intermediate_size
+        out["fc1"] = (tokens, f * mats / tp, h, 1.0 - m, tokens)
+        out["fc2"] = (tokens, h, f / tp, 1.0 - m, tokens)
+    out["router"] = (tokens, shape.n_experts, h, m, tokens)
+    routed = tokens * shape.n_experts_per_token * load
+    per_expert = routed * ep / shape.n_experts
+    out["expert_fc1"] = (routed, fe * mats / tp, h, m, per_expert)
+    out["expert_fc2"] = (routed, h, fe / tp, m, per_expert)
+    if shape.n_shared_experts:
+        fs = fe * shape.n_shared_experts
+        out["shared_fc1"] = (tokens, fs * mats / tp, h, m, tokens)
+        out["shared_fc2"] = (tokens, h, fs / tp, m, tokens)
+    return out
+
+
+def all_to_all_bytes(shape, tokens: int, tp: int, dtype_bytes: int, capacity_factor: float = 0.0) -> float:
+    """Bytes one rank sends in one expert dispatch (or combine): tokens x top-k x hidden x dtype bytes, each
+    tensor-parallel rank dispatching 1/tp of the tokens; buffers padded to capacity carry ``capacity_factor``
+    times that (0: dropless, the tokens themselves)."""
+    return tokens * shape.n_experts_per_token * shape.n_embd * dtype_bytes / tp * (capacity_factor or 1.0)
 
 
 def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
@@ -89,7 +129,7 @@ def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
 def layer_attention_flops(shape, tokens: int, seq: int, tp: int) -> float:
     """Forward flops of the attention scores and weighted sum on one tensor-parallel rank,
     the whole s x s square (the MFU convention; see :func:`causal_fraction`)."""
-    return 4.0 * tokens * seq * shape.d_model / tp
+    return 4.0 * tokens * seq * shape.n_embd / tp
 
 
 def causal_fraction(seq: int) -> float:
@@ -112,4 +152,4 @@ def fused_attention_head_padding(head_dim: int) -> float:
 
 
 def lm_head_flops(shape, tokens: int, tp: int) -> float:
-    return 2.0 * tokens * shape.d_model * shape.vocab / tp
+    return 2.0 * tokens * shape.n_embd * shape.vocab_size / tp

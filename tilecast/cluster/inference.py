@@ -60,16 +60,26 @@ class InferenceConfig:
     kv_dtype: str = "bf16"
     request_rate: float = 0.0  # requests/s over all replicas; 0 = fixed batch
     max_batch: int = 0  # continuous batching: most sequences in flight (0: what memory allows)
+    ep: int = 1  # a mixture of experts' experts spread over ep of the tp GPUs (each split over tp / ep)
+    cp: int = 1  # context parallelism: prompts' prefill and the KV cache split over cp GPUs
+    capacity_factor: float = 0.0  # 0: dropless; c > 0: expert buffers padded to c x the mean load
+    expert_imbalance: float = 1.0  # dropless: the busiest expert's tokens over the mean (>= 1)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def parallel(self) -> dict:
+        """The experts' and context-parallel settings the layer passes take."""
+        return dict(ep=self.ep, cp=self.cp, capacity_factor=self.capacity_factor,
+                    expert_load=self.capacity_factor if self.capacity_factor > 0 else self.expert_imbalance)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def check(self, shape, cluster=None) -> InferenceConfig:
-        for f in ("tp", "pp", "dp", "input_len", "output_len"):
+        for f in ("tp", "pp", "dp", "input_len", "output_len", "ep", "cp"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InferenceError(f"{f}: must be a whole number >= 1, got {v!r}")
@@ -85,13 +95,28 @@ class InferenceConfig:
                 raise InferenceError(f"{f}: must be one of {', '.join(INFERENCE_DTYPE_BYTES)}, got {getattr(self, f)!r}")
         if shape.n_head % self.tp:
             raise InferenceError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
-        if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
-            raise InferenceError(f"tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+        if shape.n_kv_head % self.tp and self.tp % shape.n_kv_head:
+            raise InferenceError(f"tp: {self.tp} and the {shape.n_kv_head} key/value heads do not divide each other")
+        for f in ("capacity_factor", "expert_imbalance"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= (1 if f == "expert_imbalance" else 0):
+                raise InferenceError(f"{f}: must be a number >= {1 if f == 'expert_imbalance' else 0}, got {v!r}")
+        if self.ep > 1:
+            if not shape.is_moe:
+                raise InferenceError(f"ep: {shape.name} has no experts (expert parallelism needs a mixture of experts)")
+            if shape.n_experts % self.ep:
+                raise InferenceError(f"ep: {self.ep} does not divide the {shape.n_experts} experts of {shape.name}")
+            if self.tp % self.ep:
+                raise InferenceError(f"ep: {self.ep} does not divide tp {self.tp} (experts are spread over the "
+                                     f"tensor-parallel GPUs)")
+        if self.cp > 1 and self.input_len % self.cp:
+            raise InferenceError(f"cp: {self.cp} does not divide the {self.input_len} prompt tokens (input_len)")
         if self.pp > shape.n_layer:
             raise InferenceError(f"pp: {self.pp} stages for {shape.n_layer} layers")
         if cluster is not None:
             if self.gpus > cluster.n_gpus:
-                raise InferenceError(f"tp: tp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+                what = "tp x pp x dp" if self.cp == 1 else "tp x cp x pp x dp"
+                raise InferenceError(f"tp: {what} = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
             if self.weight_dtype not in cluster.gpu.peak_flops:
                 raise InferenceError(f"weight_dtype: {cluster.gpu.name} has no {self.weight_dtype} peak in {cluster.name}")
             g = cluster.gpus_per_node
@@ -153,13 +178,13 @@ class _Pipeline:
     def __init__(self, shape, cfg, cluster, eff):
         self.shape, self.cfg, self.cluster, self.eff = shape, cfg, cluster, eff
         self.layers = stage_layers(shape, cfg.pp)
-        self.crosses = cfg.tp * cfg.pp > cluster.gpus_per_node
+        self.crosses = cfg.tp * cfg.cp * cfg.pp > cluster.gpus_per_node
 
     def _stage(self, seqs, new_tokens, context):
         cfg = self.cfg
         return stage_pass(self.shape, self.cluster, tp=cfg.tp, layers=self.layers, last=True, seqs=seqs,
                           new_tokens=new_tokens, context=context, weight_dtype=cfg.weight_dtype,
-                          kv_dtype=cfg.kv_dtype, eff=self.eff, n_stages=cfg.pp)
+                          kv_dtype=cfg.kv_dtype, eff=self.eff, n_stages=cfg.pp, **cfg.parallel)
 
     def iteration(self, seqs, new_tokens, context, cyclic=True):
         """(seconds for every sequence to advance one pass, what one GPU of the last stage spends meanwhile).
@@ -172,7 +197,8 @@ class _Pipeline:
         stage = self._stage(per, new_tokens, context)
         if pp == 1:
             return stage.total, stage
-        send = stage_send(self.shape, self.cluster, tp=self.cfg.tp, tokens=per * new_tokens, crosses_node=self.crosses)
+        send = stage_send(self.shape, self.cluster, tp=self.cfg.tp,
+                          tokens=per * new_tokens // (self.cfg.cp if new_tokens > 1 else 1), crosses_node=self.crosses)
         if cyclic:
             t = np.maximum(m * stage.total, pp * (stage.total + send))
         else:
@@ -203,7 +229,7 @@ def evaluate_inference(shape, cfg: InferenceConfig, cluster, engine=DEFAULT_ENGI
     s_in, s_out = cfg.input_len, cfg.output_len
     fits_max = largest_batch(shape, cluster, tp=cfg.tp, pp=cfg.pp, input_len=s_in, output_len=s_out,
                              weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
-                             prefill_tokens_per_sequence=s_in if cfg.request_rate == 0 else 0)
+                             prefill_tokens_per_sequence=s_in if cfg.request_rate == 0 else 0, cp=cfg.cp)
     if cfg.request_rate == 0:
         return _fixed_batch(shape, cfg, cluster, pipe, fits_max)
     return _continuous(shape, cfg, cluster, pipe, fits_max)
@@ -213,7 +239,7 @@ def _result(shape, cfg, cluster, *, mode, batch, fits_max, out_tps, ttft, tpot, 
             prefill, decode, breakdown, prefill_tokens):
     mem = inference_memory(shape, cluster, tp=cfg.tp, pp=cfg.pp, batch=math.ceil(batch),
                            context=cfg.input_len + cfg.output_len, prefill_tokens=prefill_tokens,
-                           weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype)
+                           weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype, cp=cfg.cp)
     total_tps = out_tps * (cfg.input_len + cfg.output_len) / cfg.output_len
     return InferenceResult(
         model=shape.name, cluster=cluster.name, config=cfg.to_dict(), mode=mode, gpus=cfg.gpus, batch=float(batch),
@@ -223,7 +249,7 @@ def _result(shape, cfg, cluster, *, mode, batch, fits_max, out_tps, ttft, tpot, 
         prefill=prefill, decode=decode, breakdown=breakdown, memory=mem.to_dict(),
         memory_per_gpu_bytes=mem.total, memory_capacity_bytes=cluster.gpu.memory_bytes,
         fits=mem.total <= cluster.gpu.memory_bytes,
-        kv_bytes_per_token=kv_bytes_per_token(shape, cfg.tp, cfg.pp, cfg.kv_dtype))
+        kv_bytes_per_token=kv_bytes_per_token(shape, cfg.tp, cfg.pp, cfg.kv_dtype, cfg.cp))
 
 
 def _fixed_batch(shape, cfg, cluster, pipe, fits_max):

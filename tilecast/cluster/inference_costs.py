@@ -55,6 +55,7 @@ import numpy as np
 import yaml
 
 from tilecast.cluster import flops as F
+from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, collective_time, p2p_time
 from tilecast.cluster.inference_memory import INFERENCE_DTYPE_BYTES, kv_heads_per_rank
 
@@ -196,45 +197,127 @@ def gemm_time(gpu, flops, dtype: str, eff) -> np.ndarray:
 
 
 def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, weight_dtype: str, kv_dtype: str,
-               eff: InferenceEfficiency = None) -> PassCost:
+               eff: InferenceEfficiency = None, ep: int = 1, cp: int = 1, expert_load: float = 1.0,
+               capacity_factor: float = 0.0) -> PassCost:
     """One layer's forward on one TP rank: ``seqs`` sequences, each adding ``new_tokens`` tokens
-    (the prompt in prefill, 1 in decode) after ``context`` tokens already cached (scalar or array)."""
+    (the prompt in prefill, 1 in decode) after ``context`` tokens already cached (scalar or array).
+
+    ``cp`` > 1 (context parallelism): the prompt's tokens and the KV cache are split over ``cp`` GPUs;
+    prefill passes key/value blocks around the ring (:func:`prefill_ring_exposed`), decode reads the
+    rank's 1/cp of the cache and merges the partial attention outputs with one all-reduce. A mixture
+    of experts: :func:`moe_kernels`."""
     eff = eff or InferenceEfficiency()
     gpu = cluster.gpu
     bw = gpu.memory_bandwidth * eff.decode_hbm_efficiency
     wb, kb = INFERENCE_DTYPE_BYTES[weight_dtype], INFERENCE_DTYPE_BYTES[kv_dtype]
     dt = compute_dtype(weight_dtype)
     attn_dt = "bf16" if dt == "fp8" else dt
-    h, f, k = shape.d_model, shape.ff, shape.kv_dim
-    tokens = seqs * new_tokens
+    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
+    prefill = new_tokens > 1
+    tokens = seqs * new_tokens // cp if prefill else seqs * new_tokens
     cost = PassCost()
     weights = {"qkv": h * (h + 2 * k), "proj": h * h, "fc1": h * f * (2 if shape.gated_mlp else 1), "fc2": f * h}
     for name, fl in F.layer_gemm_flops(shape, tokens, new_tokens, tp).items():
+        if shape.is_moe and name in ("fc1", "fc2"):
+            continue
         nbytes = weights[name] / tp * wb + tokens * (weights[name] / (h if name != "fc2" else f) / tp) * 2
         cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
+    if shape.is_moe:
+        for fl, nbytes in moe_kernels(shape, tokens, tp, ep, wb, expert_load):
+            cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
     context = np.asarray(context, dtype=float)
     kvh = kv_heads_per_rank(shape, tp)
-    if new_tokens > 1:  # prefill: fused attention over the prompt (training's flops convention), cache written
+    ring = 0.0
+    if prefill:  # prefill: fused attention over the prompt (training's flops convention), cache written
         fl = F.layer_attention_flops(shape, tokens, new_tokens, tp)
         t = gpu.matmul_time(fl, attn_dt) / gpu.attention_fraction(eff.attention) \
             * F.fused_attention_head_padding(shape.head_dim)
         nbytes = tokens * 2 * kvh * shape.head_dim * kb
         cost.add_kernel(t, nbytes / bw, fl, nbytes)
-    else:  # decode: each sequence reads its cached keys and values once
-        unique = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb
-        reread = unique * eff.kv_group_reread * (shape.n_head // shape.kv_heads - 1)  # on die (L2), see GPU
-        fl = 4.0 * seqs * (context + 1) * h / tp
+        ring = prefill_ring_exposed(cluster, cp, tp, nbytes, float(t))
+    else:  # decode: each sequence reads its cached keys and values once (its 1/cp share of them)
+        unique = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb / cp
+        reread = unique * eff.kv_group_reread * (shape.n_head // shape.n_kv_head - 1)  # on die (L2), see GPU
+        fl = 4.0 * seqs * (context + 1) * h / tp / cp
         read_t = unique / bw + reread / (gpu.cache_reread_bandwidth * eff.decode_hbm_efficiency)
         cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), read_t, fl, unique + reread)
+        if cp > 1:  # partial attention outputs (and their softmax statistics) merged over the cp ranks
+            ring = collective_time("all_reduce", seqs * h / tp * 2.0, Group.placed(cluster, cp, stride=tp), cluster)
     # layer norms, residual adds, activation function: HBM-bound at the elementwise efficiency
-    elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * f / tp * 2
+    if shape.is_moe:
+        m, fe = P.moe_layer_share(shape), shape.expert_intermediate_size
+        width = (1 - m) * f + m * (shape.n_experts_per_token * expert_load + shape.n_shared_experts) * fe
+        elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * width / tp * 2
+    else:
+        elem = 12.0 * tokens * h * 2 + (3 if shape.gated_mlp else 2) * tokens * f / tp * 2
     cost.add_kernel(0.0, gpu.memory_time(elem), 0.0, elem)
     ones = np.ones_like(context)
     ar = tp_all_reduce(tokens * h * 2.0, tp, cluster, eff.one_shot_all_reduce)
-    cost.comm_s = 2 * (ar + (eff.collective_overhead_s if tp > 1 else 0.0)) * ones
+    a2a = expert_dispatch(shape, cluster, tokens, tp, ep, capacity_factor)
+    cost.comm_s = (2 * (ar + (eff.collective_overhead_s if tp > 1 else 0.0)) + a2a + ring) * ones
     cost.overhead_s = eff.layer_overhead_s * ones
     cost.compute_s, cost.memory_s = cost.compute_s * ones, cost.memory_s * ones
     return cost
+
+
+def experts_touched(n_experts: int, top_k: int, tokens) -> np.ndarray:
+    """Expected distinct experts at least one of ``tokens`` tokens is routed to, each picking ``top_k`` of
+    ``n_experts`` uniformly: n (1 - (1 - k/n)^tokens); the experts whose weights a pass reads."""
+    return n_experts * (1.0 - (1.0 - top_k / n_experts) ** np.asarray(tokens, dtype=float))
+
+
+def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> list:
+    """(flops, HBM bytes) of a mixture of experts' MLP kernels on one GPU, the mean over the layers.
+
+    The experts are spread over ``ep`` of the ``tp`` GPUs and each split over the other ``tp / ep``
+    (TensorRT-LLM's expert and tensor parallelism of MoE layers), so a GPU holds 1/tp of every layer's
+    expert weights whatever ``ep``. Flops: ``tokens x top-k x load`` rows through the experts' matrices,
+    1/tp of them per GPU (``load``: the busiest GPU's over the mean). Weights read: those of the experts
+    the pass's tokens touch (:func:`experts_touched`: all of them in a prefill, top-k per token in a
+    decode step of one sequence; with a skew ``load`` > 1, at most n_experts / load of them, the tokens
+    read as spread over that many), plus the shared experts and, in the leading dense layers, the MLP.
+    """
+    h, fe, m = shape.n_embd, shape.expert_intermediate_size, P.moe_layer_share(shape)
+    mats = 3 if shape.gated_mlp else 2
+    expert_w = mats * h * fe
+    routed = tokens * shape.n_experts_per_token * load
+    # routing skewed by ``load`` (the busiest expert's share over the mean) is read as tokens spread evenly over
+    # n_experts / load experts: a pass reads at most those
+    touched = min(float(experts_touched(shape.n_experts, shape.n_experts_per_token, tokens)),
+                  max(float(shape.n_experts_per_token), shape.n_experts / load))
+    out = []
+    fl = 2.0 * routed * expert_w / tp * m
+    out.append((fl, (touched * expert_w / tp * wb + routed * ((mats - 1) * fe + h) / tp * 2) * m))
+    if shape.n_shared_experts:
+        w = shape.n_shared_experts * expert_w
+        acts = tokens * shape.n_shared_experts * ((mats - 1) * fe + h) / tp * 2
+        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m))
+    out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m))  # router
+    if m < 1:
+        w = mats * h * shape.intermediate_size
+        out.append((2.0 * tokens * w / tp * (1 - m), (w / tp * wb + tokens * ((mats - 1) * shape.intermediate_size + h)
+                                                       / tp * 2) * (1 - m)))
+    return out
+
+
+def expert_dispatch(shape, cluster, tokens: int, tp: int, ep: int, capacity_factor: float = 0.0) -> float:
+    """Seconds of one layer's expert dispatch and combine (two all-to-alls over the ``ep`` ranks, the mean
+    over the layers); 0 without experts or with ``ep`` 1 (experts split like the dense MLP)."""
+    if not shape.is_moe or ep == 1:
+        return 0.0
+    n = F.all_to_all_bytes(shape, tokens, tp, 2, capacity_factor)
+    one = collective_time("all_to_all", n, Group.placed(cluster, ep, stride=1), cluster)
+    return 2.0 * one * P.moe_layer_share(shape)
+
+
+def prefill_ring_exposed(cluster, cp: int, tp: int, kv_bytes: float, attn_s: float) -> float:
+    """Ring attention in a prefill split over ``cp`` GPUs: ``cp - 1`` steps each passing the rank's key/value
+    block (``kv_bytes``), overlapped with 1/cp of the rank's attention; the part not hidden."""
+    if cp == 1:
+        return 0.0
+    group = Group.placed(cluster, cp, stride=tp)
+    step = p2p_time(kv_bytes, cluster, group.nodes > 1)
+    return (cp - 1) * max(0.0, step - attn_s / cp)
 
 
 def head_pass(shape, cluster, *, tp: int, seqs: int, weight_dtype: str,
@@ -244,7 +327,7 @@ def head_pass(shape, cluster, *, tp: int, seqs: int, weight_dtype: str,
     gpu = cluster.gpu
     dt = "bf16" if weight_dtype == "fp8" else weight_dtype
     fl = F.lm_head_flops(shape, seqs, tp)
-    nbytes = shape.vocab * shape.d_model / tp * 2 + seqs * shape.vocab / tp * 4
+    nbytes = shape.vocab_size * shape.n_embd / tp * 2 + seqs * shape.vocab_size / tp * 4
     cost = PassCost()
     cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / (gpu.memory_bandwidth * eff.decode_hbm_efficiency), fl, nbytes)
     return cost
@@ -252,12 +335,12 @@ def head_pass(shape, cluster, *, tp: int, seqs: int, weight_dtype: str,
 
 def stage_pass(shape, cluster, *, tp: int, layers: int, last: bool, n_stages: int = 1, seqs: int, new_tokens: int, context,
                weight_dtype: str, kv_dtype: str,
-               eff: InferenceEfficiency = None) -> PassCost:
+               eff: InferenceEfficiency = None, **parallel) -> PassCost:
     """A pipeline stage of ``layers`` layers (plus the LM head when ``last``); the engine's per-pass
     overhead is spread over the ``n_stages`` stages."""
     eff = eff or InferenceEfficiency()
     c = layer_pass(shape, cluster, tp=tp, seqs=seqs, new_tokens=new_tokens, context=context,
-                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, eff=eff).scaled(layers)
+                   weight_dtype=weight_dtype, kv_dtype=kv_dtype, eff=eff, **parallel).scaled(layers)
     if last:
         c = c.plus(head_pass(shape, cluster, tp=tp, seqs=seqs, weight_dtype=weight_dtype, eff=eff))
     c.overhead_s = c.overhead_s + eff.pass_overhead_s / max(1, n_stages)
@@ -266,4 +349,4 @@ def stage_pass(shape, cluster, *, tp: int, layers: int, last: bool, n_stages: in
 
 def stage_send(shape, cluster, *, tp: int, tokens: int, crosses_node: bool) -> float:
     """Activations handed to the next pipeline stage (each TP rank sends its 1/tp share)."""
-    return p2p_time(tokens * shape.d_model * 2.0 / tp, cluster, crosses_node)
+    return p2p_time(tokens * shape.n_embd * 2.0 / tp, cluster, crosses_node)

@@ -24,7 +24,7 @@ def inference_candidates(shape, cluster, gpus: int, max_pp: int = 16) -> list:
     """(tp, pp, dp) with tp inside a node dividing the heads, pp up to ``max_pp`` stages, tp pp dp = gpus."""
     out = []
     for tp in _divisors(cluster.gpus_per_node):
-        if shape.n_head % tp or (shape.kv_heads % tp and tp % shape.kv_heads) or gpus % tp:
+        if shape.n_head % tp or (shape.n_kv_head % tp and tp % shape.n_kv_head) or gpus % tp:
             continue
         for pp in _divisors(min(max_pp, shape.n_layer)):
             if gpus % (tp * pp):

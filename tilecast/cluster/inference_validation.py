@@ -12,7 +12,7 @@ import yaml
 from tilecast.cluster.hardware import load_cluster
 from tilecast.cluster.inference import InferenceConfig, evaluate_inference
 from tilecast.cluster.inference_costs import engine_efficiency, load_engines
-from tilecast.cluster.models import load_shape
+from tilecast.graph.model_config import load_model
 
 INFERENCE_RUNS = os.path.join(os.path.dirname(__file__), "validation", "inference.yaml")
 METRICS = ("tokens_per_s_per_gpu", "tokens_per_s", "ttft_s", "tpot_s", "request_latency_s")
@@ -73,7 +73,7 @@ def load_inference_runs(path: str = INFERENCE_RUNS) -> list:
 
 
 def _shape(model):
-    return load_shape(json.dumps(model) if isinstance(model, dict) else model)
+    return load_model(json.dumps(model) if isinstance(model, dict) else model)
 
 
 def predict_inference(run: InferenceRun, clusters: dict | None = None, efficiencies: dict | None = None) -> float:

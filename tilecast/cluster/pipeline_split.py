@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 
+from tilecast.cluster import params as P
+
 SPLITS = ("even", "head")
 
 
 def head_layer_equivalents(shape, seq: int) -> float:
     """The LM head's forward flops per token in units of one layer's (GEMMs and attention)."""
-    layer = 2.0 * shape.layer_params() + 4.0 * shape.d_model * seq
-    return 2.0 * shape.d_model * shape.vocab / layer
+    layer = 2.0 * P.active_layer_params(shape) + 4.0 * shape.n_embd * seq
+    return 2.0 * shape.n_embd * shape.vocab_size / layer
 
 
 def balanced_split(n_layer: int, pp: int, head: float) -> tuple:

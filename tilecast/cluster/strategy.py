@@ -46,10 +46,26 @@ class Strategy:
     fsdp_prefetch: int = 1  # layers of all-gather issued ahead (ZeRO-3)
     pipeline_split: str = "even"  # even | head (LM-head aware), see pipeline_split.py
     stage_layers: tuple = ()  # explicit layers per pipeline stage (overrides pipeline_split)
+    ep: int = 1  # expert parallelism: each MoE layer's routed experts spread over ep of the data-parallel ranks
+    capacity_factor: float = 0.0  # 0: dropless; c > 0: each expert's buffer padded to c x the mean load
+    expert_imbalance: float = 1.0  # dropless: the busiest expert's tokens over the mean (>= 1)
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    shard_group: int = 0  # ZeRO/FSDP: data-parallel ranks states are sharded over (0: all dp; N < dp: hybrid)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks ZeRO shards the dense model states over: the shard group (or all dp ranks) x cp."""
+        return (self.shard_group or self.dp) * self.cp
+
+    @property
+    def expert_load(self) -> float:
+        """The busiest expert-parallel rank's routed tokens over the mean: the capacity factor when buffers
+        are padded to capacity, else the imbalance (dropless)."""
+        return self.capacity_factor if self.capacity_factor > 0 else self.expert_imbalance
 
     @property
     def micro_batches(self) -> int:
@@ -65,7 +81,7 @@ class Strategy:
 
     def check(self, shape, cluster=None) -> "Strategy":
         """Raise StrategyError naming the field if this layout cannot run ``shape``."""
-        for f in ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "virtual_stages"):
+        for f in ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "virtual_stages", "ep", "cp"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise StrategyError(f"{f}: must be a whole number >= 1, got {v!r}")
@@ -87,13 +103,15 @@ class Strategy:
             raise StrategyError(
                 f"global_batch: {self.global_batch} is not a multiple of dp x micro_batch = "
                 f"{self.dp} x {self.micro_batch}")
-        if getattr(shape, "learned_positions", 0) and self.seq > shape.learned_positions:
+        self._check_experts(shape)
+        self._check_context_and_sharding()
+        if shape.learned_positions and self.seq > shape.learned_positions:
             raise StrategyError(f"seq: {self.seq} exceeds the {shape.learned_positions} positions of "
                                 f"{shape.name}'s learned position table")
         if shape.n_head % self.tp:
             raise StrategyError(f"tp: {self.tp} does not divide the {shape.n_head} attention heads")
-        if shape.kv_heads % self.tp and self.tp % shape.kv_heads:
-            raise StrategyError(f"tp: {self.tp} and the {shape.kv_heads} key/value heads do not divide each other")
+        if shape.n_kv_head % self.tp and self.tp % shape.n_kv_head:
+            raise StrategyError(f"tp: {self.tp} and the {shape.n_kv_head} key/value heads do not divide each other")
         if self.schedule == "interleaved":
             if self.pp < 2:
                 raise StrategyError("schedule: interleaved needs pp >= 2")
@@ -119,11 +137,12 @@ class Strategy:
                 f"chunks (pipeline_split head or stage_layers split them unevenly)")
         if self.sequence_parallel and self.tp == 1:
             raise StrategyError("sequence_parallel: needs tp >= 2")
-        if self.sequence_parallel and self.seq % self.tp:
-            raise StrategyError(f"sequence_parallel: seq {self.seq} is not a multiple of tp {self.tp}")
+        if self.sequence_parallel and (self.seq // self.cp) % self.tp:
+            raise StrategyError(f"sequence_parallel: seq / cp = {self.seq // self.cp} is not a multiple of tp {self.tp}")
         if cluster is not None:
             if self.gpus > cluster.n_gpus:
-                raise StrategyError(f"gpus: tp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
+                raise StrategyError(f"gpus: tp x cp x pp x dp = {self.gpus} exceeds the {cluster.n_gpus} GPUs of "
+                                    f"{cluster.name}")
             if self.dtype not in cluster.gpu.peak_flops:
                 raise StrategyError(f"dtype: {cluster.gpu.name} has no {self.dtype} peak in {cluster.name}")
             g = cluster.gpus_per_node
@@ -133,21 +152,54 @@ class Strategy:
                 raise StrategyError(f"tp: {self.tp} does not divide the {g} GPUs of a node")
         return self
 
+    def _check_experts(self, shape):
+        for f in ("capacity_factor", "expert_imbalance"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise StrategyError(f"{f}: must be a number >= 0, got {v!r}")
+        if self.expert_imbalance < 1:
+            raise StrategyError(f"expert_imbalance: the busiest expert's load over the mean is >= 1, got "
+                                f"{self.expert_imbalance}")
+        if self.ep > 1 and not shape.is_moe:
+            raise StrategyError(f"ep: {shape.name} has no experts (expert parallelism needs a mixture of experts)")
+        if shape.is_moe and shape.n_experts % self.ep:
+            raise StrategyError(f"ep: {self.ep} does not divide the {shape.n_experts} experts of {shape.name}")
+        if self.dp % self.ep:
+            raise StrategyError(f"ep: {self.ep} does not divide dp {self.dp} (expert-parallel ranks are "
+                                f"data-parallel ranks)")
+
+    def _check_context_and_sharding(self):
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            raise StrategyError(f"cp: seq {self.seq} does not split into 2 x cp = {2 * self.cp} equal chunks "
+                                f"(the load-balanced causal split of ring attention)")
+        g = self.shard_group
+        if not isinstance(g, int) or isinstance(g, bool) or g < 0:
+            raise StrategyError(f"shard_group: must be a whole number >= 0, got {g!r}")
+        if g:
+            if self.zero == 0:
+                raise StrategyError("shard_group: needs zero 1, 2 or 3 (states sharded within the group)")
+            if self.dp % g:
+                raise StrategyError(f"shard_group: {g} does not divide dp {self.dp}")
+
 
 def layout(gpus: int = 0, tp: int = 1, pp: int = 1, dp: int = 0, global_batch: int = 0, micro_batch: int = 1,
-           schedule: str = "1f1b", virtual_stages: int = 0, **recipe) -> Strategy:
-    """The Strategy a user means by counts left at 0: ``dp`` = ``gpus / (tp pp)`` (1 without ``gpus``),
+           schedule: str = "1f1b", virtual_stages: int = 0, cp: int = 1, **recipe) -> Strategy:
+    """The Strategy a user means by counts left at 0: ``dp`` = ``gpus / (tp cp pp)`` (1 without ``gpus``),
     ``global_batch`` = dp x micro_batch x 2pp, ``virtual_stages`` 2 when interleaved (else 1). ``recipe``:
     the other Strategy fields. Not checked against a model (:meth:`Strategy.check`)."""
-    tp, pp = tp or 1, pp or 1
+    tp, pp, cp = tp or 1, pp or 1, cp or 1
     if not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1:
         raise StrategyError(f"micro_batch: must be a whole number >= 1, got {micro_batch!r}")
+    if not isinstance(cp, int) or isinstance(cp, bool) or cp < 1:
+        raise StrategyError(f"cp: must be a whole number >= 1, got {cp!r}")
     if not dp:
-        if gpus and gpus % (tp * pp):
-            raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {tp * pp}")
-        dp = gpus // (tp * pp) if gpus else 1
-    elif gpus and gpus != tp * pp * dp:
-        raise StrategyError(f"gpus: {gpus} differs from tp x pp x dp = {tp * pp * dp}")
-    return Strategy(tp=tp, pp=pp, dp=dp, global_batch=global_batch or dp * micro_batch * max(1, 2 * pp),
+        if gpus and gpus % (tp * pp * cp):
+            what = "tp x pp" if cp == 1 else "tp x cp x pp"
+            raise StrategyError(f"gpus: {gpus} is not a multiple of {what} = {tp * pp * cp}")
+        dp = gpus // (tp * pp * cp) if gpus else 1
+    elif gpus and gpus != tp * pp * dp * cp:
+        what = "tp x pp x dp" if cp == 1 else "tp x cp x pp x dp"
+        raise StrategyError(f"gpus: {gpus} differs from {what} = {tp * pp * dp * cp}")
+    return Strategy(tp=tp, pp=pp, dp=dp, cp=cp, global_batch=global_batch or dp * micro_batch * max(1, 2 * pp),
                     micro_batch=micro_batch, schedule=schedule,
                     virtual_stages=virtual_stages or (2 if schedule == "interleaved" else 1), **recipe)

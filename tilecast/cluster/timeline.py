@@ -55,6 +55,8 @@ class Timeline:
     tag: list = None  # what each task is: "F<micro-batch>.<chunk>", "B...", "send-F...", "grad", "optimizer", ...
     start: np.ndarray = None
     end: np.ndarray = None
+    ep: np.ndarray = None  # seconds of blocking expert all-to-alls inside each compute task
+    cp: np.ndarray = None  # seconds of exposed ring-attention communication inside each compute task
 
     @property
     def n_tasks(self) -> int:
@@ -70,10 +72,11 @@ class _Builder:
 
     def __init__(self):
         self.dur, self.stream, self.stage, self.kind, self.tp, self.tag = [], [], [], [], [], []
+        self.ep, self.cp = [], []
         self.ptr, self.pred = [0], []
         self.names = {}
 
-    def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="") -> int:
+    def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="", ep=0.0, cp=0.0) -> int:
         i = len(self.dur)
         self.tag.append(tag)
         self.dur.append(dur)
@@ -81,6 +84,8 @@ class _Builder:
         self.stage.append(stage)
         self.kind.append(kind)
         self.tp.append(tp)
+        self.ep.append(ep)
+        self.cp.append(cp)
         for q in preds:
             if q is not None:
                 self.pred.append(q if isinstance(q, int) else self.names[q])
@@ -92,7 +97,8 @@ class _Builder:
                         stage=np.asarray(self.stage, dtype=np.int64), kind=np.asarray(self.kind, dtype=np.int8),
                         tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
                         pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE,
-                        tag=self.tag)
+                        tag=self.tag, ep=np.asarray(self.ep, dtype=np.float64),
+                        cp=np.asarray(self.cp, dtype=np.float64))
 
 
 class _Stage:
@@ -119,8 +125,11 @@ class _Stage:
             self.bwd_tp = max(0.0, c.bwd_tp - c.bwd_compute - c.recompute)
         else:
             self.fwd_tp, self.bwd_tp = c.fwd_tp, c.bwd_tp
-        self.fwd_layer = c.fwd_compute + self.fwd_tp
-        self.bwd_layer = c.bwd_compute + c.recompute + self.bwd_tp
+        self.fwd_layer = c.fwd_compute + self.fwd_tp + c.fwd_ep + c.fwd_cp
+        self.bwd_layer = c.bwd_compute + c.recompute + self.bwd_tp + c.bwd_ep + c.bwd_cp
+        self.fwd_ep, self.bwd_ep, self.fwd_cp, self.bwd_cp = c.fwd_ep, c.bwd_ep, c.fwd_cp, c.bwd_cp
+        if strat.zero in (1, 2):  # hybrid sharding: the sharded gradients all-reduced across the replicas too
+            self.reduce_total += c.replica_reduce
 
     def ready(self) -> bool:
         """Whether the next schedule entry's cross-stage inputs have been emitted."""
@@ -130,8 +139,10 @@ class _Stage:
             return vs == 0 or ("sendF", vs - 1, j) in self.b.names
         return vs == self.n_virtual - 1 or ("sendB", vs + 1, j) in self.b.names
 
-    def compute(self, dur, preds, tp=0.0, tag=""):
-        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag)
+    def compute(self, dur, preds, tp=0.0, tag="", layers=1.0):
+        fw = tag.startswith("F")
+        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag, ep=layers * (self.fwd_ep if fw else self.bwd_ep),
+                       cp=layers * (self.fwd_cp if fw else self.bwd_cp))
         self.comp_hist.append(i)
         return i
 
@@ -161,7 +172,7 @@ class _Stage:
                     if layer + 1 < L:
                         ag = self.gather()
             else:
-                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}")
+                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}", L)
             b.names[("lastF", vs, j)] = last
             if not is_last_vs:
                 b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last], tag=f"send-F{j}.{ch}")
@@ -182,10 +193,10 @@ class _Stage:
             n = self.n_buckets
             for k in range(n):
                 last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
-                                    L * self.bwd_tp / n, f"B{j}.{ch}")
+                                    L * self.bwd_tp / n, f"B{j}.{ch}", L / n)
                 self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last], tag="grad"))
         else:
-            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, f"B{j}.{ch}")
+            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, f"B{j}.{ch}", L)
         if vs > 0:
             b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last], tag=f"send-B{j}.{ch}")
 
@@ -194,6 +205,8 @@ class _Stage:
         b, c, s, strat = self.b, self.c, self.s, self.strat
         if strat.zero <= 1 and not strat.overlap_grad_reduce:
             self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total, [self.comp_hist[-1]], tag="grad"))
+        if strat.zero == 3 and c.replica_reduce:  # hybrid sharding: shards all-reduced across the replicas
+            self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, c.replica_reduce, self.dp_tasks[-1:], tag="grad-replicas"))
         opt = b.add(s, 0, OPTIMIZER, c.optimizer, [self.comp_hist[-1]] + self.dp_tasks[-1:], tag="optimizer")
         if strat.zero in (1, 2) and not strat.overlap_param_gather:
             b.add(s, 3, DATA_PARALLEL, c.param_gather, [opt], tag="param-gather")
@@ -274,14 +287,19 @@ def breakdown(tl: Timeline) -> dict:
     overlapped = busy_c + busy_m - busy
     optimizer = float((en - st)[kind == OPTIMIZER].sum())
     tp_total = float(tp[kind == COMPUTE].sum())
-    exposed = tp_total + (busy - busy_c)
+    ep_total = float(tl.ep[sel][kind == COMPUTE].sum()) if tl.ep is not None else 0.0
+    cp_total = float(tl.cp[sel][kind == COMPUTE].sum()) if tl.cp is not None else 0.0
+    blocking = tp_total + ep_total + cp_total
+    exposed = blocking + (busy - busy_c)
     return {
         "step_s": step,
-        "compute_s": busy_c - optimizer - tp_total,
+        "compute_s": busy_c - optimizer - blocking,
         "exposed_comm_s": exposed,
         "overlapped_comm_s": overlapped,
         "bubble_s": step - busy,
         "optimizer_s": optimizer,
         "tp_comm_s": tp_total,
+        "ep_comm_s": ep_total,
+        "cp_comm_s": cp_total,
         "stage": s,
     }

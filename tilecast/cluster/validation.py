@@ -10,14 +10,15 @@ import yaml
 
 from tilecast.cluster.evaluate import evaluate
 from tilecast.cluster.hardware import load_cluster
-from tilecast.cluster.models import load_shape
 from tilecast.cluster.strategy import Strategy
+from tilecast.graph.model_config import load_model
 
 RUNS = os.path.join(os.path.dirname(__file__), "validation", "runs.yaml")
 METRICS = ("step_s", "tokens_per_s", "tflops_per_gpu")
 STRATEGY_FIELDS = ("tp", "pp", "dp", "seq", "global_batch", "micro_batch", "zero", "schedule", "virtual_stages",
                    "recompute", "sequence_parallel", "attention", "overlap_grad_reduce", "overlap_param_gather",
-                   "tp_comm_overlap", "grad_reduce_bytes", "dtype")
+                   "tp_comm_overlap", "grad_reduce_bytes", "dtype", "cp", "ep", "capacity_factor", "expert_imbalance",
+                   "shard_group")
 REQUIRED = ("id", "source", "cluster", "model", "gpus", "dp", "seq", "global_batch", "micro_batch", "metric",
             "published", "role")
 # Publications that must stay out of the table and of every calibration.
@@ -63,7 +64,7 @@ def load_runs(path: str = RUNS) -> tuple:
             raise ValidationTableError(f"{path}: run {r['id']}: role must be calibration or validation")
         st = Strategy(**{k: r[k] for k in STRATEGY_FIELDS if k in r})
         if st.gpus != r["gpus"]:
-            raise ValidationTableError(f"{path}: run {r['id']}: tp x pp x dp = {st.gpus} but gpus = {r['gpus']}")
+            raise ValidationTableError(f"{path}: run {r['id']}: tp x cp x pp x dp = {st.gpus} but gpus = {r['gpus']}")
         runs.append(Run(id=r["id"], source=r["source"], cluster=r["cluster"], model=r["model"], gpus=r["gpus"],
                         metric=r["metric"], published=float(r["published"]), role=r["role"], strategy=st,
                         assumed=tuple(r.get("assumed", ()))))
@@ -73,7 +74,7 @@ def load_runs(path: str = RUNS) -> tuple:
 def predict(run: Run, clusters: dict = None) -> float:
     clusters = clusters if clusters is not None else {}
     c = clusters.get(run.cluster) or load_cluster(run.cluster)
-    res = evaluate(load_shape(run.model), run.strategy, c)
+    res = evaluate(load_model(run.model), run.strategy, c)
     return float(getattr(res, run.metric))
 
 

@@ -1,13 +1,23 @@
 """Model descriptions: presets and user-given shapes, validated field by field.
 
-One description serves every command. Two families are known:
+One description serves every command. Three families are known:
 
 - ``gpt2``: LayerNorm, learned positions, 4x MLP with the tanh GELU, biases,
   LM head tied to the token embedding (Radford et al. 2019);
 - ``llama``: RMSNorm, rotary position embedding (RoPE, Su et al. 2021),
   grouped-query attention (``n_kv_head`` key/value heads shared by groups of
   query heads, Ainslie et al. 2023), SwiGLU MLP (Shazeer 2020), no biases, LM
-  head tied or not (Touvron et al. 2023).
+  head tied or not (Touvron et al. 2023);
+- ``decoder``: any other decoder-only transformer, its computation given field
+  by field (``norm``, ``activation``, ``position_embedding`` learned / rope /
+  alibi, ``bias``), e.g. MPT and BLOOM (LayerNorm, GELU, ALiBi). Only the
+  cluster what-if models it; the tile graphs build gpt2 and llama.
+
+A mixture of experts (``n_experts`` > 0, Shazeer et al. 2017) replaces the MLP
+of every layer after the first ``n_dense_layers`` by ``n_experts`` routed MLPs
+of inner size ``expert_intermediate_size``, ``n_experts_per_token`` of them per
+token (top-k), plus ``n_shared_experts`` MLPs every token goes through
+(DeepSeekMoE, Dai et al. 2024). Only the cluster what-if models experts.
 
 The five shape fields (``FIELDS``) are required; the others default to the
 family's values. A GPT-2 description is exactly what it was before families
@@ -20,16 +30,26 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+from tilecast.graph.presets import PRESETS  # the one table of named shapes  # noqa: F401
+
 FIELDS = ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions")
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama", "decoder")
+TILED_FAMILIES = ("gpt2", "llama")  # what the tile graphs build
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu_tanh", "gelu", "swiglu")
+POSITIONS = ("learned", "rope", "alibi")
 # What each family's computation is; a description may restate these but not change them.
 FAMILY_FIXED = {
     "gpt2": dict(norm="layernorm", activation="gelu_tanh", position_embedding="learned", bias=True),
     "llama": dict(norm="rmsnorm", activation="swiglu", position_embedding="rope", bias=False),
+    "decoder": {},
 }
-FAMILY_DEFAULTS = {"gpt2": dict(tie_word_embeddings=True), "llama": dict(tie_word_embeddings=False)}
+FAMILY_DEFAULTS = {"gpt2": dict(tie_word_embeddings=True), "llama": dict(tie_word_embeddings=False),
+                   "decoder": dict(norm="layernorm", activation="gelu", position_embedding="learned", bias=True,
+                                   tie_word_embeddings=True)}
+MOE_FIELDS = ("n_experts", "n_experts_per_token", "expert_intermediate_size", "n_shared_experts", "n_dense_layers")
 OPTIONAL = ("name", "family", "n_kv_head", "intermediate_size", "norm", "activation", "position_embedding",
-            "tie_word_embeddings", "bias", "layer_norm_epsilon", "rope_theta", "rope_scaling")
+            "tie_word_embeddings", "bias", "layer_norm_epsilon", "rope_theta", "rope_scaling") + MOE_FIELDS
 
 
 class ModelConfigError(ValueError):
@@ -55,6 +75,11 @@ class ModelConfig:
     bias: bool | None = None
     rope_theta: float = 10000.0
     rope_scaling: str | None = None  # a long-context RoPE rescaling (e.g. "llama3"): shapes only, not modelled
+    n_experts: int = 0  # routed experts per MoE layer (0: a dense model)
+    n_experts_per_token: int = 0  # routed experts each token goes to (top-k); 0 without experts
+    expert_intermediate_size: int | None = None  # one expert's MLP inner size; None: intermediate_size
+    n_shared_experts: int = 0  # experts every token goes through (DeepSeekMoE), of the experts' inner size
+    n_dense_layers: int = 0  # leading layers with a dense MLP instead of experts (DeepSeek's first_k_dense_replace)
 
     def __post_init__(self):
         for f in FIELDS:
@@ -68,6 +93,11 @@ class ModelConfig:
         for f, v in FAMILY_FIXED[fam].items():
             if getattr(self, f) != v:
                 raise ModelConfigError(f"model: family {fam} has {f} {v!r}, got {getattr(self, f)!r}")
+        for f, allowed in (("norm", NORMS), ("activation", ACTIVATIONS), ("position_embedding", POSITIONS)):
+            if getattr(self, f) not in allowed:
+                raise ModelConfigError(f"model: {f} must be one of {', '.join(allowed)}, got {getattr(self, f)!r}")
+        if not isinstance(self.bias, bool):
+            raise ModelConfigError(f"model: bias must be true or false, got {self.bias!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise ModelConfigError(f"model: tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
         if self.n_kv_head is None:
@@ -90,10 +120,74 @@ class ModelConfig:
                 raise ModelConfigError("model: family gpt2 ties the LM head to the token embedding")
         if self.position_embedding == "rope" and self.head_dim % 2:
             raise ModelConfigError(f"model: RoPE needs an even head size, got {self.head_dim}")
+        self._check_experts()
         if not (isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0):
             raise ModelConfigError(f"model: layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
             raise ModelConfigError(f"model: rope_theta must be positive, got {self.rope_theta!r}")
+
+    def _check_experts(self):
+        for f in ("n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ModelConfigError(f"model: {f} must be a whole number >= 0, got {v!r}")
+        if not self.n_experts:
+            for f in ("n_experts_per_token", "n_shared_experts", "n_dense_layers"):
+                if getattr(self, f):
+                    raise ModelConfigError(f"model: {f} needs n_experts >= 1")
+            if self.expert_intermediate_size is not None:
+                raise ModelConfigError("model: expert_intermediate_size needs n_experts >= 1")
+            return
+        if not 1 <= self.n_experts_per_token <= self.n_experts:
+            raise ModelConfigError(f"model: n_experts_per_token must be between 1 and n_experts ({self.n_experts}), "
+                                   f"got {self.n_experts_per_token}")
+        if self.n_dense_layers >= self.n_layer:
+            raise ModelConfigError(f"model: n_dense_layers ({self.n_dense_layers}) leaves no expert layer of "
+                                   f"{self.n_layer}")
+        if self.expert_intermediate_size is None:
+            object.__setattr__(self, "expert_intermediate_size", self.intermediate_size)
+        _whole("expert_intermediate_size", self.expert_intermediate_size)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.n_layer - self.n_dense_layers if self.is_moe else 0
+
+    @property
+    def gated_mlp(self) -> bool:
+        """SwiGLU: three n_embd x inner matrices per MLP instead of two."""
+        return self.activation == "swiglu"
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_head * self.head_dim
+
+    @property
+    def learned_positions(self) -> int:
+        """Rows of the learned position table (0 with RoPE or ALiBi)."""
+        return self.n_positions if self.position_embedding == "learned" else 0
+
+    def tiled_error(self) -> str | None:
+        """Why the tile graphs cannot build this model (one line naming it), or None when they can."""
+        if self.family not in TILED_FAMILIES:
+            return (f"model: {self.name} is a {self.family} model ({self.norm}, {self.activation}, "
+                    f"{self.position_embedding} positions), which the tile graphs do not build (families "
+                    f"{', '.join(TILED_FAMILIES)}); tilecast whatif models it")
+        if self.is_moe:
+            return (f"model: {self.name} is a mixture of experts ({self.n_experts} experts), which the tile graphs "
+                    f"do not build; tilecast whatif models it")
+        return None
+
+    def check_tiled(self) -> "ModelConfig":
+        """Raise ModelConfigError unless the tile graphs build this model."""
+        err = self.tiled_error()
+        if err:
+            raise ModelConfigError(err)
+        return self
 
     @property
     def head_dim(self) -> int:
@@ -108,15 +202,28 @@ class ModelConfig:
         """Query heads per key/value head (1 without grouped-query attention)."""
         return self.n_head // self.n_kv_head
 
-    def n_params(self) -> int:
-        """Parameter count (an untied LM head counted once more)."""
-        e, v, p, l, i = self.n_embd, self.vocab_size, self.n_positions, self.n_layer, self.n_inner
-        if self.family == "gpt2":
-            per_layer = 2 * e + (3 * e * e + 3 * e) + (e * e + e) + 2 * e + (e * i + i) + (i * e + e)
-            return v * e + p * e + l * per_layer + 2 * e
-        kv = self.n_kv_head * self.head_dim
-        per_layer = 2 * e + e * e + 2 * e * kv + e * e + 3 * e * i
-        return v * e * (1 if self.tie_word_embeddings else 2) + l * per_layer + e
+    def mlp_params(self, inner: int) -> int:
+        """One MLP (or one expert) of inner size ``inner``: its matrices and, with ``bias``, their biases."""
+        e, b = self.n_embd, int(self.bias)
+        mats = 3 if self.gated_mlp else 2
+        return mats * e * inner + b * ((mats - 1) * inner + e)
+
+    def n_params(self, active: bool = False) -> int:
+        """Parameter count (an untied LM head counted once more); ``active``: with only the experts one
+        token goes through (top-k routed plus shared)."""
+        e, v, l = self.n_embd, self.vocab_size, self.n_layer
+        b, kv = int(self.bias), self.kv_dim
+        norm = 2 * e if self.norm == "layernorm" else e
+        attn = e * (e + 2 * kv) + b * (e + 2 * kv) + e * e + b * e
+        dense = attn + 2 * norm + self.mlp_params(self.n_inner)
+        total = v * e * (1 if self.tie_word_embeddings else 2) + self.learned_positions * e + norm
+        total += (l - self.n_moe_layers) * dense
+        if self.is_moe:
+            routed = self.n_experts_per_token if active else self.n_experts
+            moe = attn + 2 * norm + e * self.n_experts + (routed + self.n_shared_experts) * self.mlp_params(
+                self.expert_intermediate_size)
+            total += self.n_moe_layers * moe
+        return total
 
     def shape(self) -> dict:
         """The fields that set the model's shape: the five of GPT-2, plus the Llama ones for that family."""
@@ -124,6 +231,11 @@ class ModelConfig:
         if self.family != "gpt2" or self.intermediate_size != 4 * self.n_embd:
             out.update(family=self.family, n_kv_head=self.n_kv_head, intermediate_size=self.intermediate_size,
                        tie_word_embeddings=self.tie_word_embeddings)
+        if self.family == "decoder":
+            out.update(norm=self.norm, activation=self.activation, position_embedding=self.position_embedding,
+                       bias=self.bias)
+        if self.is_moe:
+            out.update({f: getattr(self, f) for f in MOE_FIELDS})
         return out
 
     def to_dict(self) -> dict:
@@ -137,41 +249,11 @@ def _whole(f, v):
         raise ModelConfigError(f"model: {f} must be at least 1, got {v}")
 
 
-# GPT-2 shapes from Radford et al. 2019 (Table 2) and the Hugging Face model cards.
-PRESETS = {
-    "gpt2-tiny": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128),
-    "gpt2": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
-    "gpt2-medium": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024),
-    "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20, vocab_size=50257, n_positions=1024),
-    "gpt2-xl": dict(n_layer=48, n_embd=1600, n_head=25, vocab_size=50257, n_positions=1024),
-    # A Llama for tests: grouped-query attention (2 query heads per KV head), an inner size
-    # that is not 4x, an untied head.
-    "llama-tiny": dict(family="llama", n_layer=2, n_embd=64, n_head=4, n_kv_head=2, intermediate_size=176,
-                       vocab_size=256, n_positions=128),
-    # Shapes from the models' config.json on the Hugging Face Hub:
-    # HuggingFaceTB/SmolLM2-135M/config.json (hidden_size 576, 30 layers, 9 heads, 3 KV heads,
-    # intermediate_size 1536, vocab 49152, 8192 positions, rms_norm_eps 1e-5, rope_theta 100000, tied).
-    "smollm2-135m": dict(family="llama", n_layer=30, n_embd=576, n_head=9, n_kv_head=3, intermediate_size=1536,
-                         vocab_size=49152, n_positions=8192, layer_norm_epsilon=1e-5, rope_theta=100000.0,
-                         tie_word_embeddings=True),
-    # TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T/config.json (hidden_size 2048, 22 layers,
-    # 32 heads, 4 KV heads, intermediate_size 5632, vocab 32000, 2048 positions, rms_norm_eps 1e-5,
-    # rope_theta 10000, untied).
-    "tinyllama-1.1b": dict(family="llama", n_layer=22, n_embd=2048, n_head=32, n_kv_head=4, intermediate_size=5632,
-                           vocab_size=32000, n_positions=2048, layer_norm_epsilon=1e-5, rope_theta=10000.0,
-                           tie_word_embeddings=False),
-    # meta-llama/Llama-3.2-1B/config.json (hidden_size 2048, 16 layers, 32 heads, 8 KV heads,
-    # intermediate_size 8192, vocab 128256, 131072 positions, rms_norm_eps 1e-5, rope_theta 500000,
-    # rope_scaling "llama3", tied).
-    "llama-3.2-1b": dict(family="llama", n_layer=16, n_embd=2048, n_head=32, n_kv_head=8, intermediate_size=8192,
-                         vocab_size=128256, n_positions=131072, layer_norm_epsilon=1e-5, rope_theta=500000.0,
-                         rope_scaling="llama3", tie_word_embeddings=True),
-}
-
-
-def load_model(spec: str) -> ModelConfig:
+def load_model(spec) -> ModelConfig:
     """A preset name, a JSON file (tilecast's fields, or a transformers config.json; a folder holding
-    one), or an inline JSON object."""
+    one), an inline JSON object, or a ModelConfig (returned as it is)."""
+    if isinstance(spec, ModelConfig):
+        return spec
     spec = str(spec).strip()
     if spec in PRESETS:
         return ModelConfig(name=spec, **PRESETS[spec])
@@ -234,7 +316,7 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
                            vocab_size=need("vocab_size"), n_positions=need("n_positions"),
                            layer_norm_epsilon=float(data.get("layer_norm_epsilon", 1e-5)),
                            intermediate_size=data.get("n_inner") or None)
-    if kind == "llama":
+    if kind in ("llama", "mixtral"):
         act = data.get("hidden_act", "silu")
         if act != "silu":
             raise ModelConfigError(f"model: hidden_act {act!r} is not supported (silu)")
@@ -256,5 +338,7 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
                            n_positions=need("max_position_embeddings"),
                            layer_norm_epsilon=float(data.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
                            rope_scaling=scaling_type,
-                           tie_word_embeddings=bool(data.get("tie_word_embeddings", False)))
-    raise ModelConfigError(f"model: config.json model_type {kind!r} is not supported (gpt2, llama)")
+                           tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+                           **(dict(n_experts=need("num_local_experts"), n_experts_per_token=need("num_experts_per_tok"))
+                              if kind == "mixtral" else {}))
+    raise ModelConfigError(f"model: config.json model_type {kind!r} is not supported (gpt2, llama, mixtral)")

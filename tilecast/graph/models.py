@@ -7,7 +7,8 @@ from tilecast.graph.model_config import ModelConfig
 
 
 def build_step(cfg: ModelConfig, batch: int, seq: int, tiling=None, adamw=None, step: int = 1, **kw) -> Graph:
-    """The task graph of one training step of ``cfg`` (GPT-2 or Llama)."""
+    """The task graph of one training step of ``cfg`` (GPT-2 or Llama; others: ModelConfigError)."""
+    cfg.check_tiled()
     if cfg.family == "llama":
         from tilecast.graph.llama import build_llama_step
 
@@ -19,6 +20,7 @@ def build_step(cfg: ModelConfig, batch: int, seq: int, tiling=None, adamw=None, 
 
 def build_forward(cfg: ModelConfig, batch: int, seq: int, tiling=None, **kw) -> Graph:
     """The forward pass and loss of ``cfg`` (evaluation)."""
+    cfg.check_tiled()
     if cfg.family == "llama":
         from tilecast.graph.llama import build_llama_forward
 
@@ -30,6 +32,7 @@ def build_forward(cfg: ModelConfig, batch: int, seq: int, tiling=None, **kw) -> 
 
 def model_parameters(cfg: ModelConfig) -> dict:
     """Parameter name -> (shape, tiling dims) of ``cfg``'s family."""
+    cfg.check_tiled()
     if cfg.family == "llama":
         from tilecast.graph.llama import llama_parameters
 
