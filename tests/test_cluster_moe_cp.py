@@ -188,3 +188,14 @@ def test_model_description_checks_and_transformers_mixtral():
                                  num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
                                  max_position_embeddings=32768, num_local_experts=8, num_experts_per_tok=2), "m")
     assert cfg.n_params() == MIXTRAL.n_params()
+
+
+def test_tp_sweep_on_fixed_gpus_keeps_context_parallel_ranks():
+    from tilecast.cluster.sweep import sweep
+
+    shape = load_model("llama3-8b")
+    st = Strategy(tp=1, pp=1, dp=8, cp=2, seq=8192, global_batch=32, micro_batch=1)
+    rows = sweep(shape, st, H100, "tp", [1, 2, 4, 16], gpus=16)
+    got = [r["result"].strategy for r in rows[:3]]
+    assert [s["tp"] * s["pp"] * s["cp"] * s["dp"] for s in got] == [16, 16, 16]  # dp = gpus / (tp pp cp)
+    assert "tp x pp x cp = 32 does not divide 16 GPUs" in rows[3]["error"]

@@ -98,10 +98,11 @@ def sweep(shape, strat: Strategy, cluster, param: str, values: list, gpus: int =
         else:
             st = strat.with_(**{param: v})
             if gpus and param in ("tp", "pp"):
-                if gpus % (st.tp * st.pp):
-                    rows.append({"value": v, "error": f"tp x pp = {st.tp * st.pp} does not divide {gpus} GPUs"})
+                model_ranks = st.tp * st.pp * st.cp  # the GPUs one data-parallel replica spans
+                if gpus % model_ranks:
+                    rows.append({"value": v, "error": f"tp x pp x cp = {model_ranks} does not divide {gpus} GPUs"})
                     continue
-                st = st.with_(dp=gpus // (st.tp * st.pp))
+                st = st.with_(dp=gpus // model_ranks)
         try:
             rows.append({"value": v, "result": evaluate(shape, st, c)})
         except StrategyError as e:
