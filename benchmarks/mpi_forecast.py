@@ -1,7 +1,7 @@
 """Predicted against measured: a training step on 2 StarPU-MPI ranks of one worker, per distribution and tiling.
 
 For every distribution x tiling, the rank simulator's forecast
-(:func:`tilecast.simulator.ranks_forecast.forecast_ranks`: the stored kernel calibration and the network
+(:func:`tilecast.loop.ranks_forecast.forecast_ranks`: the stored kernel calibration and the network
 ``tilecast calibrate --ranks 2`` stored) beside ``--repeats`` runs of ``tilecast run --ranks 2``
 (:func:`tilecast.executor.mpi_launch.run_mpi`, ``--steps`` steps each; a run's step time is the median
 of its steps after the first). Reports the median over the runs and their spread (min-max), the error of
@@ -26,7 +26,7 @@ from tilecast.graph.model_config import load_model
 from tilecast.loop.predict import stored_models
 from tilecast.perfmodel import load_machine
 from tilecast.perfmodel.local import conditions_line, run_conditions
-from tilecast.simulator.ranks_forecast import forecast_ranks, network_or_error
+from tilecast.loop.ranks_forecast import forecast_ranks, network_or_error
 
 MODEL = '{"n_layer":4,"n_embd":128,"n_head":4,"vocab_size":512,"n_positions":128}'
 BATCH, SEQ = 4, 64

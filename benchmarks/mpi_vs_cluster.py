@@ -37,7 +37,7 @@ from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
 from tilecast.perfmodel import load_machine
 from tilecast.simulator.ranks import simulate_ranks
-from tilecast.simulator.ranks_network import Network
+from tilecast.perfmodel.network import Network
 
 
 def main() -> None:

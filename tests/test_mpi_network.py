@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's m
 
 
 def test_pingpong_is_stored_and_used(capsys, tmp_path, monkeypatch):
-    import tilecast.simulator.ranks_network as rn
+    import tilecast.perfmodel.network as rn
 
     monkeypatch.setattr(rn, "_path", lambda machine: str(tmp_path / "network.json"))  # not this home's own fit
     sim = ["simulate", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32,batch=1", "--ranks", "2",

@@ -15,7 +15,7 @@ from tilecast.graph.owner_computes import rank_figures
 from tilecast.perfmodel import parse_machine
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.ranks import simulate_ranks
-from tilecast.simulator.ranks_network import Network, fit_network, load_network, save_network
+from tilecast.perfmodel.network import Network, fit_network, load_network, save_network
 from tilecast.simulator.simulate import simulate
 
 CFG = '{"n_layer":3,"n_embd":32,"n_head":2,"vocab_size":64,"n_positions":32}'
@@ -133,7 +133,7 @@ def test_tune_ranks_ranks_distributions(capsys):
 
 
 def test_message_cost_fitted_on_a_probe_step(graph):
-    from tilecast.simulator.ranks_probe import fit_message_cost
+    from tilecast.loop.ranks_probe import fit_message_cost
 
     g, d = prepare(graph, 2, "layer")
 

@@ -31,7 +31,7 @@ def run_rank_calibration(args) -> int:
     from tilecast.executor.mpi_pingpong import measure_network
     from tilecast.kernels.native_build import NativeUnavailable
     from tilecast.perfmodel import load_machine
-    from tilecast.simulator.ranks_network import save_network
+    from tilecast.perfmodel.network import save_network
 
     if args.ranks < 2:
         raise UsageError(f"--ranks: a ping-pong needs at least 2 ranks, got {args.ranks}")
@@ -57,7 +57,7 @@ def run_rank_calibration(args) -> int:
         return 1
     probe = None
     if not args.no_probe:
-        from tilecast.simulator.ranks_probe import probe_network
+        from tilecast.loop.ranks_probe import probe_network
 
         print("probe step on the ranks (tilecast run --ranks), 2 runs", file=sys.stderr)
         try:

@@ -17,8 +17,8 @@ def add_network_arg(p) -> None:
 
 def network_arg(args, machine, ranks: int, workers: int):
     """The network from --network, else the stored one; UsageError naming the flag otherwise."""
-    from tilecast.simulator.ranks_forecast import network_or_error
-    from tilecast.simulator.ranks_network import Network
+    from tilecast.loop.ranks_forecast import network_or_error
+    from tilecast.perfmodel.network import Network
 
     if getattr(args, "network", None):
         try:
@@ -40,7 +40,7 @@ def run_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     from tilecast.loop.predict import stored_models
     from tilecast.perfmodel import MachineError, load_machine
     from tilecast.simulator import SimulationError
-    from tilecast.simulator.ranks_forecast import forecast_ranks
+    from tilecast.loop.ranks_forecast import forecast_ranks
 
     built = build_step(cfg, batch, seq, tiling, recompute=recompute)
     distribute_args(built, args)  # a rank count the distribution cannot use: one line, before anything else

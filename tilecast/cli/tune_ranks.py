@@ -30,7 +30,7 @@ def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
     from tilecast.loop.predict import stored_models
     from tilecast.loop.tune import build_candidates, usable_scheds
     from tilecast.perfmodel import MachineError, load_machine
-    from tilecast.simulator.ranks_forecast import forecast_ranks
+    from tilecast.loop.ranks_forecast import forecast_ranks
 
     if args.ranks < 2:
         raise UsageError(f"--ranks must be at least 2, got {args.ranks}")

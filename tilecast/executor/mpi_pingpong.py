@@ -5,7 +5,7 @@
 per rank). Each rank first runs a ping-pong of plain ``MPI_Send``/``MPI_Recv`` (MPI's own latency), then
 starts StarPU-MPI and runs the same ping-pong with ``starpu_mpi_send``/``starpu_mpi_recv`` of a registered
 tile while its workers run (what StarPU-MPI adds per message, and the bandwidth it gets). One-way time =
-round trip / 2 (lower quartile per size); fitted by :func:`tilecast.simulator.ranks_network.fit_network`.
+round trip / 2 (lower quartile per size); fitted by :func:`tilecast.perfmodel.network.fit_network`.
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ def run_pingpong_rank(spec: dict) -> None:
 def measure_network(ranks: int = 2, workers: int = 1, sizes=DEFAULT_SIZES, repeats: int = 30, sched: str = "lws",
                     timeout_s: float = DEFAULT_TIMEOUT_S):
     """Ping-pong on ``ranks`` ranks of ``workers`` workers; returns the fitted
-    :class:`~tilecast.simulator.ranks_network.Network` (its ``points``: medians per size) and the raw
+    :class:`~tilecast.perfmodel.network.Network` (its ``points``: medians per size) and the raw
     round trips {sizes, mpi_rtt_s, starpu_rtt_s}. ValueError on bad input, MPIRunError on a failed run."""
     from tilecast.executor.mpi_native import mpi_glue
     from tilecast.executor.starpu_session import max_workers
-    from tilecast.simulator.ranks_network import fit_network
+    from tilecast.perfmodel.network import fit_network
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ValueError(f"ranks: a ping-pong needs at least 2 ranks, got {ranks!r}")

@@ -89,8 +89,8 @@ class MemoryForecast:
 
     def refusal(self, graphs, workers: int) -> str | None:
         """Why the limit cannot run ``graphs`` on ``workers`` workers, in one line (None: it can); the same
-        rule as the executor's (:func:`tilecast.executor.memory_limit.refusal`)."""
-        from tilecast.executor.memory_limit import refusal
+        rule as the executor's (:func:`tilecast.graph.working_set.refusal`)."""
+        from tilecast.graph.working_set import refusal
 
         return refusal(graphs, workers, self.limit_bytes, self.disk is not None)
 

@@ -3,7 +3,7 @@
 The machine is N copies of one node (:func:`ranks_machine`: the local
 machine's workers split per rank, as ``tilecast run --ranks`` starts them),
 one memory node each, joined by a directed network link per pair of ranks
-(:mod:`tilecast.simulator.ranks_network`). The step is the graph the ranks
+(:mod:`tilecast.perfmodel.network`). The step is the graph the ranks
 run (``distribution.prepare``) and StarPU-MPI's insert-task rule
 (:mod:`tilecast.graph.owner_computes`):
 
@@ -37,7 +37,7 @@ from tilecast.graph.owner_computes import plan as owner_plan
 from tilecast.kernels.registry import R, W
 from tilecast.perfmodel.machine import Link, Machine, MemoryNode, Worker
 from tilecast.simulator.engine import Engine
-from tilecast.simulator.ranks_network import Network
+from tilecast.perfmodel.network import Network
 from tilecast.simulator.ranks_policy import RankPolicy
 
 NET_KIND = "network"

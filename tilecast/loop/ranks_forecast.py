@@ -4,7 +4,7 @@ One path for every caller: build the step, apply the distribution (``distributio
 kernel durations from the stored calibration and the runtime's costs from the host-cost fits of one
 process of ``workers_per_rank`` workers (cost per task, decisions, submission), and simulate the ranks
 (:func:`tilecast.simulator.ranks.simulate_ranks`) on the stored network
-(:mod:`tilecast.simulator.ranks_network`).
+(:mod:`tilecast.perfmodel.network`).
 
 **Shared cores.** The ranks of ``tilecast run --ranks`` share one machine's cores. Debian's StarPU 1.3
 spins idle workers (``STARPU_NON_BLOCKING_DRIVERS``) and StarPU-MPI's progress thread polls while any
@@ -100,9 +100,9 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
 
 
 def network_or_error(machine, ranks: int, workers_per_rank: int):
-    """The stored network for the ranks (:func:`tilecast.simulator.ranks_network.load_network`), or
+    """The stored network for the ranks (:func:`tilecast.perfmodel.network.load_network`), or
     LookupError saying how to measure it."""
-    from tilecast.simulator.ranks_network import load_network
+    from tilecast.perfmodel.network import load_network
 
     net = load_network(machine, ranks, workers_per_rank)
     if net is None:

@@ -46,7 +46,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     from tilecast.graph.models import build_step
     from tilecast.loop.predict import stored_models
     from tilecast.perfmodel import load_machine
-    from tilecast.simulator.ranks_forecast import forecast_ranks
+    from tilecast.loop.ranks_forecast import forecast_ranks
 
     p = PROBE
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])

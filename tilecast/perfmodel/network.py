@@ -6,7 +6,7 @@ A message of ``b`` bytes from one rank to another takes
 ``latency`` is MPI's own (a ping-pong of plain ``MPI_Send``/``MPI_Recv`` before StarPU starts),
 ``message_cost`` what StarPU-MPI adds per message (the same ping-pong through ``starpu_mpi_send`` /
 ``starpu_mpi_recv`` with StarPU's workers running, less MPI's latency; raised to what a probe step shows,
-:mod:`tilecast.simulator.ranks_probe`, where messages wait for time slices), ``bandwidth`` the slope of
+:mod:`tilecast.loop.ranks_probe`, where messages wait for time slices), ``bandwidth`` the slope of
 the StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
 (:mod:`tilecast.executor.mpi_pingpong`); they are stored under
 ``$TILECAST_HOME/calibration/network-<machine>-<fingerprint>.json``, keyed by rank count, workers per
@@ -36,7 +36,7 @@ class Network:
     ranks: int = 2
     workers_per_rank: int = 1
     points: list | None = None  # [bytes, StarPU-MPI one-way s, MPI one-way s] medians of the ping-pong
-    probe: dict | None = None  # the probe step message_s was fitted on (tilecast.simulator.ranks_probe), if any
+    probe: dict | None = None  # the probe step message_s was fitted on (tilecast.loop.ranks_probe), if any
 
     def __post_init__(self):
         for name in ("latency_s", "message_s"):
