@@ -59,10 +59,21 @@ def test_bad_input_exits_2_with_one_line(argv, word, capsys):
 
 
 def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    host_cost = importlib.import_module("tilecast.loop.host_cost")
+    tune = importlib.import_module("tilecast.loop.tune")  # the module (the package exports a function of its name)
+
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    # the executor's probe steps, made small: one probe, two policies
+    monkeypatch.setattr(host_cost, "PROBES", (("gpt2-tiny", 1, 16, "16"),))
+    monkeypatch.setattr(host_cost, "SCHED_PROBES", (("gpt2-tiny", 1, 16, "16"),))
+    monkeypatch.setattr(tune, "usable_scheds", lambda requested: ["eager", "dmda"])
     assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "32", "--tile", "32",
                  "--tiles", "16", "--repeats", "2", "--per-kernel", "4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    workers = sorted(int(w) for w in doc["executor_costs"])
+    assert workers[0] == 1 and all(c["task_overhead_us"] > 0 for c in doc["executor_costs"].values())
     assert doc["kernels"] >= 10 and doc["timer"] == "starpu-tasks"  # StarPU runs here: shapes timed as its tasks
     assert doc["quiet"]["passes"] >= 3  # each timing pass checked against a reference step
     assert all(r["median_rel_err"] >= 0 for r in doc["heldout"].values())
@@ -72,6 +83,18 @@ def test_calibrate_stores_models_that_simulate_then_uses(tmp_path, monkeypatch, 
     sim = json.loads(capsys.readouterr().out)
     assert sim["calibration"] == "stored"
     assert sim["duration_sources"]["measured"] > 0  # the same shapes were timed
+    assert sim["host_known"] and sim["step_s"] > sim["makespan_s"]  # the probes' host cost, as tune adds it
+    # a second calibration adds its shapes to the store: the first one's stay
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import find_calibration
+
+    before = sum(len(e["shapes"]) for e in find_calibration(load_machine("local")).points.values())
+    assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "8", "--tile", "8", "--tiles", "",
+                 "--repeats", "2", "--per-kernel", "2", "--no-probe", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["executor_costs"] == {}
+    after = sum(len(e["shapes"]) for e in find_calibration(load_machine("local")).points.values())
+    assert after == before + again["shapes"]
     assert main(["calibrate", "--model", "gpt2-tiny", "--batch", "1", "--seq", "16", "--tile", "16", "--tiles", "",
                  "--repeats", "2", "--per-kernel", "3", "--timer", "c", "--json",
                  "--output", str(tmp_path / "alone.json")]) == 0

@@ -23,7 +23,11 @@ def add_parser(sub):
                     "and tune), and report each kernel model's error on shapes held out of its fit. A kernel "
                     "with more shapes than --per-kernel, or a set whose timing is estimated above --budget, "
                     "has a design of its shapes timed (the ends of its range of flops and bytes, then the "
-                    "shapes farthest from those timed); the others are predicted by the shape model.")
+                    "shapes farthest from those timed); the others are predicted by the shape model. The "
+                    "shapes are added to the machine's stored calibration (shapes timed before are kept). Then "
+                    "small probe steps run on StarPU, on every worker count and policy, for the executor's cost "
+                    "per task and per step (what simulate adds to a makespan; about a minute, once per machine "
+                    "and executor version; --no-probe skips them).")
     add_model_args(p, model="gpt2-tiny", batch=2, seq=128, tile="64")
     p.add_argument("--tiles", default="32,64,128", metavar="LIST",
                    help="comma-separated uniform tile sizes whose shapes are calibrated, besides --tile "
@@ -62,7 +66,7 @@ def run(args) -> int:
     from tilecast.graph import Tiling, TilingError
     from tilecast.graph.models import build_step
     from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.calibration import calibrate, cases_from_shapes
+    from tilecast.perfmodel.calibration import calibrate, cases_from_shapes, find_calibration
     from tilecast.perfmodel.calibration_design import choose_timed
     from tilecast.perfmodel.kernel_model import holdout_errors
     from tilecast.perfmodel.shapes import graph_shapes
@@ -86,6 +90,7 @@ def run(args) -> int:
         raise UsageError(f"--tiles: {str(e).removeprefix('tile: ')}") from None
     machine = load_machine("local")
     workers = starpu_workers(machine) if args.timer in ("auto", "starpu") else None
+    stored = find_calibration(machine) if args.output is None else None  # what the store holds already
     if args.timer == "starpu" and not workers:
         print("tilecast calibrate: StarPU cannot run here (see tilecast run)", file=sys.stderr)
         return 1
@@ -132,13 +137,18 @@ def run(args) -> int:
                             progress=counted)
     for name, row in predicted:
         cal.add_predicted(name, row)
+    if stored is not None:  # the new points beside (and, from the same source, over) the stored ones
+        quiet = cal.quiet
+        stored.add_all(cal)
+        stored.quiet, cal = quiet, stored
     path = cal.save(args.output)
+    probes = _probe_costs(machine, workers, args) if workers and args.output is None and not args.no_probe else {}
     report = holdout_errors(cal)
     disk, disk_file = _measure_disk(args, machine)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
            "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
            "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet,
-           "disk": {**asdict(disk), "file": disk_file}}
+           "disk": {**asdict(disk), "file": disk_file}, "executor_costs": probes}
     if args.json:
         print_json(out)
         return 0
@@ -150,6 +160,9 @@ def run(args) -> int:
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk.directory}: {disk.describe()} -> {disk_file}")
+    for w, c in probes.items():
+        print(f"executor's costs, {w} worker{'s' if int(w) > 1 else ''}: {c['task_overhead_us']:.2f} us per task, "
+              f"{c['host_fixed_ms']:.2f} ms per step + {c['host_per_task_us']:.2f} us per task outside the graph")
     print()
     print("shape model's error on timed shapes held out of its fit:")
     print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"
@@ -160,6 +173,21 @@ def run(args) -> int:
               f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%{f['fixed_us']:>10.2f}"
               f"{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
     return 0
+
+
+def _probe_costs(machine, workers: int, args) -> dict:
+    """The executor's costs per task and per step, measured on probe steps for every worker count and policy
+    (stored for simulate and tune; :func:`tilecast.loop.host_cost.ensure_host_costs`), by worker count."""
+    from tilecast.loop.candidates import worker_counts
+    from tilecast.loop.host_cost import ensure_host_costs
+    from tilecast.loop.tune import usable_scheds
+    from tilecast.simulator.simulate import POLICIES
+
+    fits = ensure_host_costs(machine, worker_counts(workers), progress=not args.json,
+                             scheds=usable_scheds(list(POLICIES)))
+    return {str(w): {"task_overhead_us": (h.task_overhead_s or 0.0) * 1e6, "host_fixed_ms": h.fixed_s * 1e3,
+                     "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6}
+            for w, h in fits.items() if isinstance(w, int)}
 
 
 def _measure_disk(args, machine):

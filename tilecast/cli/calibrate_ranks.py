@@ -21,9 +21,11 @@ def add_rank_calibration_args(p) -> None:
     p.add_argument("--round-trips", type=int, default=30, metavar="N",
                    help="with --ranks: timed round trips per size (default: 30)")
     p.add_argument("--no-probe", action="store_true",
-                   help="with --ranks: keep the ping-pong's cost per message; by default a probe step (gpt2-tiny, "
-                        "layer, 2 runs) is run on the ranks and the cost per message raised to what the rank "
-                        "simulator needs to match it (messages waiting for time slices on a loaded machine)")
+                   help="run no probe steps: without --ranks, the executor's costs per task and per step are not "
+                        "measured (simulate then leaves the host cost out until tune or a run measures it); with "
+                        "--ranks, the ping-pong's cost per message is kept (by default a probe step, gpt2-tiny, "
+                        "layer, 2 runs, raises it to what the rank simulator needs to match the step: messages "
+                        "waiting for time slices on a loaded machine)")
 
 
 def run_rank_calibration(args) -> int:
