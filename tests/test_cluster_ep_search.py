@@ -100,3 +100,22 @@ def test_cli_ep_baseline_that_cannot_run_is_one_line(capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--baseline" in err and "ep" in err
+
+
+def test_inference_search_spans_ep_dividing_tp_and_the_sweep_takes_ep():
+    from tilecast.cluster.inference import InferenceConfig
+    from tilecast.cluster.inference_search import inference_candidates, inference_search, layout_label as label
+    from tilecast.cluster.inference_sweep import inference_sweep
+
+    cands = inference_candidates(MIXTRAL, H100, 8)
+    assert {(tp, ep) for tp, _, _, ep in cands if tp == 4} == {(4, 1), (4, 2), (4, 4)}
+    assert all(tp % ep == 0 and MIXTRAL.n_experts % ep == 0 for tp, _, _, ep in cands)
+    assert {ep for *_, ep in inference_candidates(load_model("llama3-8b"), H100, 8)} == {1}
+    cfg = InferenceConfig(batch=16, input_len=512, output_len=64)
+    res = inference_search(MIXTRAL, H100, cfg, 8, "trtllm-0.9", top=50)
+    assert {r.config["ep"] for r in res["top"]} >= {1, 2}
+    assert "ep2" in next(label(r) for r in res["top"] if r.config["ep"] == 2)
+    rows = inference_sweep(MIXTRAL, InferenceConfig(tp=4, batch=16), H100, "ep", [1, 3, 4], "trtllm-0.9")
+    assert "error" in rows[1] and rows[2]["result"].config["ep"] == 4
+    # experts over 4 GPUs: the dispatch and combine all-to-alls add communication
+    assert rows[2]["result"].breakdown["comm_s"] > rows[0]["result"].breakdown["comm_s"]
