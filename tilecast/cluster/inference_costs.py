@@ -267,7 +267,8 @@ def experts_touched(n_experts: int, top_k: int, tokens) -> np.ndarray:
 
 
 def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> list:
-    """(flops, HBM bytes, calls) of a mixture of experts' MLP kernels on one GPU, the mean over the layers.
+    """(flops, HBM bytes, calls) of a mixture of experts' MLP kernels on one GPU, the mean over the layers
+    (``calls``: GEMM calls per layer, also the mean, so that flops / calls is one call's).
 
     The experts are spread over ``ep`` of the ``tp`` GPUs and each split over the other ``tp / ep``
     (TensorRT-LLM's expert and tensor parallelism of MoE layers), so a GPU holds 1/tp of every layer's
@@ -296,16 +297,16 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     # input projection (h x (mats - 1) fe, gate and up fused) writing (mats - 1) fe per row; output projection
     # (fe x h) writing h per row
     for w, out_width in ((h * (mats - 1) * fe, (mats - 1) * fe), (fe * h, h)):
-        out.append((2.0 * routed * w / tp * m, (touched * w / tp * wb + routed * out_width / tp * 2) * m, calls))
+        out.append((2.0 * routed * w / tp * m, (touched * w / tp * wb + routed * out_width / tp * 2) * m, calls * m))
     if shape.n_shared_experts:
         w = shape.n_shared_experts * expert_w
         acts = tokens * shape.n_shared_experts * ((mats - 1) * fe + h) / tp * 2
-        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m, 1.0))
-    out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m, 1.0))  # router
+        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m, m))
+    out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m, m))  # router
     if m < 1:
         w = mats * h * shape.intermediate_size
         out.append((2.0 * tokens * w / tp * (1 - m), (w / tp * wb + tokens * ((mats - 1) * shape.intermediate_size + h)
-                                                       / tp * 2) * (1 - m), 1.0))
+                                                       / tp * 2) * (1 - m), 1 - m))
     return out
 
 
