@@ -47,7 +47,8 @@ def add_parser(sub):
                    help="dtype gradients are kept and reduced in (fp32: Megatron-LM's default for bf16 models, "
                         "18 bytes/param of model states with DDP instead of 16)")
     p.add_argument("--sweep", action="append", default=[], metavar="PARAM=VALUES",
-                   help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved; "
+                   help="vary one parameter, e.g. network_bw=x0.5..x4, flops=1,2, tp=1,2,4,8, schedule=1f1b,interleaved, "
+                        "ep=1,2,4,8 (experts; dp stays, so EP must divide it), cp=1,2,4, expert_imbalance=1,1.5; "
                         "hardware as MAD Max sweeps it: nvlink_domain=8..64 (GPUs per NVLink domain), "
                         "nics_per_node=2,4,8, hbm_gb=40,80,141, hbm_bw=x0.5..x2, flops=x1..x4 (rows add "
                         "exposed_comm_share and a note when the layout no longer fits); with --search, hardware "
@@ -56,7 +57,10 @@ def add_parser(sub):
                                                       "and the breakdown")
     p.add_argument("--trace", metavar="FILE", help="write the simulated timeline (.parquet, .csv, or .json Chrome "
                                                    "trace: one process per pipeline stage, one thread per stream)")
-    p.add_argument("--search", action="store_true", help="search the fastest layout that fits for --gpus")
+    p.add_argument("--search", action="store_true",
+                   help="search the fastest layout that fits for --gpus (TP, PP, DP, micro-batch, ZeRO, schedule, "
+                        "recomputation; for a mixture of experts also EP over the divisors of the expert count "
+                        "that divide DP, with --capacity-factor / --expert-imbalance applied to every layout)")
     p.add_argument("--top", type=int, default=10, help="with --search: configurations printed")
     p.add_argument("--max-configs", type=int, default=1000, help="with --search: evaluate at most this many layouts")
     p.add_argument("--baseline", nargs="?", const="", default=None, metavar="FIELD=VALUE,...",

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from tilecast.cli import UsageError
 
-BASELINE_FIELDS = {"tp": int, "pp": int, "dp": int, "batch": int, "weight_dtype": str, "kv_dtype": str}
+BASELINE_FIELDS = {"tp": int, "pp": int, "dp": int, "batch": int, "weight_dtype": str, "kv_dtype": str, "ep": int}
 
 
 def baseline_config(args, shape, cluster, cfg):
@@ -41,8 +41,9 @@ def _share(r) -> float:
 
 
 def _label(r) -> str:
-    c = r.config
-    return f"tp{c['tp']} pp{c['pp']} dp{c['dp']} batch {r.batch:.0f}"
+    from tilecast.cluster.inference_search import layout_label
+
+    return layout_label(r)
 
 
 def run_inference_search(args, shape, cluster, cfg, eff, engine: str) -> int:
@@ -77,11 +78,13 @@ def run_inference_search(args, shape, cluster, cfg, eff, engine: str) -> int:
     print(f"{shape.name} served on {args.gpus} x {cluster.name} ({engine}), input {cfg.input_len} / output "
           f"{cfg.output_len} tokens, {batch}, weights {cfg.weight_dtype}, KV cache {cfg.kv_dtype}: "
           f"{res['candidates']} layouts, {res['fitting']} fit in memory")
-    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4} {'batch':>6} {'tokens/s':>12} {'per GPU':>9} {'TTFT ms':>9} "
+    moe = shape.is_moe  # an EP column for mixtures of experts (EP of the TP GPUs hold different experts)
+    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4}{' ep' if moe else ''} {'batch':>6} {'tokens/s':>12} {'per GPU':>9} {'TTFT ms':>9} "
           f"{'TPOT ms':>8} {'comm %':>7} {'mem GB':>7}")
     for i, r in enumerate(res["top"], 1):
         c = r.config
-        print(f"{i:>3} {c['tp']:>3} {c['pp']:>3} {c['dp']:>4} {r.batch:>6.0f} {r.tokens_per_s:>12,.0f} "
+        ep_col = f" {c['ep']:>2}" if moe else ""
+        print(f"{i:>3} {c['tp']:>3} {c['pp']:>3} {c['dp']:>4}{ep_col} {r.batch:>6.0f} {r.tokens_per_s:>12,.0f} "
               f"{r.tokens_per_s_per_gpu:>9,.0f} {1e3 * r.ttft_s:>9.1f} {1e3 * r.tpot_s:>8.2f} "
               f"{100 * _share(r):>7.1f} {r.memory_per_gpu_bytes / 1e9:>7.1f}")
     if not res["top"]:

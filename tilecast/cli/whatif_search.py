@@ -10,7 +10,8 @@ from tilecast.cli import UsageError
 
 def baseline_strategy(args, shape, cluster, gb: int):
     """The ``--baseline`` layout: the layout flags (--tp, --pp, --dp, --micro-batch, ...) with the fields of
-    the ``--baseline`` value replaced; dp = gpus / (tp pp) unless given. None without ``--baseline``."""
+    the ``--baseline`` value replaced (``ep=8``, ``cp=2`` among them); dp = gpus / (tp cp pp) unless given.
+    None without ``--baseline``."""
     from tilecast.cli.sweep_args import layout_fields
     from tilecast.cluster.search import baseline_layout
     from tilecast.cluster.strategy import Strategy, StrategyError
@@ -27,6 +28,8 @@ def baseline_strategy(args, shape, cluster, gb: int):
                             tp_comm_overlap=args.tp_comm_overlap, overlap_param_gather=args.overlap_param_gather,
                             overlap_grad_reduce=not args.no_overlap_grad_reduce,
                             grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2,
+                            ep=args.ep, cp=args.cp, capacity_factor=args.capacity_factor,
+                            expert_imbalance=args.expert_imbalance, shard_group=args.shard_group,
                             virtual_stages=args.virtual_stages or (2 if args.schedule == "interleaved" else 1))
         st = baseline_layout(template, fields, args.gpus)
         if "virtual_stages" not in fields and st.schedule == "interleaved" and not args.virtual_stages:
@@ -63,7 +66,9 @@ def run_search(args, shape, cluster) -> int:
     gb = args.global_batch or args.gpus
     base = baseline_strategy(args, shape, cluster, gb)
     specs = _hardware_sweeps(args)
-    kw = dict(dtype=args.dtype, attention=args.attention)
+    # the recipe every candidate shares; EP is searched (mixtures of experts), --ep only sets the baseline's
+    kw = dict(dtype=args.dtype, attention=args.attention, capacity_factor=args.capacity_factor,
+              expert_imbalance=args.expert_imbalance, grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2)
     res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
                  progress=not args.json, baseline=base, **kw)
     sweeps = [(p, search_sweep_table(p, search_sweep(shape, cluster, args.gpus, args.seq, gb, p, values,
@@ -81,12 +86,14 @@ def run_search(args, shape, cluster) -> int:
         return 0 if res["top"] else 1
     print(f"{shape.name} on {args.gpus} x {cluster.name}, seq {args.seq}, global batch {gb}: "
           f"{res['candidates']} layouts, {res['fitting']} fit in memory, {res['evaluated']} simulated")
-    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'mb':>3} {'zero':>4} {'schedule':>12} {'recompute':>9} "
+    ep = shape.is_moe  # an EP column for mixtures of experts
+    print(f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5}{' ep' if ep else ''} {'mb':>3} {'zero':>4} {'schedule':>12} {'recompute':>9} "
           f"{'step s':>9} {'tokens/s':>12} {'TFLOP/s':>8} {'MFU %':>6} {'exposed':>8} {'bubble':>7} {'mem GB':>7}")
     for i, r in enumerate(res["top"], 1):
         s = r.strategy
         sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
-        print(f"{i:>3} {s['tp']:>3} {s['pp']:>3} {s['dp']:>5} {s['micro_batch']:>3} {s['zero']:>4} {sched:>12} "
+        ep_col = f" {s['ep']:>2}" if ep else ""
+        print(f"{i:>3} {s['tp']:>3} {s['pp']:>3} {s['dp']:>5}{ep_col} {s['micro_batch']:>3} {s['zero']:>4} {sched:>12} "
               f"{s['recompute']:>9} {r.step_s:>9.3f} {r.tokens_per_s:>12,.0f} {r.tflops_per_gpu:>8.1f} "
               f"{100 * r.mfu:>6.1f} {r.breakdown['exposed_comm_s']:>8.3f} {r.breakdown['bubble_s']:>7.3f} "
               f"{r.memory_per_gpu_bytes / 1e9:>7.1f}")

@@ -70,7 +70,9 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
 
     if shape.is_moe:
         calls = F.moe_gemm_shapes(shape, tokens, t, strat.ep, strat.expert_load)
-        gemm_t = float(sum(w * gpu.matmul_time(2.0 * m * n * kk, dt, min(mc, n, kk))
+        # a grouped GEMM runs m / m_call per-expert products of m_call rows: each one's flops and smallest
+        # dimension set its efficiency (the dense products are one call, m_call = m)
+        gemm_t = float(sum(w * (m / mc) * gpu.matmul_time(2.0 * mc * n * kk, dt, min(mc, n, kk))
                            for m, n, kk, w, mc in calls.values()))
         gemm_flops = sum(2.0 * m * n * kk * w for m, n, kk, w, _ in calls.values())
     else:

@@ -223,8 +223,8 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
         nbytes = weights[name] / tp * wb + tokens * (weights[name] / (h if name != "fc2" else f) / tp) * 2
         cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
     if shape.is_moe:
-        for fl, nbytes in moe_kernels(shape, tokens, tp, ep, wb, expert_load):
-            cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
+        for fl, nbytes, calls in moe_kernels(shape, tokens, tp, ep, wb, expert_load):
+            cost.add_kernel(calls * gemm_time(gpu, fl / calls, dt, eff), nbytes / bw, fl, nbytes)
     context = np.asarray(context, dtype=float)
     kvh = kv_heads_per_rank(shape, tp)
     ring = 0.0
@@ -267,7 +267,8 @@ def experts_touched(n_experts: int, top_k: int, tokens) -> np.ndarray:
 
 
 def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> list:
-    """(flops, HBM bytes) of a mixture of experts' MLP kernels on one GPU, the mean over the layers.
+    """(flops, HBM bytes, calls) of a mixture of experts' MLP kernels on one GPU, the mean over the layers
+    (``calls``: GEMM calls per layer, also the mean, so that flops / calls is one call's).
 
     The experts are spread over ``ep`` of the ``tp`` GPUs and each split over the other ``tp / ep``
     (TensorRT-LLM's expert and tensor parallelism of MoE layers), so a GPU holds 1/tp of every layer's
@@ -276,6 +277,12 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     the pass's tokens touch (:func:`experts_touched`: all of them in a prefill, top-k per token in a
     decode step of one sequence; with a skew ``load`` > 1, at most n_experts / load of them, the tokens
     read as spread over that many), plus the shared experts and, in the leading dense layers, the MLP.
+
+    The routed experts run as one GEMM per expert and matrix (a grouped GEMM: each expert's rows,
+    tokens x top-k / the experts touched, against its own weights): ``calls`` = the experts a GPU runs,
+    so a call's size, which sets its efficiency on the cluster's GEMM curve, is one expert's, not the
+    layer's (a decode step of 32 sequences gives Mixtral's experts 8 rows each); its input projection
+    (gate and up, fused) and its output projection are separate calls, as for the dense MLP.
     """
     h, fe, m = shape.n_embd, shape.expert_intermediate_size, P.moe_layer_share(shape)
     mats = 3 if shape.gated_mlp else 2
@@ -285,18 +292,21 @@ def moe_kernels(shape, tokens: int, tp: int, ep: int, wb: int, load: float) -> l
     # n_experts / load experts: a pass reads at most those
     touched = min(float(experts_touched(shape.n_experts, shape.n_experts_per_token, tokens)),
                   max(float(shape.n_experts_per_token), shape.n_experts / load))
+    calls = max(1.0, touched / ep)  # experts with tokens on one GPU (ep of the tp GPUs split the experts)
     out = []
-    fl = 2.0 * routed * expert_w / tp * m
-    out.append((fl, (touched * expert_w / tp * wb + routed * ((mats - 1) * fe + h) / tp * 2) * m))
+    # input projection (h x (mats - 1) fe, gate and up fused) writing (mats - 1) fe per row; output projection
+    # (fe x h) writing h per row
+    for w, out_width in ((h * (mats - 1) * fe, (mats - 1) * fe), (fe * h, h)):
+        out.append((2.0 * routed * w / tp * m, (touched * w / tp * wb + routed * out_width / tp * 2) * m, calls * m))
     if shape.n_shared_experts:
         w = shape.n_shared_experts * expert_w
         acts = tokens * shape.n_shared_experts * ((mats - 1) * fe + h) / tp * 2
-        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m))
-    out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m))  # router
+        out.append((2.0 * tokens * w / tp * m, (w / tp * wb + acts) * m, m))
+    out.append((2.0 * tokens * h * shape.n_experts * m, (h * shape.n_experts * wb + tokens * h * 2) * m, m))  # router
     if m < 1:
         w = mats * h * shape.intermediate_size
         out.append((2.0 * tokens * w / tp * (1 - m), (w / tp * wb + tokens * ((mats - 1) * shape.intermediate_size + h)
-                                                       / tp * 2) * (1 - m)))
+                                                       / tp * 2) * (1 - m), 1 - m))
     return out
 
 

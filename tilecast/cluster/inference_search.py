@@ -21,26 +21,29 @@ def _divisors(n: int) -> list:
 
 
 def inference_candidates(shape, cluster, gpus: int, max_pp: int = 16) -> list:
-    """(tp, pp, dp) with tp inside a node dividing the heads, pp up to ``max_pp`` stages, tp pp dp = gpus."""
+    """(tp, pp, dp, ep) with tp inside a node dividing the heads, pp up to ``max_pp`` stages, tp pp dp = gpus;
+    for a mixture of experts every ep dividing both tp and the expert count (the experts spread over ep of
+    the tp GPUs, TensorRT-LLM's layout), else ep 1."""
     out = []
     for tp in _divisors(cluster.gpus_per_node):
         if shape.n_head % tp or (shape.n_kv_head % tp and tp % shape.n_kv_head) or gpus % tp:
             continue
+        eps = [e for e in _divisors(tp) if shape.n_experts % e == 0] if shape.is_moe else [1]
         for pp in _divisors(min(max_pp, shape.n_layer)):
             if gpus % (tp * pp):
                 continue
-            out.append((tp, pp, gpus // (tp * pp)))
+            out.extend((tp, pp, gpus // (tp * pp), ep) for ep in eps)
     return out
 
 
 def inference_search(shape, cluster, template, gpus: int, engine, *, top: int = 10, baseline=None) -> dict:
-    """The ``top`` fastest layouts that fit (``template``: an InferenceConfig whose tp/pp/dp are replaced);
+    """The ``top`` fastest layouts that fit (``template``: an InferenceConfig whose tp/pp/dp/ep are replaced);
     with a ``baseline`` InferenceConfig, its result and the best one's output tokens/s over it (``gain``)."""
     results, tried = [], 0
-    for tp, pp, dp in inference_candidates(shape, cluster, gpus):
+    for tp, pp, dp, ep in inference_candidates(shape, cluster, gpus):
         tried += 1
         try:
-            r = evaluate_inference(shape, replace(template, tp=tp, pp=pp, dp=dp), cluster, engine)
+            r = evaluate_inference(shape, replace(template, tp=tp, pp=pp, dp=dp, ep=ep), cluster, engine)
         except InferenceError:
             continue
         if r.fits and not r.overloaded:
@@ -86,6 +89,13 @@ def inference_search_sweep(shape, cluster, template, gpus: int, engine, param: s
     return rows
 
 
+def layout_label(r) -> str:
+    """``tp2 pp1 dp4 ep2 batch 64`` for a serving result (``ep`` shown when > 1)."""
+    c = r.config
+    ep = f" ep{c['ep']}" if c.get("ep", 1) != 1 else ""
+    return f"tp{c['tp']} pp{c['pp']} dp{c['dp']}{ep} batch {r.batch:.0f}"
+
+
 def inference_search_sweep_table(param: str, rows: list):
     """The rows of :func:`inference_search_sweep` as a DataFrame."""
     import pandas as pd
@@ -101,7 +111,7 @@ def inference_search_sweep_table(param: str, rows: list):
         rec["fitting"] = row["fitting"]
         if b is not None:
             c = b.config
-            rec.update(best_layout=f"tp{c['tp']} pp{c['pp']} dp{c['dp']} batch {b.batch:.0f}",
+            rec.update(best_layout=layout_label(b),
                        tokens_per_s=b.tokens_per_s, ttft_s=b.ttft_s, tpot_s=b.tpot_s,
                        exposed_comm_share=b.breakdown["comm_s"] / b.breakdown["total_s"])
         else:

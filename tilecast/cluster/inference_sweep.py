@@ -15,7 +15,8 @@ from tilecast.cluster.sweep import HARDWARE, HARDWARE_PARAMS, HARDWARE_SET, fit_
 
 # Serving what-ifs: InferenceConfig fields, parsed as these types.
 CONFIG = {"tp": int, "pp": int, "dp": int, "batch": int, "input_len": int, "output_len": int, "weight_dtype": str,
-          "kv_dtype": str, "request_rate": float, "max_batch": int}
+          "kv_dtype": str, "request_rate": float, "max_batch": int,
+          "ep": int, "cp": int, "expert_imbalance": float, "capacity_factor": float}
 INFERENCE_PARAMS = HARDWARE_PARAMS + sorted(CONFIG)
 
 

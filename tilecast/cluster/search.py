@@ -25,10 +25,21 @@ def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def expert_parallel_sizes(shape, dp: int) -> list:
+    """EP degrees worth trying for ``dp`` data-parallel ranks: 1 for a dense model; for a mixture of experts
+    every divisor of the routed-expert count that also divides ``dp`` (expert-parallel ranks are
+    data-parallel ranks, :meth:`Strategy._check_experts`)."""
+    if not shape.is_moe:
+        return [1]
+    return [e for e in _divisors(shape.n_experts, shape.n_experts) if dp % e == 0]
+
+
 def candidates(shape, cluster, gpus: int, seq: int, global_batch: int, dtype: str = "bf16",
-               attention: str = "flash", micro_batches=(1, 2, 4, 8), max_pp: int = 64) -> list:
+               attention: str = "flash", micro_batches=(1, 2, 4, 8), max_pp: int = 64, **recipe) -> list:
     """Every layout worth trying: TP inside a node, PP over divisors of the layer count,
-    DP the rest; micro-batch, ZeRO stage, schedule and recomputation varied."""
+    DP the rest, EP (a mixture of experts) over the divisors of the expert count that divide DP;
+    micro-batch, ZeRO stage, schedule and recomputation varied. ``recipe``: other Strategy fields every
+    candidate takes (e.g. ``capacity_factor``, ``expert_imbalance``, ``grad_reduce_bytes``)."""
     out = []
     for tp in _divisors(cluster.gpus_per_node, cluster.gpus_per_node):
         if shape.n_head % tp or gpus % tp:
@@ -37,40 +48,43 @@ def candidates(shape, cluster, gpus: int, seq: int, global_batch: int, dtype: st
             if gpus % (tp * pp):
                 continue
             dp = gpus // (tp * pp)
-            for mb in micro_batches:
-                if global_batch % (dp * mb):
-                    continue
-                m = global_batch // (dp * mb)
-                schedules = [("1f1b", 1)]
-                if pp > 1 and m % pp == 0 and shape.n_layer % (pp * 2) == 0:
-                    schedules.append(("interleaved", 2))
-                zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
-                for zero in zeros:
-                    if dp == 1 and zero:
+            for ep in expert_parallel_sizes(shape, dp):
+                for mb in micro_batches:
+                    if global_batch % (dp * mb):
                         continue
-                    for sched, v in schedules:
-                        for rec in ("none", "selective", "full"):
-                            st = Strategy(tp=tp, pp=pp, dp=dp, seq=seq, global_batch=global_batch, micro_batch=mb,
-                                          zero=zero, schedule=sched, virtual_stages=v, recompute=rec,
-                                          sequence_parallel=tp > 1, dtype=dtype, attention=attention)
-                            try:
-                                st.check(shape, cluster)
-                            except StrategyError:
-                                continue
-                            out.append(st)
+                    m = global_batch // (dp * mb)
+                    schedules = [("1f1b", 1)]
+                    if pp > 1 and m % pp == 0 and shape.n_layer % (pp * 2) == 0:
+                        schedules.append(("interleaved", 2))
+                    zeros = (0, 1, 2, 3) if pp == 1 else (0, 1)
+                    for zero in zeros:
+                        if dp == 1 and zero:
+                            continue
+                        for sched, v in schedules:
+                            for rec in ("none", "selective", "full"):
+                                st = Strategy(tp=tp, pp=pp, dp=dp, ep=ep, seq=seq, global_batch=global_batch,
+                                              micro_batch=mb, zero=zero, schedule=sched, virtual_stages=v,
+                                              recompute=rec, sequence_parallel=tp > 1, dtype=dtype,
+                                              attention=attention, **recipe)
+                                try:
+                                    st.check(shape, cluster)
+                                except StrategyError:
+                                    continue
+                                out.append(st)
     return out
 
 
 def baseline_layout(template: Strategy, fields: dict, gpus: int) -> Strategy:
-    """``template`` with ``fields`` (Strategy fields) replaced; ``dp`` = gpus / (tp pp) unless given.
+    """``template`` with ``fields`` (Strategy fields) replaced; ``dp`` = gpus / (tp cp pp) unless given.
     Raises StrategyError naming the field."""
     st = template.with_(**fields)
+    ranks, what = st.tp * st.pp * st.cp, ("tp x pp" if st.cp == 1 else "tp x cp x pp")
     if "dp" not in fields:
-        if gpus % (st.tp * st.pp):
-            raise StrategyError(f"gpus: {gpus} is not a multiple of tp x pp = {st.tp} x {st.pp}")
-        st = st.with_(dp=gpus // (st.tp * st.pp))
+        if gpus % ranks:
+            raise StrategyError(f"gpus: {gpus} is not a multiple of {what} = {ranks}")
+        st = st.with_(dp=gpus // ranks)
     elif st.gpus != gpus:
-        raise StrategyError(f"dp: tp x pp x dp = {st.gpus} differs from the {gpus} GPUs searched")
+        raise StrategyError(f"dp: {what} x dp = {st.gpus} differs from the {gpus} GPUs searched")
     if "virtual_stages" not in fields and st.schedule != "interleaved":
         st = st.with_(virtual_stages=1)
     if "sequence_parallel" not in fields and st.tp == 1:
@@ -89,7 +103,7 @@ def search(shape, cluster, gpus: int, seq: int, global_batch: int, *, top: int =
     also its Result (``baseline``) and the best one's throughput over it (``gain``, None when nothing fits).
 
     When more than ``max_configs`` fit, an evenly spaced subset of them (in
-    enumeration order: TP, PP, micro-batch, ZeRO, schedule, recomputation) is
+    enumeration order: TP, PP, EP, micro-batch, ZeRO, schedule, recomputation) is
     simulated, so every region of the space keeps representatives.
     """
     cands = candidates(shape, cluster, gpus, seq, global_batch, **kw)
@@ -146,11 +160,13 @@ def search_sweep(shape, cluster, gpus: int, seq: int, global_batch: int, param: 
 
 
 def layout_label(strategy: dict) -> str:
-    """``tp8 pp4 dp8 sp mb1 zero1 interleaved/2 selective`` for a Result's strategy (sp: sequence parallelism)."""
+    """``tp8 pp4 dp8 sp mb1 zero1 interleaved/2 selective`` for a Result's strategy (sp: sequence parallelism;
+    ``ep8``, ``cp2`` added when expert or context parallelism is used)."""
     s = strategy
     sched = s["schedule"] + (f"/{s['virtual_stages']}" if s["schedule"] == "interleaved" else "")
-    return (f"tp{s['tp']} pp{s['pp']} dp{s['dp']}{' sp' if s['sequence_parallel'] else ''} mb{s['micro_batch']} "
-            f"zero{s['zero']} {sched} {s['recompute']}")
+    extra = "".join(f" {k}{s[k]}" for k in ("ep", "cp") if s.get(k, 1) != 1)
+    return (f"tp{s['tp']} pp{s['pp']} dp{s['dp']}{extra}{' sp' if s['sequence_parallel'] else ''} "
+            f"mb{s['micro_batch']} zero{s['zero']} {sched} {s['recompute']}")
 
 
 def search_sweep_table(param: str, rows: list):

@@ -53,7 +53,11 @@ STRATEGY = {
     "virtual_stages": int, "schedule": str, "recompute": str, "sequence_parallel": _flag, "dtype": str,
     "attention": str, "collective_algo": str, "tp_comm_overlap": _flag, "overlap_grad_reduce": _flag, "overlap_param_gather": _flag,
     "pipeline_split": str, "grad_reduce_bytes": int,
+    # experts, context parallelism, hybrid sharding
+    "ep": int, "cp": int, "capacity_factor": float, "expert_imbalance": float, "shard_group": int,
 }
+# Strategy fields that change the GPUs one data-parallel replica spans: with ``gpus`` given, dp follows.
+MODEL_RANKS = ("tp", "pp", "cp")
 PARAMS = HARDWARE_PARAMS + sorted(STRATEGY)
 
 
@@ -84,8 +88,9 @@ def _bad(param, x):
 
 
 def sweep(shape, strat: Strategy, cluster, param: str, values: list, gpus: int = 0) -> list:
-    """Rows ``{param: value, result or error}``. When TP or PP varies and ``gpus`` is
-    given, DP is recomputed so that tp x pp x dp = gpus."""
+    """Rows ``{param: value, result or error}``. When TP, PP or CP varies and ``gpus`` is
+    given, DP is recomputed so that tp x cp x pp x dp = gpus. EP (expert parallelism) keeps dp: its ranks
+    are data-parallel ranks, so a value that does not divide dp (or the experts) is an ``error`` row."""
     rows = []
     for v in values:
         c, st = cluster, strat
@@ -97,7 +102,7 @@ def sweep(shape, strat: Strategy, cluster, param: str, values: list, gpus: int =
                 continue
         else:
             st = strat.with_(**{param: v})
-            if gpus and param in ("tp", "pp"):
+            if gpus and param in MODEL_RANKS:
                 model_ranks = st.tp * st.pp * st.cp  # the GPUs one data-parallel replica spans
                 if gpus % model_ranks:
                     rows.append({"value": v, "error": f"tp x pp x cp = {model_ranks} does not divide {gpus} GPUs"})
