@@ -27,7 +27,7 @@ the copy's rate counts the bytes read and written.
 
 Prints a table (seconds per step per kernel, share, rate, share of the peak,
 ratio), with ``--shapes N`` the N task groups (kernel and parameters) that take
-the most time, and, last, one JSON line: ``kernels`` maps each kernel to
+the most time, and, last, one JSON line: ``family`` (gpt2 or llama); ``kernels`` maps each kernel to
 ``tasks``, ``s`` (seconds of one step on one thread), ``gflops`` (the
 registry's flops over that time, GFLOP/s), ``of_peak`` (gflops over
 ``peak_gflops``), ``gbs`` (the registry's bytes over that time, GB/s) and, with
