@@ -2,7 +2,8 @@
 
 Builds the step's graph (default: GPT-2-small widths, n_embd 768, 12 heads,
 vocabulary 50257, 12 layers, batch 4 x 256, tile 512, as in
-``executor_vs_torch.py``), groups its tasks by kernel and parameters, times
+``executor_vs_torch.py``; ``--family llama``: that benchmark's Llama of the
+same width, 4 key/value heads, SwiGLU inner size 2048, untied head), groups its tasks by kernel and parameters, times
 one task of each group on buffers of the graph's tile sizes (fastest of
 ``--repeats`` runs after one warm-up, in CPU time of the thread, single-threaded
 BLAS) and
@@ -26,7 +27,7 @@ the copy's rate counts the bytes read and written.
 
 Prints a table (seconds per step per kernel, share, rate, share of the peak,
 ratio), with ``--shapes N`` the N task groups (kernel and parameters) that take
-the most time, and, last, one JSON line: ``kernels`` maps each kernel to
+the most time, and, last, one JSON line: ``family`` (gpt2 or llama); ``kernels`` maps each kernel to
 ``tasks``, ``s`` (seconds of one step on one thread), ``gflops`` (the
 registry's flops over that time, GFLOP/s), ``of_peak`` (gflops over
 ``peak_gflops``), ``gbs`` (the registry's bytes over that time, GB/s) and, with
@@ -35,7 +36,7 @@ a baseline, ``baseline_s`` and ``speedup``; ``kernels_s`` is the sum;
 ``--shapes``, ``shapes`` lists those groups (``kernel``, ``params`` by name,
 ``tasks``, ``s``, ``gflops``, ``of_peak``).
 
-    python3 benchmarks/kernel_breakdown.py [--layers 12] [--tile 512] [--baseline main] [--shapes 15]
+    python3 benchmarks/kernel_breakdown.py [--family gpt2] [--layers 12] [--tile 512] [--baseline main] [--shapes 15]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from tilecast.graph import Tiling
-from tilecast.graph.gpt2 import build_gpt2_step
+from tilecast.graph.models import build_step
 from tilecast.graph.model_config import load_model
 from tilecast.kernels import all_kernels, blas
 from tilecast.kernels.native import CDEF, COMPILE_ARGS, INT64_BUFFERS, library
@@ -60,6 +61,10 @@ from tilecast.perfmodel.local import conditions_line, run_conditions
 
 GEMM_KERNELS = {"gemm", "attn_qk", "attn_pv", "attn_ptv", "attn_qk_softmax"}
 REPO = Path(__file__).resolve().parent.parent
+# the widths of executor_vs_torch.py's rows
+SHAPES = {"gpt2": dict(n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),
+          "llama": dict(family="llama", n_embd=768, n_head=12, n_kv_head=4, intermediate_size=2048,
+                        vocab_size=50257, n_positions=1024)}
 
 
 def baseline_library(rev: str):
@@ -184,6 +189,8 @@ def fastest(timers: dict, kernel_name, params, bufs, repeats: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", choices=sorted(SHAPES), default="gpt2",
+                    help="model family at GPT-2 small's width (default: gpt2)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
@@ -202,9 +209,8 @@ def main() -> None:
         ap.error(f"--kernels: unknown kernel(s) {', '.join(unknown)}")
     conditions = run_conditions()
     print(conditions_line(conditions))
-    cfg = load_model(json.dumps(dict(n_layer=args.layers, n_embd=768, n_head=12, vocab_size=50257,
-                                     n_positions=1024)))
-    graph = build_gpt2_step(cfg, args.batch, args.seq, Tiling.parse(args.tile))
+    cfg = load_model(json.dumps(dict(n_layer=args.layers, **SHAPES[args.family])))
+    graph = build_step(cfg, args.batch, args.seq, Tiling.parse(args.tile))
     timers = {"now": timer(library())}
     n = 1024
     peak_bufs = [np.random.default_rng(1).uniform(0.1, 1.0, n * n).astype(np.float32) for _ in range(3)]
@@ -237,7 +243,7 @@ def main() -> None:
     all_s = sum(now.values())
     gemm_s = sum(v for name, v in now.items() if name in GEMM_KERNELS)
     all_s = max(all_s, 1e-30)
-    print(f"GPT-2 width, {args.layers} layers, batch {args.batch} x {args.seq}, tiling {graph.meta['tiling']}: "
+    print(f"{'Llama' if args.family == 'llama' else 'GPT-2'} width, {args.layers} layers, batch {args.batch} x {args.seq}, tiling {graph.meta['tiling']}: "
           f"{graph.n_tasks} tasks, one thread; peak (1024^3 SGEMM, same BLAS, same timer) {peak / 1e9:.1f} GFLOP/s, "
           f"copy of 256 MiB {copy / 1e9:.1f} GB/s")
     head = f"{'kernel':<15}{'tasks':>7}{'s/step':>10}{'share':>8}{'GFLOP/s':>9}{'of peak':>8}{'GB/s':>7}"
@@ -255,7 +261,7 @@ def main() -> None:
             line += f"{base:>10.4f}{base / now[name]:>8.2f}x"
         rows[name] = row
         print(line)
-    result = dict(layers=args.layers, batch=args.batch, seq=args.seq, tiling=graph.meta["tiling"],
+    result = dict(family=args.family, layers=args.layers, batch=args.batch, seq=args.seq, tiling=graph.meta["tiling"],
                   tasks=graph.n_tasks, kernels_s=all_s, blas_time_share=gemm_s / all_s, kernels=rows,
                   peak_gflops=peak / 1e9, copy_gbs=copy / 1e9, conditions=conditions)
     if args.shapes:

@@ -83,3 +83,11 @@ def test_run_on_starpu_matches_the_reference(capsys):
     res = json.loads(out)
     assert rc == 0 and res["check"]["ok"]
     assert res["losses"][0] == pytest.approx(np.log(256), abs=0.15)  # 16 tokens of a fresh model
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_a_model_larger_than_memory_is_refused_with_what_it_needs(command, capsys):
+    """llama3-405b's weights, gradients and moments (6.5 TB) fit no test machine: one line, before any graph."""
+    assert main([command, "--model", "llama3-405b", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llama3-405b needs at least 6.49 TB" in err[0] and "this machine has" in err[0]

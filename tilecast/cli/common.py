@@ -145,6 +145,19 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     return cfg, args.batch, args.seq, tiling
 
 
+def check_host_memory(cfg: ModelConfig) -> None:
+    """UsageError when the model's parameters, gradients and AdamW moments (16 bytes a parameter in float32,
+    before any activation) exceed this machine's memory: a step here would exhaust it."""
+    from tilecast.perfmodel.local import memory_bytes
+
+    need, have = 16 * cfg.n_params(), memory_bytes()
+    if need > have:
+        raise UsageError(f"--model: {cfg.name} needs at least {human(need, 'B')} of memory to train here (16 bytes "
+                         f"for each of its {human(cfg.n_params())} parameters: weights, gradients, AdamW moments; "
+                         f"activations come on top) and this machine has {human(have, 'B')}; --memory-limit with "
+                         f"--offload-dir keeps only a working set in memory, tilecast simulate or whatif forecast it")
+
+
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, default=float)
     sys.stdout.write("\n")

@@ -69,6 +69,10 @@ def run(args) -> int:
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     memory = memory_args(args)
+    if memory is None:  # tiles in numpy arrays: the whole model in memory
+        from tilecast.cli.common import check_host_memory
+
+        check_host_memory(cfg)
     if args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):

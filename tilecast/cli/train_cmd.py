@@ -69,6 +69,10 @@ def run(args) -> int:
     if args.ranks is not None:
         return run_train_ranks(args, cfg, batch, seq, tiling, recompute)
     memory = memory_args(args)
+    if memory is None:  # tiles in numpy arrays: the whole model in memory
+        from tilecast.cli.common import check_host_memory
+
+        check_host_memory(cfg)
     opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=args.steps, lr=args.lr, sched=args.sched,
                         workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,

@@ -222,6 +222,8 @@ def _llama(name):
             if name == "kv_reduce":
                 out += [(dict(kv, beta=b), [_f(rng, bt, st, h * g, z["d"]), _f(rng, bt, st, h, z["d"])])
                         for b in (0.0, 1.0)]
+        if name == "kv_reduce":  # heads wider than the C kernel's block of 256 columns
+            out.append((dict(bt=1, st=2, kt=2, g=3, d=300, beta=1.0), [_f(rng, 1, 2, 6, 300), _f(rng, 1, 2, 2, 300)]))
         return out
     return make
 

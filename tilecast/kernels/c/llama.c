@@ -181,20 +181,33 @@ TC_KERNEL(kv_expand)
             memcpy(y + (r * g + j) * d, x + r * d, (size_t)d * sizeof(float));
 }
 
-/* p: bt st kt g d beta; bufs: y (bt, st, kt * g, d), x (bt, st, kt, d) (+)= sums over each group */
+/* p: bt st kt g d beta; bufs: y (bt, st, kt * g, d), x (bt, st, kt, d) (+)= sums over each group.
+ * A group's heads are added in order, head after head over contiguous rows (vectorised), in a block of
+ * BLOCK columns at a time. */
 TC_KERNEL(kv_reduce)
 {
     const float *y = buf[0];
     float *x = buf[1];
     const int64_t rows = TC_I(p[0]) * TC_I(p[1]) * TC_I(p[2]), g = TC_I(p[3]), d = TC_I(p[4]);
     const int acc = p[5] != 0.0;
+    float s[BLOCK];
     for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * g * d;
         float *o = x + r * d;
-        for (int64_t i = 0; i < d; i++) {
-            float s = 0.0f;
-            for (int64_t j = 0; j < g; j++)
-                s += y[(r * g + j) * d + i];
-            o[i] = acc ? o[i] + s : s;
+        for (int64_t i0 = 0; i0 < d; i0 += BLOCK) {
+            const int64_t w = d - i0 < BLOCK ? d - i0 : BLOCK;
+            for (int64_t i = 0; i < w; i++)
+                s[i] = yr[i0 + i];
+            for (int64_t j = 1; j < g; j++) {
+                const float *yj = yr + j * d + i0;
+                for (int64_t i = 0; i < w; i++)
+                    s[i] += yj[i];
+            }
+            if (acc)
+                for (int64_t i = 0; i < w; i++)
+                    o[i0 + i] += s[i];
+            else
+                memcpy(o + i0, s, (size_t)w * sizeof(float));
         }
     }
 }
