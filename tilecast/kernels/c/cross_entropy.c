@@ -44,13 +44,16 @@ TC_KERNEL(ce_grad)
     const float scale = (float)p[3];
     for (int64_t r = 0; r < rows; r++) {
         const float m = st[2 * r], l = st[2 * r + 1];
+        /* One multiply per entry instead of a division and a multiply: a vector division takes
+         * about as long as the whole exponential; the result differs by rounding (a few ulp). */
+        const float factor = scale / l;
         float *row = logits + r * vt;
         const int64_t local = targets[r] - v0;
         const int hit = local >= 0 && local < vt;
         const float target_logit = hit ? row[local] : 0.0f;
-        /* One sweep; the target's entry, (softmax - 1) * scale, is redone below with the same operations. */
+        /* One sweep; the target's entry, (softmax - 1) * scale, is redone below as the reference does. */
         for (int64_t j = 0; j < vt; j++)
-            row[j] = (tc_expf(row[j] - m) / l) * scale;
+            row[j] = tc_expf(row[j] - m) * factor;
         if (hit)
             row[local] = (tc_expf(target_logit - m) / l - 1.0f) * scale;
     }
