@@ -21,7 +21,9 @@ in turn (``PARTS``).
 before each run (256 MiB of other memory read first), run by run with the
 warm timing: in a StarPU step a tile is mostly read long after it was
 written, so this is closer to the rate a task gets there; ``cold s`` and
-``cold/warm`` are the columns, ``cold_s`` and ``cold_ratio`` the JSON keys.
+``cold/warm`` are the columns, ``cold_s`` and ``cold_ratio`` the JSON keys (with
+``--baseline`` also the baseline's cold time and the speedup on cold tiles:
+``cold_baseline_s``, ``cold_speedup``).
 
 The peak that rates are set against is a 1024^3 SGEMM of the same BLAS timed
 the same way (fastest of ``--repeats``), as ``executor_vs_torch.py`` sets a
@@ -234,6 +236,8 @@ def main() -> None:
         timers["base"] = timer_with_parts(baseline_library(args.baseline))
     if args.cold:
         timers["cold"] = cold_timer(timers["now"])
+        if args.baseline:
+            timers["cold_base"] = cold_timer(timers["base"])
     rng = np.random.default_rng(0)
     kernels = all_kernels()
     total = {name: {} for name in timers}
@@ -263,7 +267,8 @@ def main() -> None:
           f"copy of 256 MiB {copy / 1e9:.1f} GB/s")
     head = f"{'kernel':<15}{'tasks':>7}{'s/step':>10}{'share':>8}{'GFLOP/s':>9}{'of peak':>8}{'GB/s':>7}"
     print(head + (f"{'base s':>10}{'speedup':>9}" if args.baseline else "")
-          + (f"{'cold s':>9}{'cold/warm':>10}" if args.cold else ""))
+          + (f"{'cold s':>9}{'cold/warm':>10}" if args.cold else "")
+          + (f"{'cold base':>10}{'speedup':>9}" if args.cold and args.baseline else ""))
     rows = {}
     for name in sorted(now, key=now.get, reverse=True):
         row = dict(tasks=tasks[name], s=now[name], gflops=flops[name] / now[name] / 1e9)
@@ -279,6 +284,10 @@ def main() -> None:
             cold = total["cold"][name]
             row.update(cold_s=cold, cold_ratio=cold / now[name])
             line += f"{cold:>9.4f}{cold / now[name]:>9.2f}x"
+            if args.baseline:
+                cold_base = total["cold_base"][name]
+                row.update(cold_baseline_s=cold_base, cold_speedup=cold_base / cold)
+                line += f"{cold_base:>10.4f}{cold_base / cold:>8.2f}x"
         rows[name] = row
         print(line)
     result = dict(layers=args.layers, batch=args.batch, seq=args.seq, tiling=graph.meta["tiling"],
