@@ -39,10 +39,13 @@ shapes, timed, predicted: kernel shapes of the candidates, timed, left to the
 shape model; heldout_median_rel_err, heldout_max_rel_err: per kernel, the
 shape model's relative error on timed shapes held out of its fit; null with
 ``--tile`` and ``--sched``).
+PyTorch runs its plain eager setup on the same threads, batch and float32
+(``torch_stepper``), with freed memory kept in the process (``--malloc``,
+``keep_freed_memory``); ``conditions.malloc`` says which.
 Targets: ratio >= 1.5 (gpt2) and >= 1.2 (llama), gemm_share >= 0.75 for every model.
 
     python3 benchmarks/executor_vs_torch.py [--models gpt2,llama] [--layers 2,12] [--workers 2] [--steps 4]
-                                            [--tile SPEC --sched NAME]
+                                            [--tile SPEC --sched NAME] [--malloc keep|glibc]
 """
 
 from __future__ import annotations
