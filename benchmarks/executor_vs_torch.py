@@ -30,22 +30,30 @@ time outside the task graph (``tilecast.reports.time_budget``).
 
 Prints a table per model, then one JSON line with a row per model
 (family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, tiling, sched,
-chosen_by, tune_s: seconds tune took after calibration, ...) and ``calibration``
+chosen_by, tune_s: seconds tune took after calibration; torch_setup: PyTorch's version, threads, dtype,
+batch, attention implementation, optimizer, autocast and compile, as run; load: others_cpu_s, the CPU
+seconds other processes took while the model was measured, steal_s, the seconds the hypervisor took,
+others_share, others_cpu_s over cores x wall time, near 0 on a quiet machine; ...) and ``calibration``
 (calibration_s: wall seconds of the host-cost probes and kernel timing;
 shapes, timed, predicted: kernel shapes of the candidates, timed, left to the
 shape model; heldout_median_rel_err, heldout_max_rel_err: per kernel, the
 shape model's relative error on timed shapes held out of its fit; null with
 ``--tile`` and ``--sched``).
+PyTorch runs its plain eager setup on the same threads, batch and float32
+(``torch_stepper``), with freed memory kept in the process (``--malloc``,
+``keep_freed_memory``); ``conditions.malloc`` says which.
 Targets: ratio >= 1.5 (gpt2) and >= 1.2 (llama), gemm_share >= 0.75 for every model.
 
     python3 benchmarks/executor_vs_torch.py [--models gpt2,llama] [--layers 2,12] [--workers 2] [--steps 4]
-                                            [--tile SPEC --sched NAME]
+                                            [--tile SPEC --sched NAME] [--malloc keep|glibc]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import sys
 import time
 
@@ -58,7 +66,7 @@ from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
-from tilecast.perfmodel.local import conditions_line, measure_kernel_gemm_rate, run_conditions
+from tilecast.perfmodel.local import conditions_line, cpu_count, measure_kernel_gemm_rate, run_conditions
 from tilecast.reports.time_budget import kernel_rates, time_budget
 
 TARGET_RATIO = {"gpt2": 1.5, "llama": 1.2}
@@ -87,6 +95,13 @@ def gpt2_model(cfg, transformers):
 
 
 def torch_stepper(cfg, batch, seq, threads, data):
+    """One PyTorch training step per call (wall seconds, loss), and how PyTorch is set up, for the JSON.
+
+    PyTorch's plain eager setup on the same threads: float32, no autocast, no
+    torch.compile, transformers' default attention (``sdpa``: PyTorch's fused
+    scaled-dot-product attention), ``torch.optim.AdamW`` in its default
+    multi-tensor (foreach) form.
+    """
     import torch
     import transformers
 
@@ -99,6 +114,10 @@ def torch_stepper(cfg, batch, seq, threads, data):
         model = gpt2_model(cfg, transformers)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = {"t": 0}
+    setup = {"torch": torch.__version__, "transformers": transformers.__version__,
+             "threads": torch.get_num_threads(), "dtype": "float32", "batch": [batch, seq],
+             "attention": getattr(model.config, "_attn_implementation", None),
+             "optimizer": "torch.optim.AdamW (foreach)", "autocast": False, "compile": False}
 
     def step():
         t = state["t"]
@@ -113,7 +132,37 @@ def torch_stepper(cfg, batch, seq, threads, data):
         state["t"] += 1
         return time.perf_counter() - t0, float(loss.detach())
 
-    return step
+    return step, setup
+
+
+class OtherLoad:
+    """CPU time that other processes took on this machine while measuring (``/proc/stat`` less this
+    process's own user and system time), and the time the hypervisor took away (steal): a run with
+    ``others_share`` near 0 was quiet."""
+
+    def __init__(self):
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.start = self._sample()
+
+    def _sample(self):
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / self.tick
+        return busy, v[7] / self.tick, own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, time.monotonic()
+
+    def result(self, cores: int) -> dict:
+        end = self._sample()
+        if self.start is None or end is None:
+            return {"others_cpu_s": None, "steal_s": None, "others_share": None}
+        busy, steal, own, wall = (b - a for a, b in zip(self.start, end))
+        others = max(0.0, busy - own)
+        return {"others_cpu_s": round(others, 2), "steal_s": round(steal, 2),
+                "others_share": round(others / (cores * wall), 4) if wall > 0 else None}
 
 
 def calibrate(cfgs, batch, seq, workers):
@@ -145,8 +194,9 @@ def tuned_config(cfg, batch, seq, workers):
 def measure(cfg, args, tiling, sched):
     data = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(args.steps, args.batch, args.seq + 1))
     graph = build_step(cfg, args.batch, args.seq, tiling, AdamWConfig(lr=1e-3))
-    torch_step = torch_stepper(cfg, args.batch, args.seq, args.workers, data)
+    torch_step, torch_setup = torch_stepper(cfg, args.batch, args.seq, args.workers, data)
     ours, spans, theirs, peaks, trace = [], [], [], [], None
+    load = OtherLoad()
     with StarPUSession(sched, args.workers) as session:
         training = StarPUTraining(session, graph, TrainState(init_params(cfg, 0)), data)
         for t in range(args.steps):
@@ -155,7 +205,29 @@ def measure(cfg, args, tiling, sched):
             spans.append(session.last_makespan_s)
             theirs.append(torch_step()[0])
             peaks.append(measure_kernel_gemm_rate(args.workers))
-    return graph, ours, spans, theirs, peaks, trace
+    return graph, ours, spans, theirs, peaks, trace, torch_setup, load.result(cpu_count())
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc keep the memory this process frees for its next allocations (no mmap for large blocks,
+    no trimming of the heap), as a caching allocator (jemalloc, tcmalloc) would; whether it took effect.
+
+    PyTorch's CPU tensors come from malloc: with glibc's defaults each step maps and unmaps its large
+    activations and gradients (hundreds of MB) and faults their pages in again. On a virtual machine that
+    hands freed pages back to the host (free page reporting) that refault costs more and varies from run
+    to run. StarPU's tiles are allocated once, so this only matters to PyTorch's side.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
 
 
 def main() -> None:
@@ -168,6 +240,9 @@ def main() -> None:
     ap.add_argument("--sched", default=None, help="StarPU policy (default: the one tune ranks first)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--malloc", choices=("keep", "glibc"), default="keep",
+                    help="keep: freed memory stays in the process for the next allocations (PyTorch's best "
+                         "setup here, see keep_freed_memory); glibc: glibc's defaults (default: keep)")
     args = ap.parse_args()
     families = [f.strip() for f in args.models.split(",") if f.strip()]
     if not families or set(families) - set(SHAPES):
@@ -180,7 +255,8 @@ def main() -> None:
         except TilingError as e:
             ap.error(f"--tile: {str(e).removeprefix('tile: ')}")
     conditions = run_conditions()
-    print(conditions_line(conditions))
+    conditions["malloc"] = "keep" if args.malloc == "keep" and keep_freed_memory() else "glibc"
+    print(conditions_line(conditions) + f"; malloc {conditions['malloc']}")
     rows = []
     steps = [(f, int(x)) for f in families for x in args.layers.split(",")]
     tuned = args.tile is None or args.sched is None
@@ -194,7 +270,7 @@ def main() -> None:
                   f"{predicted:.3f} s; tune took {tune_s:.0f} s after calibration)")
         tiling = Tiling.parse(args.tile) if args.tile is not None else tiling
         sched = args.sched or sched
-        graph, ours, spans, theirs, peaks, trace = measure(cfg, args, tiling, sched)
+        graph, ours, spans, theirs, peaks, trace, torch_setup, load = measure(cfg, args, tiling, sched)
         s_step, t_step = float(np.median(ours[1:] or ours)), float(np.median(theirs[1:] or theirs))
         peak, tokens, flops = float(np.median(peaks)), args.batch * args.seq, float(graph.flops.sum())
         s_tps, t_tps, gflops = tokens / s_step, tokens / t_step, flops / s_step / 1e9
@@ -211,7 +287,7 @@ def main() -> None:
                    tiling=tiling.describe(), sched=sched,
                    chosen_by="tune" if args.tile is None and args.sched is None else
                    "given" if args.tile is not None and args.sched is not None else "tune, then --tile/--sched",
-                   workers=args.workers, tasks=graph.n_tasks,
+                   workers=args.workers, tasks=graph.n_tasks, torch_setup=torch_setup, load=load,
                    last_step={k: round(v, 4) for k, v in budget.items()},
                    kernels={k: dict(busy_s=round(r.busy_s, 4), gflops=round(r.gflops, 1) if r.gflops == r.gflops
                                     else None, of_peak=round(r.of_peak, 3) if r.of_peak == r.of_peak else None)
@@ -226,6 +302,10 @@ def main() -> None:
               f"{100 * gflops * 1e9 / peak:.0f}% of "
               f"the kernels' SGEMM rate on {args.workers} threads ({peak / 1e9:.0f} GFLOP/s; target >= "
               f"{100 * TARGET_GEMM_SHARE:.0f}%)")
+        print(f"PyTorch: {torch_setup['torch']}, {torch_setup['threads']} threads, float32, attention "
+              f"{torch_setup['attention']}, {torch_setup['optimizer']}; other processes took "
+              f"{load['others_cpu_s']} CPU s ({100 * (load['others_share'] or 0):.1f}% of the cores), steal "
+              f"{load['steal_s']} s")
         print(f"last step: {100 * budget['busy_share']:.1f}% in kernels, {100 * budget['idle_share']:.1f}% idle "
               f"workers, {100 * budget['host_share']:.1f}% outside the task graph ({1e3 * budget['host_s']:.1f} ms)")
         print(f"  {'kernel':<16}{'tasks':>7}{'busy s':>9}{'GFLOP/s':>9}{'of peak':>9}")

@@ -18,6 +18,14 @@ baseline time / current time (above 1: faster now). A kernel that the
 baseline lacks because it fuses older ones is timed there as those kernels
 in turn (``PARTS``).
 
+``--cold`` also times every group with its tiles evicted from the caches
+before each run (256 MiB of other memory read first), run by run with the
+warm timing: in a StarPU step a tile is mostly read long after it was
+written, so this is closer to the rate a task gets there; ``cold s`` and
+``cold/warm`` are the columns, ``cold_s`` and ``cold_ratio`` the JSON keys (with
+``--baseline`` also the baseline's cold time and the speedup on cold tiles:
+``cold_baseline_s``, ``cold_speedup``).
+
 The peak that rates are set against is a 1024^3 SGEMM of the same BLAS timed
 the same way (fastest of ``--repeats``), as ``executor_vs_torch.py`` sets a
 step's rates against that GEMM per worker. Memory-bound kernels are set
@@ -36,7 +44,7 @@ a baseline, ``baseline_s`` and ``speedup``; ``kernels_s`` is the sum;
 ``--shapes``, ``shapes`` lists those groups (``kernel``, ``params`` by name,
 ``tasks``, ``s``, ``gflops``, ``of_peak``).
 
-    python3 benchmarks/kernel_breakdown.py [--family gpt2] [--layers 12] [--tile 512] [--baseline main] [--shapes 15]
+    python3 benchmarks/kernel_breakdown.py [--family gpt2] [--layers 12] [--tile 512] [--baseline main] [--shapes 15] [--cold]
 """
 
 from __future__ import annotations
@@ -146,6 +154,17 @@ def timer(mod):
     return time_once
 
 
+def cold_timer(time_once, nbytes: int = 256 << 20):
+    """Like ``time_once``, but first reads ``nbytes`` of other memory, so that the task's tiles come from
+    memory rather than the caches, as in a step where a tile was written long before it is read."""
+    other = np.ones(nbytes // 4, dtype=np.float32)
+
+    def run(kernel_name, params, bufs):
+        float(other[::16].sum())  # one float per 64-byte line: every line of ``other`` is read
+        return time_once(kernel_name, params, bufs)
+    return run
+
+
 def qk_softmax_parts(params, bufs):
     """attn_qk_softmax as the three tasks it replaces (for a baseline without it)."""
     bt, ht, sq, sk = params[:4]
@@ -201,6 +220,8 @@ def main() -> None:
                     help="time only these kernels (comma-separated names)")
     ap.add_argument("--shapes", type=int, default=0, metavar="N",
                     help="also list the N task groups (kernel and parameters) that take the most time")
+    ap.add_argument("--cold", action="store_true",
+                    help="also time every group with its tiles evicted from the caches first")
     args = ap.parse_args()
     if args.shapes < 0:
         ap.error(f"--shapes: a count of groups, 0 or more, got {args.shapes}")
@@ -219,6 +240,10 @@ def main() -> None:
     copy = copy_rate(args.repeats)
     if args.baseline:
         timers["base"] = timer_with_parts(baseline_library(args.baseline))
+    if args.cold:
+        timers["cold"] = cold_timer(timers["now"])
+        if args.baseline:
+            timers["cold_base"] = cold_timer(timers["base"])
     rng = np.random.default_rng(0)
     kernels = all_kernels()
     total = {name: {} for name in timers}
@@ -247,7 +272,9 @@ def main() -> None:
           f"{graph.n_tasks} tasks, one thread; peak (1024^3 SGEMM, same BLAS, same timer) {peak / 1e9:.1f} GFLOP/s, "
           f"copy of 256 MiB {copy / 1e9:.1f} GB/s")
     head = f"{'kernel':<15}{'tasks':>7}{'s/step':>10}{'share':>8}{'GFLOP/s':>9}{'of peak':>8}{'GB/s':>7}"
-    print(head + (f"{'base s':>10}{'speedup':>9}" if args.baseline else ""))
+    print(head + (f"{'base s':>10}{'speedup':>9}" if args.baseline else "")
+          + (f"{'cold s':>9}{'cold/warm':>10}" if args.cold else "")
+          + (f"{'cold base':>10}{'speedup':>9}" if args.cold and args.baseline else ""))
     rows = {}
     for name in sorted(now, key=now.get, reverse=True):
         row = dict(tasks=tasks[name], s=now[name], gflops=flops[name] / now[name] / 1e9)
@@ -259,6 +286,14 @@ def main() -> None:
             base = total["base"][name]
             row.update(baseline_s=base, speedup=base / now[name])
             line += f"{base:>10.4f}{base / now[name]:>8.2f}x"
+        if args.cold:
+            cold = total["cold"][name]
+            row.update(cold_s=cold, cold_ratio=cold / now[name])
+            line += f"{cold:>9.4f}{cold / now[name]:>9.2f}x"
+            if args.baseline:
+                cold_base = total["cold_base"][name]
+                row.update(cold_baseline_s=cold_base, cold_speedup=cold_base / cold)
+                line += f"{cold_base:>10.4f}{cold_base / cold:>8.2f}x"
         rows[name] = row
         print(line)
     result = dict(family=args.family, layers=args.layers, batch=args.batch, seq=args.seq, tiling=graph.meta["tiling"],
@@ -275,6 +310,10 @@ def main() -> None:
             print(f"  {g['kernel']:<15}{g['tasks']:>5}{g['s']:>9.4f} s{g['gflops']:>7.1f} GFLOP/s"
                   f"{g['of_peak']:>5.0%}  {shown}")
     print(f"all kernels {all_s:.4f} s, BLAS kernels {gemm_s / all_s:.1%}", end="")
+    if args.cold:
+        cold_all = sum(total["cold"].values())
+        result.update(cold_kernels_s=cold_all)
+        print(f"; cold tiles {cold_all:.4f} s ({cold_all / all_s:.2f}x)", end="")
     if args.baseline:
         base_all = sum(total["base"].values())
         base_gemm = sum(v for name, v in total["base"].items() if name in GEMM_KERNELS)

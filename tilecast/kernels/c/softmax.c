@@ -13,6 +13,9 @@ TC_KERNEL(softmax_stats)
     const int64_t rows = TC_I(p[0]), cols = TC_I(p[1]);
     for (int64_t r = 0; r < rows; r++) {
         const float *row = s + r * cols;
+        /* The tile comes from memory: ask for the lines TC_AHEAD floats on (as ce_grad does). */
+        for (int64_t q = TC_AHEAD; q < cols + TC_AHEAD; q += 16)
+            __builtin_prefetch(row + q, 0);
         int nan;
         float m_tile = tc_max_nan(row, cols, &nan);
         if (nan)
