@@ -145,19 +145,19 @@ def test_accuracy_bad_input(capsys):
     with pytest.raises(SystemExit) as e:
         main(["accuracy", "--suite", "sometimes"])
     assert e.value.code == 2 and "--suite" in capsys.readouterr().err
-    assert main(["accuracy", "--workers", "0"]) == 2
-    assert "--workers" in capsys.readouterr().err
+    assert main(["accuracy", "--worker-counts", "0"]) == 2
+    assert "--worker-counts must be positive" in capsys.readouterr().err
     if starpu_policies() is not None:  # more workers than StarPU runs: told before anything is measured
-        assert main(["accuracy", "--workers", "1,100000"]) == 2
+        assert main(["accuracy", "--worker-counts", "1,100000"]) == 2
         assert "must be at most" in capsys.readouterr().err
-        assert main(["accuracy", "--policies", "eager,fifo9"]) == 2
+        assert main(["accuracy", "--scheds", "eager,fifo9"]) == 2
         assert "fifo9" in capsys.readouterr().err
 
 
 @needs_starpu
 def test_demo_writes_the_report(loop_home, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "demo"
-    assert main(["demo", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--top", "1", "--steps", "1",
+    assert main(["demo", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--execute", "1", "--steps", "1",
                  "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert str(out / "report.html") in text

@@ -19,7 +19,7 @@ def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa:
     report = tmp_path / "report"
     assert main(["tune", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tiles", "64;256",
                  "--scheds", "eager", "--workers", "2", "--execute", "1", "--others", "1", "--steps", "2",
-                 "--warmup", "1", "--recalibrate", "--report", str(report), "--json"]) == 0
+                 "--warmup", "1", "--recalibrate", "--out", str(report), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     ex = doc["executed"]
     assert [r["rank"] for r in ex] == [1, 2]  # the best, then the only other

@@ -156,8 +156,8 @@ def test_tune_ranks_only_settings_that_fit(machine_file, tmp_path, capsys):
             for w in (1, 2)}
     limit = 2 << 20
     assert need[("32", 2)] <= limit < need[("64", 2)]  # 1.32 and 2.26 MiB; tile 64 on one worker: 1.75 MiB
-    assert main(["tune", "--model", "gpt2-tiny", "--batch", "4", "--seq", "128", "--tiles", "32;64", "--workers",
-                 "1,2", "--scheds", "dmda", "--machine", machine_file, "--memory-limit", str(limit),
+    assert main(["tune", "--model", "gpt2-tiny", "--batch", "4", "--seq", "128", "--tiles", "32;64",
+                 "--worker-counts", "1,2", "--scheds", "dmda", "--machine", machine_file, "--memory-limit", str(limit),
                  "--offload-dir", str(tmp_path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     ranked = {(r["tiling"], r["workers"], r["recompute"]) for r in doc["ranking"]}

@@ -21,6 +21,7 @@ def test_json_gives_step_time_summary_and_trace_files(tmp_path, capsys):
     assert not doc["host_known"] and "unknown" in doc["host_cost"]
     assert doc["step_s"] >= doc["critical_path_s"] and doc["workers"] == 4 and doc["sched"] == "dmda"
     assert len(doc["busy_s"]) == 4 and doc["transfers"] > 0
+    assert doc["trace"] == {"table": str(out / "trace.parquet"), "chrome": str(out / "trace.json")}
     trace = load(doc["trace"]["table"])
     assert (trace["task"] >= 0).sum() == doc["tasks"]
     assert (trace["kernel"] == "transfer").sum() == doc["transfers"]

@@ -134,13 +134,13 @@ def test_mismatched_checkpoint_and_bad_options(checkpoint_file, capsys):
     assert "run settings differ" in line and "lr" in line
     line = one_line_error(capsys, ["--model", "gpt2", "--steps", "4"])
     assert "vocab_size must be 256" in line
-    assert "--resume needs --checkpoint" in one_line_error(capsys, ["--resume"])
+    assert "--resume needs a checkpoint path" in one_line_error(capsys, ["--resume"])
     assert "less than one batch of 100000 x 16" in one_line_error(capsys, ["--batch", "100000"])
 
 
 def test_existing_checkpoint_needs_resume_and_divergence_stops(checkpoint_file, tmp_path, capsys):
     line = one_line_error(capsys, ["--steps", "4", "--checkpoint", checkpoint_file])
-    assert "exists; add --resume" in line
+    assert line.startswith("tilecast train: --checkpoint: ") and "exists; resume from it" in line
     path = tmp_path / "diverged.npz"
     rc, out, err = cli(["--steps", "6", "--lr", "1e30", "--eval-every", "0", "--checkpoint", str(path)], capsys)
     res = json.loads(out)

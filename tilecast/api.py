@@ -210,12 +210,12 @@ class SimulateResult(_Result):
 
 def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
              workers: int | None = None, calibration: str | None = None, transfers: bool = True,
-             seed: int = 0, recompute: str = "none", memory_limit: str | int | None = None,
+             sched_seed: int = 0, recompute: str = "none", memory_limit: str | int | None = None,
              offload_dir: str | None = None) -> SimulateResult:
     """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
-    stored for the machine). ``memory_limit`` (bytes or a size such as ``"512MiB"``) with ``offload_dir``:
+    stored for the machine); ``sched_seed``: the random policy's seed. ``memory_limit`` (bytes or a size such as ``"512MiB"``) with ``offload_dir``:
     the step under StarPU's main-memory limit with a disk node there (local machine only; evictions and disk
     bytes in ``summary``, docs/memory.md)."""
     from tilecast.graph.models import build_step
@@ -244,7 +244,7 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     else:
         durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
         p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
-                    durations=durations, keep_result=True, transfers=transfers, seed=seed)
+                    durations=durations, keep_result=True, transfers=transfers, seed=sched_seed)
     s = p.summary
     return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
                           p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
@@ -305,8 +305,9 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
          tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
          warmup: int = 2, recalibrate: bool = False, progress: bool = False, recompute: str = "none") -> TuneResult:
     """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
-    search (default: the candidates); ``execute`` K: run the K best (and ``others`` from the rest) on StarPU,
-    local machine only; ``recalibrate``: learn from those runs and store the models."""
+    search (default: the candidates); ``workers``: a count or a list of counts to search; ``execute`` K: run
+    the K best (and ``others`` from the rest) on StarPU, local machine only; ``recalibrate``: learn from those
+    runs and store the models."""
     from tilecast.loop import execute as run_configs
     from tilecast.loop import pick_for_execution
     from tilecast.loop import tune as tune_configs
@@ -329,7 +330,8 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
     if execute and m.name != "local":
         raise FieldError("execute: only the local machine can be run")
     res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
-                       workers=list(workers) if workers else None, tilings=tilings,
+                       workers=[workers] if isinstance(workers, int) else list(workers) if workers else None,
+                       tilings=tilings,
                        max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress, recompute=recompute)
     out = TuneResult(cfg.name, batch, seq, m.name, len(res.ranking), res.skipped, bool(res.host_costs),
                      res.ranking[0].row() if res.ranking else {}, ranking=res.ranking, result=res)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, as_flags, blas_summary, print_json, quiet_check_line
+from tilecast.cli.common import (add_json_arg, add_scheds_arg, add_steps_arg, add_worker_counts_arg, as_flags,
+                                 blas_summary, parse_list, print_json, quiet_check_line)
+from tilecast.errors import FieldError
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -29,14 +31,10 @@ def add_parser(sub):
                     "the fastest seen.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full; quick: 4 "
                    "configurations of two tiny shapes, to try the command)")
-    p.add_argument("--workers", default=None, metavar="LIST",
-                   help="worker counts, e.g. 1,2 (default: 1 and every core StarPU can use)")
-    p.add_argument("--policies", default=None, metavar="LIST",
-                   help="scheduling policies to take in turn (default: every policy both simulated and offered by "
-                        "StarPU)")
-    p.add_argument("--steps", type=int, default=3, metavar="N",
-                   help="timed steps per configuration, at least (short steps get more, over several sessions; "
-                        "default: 3)")
+    add_worker_counts_arg(p, "1 and every core StarPU can use")
+    add_scheds_arg(p, None, "every policy both simulated and offered by StarPU")
+    add_steps_arg(p, 3, "per configuration, at least, after --warmup (short steps get more, over several "
+                        "sessions)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="warm-up steps per session (default: 1)")
     p.add_argument("--recalibrate", action="store_true",
                    help="also store the models learned from the measured runs, for later predictions (the suite's "
@@ -53,7 +51,6 @@ def add_parser(sub):
 
 @with_starpu_errors("accuracy")
 def run(args) -> int:
-    from tilecast.cli.tune_cmd import parse_list
     from tilecast.loop.accuracy import run_suite
     from tilecast.loop.accuracy_suite import suite_configs
 
@@ -63,20 +60,20 @@ def run(args) -> int:
         raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
     if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
         raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
-    workers = parse_list(args.workers, "--workers", int) if args.workers else None
-    policies = parse_list(args.policies, "--policies") if args.policies else None
+    workers = parse_list(args.worker_counts, "--worker-counts", int) if args.worker_counts else None
+    policies = parse_list(args.scheds, "--scheds") if args.scheds else None
     if policies is not None:
         from tilecast.loop.accuracy_suite import suite_policies
 
         offered = suite_policies()
         bad = [s for s in policies if s not in offered]
         if bad:
-            raise UsageError(f"--policies: {', '.join(bad)} not both simulated and offered by StarPU here "
+            raise UsageError(f"--scheds: {', '.join(bad)} not both simulated and offered by StarPU here "
                              f"(known: {', '.join(offered)})")
     try:
         suite_configs(args.suite, workers, policies)  # told before anything is calibrated or measured
-    except ValueError as e:
-        raise UsageError(as_flags(str(e))) from None
+    except FieldError as e:
+        raise UsageError(as_flags(str(e), {"workers": "--worker-counts", "policies": "--scheds"})) from None
     blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
     res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
                     workers=workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait, policies=policies)

@@ -10,7 +10,8 @@ from tqdm import tqdm
 
 from tilecast.cli import UsageError
 from tilecast.cli.calibrate_ranks import add_rank_calibration_args, run_rank_calibration
-from tilecast.cli.common import add_json_arg, add_model_args, blas_summary, model_args, print_json
+from tilecast.cli.common import (add_json_arg, add_model_args, add_tiles_arg, as_flags, blas_summary, model_args,
+                                 print_json, tilings_arg)
 
 
 def add_parser(sub):
@@ -29,9 +30,7 @@ def add_parser(sub):
                     "per task and per step (what simulate adds to a makespan; about a minute, once per machine "
                     "and executor version; --no-probe skips them).")
     add_model_args(p, model="gpt2-tiny", batch=2, seq=128, tile="64")
-    p.add_argument("--tiles", default="32,64,128", metavar="LIST",
-                   help="comma-separated uniform tile sizes whose shapes are calibrated, besides --tile "
-                        "(default: 32,64,128)")
+    add_tiles_arg(p, "32,64,128", "the tilings whose shapes are calibrated besides --tile's (default: 32,64,128)")
     p.add_argument("--repeats", type=int, default=7, metavar="N", help="runs per shape (default: 7)")
     p.add_argument("--per-kernel", type=int, default=16, metavar="N",
                    help="at most N shapes per kernel timed, spread over its flops and bytes (default: 16)")
@@ -63,7 +62,6 @@ def _budget() -> float:
 def run(args) -> int:
     if args.ranks is not None:
         return run_rank_calibration(args)
-    from tilecast.graph import Tiling, TilingError
     from tilecast.graph.models import build_step
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import calibrate, cases_from_shapes, find_calibration
@@ -84,10 +82,7 @@ def run(args) -> int:
     budget = _budget() if args.budget is None else args.budget
     if not budget > 0:
         raise UsageError(f"--budget must be a positive number of seconds, got {args.budget}")
-    try:
-        tilings = [tiling] + [Tiling.parse(t) for t in args.tiles.split(",") if t.strip()]
-    except TilingError as e:
-        raise UsageError(f"--tiles: {str(e).removeprefix('tile: ')}") from None
+    tilings = [tiling] + tilings_arg(args.tiles)
     machine = load_machine("local")
     workers = starpu_workers(machine) if args.timer in ("auto", "starpu") else None
     stored = find_calibration(machine) if args.output is None else None  # what the store holds already
@@ -204,7 +199,7 @@ def _measure_disk(args, machine):
     try:
         return measure_and_store(machine, directory)
     except DiskNodeError as e:
-        raise UsageError(str(e).replace("offload_dir:", "--offload-dir:", 1)) from None
+        raise UsageError(as_flags(str(e))) from None
 
 
 def _disk(args, machine) -> int:

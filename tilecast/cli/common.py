@@ -7,6 +7,7 @@ import re
 import sys
 
 from tilecast.cli import UsageError
+from tilecast.errors import FieldError
 from tilecast.graph import Tiling, TilingError
 from tilecast.graph.model_config import PRESETS, ModelConfig, ModelConfigError, load_model
 
@@ -21,33 +22,40 @@ FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
     "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir",
-    "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group")}
+    "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group", "lr", "checkpoint", "checkpoint_every",
+    "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks")}
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 
 
-def as_flags(message: str) -> str:
+def as_flags(message: str, flags: dict | None = None) -> str:
     """A library error worded for the command line: the fields it starts with become their flags
-    ("seq 9 exceeds ..." -> "--seq 9 exceeds ...", "pp/virtual_stages: ..." -> "--pp/--virtual-stages: ...")."""
+    ("seq 9 exceeds ..." -> "--seq 9 exceeds ...", "pp/virtual_stages: ..." -> "--pp/--virtual-stages: ...").
+    ``flags``: a command's own field -> flag names, before FIELD_FLAGS (tune's workers are --worker-counts)."""
+    table = {**FIELD_FLAGS, **(flags or {})}
     m = _LEADING_FIELDS.match(message)
     names = m.group(1).split("/") if m else []
-    if not names or not all(n in FIELD_FLAGS for n in names):
+    if not names or not all(n in table for n in names):
         return message
-    return "/".join(FIELD_FLAGS[n] for n in names) + message[m.end():]
+    return "/".join(table[n] for n in names) + message[m.end():]
 
 
-def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE) -> None:
+def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE,
+                   tile_flag: bool = True, model_default: str | None = None) -> None:
+    """--model, --batch, --seq and (unless ``tile_flag`` is False) --tile; ``model_default``: how the help
+    names the default model when it is not a --model value (the demo's own)."""
     p.add_argument("--model", default=model, metavar="NAME|FILE.json|JSON",
                    help=f"a preset ({', '.join(PRESETS)}), a transformers config.json (GPT-2 or Llama), or a "
                         f"JSON file or inline JSON object with n_layer, n_embd, n_head, vocab_size, n_positions "
                         f"and optionally family (gpt2, llama), n_kv_head, intermediate_size, "
-                        f"tie_word_embeddings, rope_theta (default: {model})")
+                        f"tie_word_embeddings, rope_theta (default: {model_default or model})")
     p.add_argument("--batch", type=int, default=batch, metavar="N", help=f"sequences per step (default: {batch})")
     p.add_argument("--seq", type=int, default=seq, metavar="N", help=f"tokens per sequence (default: {seq})")
-    p.add_argument("--tile", default=tile, metavar="SPEC",
-                   help="tile sizes: SIZE for every dimension, and/or name=SIZE for batch, seq, embd, "
-                        "head (whole heads), inner, vocab; e.g. 256, seq=128,embd=256,head=2 or 256,head=4; "
-                        f"dimensions not named stay untiled (default: {tile})")
+    if tile_flag:
+        p.add_argument("--tile", default=tile, metavar="SPEC",
+                       help="tile sizes: SIZE for every dimension, and/or name=SIZE for batch, seq, embd, "
+                            "head (whole heads), inner, vocab; e.g. 256, seq=128,embd=256,head=2 or 256,head=4; "
+                            f"dimensions not named stay untiled (default: {tile})")
 
 
 def add_recompute_arg(p) -> None:
@@ -64,7 +72,7 @@ def recompute_arg(args) -> str:
 
     try:
         return check_recompute(args.recompute)
-    except ValueError as e:
+    except FieldError as e:
         raise UsageError(as_flags(str(e))) from None
 
 
@@ -122,18 +130,84 @@ def add_json_arg(p) -> None:
                    help="print exactly one JSON object on standard output (progress goes to standard error)")
 
 
-def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
-    """Validated (model, batch, seq, tiling) from the shared flags; UsageError on bad input."""
+def add_out_arg(p, default: str | None, what: str) -> None:
+    """--out DIR: the folder a command writes its files into (compare, demo, simulate, tune)."""
+    p.add_argument("--out", default=default, metavar="DIR",
+                   help=f"folder to write {what} into (default: {default or 'none written'})")
+
+
+def add_steps_arg(p, default: int, detail: str) -> None:
+    """--steps N: how many training steps a run executes and times."""
+    p.add_argument("--steps", type=int, default=default, metavar="N",
+                   help=f"training steps run and timed {detail} (default: {default})")
+
+
+def add_workers_arg(p, detail: str, default=None) -> None:
+    """--workers N: one count of CPU workers (a search over several counts takes --worker-counts)."""
+    p.add_argument("--workers", type=int, default=default, metavar="N", help=f"workers: {detail}")
+
+
+def add_worker_counts_arg(p, detail: str) -> None:
+    """--worker-counts LIST: the worker counts a search or a suite takes in turn."""
+    p.add_argument("--worker-counts", default=None, metavar="LIST",
+                   help=f"CPU worker counts to take in turn, e.g. 1,2 (default: {detail})")
+
+
+def add_scheds_arg(p, default, detail: str) -> None:
+    """--scheds LIST: the StarPU scheduling policies a search or a suite takes in turn (--sched: one)."""
+    p.add_argument("--scheds", default=default, metavar="LIST",
+                   help=f"StarPU scheduling policies to take in turn, e.g. eager,dmda (default: {detail})")
+
+
+def add_tiles_arg(p, default, detail: str) -> None:
+    """--tiles SPEC;SPEC: several tilings, read by :func:`tilings_arg` (--tile: one)."""
+    p.add_argument("--tiles", default=default, metavar="SPEC;SPEC",
+                   help="tilings, each a --tile SPEC, separated by ';' (quote them), or uniform sizes separated by "
+                        f"',' (32,64,128); {detail}")
+
+
+def parse_list(text, flag: str, conv=str) -> list:
+    """A comma-separated flag value as a list (``conv`` on each item); UsageError naming ``flag``."""
     try:
-        cfg = load_model(args.model).check_tiled()
+        out = [conv(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: expected a comma-separated list, got {text!r}") from None
+    if not out:
+        raise UsageError(f"{flag}: empty list")
+    return out
+
+
+def tilings_arg(text, flag: str = "--tiles") -> list[Tiling]:
+    """The tilings of a --tiles value: specs separated by ';', or uniform sizes separated by ','
+    ("32,64,128", which as one spec would be an error); [] for an empty value; UsageError naming ``flag``."""
+    text = text or ""
+    items = [s for s in text.split(";") if s.strip()]
+    if len(items) == 1 and all(x.strip().isdigit() for x in items[0].split(",")):
+        items = [x for x in items[0].split(",") if x.strip()]
+    try:
+        return [Tiling.parse(s) for s in items]
+    except TilingError as e:
+        raise UsageError(as_flags(str(e), {"tile": flag})) from None
+
+
+def check_model(spec, batch: int, seq: int) -> ModelConfig:
+    """The ModelConfig of a --model value (or a ModelConfig) checked with --batch and --seq; UsageError."""
+    try:
+        cfg = (spec if isinstance(spec, ModelConfig) else load_model(spec)).check_tiled()
     except ModelConfigError as e:
         raise UsageError(as_flags(str(e))) from None
-    if args.batch < 1:
-        raise UsageError(f"--batch must be at least 1, got {args.batch}")
-    if args.seq < 1:
-        raise UsageError(f"--seq must be at least 1, got {args.seq}")
-    if args.seq > cfg.n_positions:
-        raise UsageError(f"--seq {args.seq} exceeds the model's n_positions ({cfg.n_positions})")
+    if batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {batch}")
+    if seq < 1:
+        raise UsageError(f"--seq must be at least 1, got {seq}")
+    if seq > cfg.n_positions:
+        raise UsageError(f"--seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+    return cfg
+
+
+def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
+    """Validated (model, batch, seq, tiling) from the shared flags; UsageError on bad input."""
+    cfg = check_model(args.model, args.batch, args.seq)
     try:
         tiling = Tiling.parse(args.tile)
         if cfg.family == "llama":

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from tilecast.cli import UsageError
+from tilecast.cli.common import add_json_arg, add_out_arg, print_json
 
 
 def add_parser(subparsers):
@@ -17,14 +16,14 @@ def add_parser(subparsers):
                     "report folder (HTML page, Gantt and error PNGs, Chrome traces, summary JSON).")
     p.add_argument("pred", metavar="PRED", help="predicted trace (.parquet or .csv, source 'sim')")
     p.add_argument("real", metavar="REAL", help="measured trace (.parquet or .csv, source 'real')")
-    p.add_argument("--out", metavar="DIR", default="tilecast-report", help="report folder (default: %(default)s)")
+    add_out_arg(p, "tilecast-report", "the report (HTML page, Gantt and error PNGs, Chrome traces, summary JSON)")
     p.add_argument("--before", metavar="PRED0",
                    help="an earlier prediction of the same run (e.g. before recalibration), shown beside PRED")
     p.add_argument("--any-source", action="store_true",
                    help="do not require PRED to be simulated and REAL measured (e.g. two measured runs)")
     p.add_argument("--no-chrome", action="store_true",
                    help="do not write the Chrome trace files (large for big graphs)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_arg(p)
     return p
 
 
@@ -41,7 +40,7 @@ def run(args) -> int:
         raise UsageError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
     s = c.summary()
     if args.json:
-        print(json.dumps({**s, "files": paths}))
+        print_json({**s, "files": paths})
         return 0
     st, m, e = s["step"], s["makespan"], s["task_duration_error"]
     if st["error"] is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, as_flags, print_json
+from tilecast.cli.common import add_json_arg, add_model_args, add_out_arg, add_steps_arg, check_model, print_json
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -18,36 +18,27 @@ def add_parser(sub):
                     "simulation, run the best two and one from the rest of the ranking on StarPU, compare "
                     "prediction and measurement, and write the report folder (HTML page, Gantt chart, errors "
                     "by kernel, Chrome traces, ranking).")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default: {DEFAULT_OUT})")
-    p.add_argument("--model", default=None, metavar="NAME|FILE.json|JSON",
-                   help="model to tune (default: a 2-layer, 256-wide GPT with a 2048-token vocabulary)")
-    p.add_argument("--batch", type=int, default=None, metavar="N", help="sequences per step (default: 4)")
-    p.add_argument("--seq", type=int, default=None, metavar="N", help="tokens per sequence (default: 128)")
-    p.add_argument("--top", type=int, default=2, metavar="K", help="best configurations to run (default: 2)")
-    p.add_argument("--steps", type=int, default=3, metavar="N", help="timed steps per run (default: 3)")
+    from tilecast.loop.demo import DEMO_BATCH, DEMO_SEQ
+
+    add_out_arg(p, DEFAULT_OUT, "the report (HTML page, Gantt chart, errors by kernel, Chrome traces, ranking)")
+    add_model_args(p, model=None, batch=DEMO_BATCH, seq=DEMO_SEQ, tile_flag=False,
+                   model_default="a 2-layer, 256-wide GPT with a 2048-token vocabulary")
+    p.add_argument("--execute", type=int, default=2, metavar="K",
+                   help="run the K best configurations on StarPU, and one from the rest of the ranking (default: 2)")
+    add_steps_arg(p, 3, "per run, after 2 warm-up steps")
     add_json_arg(p)
     return p
 
 
 @with_starpu_errors("demo")
 def run(args) -> int:
-    from tilecast.graph.model_config import ModelConfigError, load_model
-    from tilecast.loop.demo import DEMO_BATCH, DEMO_SEQ, run_demo
+    from tilecast.loop.demo import default_model, run_demo
 
-    cfg = None
-    if args.model:
-        try:
-            cfg = load_model(args.model).check_tiled()
-        except ModelConfigError as e:
-            raise UsageError(as_flags(str(e))) from None
-    batch = args.batch or DEMO_BATCH
-    seq = args.seq or DEMO_SEQ
-    for flag, v in (("--batch", batch), ("--seq", seq), ("--top", args.top), ("--steps", args.steps)):
+    cfg = check_model(args.model if args.model is not None else default_model(), args.batch, args.seq)
+    for flag, v in (("--execute", args.execute), ("--steps", args.steps)):
         if v < 1:
             raise UsageError(f"{flag} must be at least 1, got {v}")
-    if cfg is not None and seq > cfg.n_positions:
-        raise UsageError(f"--seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
-    res = run_demo(args.out, cfg, batch, seq, top=args.top, steps=args.steps)
+    res = run_demo(args.out, cfg, args.batch, args.seq, top=args.execute, steps=args.steps)
     s = res.summary()
     if args.json:
         print_json(s)

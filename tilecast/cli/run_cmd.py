@@ -11,8 +11,9 @@ from tilecast.cli import UsageError
 from tilecast.errors import FieldError
 from tilecast.graph import TilingError
 from tilecast.graph.model_config import ModelConfigError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
-                                 blas_summary, memory_args, model_args, print_json, recompute_arg)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, add_steps_arg,
+                                 add_workers_arg, as_flags, blas_summary, memory_args, model_args, print_json,
+                                 recompute_arg)
 from tilecast.cli.run_mpi import add_mpi_args, run_mpi_cmd
 
 
@@ -28,14 +29,13 @@ def add_parser(sub):
     add_recompute_arg(p)
     p.add_argument("--sched", default="dmda", metavar="NAME",
                    help="StarPU scheduling policy (default: dmda; any policy the installed StarPU offers)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="CPU workers (default: the number of cores, at most StarPU's limit)")
-    p.add_argument("--steps", type=int, default=3, metavar="N", help="training steps to run (default: 3)")
+    add_workers_arg(p, "the CPU workers StarPU starts (default: the number of cores, at most StarPU's limit)")
+    add_steps_arg(p, 3, "(the summary's medians leave out the first, which warms up StarPU's performance models)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the weights and tokens (default: 0)")
     p.add_argument("--check", action="store_true",
                    help="compare the first step with the numpy reference (loss 1e-5, gradients and "
                         "parameters 1e-4 relative); exit 1 on a mismatch")
-    p.add_argument("--trace", metavar="PATH",
+    p.add_argument("--trace", metavar="FILE",
                    help="write the last step's trace: .parquet or .csv table, or .json Chrome trace (Perfetto)")
     add_mpi_args(p)
     add_memory_args(p)
@@ -48,12 +48,13 @@ def _forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute, graph)
     disk_written_bytes, disk_read_bytes, evictions, writebacks, dropped per step), or {"error": why}."""
     from tilecast.executor.memory_limit import MemoryLimitError
     from tilecast.loop.predict_memory import predict_limited, predicted_fields
+    from tilecast.perfmodel.disk_node import DiskNodeError
     from tilecast.simulator.engine import SimulationError
 
     try:
         return predicted_fields(predict_limited(cfg, batch, seq, tiling, sched, workers, memory.limit_bytes,
                                                 memory.offload_dir, recompute, graph=graph))
-    except (SimulationError, MemoryLimitError, ValueError) as e:
+    except (SimulationError, MemoryLimitError, DiskNodeError, FieldError) as e:
         return {"error": f"not forecast: {e}"}
 
 

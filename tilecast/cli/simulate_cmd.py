@@ -7,13 +7,15 @@ import sys
 import time
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, human,
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_out_arg, add_recompute_arg,
+                                 add_workers_arg, human,
                                  memory_args, memory_forecast, model_args, print_json,
                                  recompute_arg)
 from tilecast.cli.ranks_table import add_rank_args
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
 DEFAULT_OUT = "tilecast-sim"
+TRACE_FILES = ("trace.parquet", "trace.json")  # under --out
 
 
 def add_parser(sub):
@@ -32,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description: local (this computer, detected), a shipped name "
                         "(a100-sxm4-80gb-8, h100-sxm5-80gb-8, h200-sxm-141gb-8) or a YAML file (default: local)")
-    p.add_argument("--workers", type=int, metavar="N", help="use the machine's first N workers (default: all)")
+    add_workers_arg(p, "the machine's first N (default: all)")
     p.add_argument("--sched", default="dmda", choices=list(POLICIES), metavar="NAME",
                    help=f"scheduling policy: {', '.join(POLICIES)} (default: dmda)")
     p.add_argument("--compare-policies", action="store_true",
@@ -40,10 +42,11 @@ def add_parser(sub):
     p.add_argument("--calibration", metavar="FILE",
                    help="kernel calibration file (default: the one stored for this machine, if any)")
     p.add_argument("--no-transfers", action="store_true", help="ignore data placement (every node holds every tile)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="PREFIX",
-                   help=f"write the trace to PREFIX.parquet and PREFIX.json (Chrome/Perfetto) (default: {DEFAULT_OUT})")
-    p.add_argument("--no-trace", action="store_true", help="do not write trace files")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random policy (default: 0)")
+    add_out_arg(p, DEFAULT_OUT, f"the predicted trace, {TRACE_FILES[0]} (for tilecast compare) and {TRACE_FILES[1]} "
+                                "(Chrome/Perfetto)")
+    p.add_argument("--no-trace", action="store_true", help="do not write the trace files")
+    p.add_argument("--sched-seed", type=int, default=0, metavar="N",
+                   help="seed of the random scheduling policy's choices (default: 0)")
     add_rank_args(p, "predict the step on N StarPU-MPI ranks of --workers workers each (default 1), joined by "
                      "the network tilecast calibrate --ranks measured: owner-computes placement, StarPU-MPI's "
                      "cache of received tiles, each rank's own --sched (docs/mpi.md)")
@@ -144,7 +147,7 @@ def run(args) -> int:
         try:
             pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration, host_costs,
                            graph=graph, durations=durations, keep_result=not args.compare_policies,
-                           transfers=not args.no_transfers, seed=args.seed, memory=forecast)
+                           transfers=not args.no_transfers, seed=args.sched_seed, memory=forecast)
         except SimulationError as e:
             print(f"tilecast simulate: {e}", file=sys.stderr)
             return 1
@@ -173,8 +176,12 @@ def run(args) -> int:
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
         trace = with_step_time(pred.result.trace(), pred.step_s)  # kept in the Parquet file for tilecast compare
-        table = save(trace, f"{args.out}.parquet")
-        chrome = save(trace, f"{args.out}.json", graph if graph.n_tasks <= 200_000 else None)
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
+        table = save(trace, os.path.join(args.out, TRACE_FILES[0]))
+        chrome = save(trace, os.path.join(args.out, TRACE_FILES[1]), graph if graph.n_tasks <= 200_000 else None)
         out["trace"] = {"table": os.path.abspath(table), "chrome": os.path.abspath(chrome)}
     if args.json:
         print_json(out)

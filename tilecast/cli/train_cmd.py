@@ -11,8 +11,9 @@ from tilecast.cli.train_mpi import add_train_rank_args, run_train_ranks
 from tilecast.errors import FieldError
 from tilecast.graph import TilingError
 from tilecast.graph.model_config import ModelConfigError
-from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, as_flags,
-                                 blas_summary, memory_args, model_args, print_json, recompute_arg)
+from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, add_steps_arg,
+                                 add_workers_arg, as_flags, blas_summary, memory_args, model_args, print_json,
+                                 recompute_arg)
 
 # A small GPT-2 (gpt2-tiny: 2 layers, n_embd 64, vocab 256) whose validation loss falls below 2.0
 # after about 600 steps of 16 x 128 bytes at lr 3e-3 (1.95 at step 600, 1.79 at step 1000, measured here
@@ -37,9 +38,8 @@ def add_parser(sub):
     p.add_argument("--sched", default="eager", metavar="NAME",
                    help="StarPU scheduling policy (default: eager, the fastest here for this small model's "
                         "short tasks; any policy the installed StarPU offers)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="CPU workers (default: the number of cores, at most StarPU's limit)")
-    p.add_argument("--steps", type=int, default=1000, metavar="N", help="train until step N (default: 1000)")
+    add_workers_arg(p, "the CPU workers StarPU starts (default: the number of cores, at most StarPU's limit)")
+    add_steps_arg(p, 1000, "in all: training ends at step N, the steps of a resumed checkpoint included")
     p.add_argument("--lr", type=float, default=3e-3, metavar="X", help="AdamW learning rate (default: 3e-3)")
     p.add_argument("--eval-every", type=int, default=100, metavar="K",
                    help="validation loss every K steps, at step 0 and at the last step; 0: never (default: 100)")
@@ -98,7 +98,7 @@ def run(args) -> int:
     except MemoryLimitError as e:
         raise UsageError(as_flags(str(e))) from None
     except (TrainingError, DataError, CheckpointError) as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(as_flags(str(e))) from None
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except StarPUError as e:

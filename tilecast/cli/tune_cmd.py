@@ -7,14 +7,24 @@ from tilecast.cli.common import (
     add_json_arg,
     add_memory_args,
     add_model_args,
+    add_out_arg,
     add_recompute_arg,
+    add_scheds_arg,
+    add_steps_arg,
+    add_tiles_arg,
+    add_worker_counts_arg,
+    add_workers_arg,
+    as_flags,
     human,
     memory_args,
     memory_forecast,
     model_args,
+    parse_list,
     print_json,
     recompute_arg,
+    tilings_arg,
 )
+from tilecast.errors import FieldError
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.cli.tune_ranks import add_tune_rank_args, run_tune_ranks
 from tilecast.loop.candidates import short_label
@@ -37,12 +47,10 @@ def add_parser(sub):
     p.set_defaults(recompute=None)  # with --memory-limit and no --recompute, every setting is searched
     p.add_argument("--machine", default="local", metavar="NAME|FILE",
                    help="machine description (default: local, this computer; --execute needs local)")
-    p.add_argument("--scheds", default=",".join(DEFAULT_SCHEDS), metavar="LIST",
-                   help=f"scheduling policies to search (default: {','.join(DEFAULT_SCHEDS)})")
-    p.add_argument("--workers", default=None, metavar="LIST",
-                   help="worker counts to search, e.g. 1,2 (default: 1 to the machine's workers)")
-    p.add_argument("--tiles", default=None, metavar="SPEC;SPEC",
-                   help="tilings to search, separated by ';' (default: the candidates above; --tile adds one)")
+    add_scheds_arg(p, ",".join(DEFAULT_SCHEDS), ",".join(DEFAULT_SCHEDS))
+    add_workers_arg(p, "search only N workers (with --ranks: N per rank; default: --worker-counts)")
+    add_worker_counts_arg(p, "1 to the machine's workers")
+    add_tiles_arg(p, None, "the tilings to search (default: the candidates above; --tile adds one)")
     p.add_argument("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, metavar="N",
                    help=f"skip tilings whose step has more tasks (default: {DEFAULT_MAX_TASKS})")
     p.add_argument("--top", type=int, default=15, metavar="N", help="rows of the ranking to print (default: 15)")
@@ -50,7 +58,7 @@ def add_parser(sub):
                    help="run the K best configurations on StarPU, plus --others from the rest of the ranking")
     p.add_argument("--others", type=int, default=2, metavar="N",
                    help="with --execute: also run N configurations spread over the rest of the ranking (default: 2)")
-    p.add_argument("--steps", type=int, default=5, metavar="N", help="timed steps per execution (default: 5)")
+    add_steps_arg(p, 5, "per configuration run by --execute, after --warmup")
     p.add_argument("--warmup", type=int, default=2, metavar="N", help="warm-up steps before timing (default: 2)")
     p.add_argument("--recalibrate", action="store_true",
                    help="with --execute: update the stored kernel models and host-cost fits from the measured "
@@ -59,8 +67,7 @@ def add_parser(sub):
                    help="with --execute: run every StarPU session between two reference steps and retake it when "
                         "they show the machine in a slow spell (about 0.6 s more per session; see tilecast "
                         "accuracy --help)")
-    p.add_argument("--report", metavar="DIR",
-                   help="with --execute: write the comparison report of the best configuration to DIR")
+    add_out_arg(p, None, "the comparison report of the best configuration run by --execute")
     add_tune_rank_args(p)
     add_memory_args(p)
     p.epilog = ("With --memory-limit (and --offload-dir for a disk node) every configuration is simulated with "
@@ -72,26 +79,28 @@ def add_parser(sub):
     return p
 
 
-def parse_list(text, what, conv=str):
-    try:
-        out = [conv(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{what}: expected a comma-separated list, got {text!r}") from None
-    if not out:
-        raise UsageError(f"{what}: empty list")
-    return out
-
-
 def parse_tilings(args):
+    """The tilings of --tiles and --tile, or None (the candidates)."""
     from tilecast.graph import Tiling, TilingError
 
-    specs = [s for s in (args.tiles or "").split(";") if s.strip()]
+    specs = tilings_arg(args.tiles)
     if args.tile:
-        specs.append(args.tile)
-    try:
-        return [Tiling.parse(s) for s in specs] or None
-    except TilingError as e:
-        raise UsageError(f"--tiles: {str(e).removeprefix('tile: ')}") from None
+        try:
+            specs.append(Tiling.parse(args.tile))
+        except TilingError as e:
+            raise UsageError(as_flags(str(e))) from None
+    return specs or None
+
+
+def worker_counts(args):
+    """(worker counts to search or None, their field -> flag name) from --workers N or --worker-counts LIST."""
+    if args.workers is not None and args.worker_counts:
+        raise UsageError("--workers/--worker-counts: give one count (--workers N) or a list (--worker-counts LIST)")
+    if args.workers is not None:
+        return [args.workers], {"workers": "--workers"}
+    if args.worker_counts:
+        return parse_list(args.worker_counts, "--worker-counts", int), {"workers": "--worker-counts"}
+    return None, {}
 
 
 @with_starpu_errors("tune")
@@ -108,12 +117,15 @@ def run(args) -> int:
         recomputes = list(RECOMPUTE) if limit is not None else ["none"]
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
+    workers, flags = worker_counts(args)
+    flags["tilings"] = "--tiles"
     if args.ranks is not None:
+        if args.worker_counts:
+            raise UsageError("--worker-counts: not with --ranks (--workers N: workers per rank)")
         for flag, v, low in (("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
             if v < low:
                 raise UsageError(f"{flag} must be at least {low}, got {v}")
         return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recomputes[0])
-    workers = parse_list(args.workers, "--workers", int) if args.workers else None
     for flag, v, low in (("--execute", args.execute, 0), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                          ("--others", args.others, 0), ("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
         if v < low:
@@ -133,8 +145,8 @@ def run(args) -> int:
         try:
             results.append(tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
                                 max_tasks=args.max_tasks, progress=True, recompute=rc, memory=forecast))
-        except ValueError as e:
-            raise UsageError(f"--scheds/--workers/--tiles: {e}") from None
+        except FieldError as e:
+            raise UsageError(as_flags(str(e), flags)) from None
     result = results[0]
     if len(results) > 1:
         from dataclasses import replace
@@ -162,8 +174,8 @@ def run(args) -> int:
         out["load_average"] = list(execution.load_average)
         if args.recalibrate:
             out["calibration_files"] = execution.save_models(machine)
-        if args.report and execution.checked:
-            out["report"] = execution.checked[0].comparison().write(args.report)
+        if args.out and execution.checked:
+            out["report"] = execution.checked[0].comparison().write(args.out)
     if args.json:
         print_json(out)
         return 0

@@ -40,10 +40,7 @@ def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
     bad = [d for d in dists if d not in DISTRIBUTIONS]
     if bad:
         raise UsageError(f"--distributions: unknown distribution {bad[0]!r}; choose from {', '.join(DISTRIBUTIONS)}")
-    workers = parse_list(args.workers, "--workers", int) if args.workers else [1]
-    if len(workers) != 1:
-        raise UsageError("--workers: with --ranks, one count (workers per rank)")
-    wpr = workers[0]
+    wpr = 1 if args.workers is None else args.workers  # --workers N: workers per rank
     try:
         machine = load_machine(args.machine)
         machine.with_workers(wpr)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, model_args, print_json, recompute_arg
+from tilecast.cli.common import (add_json_arg, add_model_args, add_recompute_arg, as_flags, model_args, print_json,
+                                 recompute_arg)
 
 
 def add_parser(sub):
@@ -28,7 +29,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from tilecast.errors import FieldError
     from tilecast.executor.verify import TOLERANCES, ReferenceUnavailable, verify
+    from tilecast.graph import TilingError
+    from tilecast.graph.model_config import ModelConfigError
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
@@ -36,8 +40,8 @@ def run(args) -> int:
         raise UsageError(f"--model: {cfg.name} is too large for a numpy reference check; use a small shape")
     try:
         res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype, recompute=recompute)
-    except (ReferenceUnavailable, ValueError) as e:  # ValueError: a tiling or model the check refuses
-        raise UsageError(str(e)) from None
+    except (ReferenceUnavailable, FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
+        raise UsageError(as_flags(str(e))) from None
     if args.json:
         print_json(res.to_dict())
         return 0 if res.ok else 1

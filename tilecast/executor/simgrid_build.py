@@ -167,7 +167,7 @@ def ensure_replay(source=None) -> Path:
                           + " ".join(flags).encode())).hexdigest()[:16]
     exe = prefix / "bin" / f"tilecast-simgrid-replay-{key}"
     if not exe.is_file():
-        tmp = exe.with_suffix(".tmp")
+        tmp = exe.with_name(f".{exe.name}.{os.getpid()}.tmp")  # concurrent builds never share it
         compile_replay(tmp, flags)
         os.replace(tmp, exe)
     return exe

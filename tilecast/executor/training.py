@@ -139,23 +139,23 @@ def _resume(o: TrainOptions, settings: dict, sampler: BatchSampler):
 
 def validate_options(o: TrainOptions) -> None:
     if o.cfg.vocab_size != VOCAB_SIZE:
-        raise TrainingError(f"--model: vocab_size must be {VOCAB_SIZE} to train on the byte corpus, "
+        raise TrainingError(f"model: vocab_size must be {VOCAB_SIZE} to train on the byte corpus, "
                             f"got {o.cfg.vocab_size}")
-    for flag, value, low in (("--steps", o.steps, 1), ("--eval-every", o.eval_every, 0),
-                             ("--eval-batches", o.eval_batches, 1), ("--checkpoint-every", o.checkpoint_every, 0)):
+    for name, value, low in (("steps", o.steps, 1), ("eval_every", o.eval_every, 0),
+                             ("eval_batches", o.eval_batches, 1), ("checkpoint_every", o.checkpoint_every, 0)):
         if value < low:
-            raise TrainingError(f"{flag} must be at least {low}, got {value}")
+            raise TrainingError(f"{name} must be at least {low}, got {value}")
     if not (o.lr > 0 and math.isfinite(o.lr)):
-        raise TrainingError(f"--lr must be a positive number, got {o.lr}")
+        raise TrainingError(f"lr must be a positive number, got {o.lr}")
     if (o.resume or o.checkpoint_every) and not o.checkpoint:
-        raise TrainingError(f"{'--resume' if o.resume else '--checkpoint-every'} needs --checkpoint PATH")
+        raise TrainingError(f"{'resume' if o.resume else 'checkpoint_every'} needs a checkpoint path")
     if o.checkpoint and not o.resume:
         if os.path.exists(o.checkpoint):
-            raise TrainingError(f"--checkpoint: {o.checkpoint} exists; add --resume to continue from it, "
-                                "or remove it to start afresh")
+            raise TrainingError(f"checkpoint: {o.checkpoint} exists; resume from it, or remove it to start "
+                                "afresh")
         folder = os.path.dirname(os.path.abspath(o.checkpoint))
         if not os.path.isdir(folder):
-            raise TrainingError(f"--checkpoint: no such directory {folder}")
+            raise TrainingError(f"checkpoint: no such directory {folder}")
 
 
 def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
@@ -174,7 +174,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
     sampler = BatchSampler(corpus.train, o.batch, o.seq, seed=o.seed)
     val_batches = list(validation_batches(corpus.val, o.batch, o.seq, o.eval_batches))
     if not val_batches:
-        raise TrainingError(f"--batch/--seq: the validation split ({corpus.val.size} bytes) holds less than one "
+        raise TrainingError(f"batch/seq: the validation split ({corpus.val.size} bytes) holds less than one "
                             f"batch of {o.batch} x {o.seq}")
     settings = _run_settings(o, corpus.key)
     if o.resume:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilecast.errors import FieldError
 from tilecast.executor import hf_mapping, hf_mapping_llama
 from tilecast.executor.step import TrainState, reference_step
 from tilecast.graph import Tiling
@@ -116,7 +117,7 @@ def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
     torch.manual_seed(seed)
     if cfg.family == "llama":
         if cfg.rope_scaling:
-            raise ValueError(f"{cfg.name}: RoPE scaling {cfg.rope_scaling!r} is not modelled numerically")
+            raise FieldError(f"model: {cfg.name}'s RoPE scaling {cfg.rope_scaling!r} is not modelled numerically")
         conf = transformers.LlamaConfig(
             vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.n_inner,
             num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,

@@ -29,6 +29,8 @@ and gradients with any setting. Replayed tensors are named
 
 from __future__ import annotations
 
+from tilecast.errors import FieldError
+
 RECOMPUTE = ("none", "selective", "full")
 PREFIX = "recompute:"
 
@@ -36,5 +38,5 @@ PREFIX = "recompute:"
 def check_recompute(value) -> str:
     """``value`` if it is a recompute setting; ValueError naming the field otherwise."""
     if value not in RECOMPUTE:
-        raise ValueError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {value!r}")
+        raise FieldError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {value!r}")
     return value

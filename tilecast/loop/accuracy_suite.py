@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tilecast.errors import FieldError
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import from_dict
 from tilecast.loop.config import StepConfig
@@ -80,9 +81,9 @@ def suite_workers(workers=None) -> list:
         return sorted({1, most})
     workers = sorted(set(int(w) for w in workers))
     if not workers or workers[0] < 1:
-        raise ValueError(f"workers must be positive counts, got {workers}")
+        raise FieldError(f"workers must be positive counts, got {workers}")
     if limit is not None and workers[-1] > limit:  # told before anything is calibrated or measured
-        raise ValueError(f"workers must be at most {limit} (StarPU's CPU workers here), got {workers[-1]}")
+        raise FieldError(f"workers must be at most {limit} (StarPU's CPU workers here), got {workers[-1]}")
     return workers
 
 
@@ -95,12 +96,12 @@ def suite_configs(name: str = "full", workers=None, policies=None) -> list:
     worker and with all.
     """
     if name not in SUITES:
-        raise ValueError(f"suite must be one of {', '.join(SUITES)}, got {name!r}")
+        raise FieldError(f"suite must be one of {', '.join(SUITES)}, got {name!r}")
     shapes, per_graph = SUITES[name]
     counts = suite_workers(workers)
     policies = list(policies) if policies is not None else suite_policies()
     if not policies:
-        raise ValueError("no scheduling policy both simulated and offered by StarPU here")
+        raise FieldError("policies: no scheduling policy both simulated and offered by StarPU here")
     out = []
     g = 0
     for shape in shapes:

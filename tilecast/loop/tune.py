@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from tilecast.errors import FieldError
 from tilecast.loop.candidates import DEFAULT_SCHEDS, candidate_tilings, worker_counts
 from tilecast.loop.config import StepConfig
 from tilecast.loop.predict import predict, rank
@@ -106,7 +107,7 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     machine = machine or load_machine("local")
     scheds = usable_scheds(scheds)
     if not scheds:
-        raise ValueError("none of the requested schedulers is both simulated and offered by StarPU")
+        raise FieldError("scheds: none of the requested schedulers is both simulated and offered by StarPU")
     limit = len(machine.workers)
     cap = starpu_max_workers() if machine.name == "local" else None  # the local machine runs on StarPU
     if cap is not None:
@@ -114,10 +115,10 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     workers = list(workers) if workers else worker_counts(limit)
     bad = [w for w in workers if not 1 <= w <= limit]
     if bad:
-        raise ValueError(f"worker count {bad[0]} is outside 1..{limit} for {machine.name}")
+        raise FieldError(f"workers: worker count {bad[0]} is outside 1..{limit} for {machine.name}")
     graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks, recompute)
     if not graphs:
-        raise ValueError("no candidate tiling can be built: " + "; ".join(
+        raise FieldError("tilings: no candidate tiling can be built: " + "; ".join(
             f"{s['tiling']}: {s['reason']}" for s in skipped[:2]) + ("; ..." if len(skipped) > 2 else ""))
     host_costs = {}
     if host and machine.name == "local" and starpu_policies() is not None:
