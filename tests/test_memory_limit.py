@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tilecast.cli import main
+from tilecast.executor.checkpoint import load_checkpoint
 from tilecast.executor.managed_tiles import ManagedTileStore
 from tilecast.executor.memory_limit import (MIB, MemoryLimit, MemoryLimitError, minimum_bytes, parse_size,
                                             tile_bytes)
@@ -22,6 +23,7 @@ from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, adam_names, grad_name
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
+from tilecast.trace import disk_counters as trace_disk
 
 # gpt2-tiny, batch 4 x 128 at tile 32: 13 MiB of tiles, largest task 0.25 MiB; a 2 MiB limit evicts most
 # tiles to disk in every step.
@@ -87,6 +89,14 @@ def test_run_steps_write_to_disk_every_step_and_repeat_the_losses(tmp_path):
     assert all(w > 4 * MIB for w in limited.disk_written), limited.disk_written
     assert all(r > 4 * MIB for r in limited.disk_read), limited.disk_read
     assert free.disk_written == [0, 0]
+    # the transfers behind the bytes: one per tile moved, none larger than the largest tile
+    largest = int(np.max(limited.graph.tile_nbytes))
+    for n, b in zip(limited.disk_writes + limited.disk_reads, limited.disk_written + limited.disk_read):
+        assert n > 0 and n * largest >= b, (n, b, largest)
+    # the last step's trace records its disk traffic (tilecast compare shows it); the unlimited one none
+    assert trace_disk(limited.trace) == {"written_bytes": limited.disk_written[-1], "read_bytes": limited.disk_read[-1],
+                                         "writes": limited.disk_writes[-1], "reads": limited.disk_reads[-1]}
+    assert trace_disk(free.trace) is None
 
 
 def run_cli(argv, capsys):
@@ -163,9 +173,11 @@ def test_bad_offload_dirs_refused_in_one_line_and_no_checkpoint_lost(tmp_path, c
 
 
 def test_train_limited_resumes_with_the_unlimited_losses(tmp_path, capsys):
-    rc, out, _ = run_cli([*TRAIN, "--steps", "3", "--json"], capsys)
+    free_ck = str(tmp_path / "free.npz")
+    rc, out, _ = run_cli([*TRAIN, "--steps", "3", "--checkpoint", free_ck, "--json"], capsys)
     assert rc == 0
     straight = json.loads(out)
+    assert straight["memory_limit_bytes"] is None and straight["peak_rss_bytes"] > 0
     ck = str(tmp_path / "ck.npz")
     limit = ["--memory-limit", "2MiB", "--offload-dir", str(tmp_path), "--checkpoint", ck, "--json"]
     rc, out, _ = run_cli([*TRAIN, "--steps", "1", *limit], capsys)
@@ -174,6 +186,12 @@ def test_train_limited_resumes_with_the_unlimited_losses(tmp_path, capsys):
     resumed = json.loads(out)
     assert rc == 0 and resumed["start_step"] == 1
     assert resumed["losses"] == straight["losses"]
+    assert resumed["memory_limit_bytes"] == 2 * MIB and resumed["peak_rss_bytes"] > 0
+    # the checkpoint written from StarPU's tiles one tensor at a time holds the unlimited run's state exactly
+    a, b = load_checkpoint(free_ck), load_checkpoint(ck)
+    for group in ("params", "adam_m", "adam_v"):
+        for name, want in getattr(a, group).items():
+            np.testing.assert_array_equal(getattr(b, group)[name], want, err_msg=f"{group} {name}")
     steps = {v["step"] for v in straight["val_losses"]}  # the first run also evaluated at its last step, 1
     assert [v for v in resumed["val_losses"] if v["step"] in steps] == straight["val_losses"]
 

@@ -22,6 +22,17 @@ work outside the tasks). Its time, when known, is ``df.attrs["step_s"]``
 (predicted: makespan plus host cost; measured: the step's wall time), kept
 in Parquet files (not in CSV or Chrome JSON); see :func:`with_step_time`.
 
+A step run under a memory limit with a disk node also records its disk
+traffic, ``df.attrs["disk"]`` (:func:`with_disk_counters`, Parquet only): per
+step, ``written_bytes`` / ``read_bytes`` (bytes moved from main memory to the
+disk node / back), ``writes`` / ``reads`` (those transfers, tiles), and, in a
+prediction, ``evictions`` (tiles evicted from main memory), ``writebacks``
+(of them, written to disk first), ``dropped`` (of them, dropped clean) and
+``tidied`` (tiles written back ahead of need; ``writes`` = ``writebacks`` +
+``tidied``). A measured trace has no eviction counts: StarPU 1.3.10 counts
+the transfers on each bus (its bus profiling), not the tiles it evicts.
+Traces without the field (older files, unlimited runs) read as before.
+
 Files: Parquet (``.parquet``) or CSV (``.csv``) for the table, and Chrome Trace
 Event JSON (``.json``) that opens in Perfetto: complete events (``ph: "X"``) in
 microseconds, pid = memory node, tid = worker, and flow events for dependencies.
@@ -79,6 +90,26 @@ def step_time(df: pd.DataFrame) -> float | None:
     """The step time a trace records (:func:`with_step_time`), or None."""
     v = df.attrs.get("step_s")
     return None if v is None else float(v)
+
+
+DISK_COUNTERS = ("written_bytes", "read_bytes", "writes", "reads", "evictions", "writebacks", "dropped", "tidied")
+
+
+def with_disk_counters(df: pd.DataFrame, **counters) -> pd.DataFrame:
+    """``df`` (a copy) recording the disk traffic of the step it traces (names in :data:`DISK_COUNTERS`,
+    integers; the ones not known are left out)."""
+    unknown = sorted(set(counters) - set(DISK_COUNTERS))
+    if unknown:
+        raise TraceError(f"trace: unknown disk counters {unknown} (known: {', '.join(DISK_COUNTERS)})")
+    out = df.copy()
+    out.attrs["disk"] = {k: int(counters[k]) for k in DISK_COUNTERS if counters.get(k) is not None}
+    return out
+
+
+def disk_counters(df: pd.DataFrame) -> dict | None:
+    """The disk traffic a trace records (:func:`with_disk_counters`), or None."""
+    v = df.attrs.get("disk")
+    return None if not isinstance(v, dict) else {k: int(v[k]) for k in DISK_COUNTERS if v.get(k) is not None}
 
 
 def validate(df: pd.DataFrame) -> pd.DataFrame:

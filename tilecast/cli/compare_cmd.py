@@ -12,7 +12,10 @@ def add_parser(subparsers):
         description="Compare a predicted (simulated) trace with a measured one of the same graph: "
                     "step time error (when the traces record it: .parquet files of tilecast simulate --out and "
                     "tilecast run --trace), makespan error, per-kernel duration errors, busy/idle time per "
-                    "worker, and the kernels and phases that account for most of the difference. Writes a "
+                    "worker, the disk traffic of a memory-limited step (transfers to and from the disk node, bytes, "
+                    "evictions; when the traces record it: simulate --memory-limit --offload-dir --out and "
+                    "run --memory-limit --offload-dir --trace .parquet files), "
+                    "and the kernels and phases that account for most of the difference. Writes a "
                     "report folder (HTML page, Gantt and error PNGs, Chrome traces, summary JSON).")
     p.add_argument("pred", metavar="PRED", help="predicted trace (.parquet or .csv, source 'sim')")
     p.add_argument("real", metavar="REAL", help="measured trace (.parquet or .csv, source 'real')")
@@ -70,6 +73,10 @@ def run(args) -> int:
         p90 = "" if r["p90_abs_error"] is None else f"{r['p90_abs_error'] * 100:.2f}%"
         print(f"{r['kernel']:<20}{r['tasks']:>7}{r['pred_s'] * 1e3:>11.3f}{r['real_s'] * 1e3:>11.3f}{med:>12}{p90:>11}")
     print()
+    if s.get("disk"):
+        from tilecast.reports.disk_traffic import disk_lines
+        print("\n".join(disk_lines(s["disk"])))
+        print()
     if s["top_phases"]:
         print("phases accounting for most of the difference:")
         for r in s["top_phases"][:5]:

@@ -117,6 +117,7 @@ def run(args) -> int:
         "memory_limit_bytes": memory.limit_bytes if memory else None,
         "offload_dir": memory.offload_dir if memory else None,
         "disk_written_bytes": res.disk_written, "disk_read_bytes": res.disk_read,
+        "disk_writes": res.disk_writes, "disk_reads": res.disk_reads,
         "peak_rss_bytes": res.peak_rss_bytes,
     }
     if res.check is not None:

@@ -32,7 +32,10 @@ def add_parser(sub):
                     "computed every --eval-every steps. --checkpoint writes parameters, AdamW moments, the step, "
                     "the data position and RNG state atomically (every --checkpoint-every steps, at the end and "
                     "on Ctrl-C); --resume continues from it and repeats exactly the losses of an uninterrupted "
-                    "run. --steps counts from the start of training, resumed steps included.")
+                    "run. --steps counts from the start of training, resumed steps included. Under --memory-limit "
+                    "the state goes into StarPU's tiles, and checkpoints are written and resumed, one tensor at "
+                    "a time (no host copy of the whole model); the peak RSS is printed beside the limit "
+                    "(peak_rss_bytes, memory_limit_bytes in --json).")
     add_model_args(p, **DEFAULTS)
     add_recompute_arg(p)
     p.add_argument("--sched", default="eager", metavar="NAME",
@@ -120,6 +123,8 @@ def run(args) -> int:
         "tokens_per_s": res.tokens_per_s, "step_time_s": res.step_time_s, "wall_s": res.wall_s,
         "checkpoint": res.checkpoints[-1][1] if res.checkpoints else None,
         "losses": res.losses, "blas": blas,
+        "peak_rss_bytes": res.peak_rss_bytes, "memory_limit_bytes": memory.limit_bytes if memory else None,
+        "offload_dir": memory.offload_dir if memory else None,
     }
     status = 130 if res.interrupted else 1 if res.diverged else 0
     if res.interrupted:
@@ -139,4 +144,11 @@ def run(args) -> int:
         print(f"  validation loss at step {s:>6}: {v:.4f}")
     if res.checkpoints:
         print(f"checkpoint: {res.checkpoints[-1][1]} (step {res.checkpoints[-1][0]})")
+    if memory is not None:
+        from tilecast.executor.memory_limit import format_size
+
+        over = res.peak_rss_bytes - memory.limit_bytes
+        print(f"peak RSS {format_size(res.peak_rss_bytes)}, memory limit {format_size(memory.limit_bytes)} "
+              f"({'+' if over >= 0 else '-'}{format_size(abs(over))}: the limit bounds StarPU's tiles; the process "
+              "adds its graphs, one tensor in flight, Python and the libraries)")
     return status

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from tilecast.cli import UsageError
 from tilecast.cli.common import (
     add_json_arg,
@@ -74,7 +76,11 @@ def add_parser(sub):
                 "main memory capped at the limit and StarPU's eviction to the disk node (docs/memory.md), the "
                 "recompute settings none, selective and full are all searched unless --recompute names one, and "
                 "configurations the limit cannot run (below their smallest working set) are listed as skipped "
-                "with the reason.")
+                "with the reason. --execute then runs the chosen configurations under the limit (each in its own "
+                "StarPU session, --warmup + --steps steps) and prints, per configuration, the predicted and "
+                "measured step time and bytes written to and read from the disk node per step, and the peak "
+                "RSS; --report DIR compares the best one's forecast with its last measured step, disk traffic "
+                "included. --recalibrate and --quiet-check are not available with a limit.")
     add_json_arg(p)
     return p
 
@@ -133,8 +139,9 @@ def run(args) -> int:
     if args.machine != "local" and args.execute:
         raise UsageError("--execute: only the local machine can be run (drop --machine or --execute)")
     if limit is not None and args.execute:
-        raise UsageError("--execute: not available with --memory-limit yet (run the chosen configuration with "
-                         "tilecast run --memory-limit)")
+        for flag, on in (("--recalibrate", args.recalibrate), ("--quiet-check", args.quiet_check)):
+            if on:
+                raise UsageError(f"{flag}: not available with --memory-limit (drop one of them)")
     try:
         machine = load_machine(args.machine)
     except MachineError as e:
@@ -160,8 +167,10 @@ def run(args) -> int:
            "memory_limit_bytes": forecast.limit_bytes if forecast else None,
            "offload_dir": limit.offload_dir if limit else None,
            "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
-    execution = None
-    if args.execute:
+    execution = limited = None
+    if args.execute and limit is not None:
+        limited = _execute_limited(args, out, result, machine, limit, forecast)
+    elif args.execute:
         from tilecast.loop.interference import QuietGuard
 
         chosen = pick_for_execution(result.ranking, args.execute, args.others)
@@ -180,6 +189,13 @@ def run(args) -> int:
         print_json(out)
         return 0
     print_ranking(out, result, args.top)
+    if limited is not None:
+        from tilecast.loop.execute_memory import print_limited
+
+        print()
+        print_limited(limited)
+        if "report" in out:
+            print(f"\nreport of the best configuration: {out['report']['html']}")
     if execution is not None:
         print()
         from tilecast.cli.tables import print_executed
@@ -190,6 +206,28 @@ def run(args) -> int:
         if args.recalibrate:
             print(f"models updated from the measured runs: {', '.join(out['calibration_files'])}")
     return 0
+
+
+def _execute_limited(args, out, result, machine, limit, forecast) -> list:
+    """``--execute`` under ``--memory-limit``: the chosen configurations run under the limit; fills ``out``."""
+    from tilecast.loop import pick_for_execution
+    from tilecast.loop.execute_memory import execute_limited
+
+    from tilecast.cli.common import as_flags
+    from tilecast.executor.memory_limit import MemoryLimitError
+
+    chosen = pick_for_execution(result.ranking, args.execute, args.others)
+    load_before = os.getloadavg()[0]
+    try:
+        runs = execute_limited(chosen, result.ranking, limit, steps=args.steps, warmup=args.warmup)
+    except MemoryLimitError as e:
+        raise UsageError(as_flags(str(e))) from None
+    out["executed"] = [r.row() for r in runs]
+    out["load_average"] = [load_before, os.getloadavg()[0]]
+    if args.report and runs:
+        out["report"] = runs[0].comparison(machine, result.calibration, result.host_costs,
+                                           forecast).write(args.report)
+    return runs
 
 
 def print_ranking(out, result, top) -> None:

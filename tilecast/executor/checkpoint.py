@@ -70,11 +70,15 @@ def _jsonable(x):
     return x
 
 
+def _digest_update(h, e: dict, a: np.ndarray) -> None:
+    h.update(json.dumps([e["group"], e["name"], e["dtype"], e["shape"]]).encode())
+    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # the raw bytes, no copy
+
+
 def _payload_digest(entries: list, arrays: list) -> str:
     h = hashlib.sha256()
     for e, a in zip(entries, arrays):
-        h.update(json.dumps([e["group"], e["name"], e["dtype"], e["shape"]]).encode())
-        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # the raw bytes, no copy
+        _digest_update(h, e, a)
     return h.hexdigest()
 
 
@@ -94,24 +98,44 @@ def save_checkpoint(path: str, *, params: dict, adam_m: dict, adam_v: dict, step
         if bad:
             raise ValueError(f"checkpoint: {group}[{bad[0]!r}] has shape {np.shape(d[bad[0]])}, "
                              f"the parameter {np.shape(params[bad[0]])}")
-    entries, arrays = [], []
-    for group, d in (("params", params), ("adam_m", adam_m), ("adam_v", adam_v)):
-        for name in sorted(d):
-            a = np.asarray(d[name])
-            entries.append({"group": group, "name": name, "key": f"a{len(arrays)}", "dtype": a.dtype.str,
-                            "shape": list(a.shape)})
-            arrays.append(a)
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "step": int(step),
-        "model": _jsonable(_shape_dict(model)), "tiling": _jsonable(_tiling_dict(tiling)),
-        "sampler_state": _jsonable(sampler_state), "rng_state": _jsonable(rng_state),
-        "extra": _jsonable(extra or {}), "arrays": entries,
-        "checksum": {"algorithm": "sha256", "hex": _payload_digest(entries, arrays)},
-    }
-    text = json.dumps(manifest, allow_nan=False).encode()
-    with atomic_write(path) as f:
-        np.savez(f, manifest=np.frombuffer(text, dtype=np.uint8),
-                 **{e["key"]: a for e, a in zip(entries, arrays)})
+    shapes = {n: np.shape(params[n]) for n in params}
+    tables = {"params": params, "adam_m": adam_m, "adam_v": adam_v}
+    return write_checkpoint(path, shapes, lambda group, name: tables[group][name], step=step,
+                            sampler_state=sampler_state, rng_state=rng_state, model=model, tiling=tiling, extra=extra)
+
+
+def write_checkpoint(path: str, names, read, *, step: int, sampler_state: dict, rng_state: dict, model, tiling,
+                     extra: dict | None = None) -> str:
+    """Write a checkpoint of the parameters ``names`` (a name -> shape mapping) atomically, one array at a
+    time: ``read(group, name)`` gives each array (group: ``params``, ``adam_m`` or ``adam_v``) when it is
+    written, so that at most one array is held at once (a model larger than memory is read from StarPU's
+    tiles tensor by tensor). The file is the one :func:`save_checkpoint` writes."""
+    entries, digest = [], hashlib.sha256()
+    with atomic_write(path) as f, zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED,
+                                                  allowZip64=True) as z:
+        for group in GROUPS:
+            for name in sorted(names):
+                a = np.asarray(read(group, name))
+                if a.shape != tuple(names[name]):
+                    raise ValueError(f"checkpoint: {group}[{name!r}] has shape {a.shape}, the parameter "
+                                     f"{tuple(names[name])}")
+                e = {"group": group, "name": name, "key": f"a{len(entries)}", "dtype": a.dtype.str,
+                     "shape": list(a.shape)}
+                entries.append(e)
+                _digest_update(digest, e, a)
+                with z.open(e["key"] + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, a, allow_pickle=False)
+                del a
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "step": int(step),
+            "model": _jsonable(_shape_dict(model)), "tiling": _jsonable(_tiling_dict(tiling)),
+            "sampler_state": _jsonable(sampler_state), "rng_state": _jsonable(rng_state),
+            "extra": _jsonable(extra or {}), "arrays": entries,
+            "checksum": {"algorithm": "sha256", "hex": digest.hexdigest()},
+        }
+        text = json.dumps(manifest, allow_nan=False).encode()
+        with z.open("manifest.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, np.frombuffer(text, dtype=np.uint8), allow_pickle=False)
     return path
 
 
@@ -156,11 +180,7 @@ def load_checkpoint(path: str, *, model=None, tiling=None) -> Checkpoint:
     ``Tiling``), when given, must equal what the checkpoint was saved with.
     Raises :class:`CheckpointError` for a missing, damaged or mismatched file.
     """
-    manifest = read_manifest(path)
-    if model is not None:
-        _check_expected(path, "model shape", manifest["model"], _jsonable(_shape_dict(model)))
-    if tiling is not None:
-        _check_expected(path, "tiling", manifest["tiling"], _jsonable(_tiling_dict(tiling)))
+    manifest = _expected_manifest(path, model, tiling)
     entries = manifest["arrays"]
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -179,3 +199,51 @@ def load_checkpoint(path: str, *, model=None, tiling=None) -> Checkpoint:
     return Checkpoint(**groups, step=manifest["step"], sampler_state=manifest["sampler_state"],
                       rng_state=manifest["rng_state"], model=manifest["model"], tiling=manifest["tiling"],
                       extra=manifest["extra"])
+
+
+def verify_checkpoint(path: str, *, model=None, tiling=None) -> Checkpoint:
+    """:func:`load_checkpoint` without keeping the arrays: every array is read and checked one at a time
+    (dtype, shape, the payload checksum) and dropped; the result's ``params``/``adam_m``/``adam_v`` are
+    empty (:func:`checkpoint_arrays` reads them again, one at a time)."""
+    manifest = _expected_manifest(path, model, tiling)
+    h = hashlib.sha256()
+    for e, a in _arrays(path, manifest["arrays"]):
+        _digest_update(h, e, a)
+    if h.hexdigest() != manifest["checksum"]["hex"]:
+        raise CheckpointError(f"checkpoint {path}: checksum mismatch, the file is corrupted")
+    return Checkpoint(params={}, adam_m={}, adam_v={}, step=manifest["step"],
+                      sampler_state=manifest["sampler_state"], rng_state=manifest["rng_state"],
+                      model=manifest["model"], tiling=manifest["tiling"], extra=manifest["extra"])
+
+
+def checkpoint_arrays(path: str):
+    """(group, name, array) of every array of a checkpoint, one at a time (check it first with
+    :func:`verify_checkpoint`)."""
+    for e, a in _arrays(path, read_manifest(path)["arrays"]):
+        yield e["group"], e["name"], a
+
+
+def _expected_manifest(path: str, model, tiling) -> dict:
+    manifest = read_manifest(path)
+    if model is not None:
+        _check_expected(path, "model shape", manifest["model"], _jsonable(_shape_dict(model)))
+    if tiling is not None:
+        _check_expected(path, "tiling", manifest["tiling"], _jsonable(_tiling_dict(tiling)))
+    return manifest
+
+
+def _arrays(path: str, entries: list):
+    """(entry, array) of ``entries``, read one at a time, each checked against its entry."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            for e in entries:
+                a = z[e["key"]]
+                if a.dtype.str != e["dtype"] or list(a.shape) != e["shape"]:
+                    raise _damaged(path, f"array {e['group']}/{e['name']} is {a.dtype.str}{list(a.shape)}, "
+                                         f"the manifest says {e['dtype']}{e['shape']}")
+                yield e, a
+                del a
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError, KeyError) as e:
+        raise _damaged(path, e) from None

@@ -32,7 +32,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-import numpy as np
 
 from tilecast.graph.working_set import (MIB, SLACK_BYTES, format_size, largest_task_bytes,  # noqa: F401
                                         minimum_bytes, refusal, tile_bytes)

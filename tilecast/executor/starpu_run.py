@@ -20,6 +20,7 @@ from tilecast.executor.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, grad_name
 from tilecast.graph.models import build_step
 from tilecast.kernels import get
+from tilecast.trace import with_disk_counters
 from tilecast.errors import FieldError
 
 
@@ -41,6 +42,8 @@ class RunResult:
     traces: list = field(default_factory=list)  # the traced steps' traces (the last one is ``trace``)
     disk_written: list[int] = field(default_factory=list)  # bytes StarPU wrote to its disk node, per step
     disk_read: list[int] = field(default_factory=list)  # bytes it read back, per step
+    disk_writes: list[int] = field(default_factory=list)  # transfers to the disk node (tiles), per step
+    disk_reads: list[int] = field(default_factory=list)  # transfers back from it (tiles), per step
     peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the run
 
     @property
@@ -181,21 +184,25 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     ref_state = TrainState({k: v.copy() for k, v in state.params.items()}) if check else None
     start_params = {k: v.copy() for k, v in state.params.items()} if check else None
     step_s, makespans, losses, trace, report, traces = [], [], [], None, None, []
-    written, read = [], []
+    written, read, writes, reads = [], [], [], []
     first_traced = steps - 1 if trace_from is None else min(max(trace_from, 0), steps - 1)
     with session:
         training = StarPUTraining(session, graph, state, data)
         session.disk_traffic()  # loading the state is not part of a step
         for t in range(steps):
             dt, loss, trace = training.step(trace=(t >= first_traced))
+            disk = session.disk_transfers()
             if trace is not None:
+                if session.disk_node >= 0:  # the step's disk traffic, kept with its trace
+                    trace = with_disk_counters(trace, **disk)
                 traces.append(trace)
             step_s.append(dt)
             makespans.append(session.last_makespan_s)
             losses.append(loss)
-            w, r = session.disk_traffic()
-            written.append(w)
-            read.append(r)
+            written.append(disk["written_bytes"])
+            read.append(disk["read_bytes"])
+            writes.append(disk["writes"])
+            reads.append(disk["reads"])
             if check and t == 0:
                 store = training.store
                 got = (loss, {n: store.tensor(grad_name(n)) for n in state.params},
@@ -209,4 +216,5 @@ def run_steps(cfg, batch: int, seq: int, tiling, sched: str, workers: int | None
     return RunResult(step_s=step_s, losses=losses, tokens_per_step=batch * seq,
                      flops_per_step=float(graph.flops.sum()), n_tasks=graph.n_tasks, trace=trace, graph=graph,
                      check=report, workers=names, makespan_s=makespans, traces=traces,
-                     disk_written=written, disk_read=read, peak_rss_bytes=peak_rss_bytes())
+                     disk_written=written, disk_read=read, disk_writes=writes, disk_reads=reads,
+                     peak_rss_bytes=peak_rss_bytes())

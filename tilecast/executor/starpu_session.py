@@ -161,14 +161,24 @@ class StarPUSession:
     def disk_traffic(self) -> tuple[int, int]:
         """(bytes written to, bytes read from) the disk node since the last call (StarPU's bus
         profiling; 0, 0 without a disk node)."""
+        t = self.disk_transfers()
+        return t["written_bytes"], t["read_bytes"]
+
+    def disk_transfers(self) -> dict:
+        """The disk node's traffic since the last call (or :meth:`disk_traffic`): ``written_bytes``,
+        ``read_bytes`` (bytes main memory -> disk node, and back) and ``writes``, ``reads`` (those
+        transfers, one per tile), from StarPU's bus profiling counters, which reading resets
+        (StarPU 1.3.10, ``starpu_bus_get_profiling_info``); all 0 without a disk node."""
+        out = {"written_bytes": 0, "read_bytes": 0, "writes": 0, "reads": 0}
         if self.disk_node < 0:
-            return 0, 0
+            return out
         g = glue()
         b, c = g.ffi.new("int64_t *"), g.ffi.new("int64_t *")
         g.lib.tcs_bus_bytes(0, self.disk_node, b, c)
-        written = int(b[0])
+        out["written_bytes"], out["writes"] = int(b[0]), int(c[0])
         g.lib.tcs_bus_bytes(self.disk_node, 0, b, c)
-        return written, int(b[0])
+        out["read_bytes"], out["reads"] = int(b[0]), int(c[0])
+        return out
 
     def __enter__(self) -> "StarPUSession":
         return self.start()

@@ -28,13 +28,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tilecast.executor.checkpoint import (CheckpointError, checkpoint_arrays, load_checkpoint, verify_checkpoint,
+                                          write_checkpoint)
 from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.executor.evaluation import Evaluator
-from tilecast.executor.step import TrainState, init_params, load_step, set_batch, step_loss
-from tilecast.executor.starpu_run import session_store
+from tilecast.executor.step import TrainState, init_params, load_initial, load_step, set_batch, step_loss
+from tilecast.executor.starpu_run import peak_rss_bytes, session_store
 from tilecast.graph.gpt2 import AdamWConfig, adam_names
-from tilecast.graph.models import build_forward, build_step
+from tilecast.graph.models import build_forward, build_step, model_parameters
 
 
 class TrainingError(ValueError):
@@ -78,6 +79,7 @@ class TrainResult:
     checkpoints: list[tuple[int, str]] = field(default_factory=list)  # (step, path) of each written
     workers: list[str] = field(default_factory=list)
     n_tasks: int = 0
+    peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the run (ru_maxrss)
 
     @property
     def tokens_per_s(self) -> float:
@@ -113,8 +115,10 @@ def _run_settings(o: TrainOptions, corpus_key: str) -> dict:
             "corpus": corpus_key}
 
 
-def _resume(o: TrainOptions, settings: dict, sampler: BatchSampler):
-    c = load_checkpoint(o.checkpoint, model=o.cfg, tiling=o.tiling)
+def _resume(o: TrainOptions, settings: dict, sampler: BatchSampler, streamed: bool = False):
+    """(state, losses, validation losses) of the checkpoint; ``streamed``: the state's arrays are not read
+    (only checked, one at a time): :class:`StreamedState` loads them into the tiles later."""
+    c = (verify_checkpoint if streamed else load_checkpoint)(o.checkpoint, model=o.cfg, tiling=o.tiling)
     saved = c.extra.get("settings")
     if not isinstance(saved, dict):
         raise CheckpointError(f"checkpoint {o.checkpoint}: not written by tilecast train (no run settings)")
@@ -129,12 +133,42 @@ def _resume(o: TrainOptions, settings: dict, sampler: BatchSampler):
     if sampler.draws != c.step:
         raise CheckpointError(f"checkpoint {o.checkpoint}: the sampler drew {sampler.draws} batches "
                               f"at step {c.step}")
-    state = TrainState(c.params, c.adam_m, c.adam_v, c.step)
+    state = StreamedState(o.checkpoint, c.step) if streamed else TrainState(c.params, c.adam_m, c.adam_v, c.step)
     losses = [float(x) for x in c.extra.get("losses", [])]
     val = [(int(s), float(v)) for s, v in c.extra.get("val", [])]
     if len(losses) != c.step:
         raise CheckpointError(f"checkpoint {o.checkpoint}: {len(losses)} losses recorded for step {c.step}")
     return state, losses, val
+
+
+@dataclass
+class StreamedState:
+    """A training state loaded into StarPU-managed tiles one tensor at a time, never whole in numpy (under a
+    memory limit): from a checkpoint file (``path``), from ``initial`` parameters (zero moments) or, with
+    neither, from the family's initialisation with ``seed``."""
+
+    path: str | None = None
+    step: int = 0
+    initial: dict | None = None
+    seed: int = 0
+
+    def load(self, graph, cfg, store, ids, targets):
+        if self.path is None and self.initial is None:
+            return load_initial(graph, cfg, self.seed, ids, targets, store)
+        if self.path is not None:
+            for group, name, a in checkpoint_arrays(self.path):
+                store.set_tensor(name if group == "params" else adam_names(name)[group == "adam_v"], a)
+                del a
+        else:
+            for name, p in self.initial.items():
+                p = np.asarray(p, dtype=np.float32)
+                store.set_tensor(name, p)
+                zeros = np.zeros(p.shape, dtype=np.float32)
+                for moment in adam_names(name):
+                    store.set_tensor(moment, zeros)
+                del p, zeros
+        set_batch(graph, store, ids, targets, self.step + 1)
+        return store
 
 
 def validate_options(o: TrainOptions) -> None:
@@ -177,12 +211,17 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
         raise TrainingError(f"batch/seq: the validation split ({corpus.val.size} bytes) holds less than one "
                             f"batch of {o.batch} x {o.seq}")
     settings = _run_settings(o, corpus.key)
+    # Under a memory limit no host copy of the whole state is made: it goes into StarPU's tiles one tensor at
+    # a time, and checkpoints are read back from them one tensor at a time.
+    streamed = o.memory is not None
     if o.resume:
-        state, losses, val = _resume(o, settings, sampler)
+        state, losses, val = _resume(o, settings, sampler, streamed)
+    elif streamed:
+        state, losses, val = StreamedState(initial=o.initial_params, seed=o.seed), [], []
     else:
-        params = init_params(o.cfg, o.seed) if o.initial_params is None else \
-            {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()}
-        state, losses, val = TrainState(params), [], []
+        state = TrainState(init_params(o.cfg, o.seed) if o.initial_params is None else
+                           {k: np.array(v, dtype=np.float32) for k, v in o.initial_params.items()})
+        losses, val = [], []
     session = StarPUSession(o.sched, o.workers, memory=o.memory)  # checks the scheduler and worker count
     graph = build_step(o.cfg, o.batch, o.seq, o.tiling, AdamWConfig(lr=o.lr), recompute=o.recompute)
     forward = build_forward(o.cfg, o.batch, o.seq, o.tiling)
@@ -193,12 +232,15 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
                       tokens_per_step=o.batch * o.seq, n_tasks=graph.n_tasks)
     store = evaluator = None
 
+    shapes = {n: shape for n, (shape, _) in model_parameters(o.cfg).items()}
+
+    def read_tensor(group: str, name: str):
+        return store.tensor(name if group == "params" else adam_names(name)[group == "adam_v"])
+
     def checkpoint(why: str) -> None:
-        names = list(state.params)
-        path = save_checkpoint(
-            o.checkpoint, params=store.tensors(names),
-            adam_m={n: store.tensor(adam_names(n)[0]) for n in names},
-            adam_v={n: store.tensor(adam_names(n)[1]) for n in names}, step=res.step, sampler_state=sampler.state(),
+        # one tensor at a time, read from the tiles as it is written (tiles on disk come back first)
+        path = write_checkpoint(
+            o.checkpoint, shapes, read_tensor, step=res.step, sampler_state=sampler.state(),
             rng_state={"init": {"seed": o.seed, "generator": "numpy.random.default_rng"}}, model=o.cfg,
             tiling=o.tiling, extra={"settings": settings, "losses": res.losses, "val": res.val})
         res.checkpoints.append((res.step, path))
@@ -211,7 +253,11 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
 
     with _Interrupts() as interrupts, session:
         # Under a memory limit the tiles are StarPU's, registered on the running session.
-        store = load_step(graph, state, *_empty_batch(o), store=session_store(session, graph))
+        if isinstance(state, StreamedState):
+            store = state.load(graph, o.cfg, session_store(session, graph), *_empty_batch(o))
+        else:
+            store = load_step(graph, state, *_empty_batch(o), store=session_store(session, graph))
+        state = None  # the tiles hold it now: no host copy stays alive during the run
         evaluator = Evaluator(o.cfg, o.batch, o.seq, o.tiling, store, val_batches, graph=forward)
         res.workers = list(session.worker_names)
         if res.step == 0 and o.eval_every:
@@ -240,6 +286,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
         if o.checkpoint and res.step > start and not res.diverged and not saved:
             checkpoint("interrupted" if res.interrupted else "end of run")
     res.wall_s = time.perf_counter() - t_wall
+    res.peak_rss_bytes = peak_rss_bytes()
     return res
 
 

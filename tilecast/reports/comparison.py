@@ -22,6 +22,7 @@ import pandas as pd
 
 from tilecast import trace as tr
 from tilecast.reports.attribution import attribute
+from tilecast.reports.disk_traffic import disk_summary
 from tilecast.reports.before_after import before_after_kernels, before_after_summary
 from tilecast.reports.kernel_errors import kernel_errors, overall_error
 from tilecast.reports.makespan import makespan, relative_error
@@ -105,6 +106,9 @@ class Comparison:
             "top_phases": _records(self.by_phase.head(top)),
             "transfers": self.transfers(),
         }
+        disk = disk_summary(self.pred, self.real)
+        if disk is not None:
+            s["disk"] = disk
         if self.before is not None:
             s["before_after"] = {**before_after_summary(self.before, self),
                                  "by_kernel": _records(before_after_kernels(self.before, self))}

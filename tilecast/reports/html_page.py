@@ -54,6 +54,9 @@ def headline_html(c, s: dict | None = None) -> str:
         "Errors are (predicted - measured) / measured.</p>",
         _transfers(s["transfers"]),
     ]
+    if s.get("disk"):
+        from tilecast.reports.disk_traffic import disk_html
+        parts.append(disk_html(s["disk"]))
     return "\n".join(parts)
 
 

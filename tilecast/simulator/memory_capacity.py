@@ -39,7 +39,8 @@ with the StarPU 1.3.10 code each follows:
 - **The disk link** carries write-backs and reads one at a time
   (:class:`DiskLinks`, one timeline for both directions: one device), each
   taking ``latency + bytes / bandwidth`` as ``tilecast calibrate`` measured it
-  (:mod:`tilecast.perfmodel.disk_node`).
+  (:mod:`tilecast.perfmodel.disk_node`), plus StarPU's own cost per transfer
+  (fitted: not the file system's, nor glibc's AIO, docs/memory.md).
 - **Submission is throttled** (:class:`Throttled`; ``src/core/task.c``,
   ``_starpu_task_submit``: before a task is submitted, if more than
   ``STARPU_LIMIT_MAX_SUBMITTED_TASKS`` are submitted and not finished, wait
@@ -78,6 +79,8 @@ from tilecast.simulator.engine import Engine, SimulationError
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.base import Policy
+from tilecast.simulator.simulate import SimResult
+from tilecast.trace import with_disk_counters
 
 @dataclass(frozen=True)
 class MemoryForecast:
@@ -112,6 +115,18 @@ def with_disk(machine, limit_bytes: int, disk):
         Link(f"disk-read:{DISK_NODE}->{host}", DISK_NODE, host, disk.read_bandwidth,
              disk.read_latency + disk.runtime_latency)]
     return replace(machine, nodes=nodes, links=links, meta=dict(machine.meta))
+
+
+class LimitedSimResult(SimResult):
+    """A memory-limited step's result: its trace records the step's disk traffic
+    (:func:`tilecast.trace.with_disk_counters`)."""
+
+    def trace(self):
+        s = self.summary
+        return with_disk_counters(
+            super().trace(), written_bytes=s["disk_written_bytes"], read_bytes=s["disk_read_bytes"],
+            writes=s["disk_writes"], reads=s["disk_reads"], evictions=s["evictions"], writebacks=s["writebacks"],
+            dropped=s["dropped"], tidied=s["tidied"])
 
 
 class DiskLinks(Links):
@@ -153,6 +168,7 @@ class CappedMemory(Memory):
         self.disk_read = 0  # bytes read from it
         self.n_dropped = 0  # clean tiles evicted without a write
         self.n_tidied = 0  # dirty tiles written back ahead of need
+        self.n_disk_reads = 0  # tiles read back from the disk node
         # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
         # earlier ones evicted first, in LRU order), the others on disk
         held, disk_bit = self.avail[0], 1 << self.disk
@@ -180,7 +196,7 @@ class CappedMemory(Memory):
         self.links = links
         self._cost.clear()
         self.peak = list(self.used)
-        self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = 0
+        self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
         self.disk_written = self.disk_read = 0
 
     def _make_room(self, node: int, nbytes: int, now: float) -> float:
@@ -252,6 +268,7 @@ class CappedMemory(Memory):
             ready = self.links.transfer(src, node, size, start)
             if src == self.disk:
                 self.disk_read += size
+                self.n_disk_reads += 1
         else:
             ready = room  # a write-only access: allocated, nothing copied
         self.avail[node][tile] = ready
@@ -364,10 +381,12 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
     :class:`~tilecast.simulator.simulate.SimResult` of the step after a warm-up step (``warmup``),
     whose summary adds ``memory_limit_bytes``, ``disk_written_bytes``, ``disk_read_bytes``,
-    ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need) and ``warmup_makespan_s``.
+    ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need), ``disk_writes`` and
+    ``disk_reads`` (transfers to and from the disk node, tiles) and ``warmup_makespan_s``; its trace records
+    the disk counters (:func:`tilecast.trace.with_disk_counters`).
     ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying."""
     from tilecast.graph import priorities as _prio
-    from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, SimResult, summarize,
+    from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, summarize,
                                              task_priorities)
 
     if sched not in POLICIES:
@@ -415,5 +434,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     summary.update({"memory_limit_bytes": int(limit_bytes), "disk_written_bytes": int(memory.disk_written),
                     "disk_read_bytes": int(memory.disk_read), "dropped": int(memory.n_dropped),
                     "tidied": int(memory.n_tidied),
+                    "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
-    return SimResult(start, end, worker, summary, tr, graph, m)
+    return LimitedSimResult(start, end, worker, summary, tr, graph, m)
