@@ -1,5 +1,5 @@
 """tune --execute under --memory-limit: the chosen configuration runs under the limit with a disk node, and the
-measured step time and disk traffic are put beside the forecast (table, --json, the --report disk section)."""
+measured step time and disk traffic are put beside the forecast (table, --json, the --out report's disk section)."""
 
 import json
 
@@ -31,7 +31,7 @@ def test_tune_execute_runs_the_pick_under_the_limit(loop_home, tmp_path, capsys)
     argv = ["tune", "--model", "gpt2-tiny", "--batch", str(BATCH), "--seq", str(SEQ), "--tiles", TILE,
             "--scheds", "eager", "--workers", "2", "--recompute", "none", "--memory-limit", str(limit),
             "--offload-dir", str(offload), "--execute", "1", "--others", "0", "--steps", "2", "--warmup", "1"]
-    assert main([*argv, "--report", str(report), "--json"]) == 0
+    assert main([*argv, "--out", str(report), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["executed"]
     assert row["rank"] == 1 and len(row["real_steps_s"]) == 3 and row["warmup_steps"] == 1

@@ -79,7 +79,7 @@ def add_parser(sub):
                 "with the reason. --execute then runs the chosen configurations under the limit (each in its own "
                 "StarPU session, --warmup + --steps steps) and prints, per configuration, the predicted and "
                 "measured step time and bytes written to and read from the disk node per step, and the peak "
-                "RSS; --report DIR compares the best one's forecast with its last measured step, disk traffic "
+                "RSS; --out DIR compares the best one's forecast with its last measured step, disk traffic "
                 "included. --recalibrate and --quiet-check are not available with a limit.")
     add_json_arg(p)
     return p
@@ -224,9 +224,9 @@ def _execute_limited(args, out, result, machine, limit, forecast) -> list:
         raise UsageError(as_flags(str(e))) from None
     out["executed"] = [r.row() for r in runs]
     out["load_average"] = [load_before, os.getloadavg()[0]]
-    if args.report and runs:
+    if args.out and runs:
         out["report"] = runs[0].comparison(machine, result.calibration, result.host_costs,
-                                           forecast).write(args.report)
+                                           forecast).write(args.out)
     return runs
 
 
