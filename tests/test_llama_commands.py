@@ -1,5 +1,6 @@
 """Llama models through the commands: graph, simulate, run, calibrate and tune take them as they take GPT-2."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -91,3 +92,25 @@ def test_a_model_larger_than_memory_is_refused_with_what_it_needs(command, capsy
     assert main([command, "--model", "llama3-405b", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "llama3-405b needs at least 6.49 TB" in err[0] and "this machine has" in err[0]
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_rope_scaling_is_refused_by_the_commands_that_train(command, tmp_path, capsys):
+    # llama-3.2-1b rescales RoPE ("llama3"): its shapes are modelled, its numbers would not be transformers'
+    argv = [command, "--model", "llama-3.2-1b", "--batch", "1", "--seq", "8", "--tile", "64", "--steps", "1"]
+    if command == "train":
+        argv += ["--checkpoint", str(tmp_path / "ck")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llama-3.2-1b" in err[0] and "RoPE scaling" in err[0], err
+    assert main(["graph", "--model", "llama-3.2-1b", "--batch", "1", "--seq", "8", "--tile", "512", "--json"]) == 0
+
+
+def test_rope_scaling_is_refused_by_the_library_too():
+    from tilecast.executor.step import init_params
+    from tilecast.graph.model_config import ModelConfigError
+
+    cfg = load_model("llama-tiny")
+    init_params(cfg)  # unscaled: fine
+    with pytest.raises(ModelConfigError, match="RoPE scaling"):
+        init_params(dataclasses.replace(cfg, rope_scaling="llama3"))

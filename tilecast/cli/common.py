@@ -219,6 +219,13 @@ def model_args(args) -> tuple[ModelConfig, int, int, Tiling]:
     return cfg, args.batch, args.seq, tiling
 
 
+def check_numeric(cfg: ModelConfig) -> None:
+    """UsageError when the tile kernels cannot train ``cfg`` with transformers' numbers (run, train)."""
+    err = cfg.numeric_error()
+    if err:
+        raise UsageError(as_flags(err))
+
+
 def check_host_memory(cfg: ModelConfig) -> None:
     """UsageError when the model's parameters, gradients and AdamW moments (16 bytes a parameter in float32,
     before any activation) exceed this machine's memory: a step here would exhaust it."""

@@ -70,6 +70,9 @@ def run(args) -> int:
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     memory = memory_args(args)
+    from tilecast.cli.common import check_numeric
+
+    check_numeric(cfg)
     if memory is None:  # tiles in numpy arrays: the whole model in memory
         from tilecast.cli.common import check_host_memory
 

@@ -69,6 +69,9 @@ def run(args) -> int:
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
+    from tilecast.cli.common import check_numeric
+
+    check_numeric(cfg)
     if args.ranks is not None:
         return run_train_ranks(args, cfg, batch, seq, tiling, recompute)
     memory = memory_args(args)

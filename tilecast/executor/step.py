@@ -84,6 +84,11 @@ def init_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
 def iter_params(cfg: ModelConfig, seed: int = 0):
     """The initial parameters of ``cfg``'s family, one at a time: a model larger than memory is loaded
     into StarPU-managed tiles without ever holding all its parameters in numpy."""
+    from tilecast.graph.model_config import ModelConfigError
+
+    err = cfg.numeric_error()
+    if err:
+        raise ModelConfigError(err)
     return iter_llama_params(cfg, seed) if cfg.family == "llama" else iter_gpt2_params(cfg, seed)
 
 

@@ -182,6 +182,16 @@ class ModelConfig:
                     f"do not build; tilecast whatif models it")
         return None
 
+    def numeric_error(self) -> str | None:
+        """Why the tile kernels cannot train this model as transformers would (one line), or None.
+
+        Shapes and costs do not depend on it (graph, simulate and tune model such a model); the numbers do."""
+        if self.rope_scaling:
+            return (f"model: {self.name} rescales its rotary embedding ({self.rope_scaling!r} RoPE scaling), which "
+                    f"the tile kernels do not apply: its training would rotate with unscaled frequencies; graph, "
+                    f"simulate and tune model its steps")
+        return None
+
     def check_tiled(self) -> "ModelConfig":
         """Raise ModelConfigError unless the tile graphs build this model."""
         err = self.tiled_error()
