@@ -21,6 +21,7 @@ and scattered to tasks with numpy.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,11 @@ class FittedKernel:
                 "GBps": float(1e-9 / c[2]) if c[2] > 0 else float("inf")}
 
 
+# kernel models fitted on a calibration's points, by their content (see DurationModel._fit); oldest out first
+_FITTED: dict = {}
+_FITTED_MAX = 512
+
+
 class DurationModel:
     """Durations of every task of a graph on every worker kind of a machine."""
 
@@ -82,14 +88,23 @@ class DurationModel:
         if kernel_id not in self._fits:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
             shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
-            self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
-            if len(t) >= MIN_FIT_POINTS:
-                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t)
-            elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
-                base = RooflineBase(kernel_id, self.machine.kinds[self.calibration.kind])
-                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t, base=base)
-            else:
-                self._fits[kernel_id] = None
+            kind = self.machine.kinds[self.calibration.kind]
+            # the model depends only on these points (and, below 3 of them, the kind's roofline): fitted once per
+            # content and reused by every prediction made with them (tune and accuracy predict many steps)
+            key = (kernel_id, shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest(),
+                   None if len(t) >= MIN_FIT_POINTS else repr(kind))
+            if key not in _FITTED:
+                measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
+                if len(t) >= MIN_FIT_POINTS:
+                    fit = ShapeModel.fit(kernel_id, shapes, t)
+                elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
+                    fit = ShapeModel.fit(kernel_id, shapes, t, base=RooflineBase(kernel_id, kind))
+                else:
+                    fit = None
+                if len(_FITTED) >= _FITTED_MAX:
+                    _FITTED.pop(next(iter(_FITTED)))
+                _FITTED[key] = (fit, measured)
+            self._fits[kernel_id], self._measured[kernel_id] = _FITTED[key]
         return self._fits[kernel_id]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
