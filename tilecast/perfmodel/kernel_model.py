@@ -22,6 +22,7 @@ and scattered to tasks with numpy.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +71,26 @@ _FITTED: dict = {}
 _FITTED_MAX = 512
 
 
+def _points(cal, name: str, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cal.arrays(name, workers=workers)``, kept while the calibration object holds the same lists of points
+    and samples (they only grow, by :meth:`Calibration.add`; anything replaced or grown is read again)."""
+    e = cal.points.get(name) or {}
+    rs, ws = cal.runtime_samples.get(name) or (), cal.worker_samples.get(name) or ()
+    token = (name, workers, cal.kind, cal.lane_workers, id(e), len(e.get("shapes", ())), len(e.get("median_s", ())),
+             len(e.get("source") or ()), id(rs), len(rs), id(ws), len(ws))
+    held = _POINTS.get(id(cal))
+    if held is None or held[0]() is not cal:
+        held = _POINTS[id(cal)] = (weakref.ref(cal), {})
+        for key in [k for k, (ref, _) in _POINTS.items() if ref() is None]:
+            del _POINTS[key]
+    if token not in held[1]:
+        held[1][token] = cal.arrays(name, workers=workers)
+    return held[1][token]
+
+
+_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {token: (shapes, seconds)})
+
+
 class DurationModel:
     """Durations of every task of a graph on every worker kind of a machine."""
 
@@ -87,7 +108,7 @@ class DurationModel:
     def _fit(self, kernel_id: int):
         if kernel_id not in self._fits:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
-            shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
+            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers)
             kind = self.machine.kinds[self.calibration.kind]
             # the model depends only on these points (and, below 3 of them, the kind's roofline): fitted once per
             # content and reused by every prediction made with them (tune and accuracy predict many steps)
