@@ -10,6 +10,7 @@ import numpy as np
 
 from tilecast.graph.tiling import tile_extents
 
+
 @lru_cache(maxsize=4096)
 def _layout(shape: tuple, tile: tuple) -> tuple:
     """(extents, starts, grid, tile count, elements per tile) of a tensor layout; the arrays read-only."""
