@@ -65,10 +65,15 @@ class Tensor:
             raise ValueError(f"{self.name}: {len(coords)} tile coordinates for {len(self.grid)} axes")
         ids, stride = self.first_tile, 1  # row-major arithmetic (np.ravel_multi_index's result, without its copies)
         for c, n in zip(reversed(coords), reversed(self.grid)):
-            c = np.asarray(c, dtype=np.int64)
-            if c.size and (c.min() < 0 or c.max() >= n):
-                raise ValueError(f"{self.name}: tile coordinate out of its grid {self.grid}")
-            ids = ids + c * stride
+            if isinstance(c, (int, np.integer)):  # e.g. the 0 of an untiled trailing axis: no array work
+                if not 0 <= c < n:
+                    raise ValueError(f"{self.name}: tile coordinate out of its grid {self.grid}")
+                ids = ids + int(c) * stride
+            else:
+                c = np.asarray(c, dtype=np.int64)
+                if c.size and (c.min() < 0 or c.max() >= n):
+                    raise ValueError(f"{self.name}: tile coordinate out of its grid {self.grid}")
+                ids = ids + (c * stride if stride != 1 else c)
             stride *= n
         return np.asarray(ids, dtype=np.int64) if np.ndim(ids) else np.int64(ids)
 
