@@ -72,23 +72,26 @@ _FITTED_MAX = 512
 
 
 def _points(cal, name: str, workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """``cal.arrays(name, workers=workers)``, kept while the calibration object holds the same lists of points
-    and samples (they only grow, by :meth:`Calibration.add`; anything replaced or grown is read again)."""
+    """``cal.arrays(name, workers=workers)``, kept while the calibration holds the very same lists of points
+    and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
+    read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
-    rs, ws = cal.runtime_samples.get(name) or (), cal.worker_samples.get(name) or ()
-    token = (name, workers, cal.kind, cal.lane_workers, id(e), len(e.get("shapes", ())), len(e.get("median_s", ())),
-             len(e.get("source") or ()), id(rs), len(rs), id(ws), len(ws))
+    lists = (e.get("shapes"), e.get("median_s"), e.get("mad_s"), e.get("source"),
+             cal.runtime_samples.get(name), cal.worker_samples.get(name))
+    sizes = tuple(-1 if x is None else len(x) for x in lists)
+    key = (name, workers, cal.kind, cal.timer, cal.lane_workers)
     held = _POINTS.get(id(cal))
     if held is None or held[0]() is not cal:
         held = _POINTS[id(cal)] = (weakref.ref(cal), {})
-        for key in [k for k, (ref, _) in _POINTS.items() if ref() is None]:
-            del _POINTS[key]
-    if token not in held[1]:
-        held[1][token] = cal.arrays(name, workers=workers)
-    return held[1][token]
+        for k in [k for k, (ref, _) in _POINTS.items() if ref() is None]:
+            del _POINTS[k]
+    hit = held[1].get(key)
+    if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
+        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers))
+    return hit[2]
 
 
-_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {token: (shapes, seconds)})
+_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays)})
 
 
 class DurationModel:
