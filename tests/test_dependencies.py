@@ -57,3 +57,36 @@ def test_gpt2_dependencies_point_backwards():
     dst = np.repeat(np.arange(g.n_tasks), np.diff(ptr))
     assert len(pred) > g.n_tasks
     assert (pred < dst).all()
+
+
+def _reference(acc_ptr, acc_tile, acc_mode):
+    """The runtime's rules access by access, in submission order: last writer and readers since, per tile."""
+    last_w, readers, out = {}, {}, []
+    for i in range(len(acc_ptr) - 1):
+        preds = set()
+        for tile, mode in zip(acc_tile[acc_ptr[i]:acc_ptr[i + 1]].tolist(), acc_mode[acc_ptr[i]:acc_ptr[i + 1]].tolist()):
+            if mode & 2:
+                preds |= readers.get(tile) or ({last_w[tile]} if tile in last_w else set())
+                last_w[tile], readers[tile] = i, set()
+            else:
+                preds |= {last_w[tile]} if tile in last_w else set()
+                readers.setdefault(tile, set()).add(i)
+        out.append(sorted(preds - {i}))
+    return out
+
+
+def test_random_accesses_over_tile_ids_beyond_32_bits_of_sort_key_halves():
+    """Tile ids above 2**16 and 2**24 (the vectorised inference sorts one 64-bit key per access and per edge)."""
+    from tilecast.graph.deps import infer_dependencies
+
+    rng = np.random.default_rng(7)
+    n_tasks = 400
+    counts = rng.integers(1, 5, n_tasks)
+    acc_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    pool = np.array([0, 5, 70_000, 70_001, 2**24 + 3, 2**31 - 2], dtype=np.int32)
+    acc_tile = pool[rng.integers(0, len(pool), acc_ptr[-1])]
+    acc_mode = rng.choice(np.array([R, W, RW], dtype=np.int8), acc_ptr[-1])
+    ptr, pred = infer_dependencies(acc_ptr, acc_tile, acc_mode)
+    assert ptr.dtype == np.int64 and pred.dtype == np.int32
+    got = [pred[ptr[i]:ptr[i + 1]].tolist() for i in range(n_tasks)]
+    assert got == _reference(acc_ptr, acc_tile, acc_mode)

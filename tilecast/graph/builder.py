@@ -115,23 +115,31 @@ class GraphBuilder:
         k = get(kernel)
         if len(tiles) != len(k.buffers):
             raise ValueError(f"{kernel}: {len(k.buffers)} buffers expected, got {len(tiles)}")
-        missing = set(k.params) - set(params)
-        extra = set(params) - set(k.params)
-        if missing or extra:
+        if params.keys() != set(k.params):
+            missing, extra = set(k.params) - set(params), set(params) - set(k.params)
             raise ValueError(f"{kernel}: parameters missing {sorted(missing)}, unexpected {sorted(extra)}")
-        arrays = [np.asarray(t, dtype=np.int64).ravel() for t in tiles]
-        pvals = [np.asarray(params[name], dtype=np.float64).ravel() for name in k.params]
         if modes is not None and len(modes) != len(k.buffers):
             raise ValueError(f"{kernel}: {len(k.buffers)} modes expected, got {len(modes)}")
         modes = k.modes if modes is None else [k.modes[j] if m is None else m for j, m in enumerate(modes)]
-        mode_arrays = [np.asarray(m, dtype=np.int8).ravel() for m in modes]
-        sizes = {a.size for a in arrays} | {a.size for a in pvals} | {a.size for a in mode_arrays}
-        n = max(sizes)
+        sizes = set()
+
+        def column(v, dtype):
+            """A Python number as it is (a batch of one broadcasts), anything else as a flat array."""
+            if isinstance(v, (int, float)):
+                return v
+            a = np.asarray(v, dtype=dtype).ravel()
+            sizes.add(a.size)
+            return a
+
+        arrays = [column(t, np.int64) for t in tiles]
+        pvals = [column(params[name], np.float64) for name in k.params]
+        mode_arrays = [column(m, np.int8) for m in modes]
+        n = max(sizes, default=1)
         if sizes - {1, n}:
             raise ValueError(f"{kernel}: batch arrays of different lengths {sorted(sizes)}")
         if n == 0:
             return 0
-        # Column assignment broadcasts a length-1 array over the batch.
+        # Column assignment broadcasts a length-1 array (or a number) over the batch.
         tile_mat = np.empty((n, len(arrays)), dtype=np.int32)
         for j, a in enumerate(arrays):
             tile_mat[:, j] = a
@@ -160,12 +168,12 @@ class GraphBuilder:
         acc_mode = np.concatenate([b[3].ravel() for b in batches]) if batches else np.zeros(0, np.int8)
         params = np.concatenate([b[4].ravel() for b in batches]) if batches else np.zeros(0)
         self._batches = []
-        tile_tensor = np.concatenate(
-            [np.full(t.n_tiles, t.id, dtype=np.int32) for t in self.tensors]
-        ) if self.tensors else np.zeros(0, np.int32)
+        n_tiles = np.array([t.n_tiles for t in self.tensors], dtype=np.int64)
+        tile_tensor = np.repeat(np.arange(len(self.tensors), dtype=np.int32), n_tiles)
         tile_nbytes = np.concatenate(
-            [t.tile_elements() * t.dtype.itemsize for t in self.tensors]
+            [t._elements for t in self.tensors]
         ).astype(np.int64) if self.tensors else np.zeros(0, np.int64)
+        tile_nbytes *= np.repeat(np.array([t.dtype.itemsize for t in self.tensors], dtype=np.int64), n_tiles)
         tags = [None] * len(self._tags)
         for name, i in self._tags.items():
             tags[i] = name

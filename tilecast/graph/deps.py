@@ -27,15 +27,28 @@ def _shift_left(a: np.ndarray, fill) -> np.ndarray:
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """``np.unique`` of an int64 array by an in-place radix sort (numpy 2's hash-based unique took
+    """``np.unique`` of an int64 array by an in-place sort (numpy 2's hash-based unique took
     6 s on the 6 M keys of a 2 M-task graph; this takes a fraction of a second)."""
-    a.sort(kind="stable")  # radix sort for integers
+    a.sort()
     if len(a) < 2:
         return a
     keep = np.empty(len(a), dtype=bool)
     keep[0] = True
     np.not_equal(a[1:], a[:-1], out=keep[1:])
     return a[keep]
+
+
+def _tile_order(acc_tile: np.ndarray) -> np.ndarray:
+    """Access indices sorted by tile, accesses of one tile in submission order (a stable argsort), as int32.
+
+    Sorts one int64 key per access, the tile in the high half and the index in the low one: the keys are
+    distinct, so numpy's default (vectorised) sort orders them as a stable sort would, in about 60% of the
+    time of a stable argsort of the tile ids on the 6 M accesses of a 2 M-task step."""
+    key = np.asarray(acc_tile).astype(np.int64)
+    key <<= 32
+    key |= np.arange(len(key), dtype=np.int64)
+    key.sort()
+    return (key & 0xFFFFFFFF).astype(np.int32)
 
 
 def infer_dependencies(acc_ptr: np.ndarray, acc_tile: np.ndarray, acc_mode: np.ndarray):
@@ -49,7 +62,7 @@ def infer_dependencies(acc_ptr: np.ndarray, acc_tile: np.ndarray, acc_mode: np.n
     i32 = np.int32
     acc_task = np.repeat(np.arange(n_tasks, dtype=i32), np.diff(acc_ptr))
     # Stable sort by tile; accesses of one tile stay in submission order.
-    order = np.argsort(acc_tile, kind="stable").astype(i32)
+    order = _tile_order(acc_tile)
     tile = acc_tile[order]
     task = acc_task[order]
     is_w = (acc_mode[order] & 2) != 0
@@ -81,17 +94,16 @@ def infer_dependencies(acc_ptr: np.ndarray, acc_tile: np.ndarray, acc_mode: np.n
     src_waw, dst_waw = task[idx[waw] - 1], task[waw]
     del waw, idx, new_seg, is_w, task
 
-    src = np.concatenate((src_raw, src_war, src_waw)).astype(np.int64)
-    dst = np.concatenate((dst_raw, dst_war, dst_waw)).astype(np.int64)
+    # one int64 key per edge, destination in the high half: sorted, it orders edges by destination,
+    # then source; both halves come back by a shift and a mask
+    key = np.concatenate((dst_raw, dst_war, dst_waw)).astype(np.int64)
+    key <<= 32
+    key |= np.concatenate((src_raw, src_war, src_waw)).astype(np.int64)
     del src_raw, src_war, src_waw, dst_raw, dst_war, dst_waw
-    keep = src != dst
-    key = dst[keep] * n_tasks + src[keep]
-    del src, dst, keep
+    key = key[(key >> 32) != (key & 0xFFFFFFFF)]
     key = _sorted_unique(key)
-    dst_task = key // n_tasks
-    pred = (key - dst_task * n_tasks).astype(np.int32)
-    pred_ptr = np.zeros(n_tasks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst_task, minlength=n_tasks), out=pred_ptr[1:])
+    pred = (key & 0xFFFFFFFF).astype(np.int32)
+    pred_ptr = np.searchsorted(key, np.arange(n_tasks + 1, dtype=np.int64) << 32).astype(np.int64)
     return pred_ptr, pred
 
 

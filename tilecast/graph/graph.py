@@ -7,6 +7,7 @@ slice of an access list (tile id + mode).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -16,6 +17,23 @@ from tilecast.graph.deps import infer_dependencies
 from tilecast.graph.tensor import PERSISTENT, Tensor
 from tilecast.kernels import all_kernels
 from tilecast.kernels.registry import MODE_NAMES, access_bytes
+
+
+class _ParamColumns(Mapping):
+    """A kernel's parameters by name for some of its tasks, each column gathered when read."""
+
+    def __init__(self, params: np.ndarray, starts: np.ndarray, names: tuple):
+        self._params, self._starts, self._names = params, starts, names
+        self._index = {n: j for j, n in enumerate(names)}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._params[self._starts + self._index[name]]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass
@@ -109,10 +127,11 @@ class Graph:
     def flops(self) -> np.ndarray:
         """Floating-point operations of every task, from the registry's formulas."""
         out = np.zeros(self.n_tasks, dtype=np.float64)
+        order, bounds = self._tasks_by_kernel
         for k in all_kernels():
-            ids, p = self.kernel_params(k.id)
-            if len(ids):
-                out[ids] = k.flops({name: p[:, j] for j, name in enumerate(k.params)})
+            ids = order[bounds[k.id]:bounds[k.id + 1]]
+            if len(ids):  # only the parameters the formula reads are gathered
+                out[ids] = k.flops(_ParamColumns(self.params, self.param_ptr[ids], k.params))
         return out
 
     @cached_property

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import reduce
+from functools import lru_cache, reduce
 
 import numpy as np
 
 from tilecast.graph.tiling import tile_extents
+
+
+@lru_cache(maxsize=4096)
+def _layout(shape: tuple, tile: tuple) -> tuple:
+    """(extents, starts, grid, tile count, elements per tile) of a tensor layout; the arrays read-only."""
+    extents = tuple(tile_extents(n, t) for n, t in zip(shape, tile))
+    starts = tuple(np.concatenate(([0], np.cumsum(e)[:-1])) for e in extents)
+    elements = reduce(np.multiply.outer, extents, np.ones((), np.int64)).ravel()
+    for a in extents + starts + (elements,):
+        a.flags.writeable = False
+    grid = tuple(len(e) for e in extents)
+    return extents, starts, grid, math.prod(grid), elements
+
 
 # What a tensor is for; persistent kinds live for the whole step.
 KINDS = ("input", "param", "grad", "optim", "activation", "loss")
@@ -34,10 +47,9 @@ class Tensor:
     id: int
 
     def __post_init__(self):
-        self.extents = [tile_extents(n, t) for n, t in zip(self.shape, self.tile)]
-        self.grid = tuple(len(e) for e in self.extents)
-        self.starts = [np.concatenate(([0], np.cumsum(e)[:-1])) for e in self.extents]
-        self._n_tiles = math.prod(self.grid)  # read per task batch while building: computed once
+        # a step declares thousands of tensors of a few dozen layouts: each layout's arrays are made once
+        extents, starts, self.grid, self._n_tiles, self._elements = _layout(tuple(self.shape), tuple(self.tile))
+        self.extents, self.starts = list(extents), list(starts)
 
     @property
     def n_tiles(self) -> int:
@@ -49,8 +61,21 @@ class Tensor:
 
     def tile_ids(self, *coords) -> np.ndarray:
         """Global tile ids for (broadcast) per-axis tile coordinates."""
-        coords = np.broadcast_arrays(*[np.asarray(c, dtype=np.int64) for c in coords])
-        return self.first_tile + np.ravel_multi_index(coords, self.grid)
+        if len(coords) != len(self.grid):
+            raise ValueError(f"{self.name}: {len(coords)} tile coordinates for {len(self.grid)} axes")
+        ids, stride = self.first_tile, 1  # row-major arithmetic (np.ravel_multi_index's result, without its copies)
+        for c, n in zip(reversed(coords), reversed(self.grid)):
+            if isinstance(c, (int, np.integer)):  # e.g. the 0 of an untiled trailing axis: no array work
+                if not 0 <= c < n:
+                    raise ValueError(f"{self.name}: tile coordinate out of its grid {self.grid}")
+                ids = ids + int(c) * stride
+            else:
+                c = np.asarray(c, dtype=np.int64)
+                if c.size and (c.min() < 0 or c.max() >= n):
+                    raise ValueError(f"{self.name}: tile coordinate out of its grid {self.grid}")
+                ids = ids + (c * stride if stride != 1 else c)
+            stride *= n
+        return np.asarray(ids, dtype=np.int64) if np.ndim(ids) else np.int64(ids)
 
     def extent(self, axis: int, coord) -> np.ndarray:
         """Tile size along ``axis`` of the tiles at coordinate(s) ``coord``."""
@@ -73,7 +98,7 @@ class Tensor:
 
     def tile_elements(self) -> np.ndarray:
         """Elements of every tile, row-major over the grid (the product of :meth:`tile_shapes`' columns)."""
-        return reduce(np.multiply.outer, self.extents, np.ones((), np.int64)).ravel()
+        return self._elements.copy()
 
     def split(self, full: np.ndarray) -> list[np.ndarray]:
         """Cut a full array into flat, contiguous tile buffers."""

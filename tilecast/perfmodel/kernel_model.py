@@ -21,6 +21,8 @@ and scattered to tasks with numpy.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +66,34 @@ class FittedKernel:
                 "GBps": float(1e-9 / c[2]) if c[2] > 0 else float("inf")}
 
 
+# kernel models fitted on a calibration's points, by their content (see DurationModel._fit); oldest out first
+_FITTED: dict = {}
+_FITTED_MAX = 512
+
+
+def _points(cal, name: str, workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cal.arrays(name, workers=workers)``, kept while the calibration holds the very same lists of points
+    and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
+    read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
+    e = cal.points.get(name) or {}
+    lists = (e.get("shapes"), e.get("median_s"), e.get("mad_s"), e.get("source"),
+             cal.runtime_samples.get(name), cal.worker_samples.get(name))
+    sizes = tuple(-1 if x is None else len(x) for x in lists)
+    key = (name, workers, cal.kind, cal.timer, cal.lane_workers)
+    held = _POINTS.get(id(cal))
+    if held is None or held[0]() is not cal:
+        held = _POINTS[id(cal)] = (weakref.ref(cal), {})
+        for k in [k for k, (ref, _) in _POINTS.items() if ref() is None]:
+            del _POINTS[k]
+    hit = held[1].get(key)
+    if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
+        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers))
+    return hit[2]
+
+
+_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays)})
+
+
 class DurationModel:
     """Durations of every task of a graph on every worker kind of a machine."""
 
@@ -81,15 +111,24 @@ class DurationModel:
     def _fit(self, kernel_id: int):
         if kernel_id not in self._fits:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
-            shapes, t = self.calibration.arrays(all_kernels()[kernel_id].name, workers=workers)
-            self._measured[kernel_id] = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
-            if len(t) >= MIN_FIT_POINTS:
-                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t)
-            elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
-                base = RooflineBase(kernel_id, self.machine.kinds[self.calibration.kind])
-                self._fits[kernel_id] = ShapeModel.fit(kernel_id, shapes, t, base=base)
-            else:
-                self._fits[kernel_id] = None
+            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers)
+            kind = self.machine.kinds[self.calibration.kind]
+            # the model depends only on these points (and, below 3 of them, the kind's roofline): fitted once per
+            # content and reused by every prediction made with them (tune and accuracy predict many steps)
+            key = (kernel_id, shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest(),
+                   None if len(t) >= MIN_FIT_POINTS else repr(kind))
+            if key not in _FITTED:
+                measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
+                if len(t) >= MIN_FIT_POINTS:
+                    fit = ShapeModel.fit(kernel_id, shapes, t)
+                elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
+                    fit = ShapeModel.fit(kernel_id, shapes, t, base=RooflineBase(kernel_id, kind))
+                else:
+                    fit = None
+                if len(_FITTED) >= _FITTED_MAX:
+                    _FITTED.pop(next(iter(_FITTED)))
+                _FITTED[key] = (fit, measured)
+            self._fits[kernel_id], self._measured[kernel_id] = _FITTED[key]
         return self._fits[kernel_id]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -43,9 +43,25 @@ def graph_shapes(graph) -> list[KernelShapes]:
         nb = len(k.buffers)
         tiles = graph.acc_tile[graph.acc_ptr[ids][:, None] + np.arange(nb)]
         mat = np.concatenate([p, graph.tile_nbytes[tiles].astype(np.float64)], axis=1)
-        shapes, inverse = np.unique(mat, axis=0, return_inverse=True)
-        out.append(KernelShapes(k.id, ids, shapes, inverse.ravel(), len(k.params)))
+        shapes, inverse = unique_rows(mat)
+        out.append(KernelShapes(k.id, ids, shapes, inverse, len(k.params)))
     return out
+
+
+def unique_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(mat, axis=0, return_inverse=True)`` for rows of numbers without NaN (the same sorted rows
+    and inverse), by one lexsort: several times faster on the few hundred rows of a graph's kernel."""
+    if len(mat) == 0 or mat.shape[1] == 0:
+        shapes, inverse = np.unique(mat, axis=0, return_inverse=True)
+        return shapes, inverse.reshape(-1)
+    order = np.lexsort(mat.T[::-1])
+    ranked = mat[order]
+    new = np.empty(len(mat), dtype=bool)
+    new[0] = True
+    np.any(ranked[1:] != ranked[:-1], axis=1, out=new[1:])
+    inverse = np.empty(len(mat), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ranked[new], inverse
 
 
 def shape_flops(kernel_id: int, params: np.ndarray) -> np.ndarray:

@@ -1,0 +1,58 @@
+"""Kernel models kept between predictions follow every change of the calibration they were made from."""
+
+import numpy as np
+from sim_graphs import gemm_chain_graph
+
+from tilecast.kernels import all_kernels
+from tilecast.perfmodel import kernel_model, load_machine
+from tilecast.perfmodel.calibration import Calibration
+from tilecast.perfmodel.shapes import graph_shapes, unique_rows
+
+
+def _calibration(machine, scale=1.0):
+    cal = Calibration(machine.name, machine.fingerprint(), "cpu", "fake")
+    for n in (16, 32, 48, 64, 96):
+        for beta in (0.0, 1.0):
+            shape = [0, 0, n, n, n, 1.0, beta, 4 * n * n, 4 * n * n, 4 * n * n]
+            cal.add("gemm", shape, scale * (1e-6 + 2 * n ** 3 / 1e10), 0.0)
+    return cal
+
+
+def _fresh(machine, cal, graph):
+    kernel_model._FITTED.clear()
+    kernel_model._POINTS.clear()
+    return kernel_model.DurationModel(machine, cal).durations(graph)
+
+
+def test_kept_models_follow_replaced_and_added_points():
+    machine = load_machine("local")
+    g = gemm_chain_graph(n_layers=2, tiles=3, tile=48)
+    cal = _calibration(machine)
+    first = kernel_model.DurationModel(machine, cal).durations(g)
+    assert np.array_equal(kernel_model.DurationModel(machine, cal).durations(g), first)
+    assert np.array_equal(first, _fresh(machine, cal, g))
+    # a list replaced by one of the same length (as a test of the accuracy suite does)
+    cal.points["gemm"]["median_s"] = [2 * t for t in cal.points["gemm"]["median_s"]]
+    doubled = kernel_model.DurationModel(machine, cal).durations(g)
+    np.testing.assert_allclose(doubled, 2 * first)
+    assert np.array_equal(doubled, _fresh(machine, cal, g))
+    # a point added: the shape of the graph's beta-0 tasks now measured at another time
+    cal.add("gemm", [0, 0, 48, 48, 48, 1.0, 0.0, 4 * 48 * 48, 4 * 48 * 48, 4 * 48 * 48], 1.0, 0.0)
+    added = kernel_model.DurationModel(machine, cal).durations(g)
+    assert np.array_equal(added, _fresh(machine, cal, g))
+    assert not np.array_equal(added, doubled)
+
+
+def test_distinct_shapes_match_numpy_unique_over_rows():
+    g = gemm_chain_graph(n_layers=2, tiles=3, tile=48)
+    for ks in graph_shapes(g):
+        assert np.array_equal(ks.shapes[ks.inverse], np.concatenate(
+            [g.kernel_params(ks.kernel)[1],
+             g.tile_nbytes[g.acc_tile[g.acc_ptr[ks.tasks][:, None] + np.arange(len(all_kernels()[ks.kernel].buffers))]]],
+            axis=1))
+    rng = np.random.default_rng(3)
+    for rows, cols in ((1, 4), (7, 1), (300, 6)):
+        m = rng.integers(0, 3, (rows, cols)) * 0.5
+        shapes, inverse = unique_rows(m)
+        expect, expect_inv = np.unique(m, axis=0, return_inverse=True)
+        assert np.array_equal(shapes, expect) and np.array_equal(inverse, expect_inv.reshape(-1))
