@@ -99,4 +99,5 @@ def test_megatron_bridge_moe_rows_are_held_out_and_never_fitted():
     assert {qwen.role, oss.role} == {"validation"} and "mbridge" in NEVER_FITTED
     assert qwen.strategy.ep == 8 and qwen.strategy.pp == 2 and qwen.strategy.virtual_stages == 24
     assert qwen.strategy.dtype == "fp8" and oss.strategy.dtype == "bf16" and oss.strategy.pp == 4
+    assert oss.strategy.micro_batch == 1 and "micro_batch" in oss.assumed  # the recipe's, not the table's 4
     assert not any(r.source == "mbridge" for r in fittable(runs.values()))
