@@ -19,6 +19,10 @@ of inner size ``expert_intermediate_size``, ``n_experts_per_token`` of them per
 token (top-k), plus ``n_shared_experts`` MLPs every token goes through
 (DeepSeekMoE, Dai et al. 2024). Only the cluster what-if models experts.
 
+``head_dim`` (default n_embd / n_head) sets the width of one attention head;
+Qwen3 and GPT-OSS have n_head x head_dim != n_embd. Only the cluster what-if
+models such heads; the tile graphs refuse them.
+
 The five shape fields (``FIELDS``) are required; the others default to the
 family's values. A GPT-2 description is exactly what it was before families
 existed: the five fields, optionally ``name`` and ``layer_norm_epsilon``.
