@@ -103,7 +103,7 @@ def test_validate_passes_on_held_out_rows_only(capsys):
 
     rc, obj = run_json(capsys, ["validate", "--json"])
     runs = obj["runs"]
-    assert len(runs) >= 50 and obj["sources"] == ["mosaic", "mtnlg", "nemo"]
+    assert len(runs) >= 50 and obj["sources"] == ["mbridge", "mosaic", "mtnlg", "nemo"]
     held = [r for r in runs if r["role"] == "validation"]
     assert obj["heldout_rows"] == len(held) and obj["fitted_rows"] == len(runs) - len(held) > 0
     # the gate is the median over never-fitted rows, not over all of them

@@ -86,8 +86,7 @@ def test_transformers_config_json(tmp_path):
 
 @pytest.mark.parametrize("over, field", [
     ({"attention_bias": True}, "attention_bias"), ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"num_key_value_heads": 2}, "n_kv_head"), ({"model_type": "mistral"}, "model_type"),
-    ({"head_dim": 32}, "head_dim")])
+    ({"num_key_value_heads": 2}, "n_kv_head"), ({"model_type": "mistral"}, "model_type")])
 def test_transformers_config_json_refusals(tmp_path, over, field):
     f = tmp_path / "config.json"
     f.write_text(json.dumps(_llama_config_json(**over)))

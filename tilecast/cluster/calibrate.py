@@ -47,6 +47,10 @@ F_HALF = 2e9
 # dtypes that share one fitted curve
 CURVE_GROUPS = {"bf16": ("bf16", "fp16"), "fp8": ("fp8",)}
 LOPO_FILE = os.path.join(os.path.dirname(__file__), "validation", "lopo.yaml")
+# Publications whose rows no fit ever sees, the leave-one-publication-out folds of the other publications
+# included: rows added after the figures were fitted, predicted as they come (Megatron-Bridge's mixtures of
+# experts). Their own fold is the fit on every other row.
+NEVER_FITTED = ("mbridge",)
 # Figures a fit starts from, and keeps when no row it is given depends on them. Attention figures here
 # are fractions of the peak (fitted figures are stored relative to the GEMM curve, see fit_cluster).
 #   e_max bf16: Maximum Achievable Matmul FLOPS, S. Bekman, "Machine Learning Engineering",
@@ -156,9 +160,15 @@ def table_digest(path: str = RUNS) -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
+def fittable(runs) -> list:
+    """The rows a fit may see: all but those of :data:`NEVER_FITTED` publications."""
+    return [r for r in runs if r.source not in NEVER_FITTED]
+
+
 def lopo_fits(runs) -> dict:
-    """Publication -> figures fitted on all rows of the other publications."""
-    return {src: fit([r for r in runs if r.source != src]) for src in sorted({r.source for r in runs})}
+    """Publication -> figures fitted on all rows of the other publications (never those of
+    :data:`NEVER_FITTED`)."""
+    return {src: fit([r for r in fittable(runs) if r.source != src]) for src in sorted({r.source for r in runs})}
 
 
 def main(argv=None) -> int:
@@ -178,7 +188,7 @@ def main(argv=None) -> int:
             yaml.safe_dump(doc, f, sort_keys=True)
         print(json.dumps(doc))
         return 0
-    for name, f in fit([r for r in runs if r.role == "calibration"]).items():
+    for name, f in fit([r for r in fittable(runs) if r.role == "calibration"]).items():
         print(json.dumps({"cluster": name, **f}))
     return 0
 

@@ -1,9 +1,10 @@
 """Flops of the transformer's matrix products, model flops (MFU) and hardware flops (HFU).
 
 Per token and layer, the forward matrix products of a decoder block with model
-width h, FFN width f, key/value width k and sequence length s cost
-2h(h+2k) (QKV) + 2h^2 (output projection) + 2hf x (2, or 3 for a gated MLP)
-+ 4sh (attention scores and attention-weighted values over the whole s x s
+width h, query width q (heads x head_dim; h for most models, twice h for
+Qwen3-30B-A3B), FFN width f, key/value width k and sequence length s cost
+2h(q+2k) (QKV) + 2qh (output projection) + 2hf x (2, or 3 for a gated MLP)
++ 4sq (attention scores and attention-weighted values over the whole s x s
 square, as the MFU convention counts them). The backward pass costs twice the
 forward.
 
@@ -43,25 +44,25 @@ def model_flops_per_token(shape, seq: int) -> float:
     6N for the parameter matmuls (forward 2N, backward 4N: Kaplan et al. 2020,
     "Scaling Laws for Neural Language Models", Sec. 2.1) plus 12 L h s for
     attention (Chowdhery et al. 2022, "PaLM", Appendix B: 6N + 12LHQT with
-    H heads of width Q, HQ = h; the whole s x s square, as MosaicML's and NeMo's
+    H heads of width Q; HQ = h for most models, ``q_dim`` when head_dim differs; the whole s x s square, as MosaicML's and NeMo's
     published MFU count it). N is :func:`model_params`: lookups of untied input
     embeddings and position tables are no flops. Recomputation is not counted:
     MFU measures useful work only (see :func:`hardware_flops_per_token`).
     """
-    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.n_embd * seq
+    return 6.0 * model_params(shape) + 12.0 * shape.n_layer * shape.q_dim * seq
 
 
 def hardware_flops_per_token(shape, seq: int, recompute: str) -> float:
     """Flops per token for HFU: the model flops plus the recomputed forward work.
 
-    Full recomputation runs every layer's forward again (+2N_layers + 4 L h s),
-    selective recomputation the attention core (+4 L h s). Same convention as
+    Full recomputation runs every layer's forward again (+2N_layers + 4 L q s),
+    selective recomputation the attention core (+4 L q s), q = n_head x head_dim. Same convention as
     MFU otherwise, as MosaicML's llm-foundry benchmark README defines HFU
     (``scripts/train/benchmarking/README.md``, "HFU": 4 x instead of 3 x the
     forward flops with activation checkpointing).
     """
     base = model_flops_per_token(shape, seq)
-    attn_fwd = 4.0 * shape.n_layer * shape.n_embd * seq
+    attn_fwd = 4.0 * shape.n_layer * shape.q_dim * seq
     if recompute == "full":
         return base + 2.0 * shape.n_layer * P.active_layer_params(shape) + attn_fwd
     if recompute == "selective":
@@ -77,10 +78,10 @@ def layer_gemm_shapes(shape, tokens: int, tp: int) -> dict:
     dimensions in another order. A gated MLP's two input projections count as one
     product of twice the width (as fused implementations run them).
     """
-    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
+    h, f, k, q = shape.n_embd, shape.intermediate_size, shape.kv_dim, shape.q_dim
     return {
-        "qkv": (tokens, (h + 2 * k) / tp, h),
-        "proj": (tokens, h, h / tp),
+        "qkv": (tokens, (q + 2 * k) / tp, h),
+        "proj": (tokens, h, q / tp),
         "fc1": (tokens, f * (2 if shape.gated_mlp else 1) / tp, h),
         "fc2": (tokens, h, f / tp),
     }
@@ -97,7 +98,8 @@ def moe_gemm_shapes(shape, tokens: int, tp: int, ep: int, load: float) -> dict:
     """
     h, fe, m = shape.n_embd, shape.expert_intermediate_size, P.moe_layer_share(shape)
     mats = 2 if shape.gated_mlp else 1
-    out = {"qkv": (tokens, (h + 2 * shape.kv_dim) / tp, h, 1.0, tokens), "proj": (tokens, h, h / tp, 1.0, tokens)}
+    q = shape.q_dim
+    out = {"qkv": (tokens, (q + 2 * shape.kv_dim) / tp, h, 1.0, tokens), "proj": (tokens, h, q / tp, 1.0, tokens)}
     if m < 1:
         f = shape.intermediate_size
         out["fc1"] = (tokens, f * mats / tp, h, 1.0 - m, tokens)
@@ -128,8 +130,8 @@ def layer_gemm_flops(shape, tokens: int, seq: int, tp: int) -> dict:
 
 def layer_attention_flops(shape, tokens: int, seq: int, tp: int) -> float:
     """Forward flops of the attention scores and weighted sum on one tensor-parallel rank,
-    the whole s x s square (the MFU convention; see :func:`causal_fraction`)."""
-    return 4.0 * tokens * seq * shape.n_embd / tp
+    the whole s x s square (the MFU convention; see :func:`causal_fraction`), over n_head x head_dim."""
+    return 4.0 * tokens * seq * shape.q_dim / tp
 
 
 def causal_fraction(seq: int) -> float:

@@ -212,15 +212,16 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
     wb, kb = INFERENCE_DTYPE_BYTES[weight_dtype], INFERENCE_DTYPE_BYTES[kv_dtype]
     dt = compute_dtype(weight_dtype)
     attn_dt = "bf16" if dt == "fp8" else dt
-    h, f, k = shape.n_embd, shape.intermediate_size, shape.kv_dim
+    h, f, k, q = shape.n_embd, shape.intermediate_size, shape.kv_dim, shape.q_dim
     prefill = new_tokens > 1
     tokens = seqs * new_tokens // cp if prefill else seqs * new_tokens
     cost = PassCost()
-    weights = {"qkv": h * (h + 2 * k), "proj": h * h, "fc1": h * f * (2 if shape.gated_mlp else 1), "fc2": f * h}
+    weights = {"qkv": h * (q + 2 * k), "proj": q * h, "fc1": h * f * (2 if shape.gated_mlp else 1), "fc2": f * h}
+    inputs = {"qkv": h, "proj": q, "fc1": h, "fc2": f}  # a product's input width: weights / it = its output width
     for name, fl in F.layer_gemm_flops(shape, tokens, new_tokens, tp).items():
         if shape.is_moe and name in ("fc1", "fc2"):
             continue
-        nbytes = weights[name] / tp * wb + tokens * (weights[name] / (h if name != "fc2" else f) / tp) * 2
+        nbytes = weights[name] / tp * wb + tokens * (weights[name] / inputs[name] / tp) * 2
         cost.add_kernel(gemm_time(gpu, fl, dt, eff), nbytes / bw, fl, nbytes)
     if shape.is_moe:
         for fl, nbytes, calls in moe_kernels(shape, tokens, tp, ep, wb, expert_load):
@@ -238,7 +239,7 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
     else:  # decode: each sequence reads its cached keys and values once (its 1/cp share of them)
         unique = seqs * (context + 1) * 2 * kvh * shape.head_dim * kb / cp
         reread = unique * eff.kv_group_reread * (shape.n_head // shape.n_kv_head - 1)  # on die (L2), see GPU
-        fl = 4.0 * seqs * (context + 1) * h / tp / cp
+        fl = 4.0 * seqs * (context + 1) * q / tp / cp
         read_t = unique / bw + reread / (gpu.cache_reread_bandwidth * eff.decode_hbm_efficiency)
         cost.add_kernel(gpu.matmul_time(np.maximum(fl, 1.0), attn_dt), read_t, fl, unique + reread)
         if cp > 1:  # partial attention outputs (and their softmax statistics) merged over the cp ranks

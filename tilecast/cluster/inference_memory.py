@@ -82,7 +82,7 @@ def weight_bytes(shape, tp: int, pp: int, weight_dtype: str) -> float:
 def workspace_bytes(shape, tp: int, prefill_tokens: int, sequences: int) -> float:
     """Transient activations of the largest forward pass plus fp32 logits of one token per sequence."""
     h = shape.n_embd
-    per_token = 2 * h + (h + 2 * shape.kv_dim) / tp + (3 if shape.gated_mlp else 2) * shape.intermediate_size / tp
+    per_token = 2 * h + (shape.q_dim + 2 * shape.kv_dim) / tp + (3 if shape.gated_mlp else 2) * shape.intermediate_size / tp
     return prefill_tokens * per_token * 2.0 + sequences * shape.vocab_size / tp * 4.0
 
 

@@ -132,7 +132,9 @@ def activation_bytes_per_layer(shape, strat) -> float:
     if strat.recompute == "full":
         return 2.0 * s * b * h / (t if sp else 1)
     replicated = 10.0  # layer-norm inputs, dropout masks, residual: sharded only with sequence parallelism
-    sharded = 8.0 + 16.0 * mlp_scale + permuted  # QKV input/output, attention output, MLP activations
+    # Q, K, V and the attention output (Q and the output n_head x head_dim wide: q / h of Korthikanti's sbh each),
+    # MLP activations
+    sharded = 4.0 + 4.0 * shape.q_dim / h + 16.0 * mlp_scale + permuted
     per = s * b * h * ((replicated / t if sp else replicated) + sharded / t)
     if strat.recompute == "none" and strat.attention == "unfused":
         per += 5.0 * a * s * strat.seq * b / t

@@ -18,8 +18,9 @@ def _mlp(cfg, inner: int) -> int:
 
 
 def _attention_and_norms(cfg) -> int:
-    h, k = cfg.n_embd, cfg.kv_dim
-    return h * (h + 2 * k) + (h + 2 * k) + h * h + h + 4 * h
+    # queries and the attention output are n_head x head_dim wide (q), which differs from h in e.g. Qwen3
+    h, k, q = cfg.n_embd, cfg.kv_dim, cfg.q_dim
+    return h * (q + 2 * k) + (q + 2 * k) + q * h + h + 4 * h
 
 
 def expert_params(cfg) -> int:

@@ -24,7 +24,7 @@ SPLITS = ("even", "head")
 
 def head_layer_equivalents(shape, seq: int) -> float:
     """The LM head's forward flops per token in units of one layer's (GEMMs and attention)."""
-    layer = 2.0 * P.active_layer_params(shape) + 4.0 * shape.n_embd * seq
+    layer = 2.0 * P.active_layer_params(shape) + 4.0 * shape.q_dim * seq
     return 2.0 * shape.n_embd * shape.vocab_size / layer
 
 

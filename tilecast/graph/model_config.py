@@ -19,6 +19,10 @@ of inner size ``expert_intermediate_size``, ``n_experts_per_token`` of them per
 token (top-k), plus ``n_shared_experts`` MLPs every token goes through
 (DeepSeekMoE, Dai et al. 2024). Only the cluster what-if models experts.
 
+``head_dim`` (default n_embd / n_head) sets the width of one attention head;
+Qwen3 and GPT-OSS have n_head x head_dim != n_embd. Only the cluster what-if
+models such heads; the tile graphs refuse them.
+
 The five shape fields (``FIELDS``) are required; the others default to the
 family's values. A GPT-2 description is exactly what it was before families
 existed: the five fields, optionally ``name`` and ``layer_norm_epsilon``.
@@ -48,7 +52,7 @@ FAMILY_DEFAULTS = {"gpt2": dict(tie_word_embeddings=True), "llama": dict(tie_wor
                    "decoder": dict(norm="layernorm", activation="gelu", position_embedding="learned", bias=True,
                                    tie_word_embeddings=True)}
 MOE_FIELDS = ("n_experts", "n_experts_per_token", "expert_intermediate_size", "n_shared_experts", "n_dense_layers")
-OPTIONAL = ("name", "family", "n_kv_head", "intermediate_size", "norm", "activation", "position_embedding",
+OPTIONAL = ("name", "family", "n_kv_head", "head_dim", "intermediate_size", "norm", "activation", "position_embedding",
             "tie_word_embeddings", "bias", "layer_norm_epsilon", "rope_theta", "rope_scaling") + MOE_FIELDS
 
 
@@ -67,6 +71,7 @@ class ModelConfig:
     layer_norm_epsilon: float = 1e-5  # the normalisation's epsilon (LayerNorm or RMSNorm)
     family: str = "gpt2"
     n_kv_head: int | None = None  # key/value heads; None: n_head (multi-head attention)
+    head_dim: int | None = None  # width of one attention head; None: n_embd / n_head (Qwen3, GPT-OSS differ)
     intermediate_size: int | None = None  # MLP inner size; None: 4 * n_embd
     norm: str | None = None
     activation: str | None = None
@@ -106,10 +111,13 @@ class ModelConfig:
             object.__setattr__(self, "intermediate_size", 4 * self.n_embd)
         _whole("n_kv_head", self.n_kv_head)
         _whole("intermediate_size", self.intermediate_size)
-        if self.n_embd % self.n_head:
-            raise ModelConfigError(
-                f"model: n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})"
-            )
+        if self.head_dim is None:
+            if self.n_embd % self.n_head:
+                raise ModelConfigError(
+                    f"model: n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})"
+                )
+            object.__setattr__(self, "head_dim", self.n_embd // self.n_head)
+        _whole("head_dim", self.head_dim)
         if self.n_head % self.n_kv_head:
             raise ModelConfigError(
                 f"model: n_head ({self.n_head}) is not divisible by n_kv_head ({self.n_kv_head})")
@@ -167,6 +175,16 @@ class ModelConfig:
         return self.n_kv_head * self.head_dim
 
     @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of the attention output before its projection): n_head x head_dim."""
+        return self.n_head * self.head_dim
+
+    @property
+    def default_head_dim(self) -> bool:
+        """Heads as wide as n_embd / n_head, which the tile graphs assume."""
+        return self.q_dim == self.n_embd
+
+    @property
     def learned_positions(self) -> int:
         """Rows of the learned position table (0 with RoPE or ALiBi)."""
         return self.n_positions if self.position_embedding == "learned" else 0
@@ -180,6 +198,9 @@ class ModelConfig:
         if self.is_moe:
             return (f"model: {self.name} is a mixture of experts ({self.n_experts} experts), which the tile graphs "
                     f"do not build; tilecast whatif models it")
+        if not self.default_head_dim:
+            return (f"model: {self.name} has head_dim {self.head_dim} (n_head x head_dim = {self.q_dim}, not n_embd "
+                    f"{self.n_embd}), which the tile graphs do not build; tilecast whatif models it")
         return None
 
     def numeric_error(self) -> str | None:
@@ -200,10 +221,6 @@ class ModelConfig:
         return self
 
     @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
     def n_inner(self) -> int:
         return self.intermediate_size
 
@@ -222,9 +239,9 @@ class ModelConfig:
         """Parameter count (an untied LM head counted once more); ``active``: with only the experts one
         token goes through (top-k routed plus shared)."""
         e, v, l = self.n_embd, self.vocab_size, self.n_layer
-        b, kv = int(self.bias), self.kv_dim
+        b, kv, q = int(self.bias), self.kv_dim, self.q_dim
         norm = 2 * e if self.norm == "layernorm" else e
-        attn = e * (e + 2 * kv) + b * (e + 2 * kv) + e * e + b * e
+        attn = e * (q + 2 * kv) + b * (q + 2 * kv) + q * e + b * e
         dense = attn + 2 * norm + self.mlp_params(self.n_inner)
         total = v * e * (1 if self.tie_word_embeddings else 2) + self.learned_positions * e + norm
         total += (l - self.n_moe_layers) * dense
@@ -241,6 +258,8 @@ class ModelConfig:
         if self.family != "gpt2" or self.intermediate_size != 4 * self.n_embd:
             out.update(family=self.family, n_kv_head=self.n_kv_head, intermediate_size=self.intermediate_size,
                        tie_word_embeddings=self.tie_word_embeddings)
+        if not self.default_head_dim:
+            out.update(head_dim=self.head_dim)
         if self.family == "decoder":
             out.update(norm=self.norm, activation=self.activation, position_embedding=self.position_embedding,
                        bias=self.bias)
@@ -249,7 +268,12 @@ class ModelConfig:
         return out
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields; ``head_dim`` only where it differs from n_embd / n_head (descriptions, graph metadata and
+        fingerprints of other models stay as they were before the field existed)."""
+        out = asdict(self)
+        if self.default_head_dim:
+            del out["head_dim"]
+        return out
 
 
 def _whole(f, v):
@@ -305,11 +329,15 @@ def from_dict(data, name: str = "custom") -> ModelConfig:
 
 
 def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
-    """A transformers ``config.json`` (model_type ``gpt2`` or ``llama``) as a model description.
+    """A transformers ``config.json`` (model_type ``gpt2``, ``llama``, ``mixtral``, ``qwen3_moe`` or
+    ``gpt_oss``) as a model description.
 
-    Fields that change the computation beyond what tilecast builds (biases in a
-    Llama, another activation, a head size other than n_embd / n_head) are refused
-    with the field named.
+    Fields that change the computation beyond what tilecast describes (biases in a
+    Llama, another activation) are refused with the field named. A ``head_dim``
+    other than hidden_size / num_attention_heads is kept (the cluster what-if
+    models it; the tile graphs refuse it, :meth:`ModelConfig.tiled_error`).
+    Qwen3's per-head query/key norms and GPT-OSS's sliding-window layers and
+    attention sinks are not described (shapes only).
     """
     kind = data.get("model_type")
 
@@ -326,29 +354,40 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
                            vocab_size=need("vocab_size"), n_positions=need("n_positions"),
                            layer_norm_epsilon=float(data.get("layer_norm_epsilon", 1e-5)),
                            intermediate_size=data.get("n_inner") or None)
-    if kind in ("llama", "mixtral"):
+    if kind in ("llama", "mixtral", "qwen3_moe", "gpt_oss"):
         act = data.get("hidden_act", "silu")
         if act != "silu":
             raise ModelConfigError(f"model: hidden_act {act!r} is not supported (silu)")
-        for key in ("attention_bias", "mlp_bias"):
-            if data.get(key):
-                raise ModelConfigError(f"model: {key} true is not supported (Llama without biases)")
+        if kind != "gpt_oss":  # GPT-OSS has attention and expert biases: a decoder-family description
+            for key in ("attention_bias", "mlp_bias"):
+                if data.get(key):
+                    raise ModelConfigError(f"model: {key} true is not supported (Llama without biases)")
+        if kind == "qwen3_moe":
+            if data.get("mlp_only_layers") or data.get("decoder_sparse_step", 1) != 1:
+                raise ModelConfigError("model: qwen3_moe with dense layers (mlp_only_layers, decoder_sparse_step) "
+                                       "is not supported")
         heads, hidden = need("num_attention_heads"), need("hidden_size")
-        if data.get("head_dim") not in (None, hidden // heads):
-            raise ModelConfigError(f"model: head_dim {data['head_dim']} differs from hidden_size / num_attention_heads")
         rope = data.get("rope_parameters") or {}
         theta = data.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = data.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
         scaling_type = None
         if scaling:
             scaling_type = scaling.get("rope_type") or scaling.get("type") or "custom"
-        return ModelConfig(name=name, family="llama", n_layer=need("num_hidden_layers"), n_embd=hidden,
+        experts = {"mixtral": lambda: dict(n_experts=need("num_local_experts"),
+                                           n_experts_per_token=need("num_experts_per_tok")),
+                   "gpt_oss": lambda: dict(n_experts=need("num_local_experts"),
+                                           n_experts_per_token=need("num_experts_per_tok")),
+                   "qwen3_moe": lambda: dict(n_experts=need("num_experts"), n_experts_per_token=need("num_experts_per_tok"),
+                                             expert_intermediate_size=need("moe_intermediate_size"))}
+        family = (dict(family="decoder", norm="rmsnorm", activation="swiglu", position_embedding="rope", bias=True)
+                  if kind == "gpt_oss" else dict(family="llama"))
+        return ModelConfig(name=name, **family, n_layer=need("num_hidden_layers"), n_embd=hidden,
                            n_head=heads, n_kv_head=data.get("num_key_value_heads") or heads,
+                           head_dim=data.get("head_dim") or None,
                            intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
                            n_positions=need("max_position_embeddings"),
                            layer_norm_epsilon=float(data.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
                            rope_scaling=scaling_type,
                            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-                           **(dict(n_experts=need("num_local_experts"), n_experts_per_token=need("num_experts_per_tok"))
-                              if kind == "mixtral" else {}))
-    raise ModelConfigError(f"model: config.json model_type {kind!r} is not supported (gpt2, llama, mixtral)")
+                           **(experts[kind]() if kind in experts else {}))
+    raise ModelConfigError(f"model: config.json model_type {kind!r} is not supported (gpt2, llama, mixtral, qwen3_moe, gpt_oss)")

@@ -88,4 +88,22 @@ PRESETS = {
                              vocab_size=102400, n_positions=4096, layer_norm_epsilon=1e-6,
                              tie_word_embeddings=False, n_experts=64, n_experts_per_token=6,
                              expert_intermediate_size=1408, n_shared_experts=2, n_dense_layers=1),
+    # Qwen/Qwen3-30B-A3B/config.json (model_type qwen3_moe): hidden 2048, 48 layers, 32 heads of head_dim 128
+    # (4096 wide, twice the hidden size), 4 KV heads, 128 experts of inner size 768 (moe_intermediate_size), 8 per
+    # token, every layer an expert layer, vocab 151936, 40960 positions, rope_theta 1e6, untied; the per-head
+    # query/key RMSNorms (2 x 128 parameters a layer) are not counted. 30.5 B parameters, 3.3 B active.
+    "qwen3-30b-a3b": dict(family="llama", n_layer=48, n_embd=2048, n_head=32, n_kv_head=4, head_dim=128,
+                          intermediate_size=6144, vocab_size=151936, n_positions=40960, rope_theta=1e6,
+                          layer_norm_epsilon=1e-6, tie_word_embeddings=False, n_experts=128, n_experts_per_token=8,
+                          expert_intermediate_size=768),
+    # openai/gpt-oss-120b/config.json (model_type gpt_oss; OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card",
+    # arXiv:2508.10925): hidden 2880, 36 layers, 64 heads of head_dim 64 (4096 wide), 8 KV heads, attention and
+    # expert biases, 128 experts of inner size 2880, 4 per token (SwiGLU), vocab 201088, 131072 positions
+    # (YaRN), rope_theta 150000, rms_norm_eps 1e-5, untied. Half its layers attend over a 128-token sliding
+    # window and each head has a learned softmax sink: neither is modelled (every layer attends causally over
+    # the whole sequence). 116.8 B parameters, 5.1 B active (the model card).
+    "gpt-oss-120b": dict(family="decoder", norm="rmsnorm", activation="swiglu", position_embedding="rope", bias=True,
+                         n_layer=36, n_embd=2880, n_head=64, n_kv_head=8, head_dim=64, intermediate_size=2880,
+                         vocab_size=201088, n_positions=131072, rope_theta=150000.0, rope_scaling="yarn",
+                         tie_word_embeddings=False, n_experts=128, n_experts_per_token=4),
 }
