@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 
 from tilecast.executor.mpi_launch import run_mpi
+from tilecast.executor.mpi_threads import runnable_others
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.loop.predict import stored_models
@@ -37,20 +37,6 @@ from tilecast.loop.ranks_forecast import forecast_ranks, network_or_error
 
 MODEL = '{"n_layer":4,"n_embd":128,"n_head":4,"vocab_size":512,"n_positions":128}'
 BATCH, SEQ = 4, 64
-
-
-def runnable_others(samples: int = 20, every_s: float = 0.05) -> float:
-    """Threads of other work runnable on this machine now: ``procs_running`` of /proc/stat less this
-    process, the median of ``samples`` readings (0 where /proc/stat is not readable)."""
-    got = []
-    for _ in range(samples):
-        try:
-            with open("/proc/stat") as f:
-                got += [int(ln.split()[1]) - 1 for ln in f if ln.startswith("procs_running")]
-        except OSError:
-            return 0.0
-        time.sleep(every_s)
-    return float(max(np.median(got), 0.0)) if got else 0.0
 
 
 def main() -> None:

@@ -85,7 +85,8 @@ def run_rank_calibration(args) -> int:
     if probe:
         print(f"probe step ({probe['model']}, {probe['distribution']}, tiling {probe['tile']}): measured "
               f"{probe['step_s'] * 1e3:.1f} ms (runs {', '.join(f'{x * 1e3:.0f}' for x in probe['runs_s'])}), "
-              f"{probe['predicted_with_pingpong_s'] * 1e3:.1f} ms predicted with the ping-pong's cost per message")
+              f"{probe['predicted_with_pingpong_s'] * 1e3:.1f} ms predicted with the ping-pong's cost per message "
+              f"and {probe['background_threads']:.1f} threads of other work")
         print(f"  cost per message in a step  {probe['message_s_fitted'] * 1e6:10.1f} us (fitted on the probe; "
               f"ping-pong: {probe['message_s_pingpong'] * 1e6:.1f} us)")
         print(f"  submission per task         {net.submit_task_s * 1e6:10.1f} us (each rank's main thread, "

@@ -28,6 +28,9 @@ outnumber the cores.
 from __future__ import annotations
 
 import os
+import time
+
+import numpy as np
 
 #: polling rounds between two calls of the worker's driver, tasks per call (StarPU-MPI's variables)
 DRIVER_CALL_FREQUENCY = 1
@@ -58,3 +61,19 @@ def set_mpi_threads(workers: int, ranks_here: int, cores: int | None = None) -> 
         os.environ.pop("STARPU_MPI_DRIVER_CALL_FREQUENCY", None)
         os.environ.pop("STARPU_MPI_DRIVER_TASK_FREQUENCY", None)
     return drives
+
+
+def runnable_others(samples: int = 20, every_s: float = 0.05) -> float:
+    """Threads of other work runnable on this machine now: ``procs_running`` of /proc/stat less the one
+    reading it, the median of ``samples`` readings ``every_s`` apart (0 where /proc/stat is unreadable).
+    The forecast's ``background`` (:class:`tilecast.simulator.ranks_threads.CoreSharing`)."""
+    got = []
+    for i in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                got += [int(ln.split()[1]) - 1 for ln in f if ln.startswith("procs_running")]
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        if i + 1 < samples:
+            time.sleep(every_s)
+    return float(max(np.median(got), 0.0)) if got else 0.0

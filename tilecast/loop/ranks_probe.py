@@ -43,6 +43,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     """(``net`` with ``message_s`` fitted on the probe step, the probe's figures). Runs the probe ``repeats``
     times on ``ranks`` ranks; the step time is the median of the runs' medians."""
     from tilecast.executor.mpi_launch import run_mpi
+    from tilecast.executor.mpi_threads import runnable_others
     from tilecast.graph import Tiling
     from tilecast.graph.model_config import load_model
     from tilecast.graph.models import build_step
@@ -52,6 +53,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
 
     p = PROBE
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])
+    background = runnable_others()  # other work on the machine, modelled as threads sharing its cores
     results = [run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
                        timeout_s=timeout_s) for _ in range(repeats)]
     runs = [r.median_step_s for r in results]
@@ -67,12 +69,14 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     def predict(cost: float) -> float:
         trial = replace(net, message_s=cost)
         return forecast_ranks(cfg, p["batch"], p["seq"], tiling, p["sched"], ranks, p["distribution"], machine,
-                              calibration, host_costs, trial, workers, built=built).step_s
+                              calibration, host_costs, trial, workers, built=built,
+                              background=background).step_s
 
     cost = fit_message_cost(measured, predict, low=net.message_s)
     probe = {**p, "ranks": ranks, "workers_per_rank": workers, "steps": steps, "runs_s": runs,
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
-             "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s}
+             "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
+             "background_threads": background}
     src = (f"{net.source}; cost per message fitted on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "
            f"over {repeats} runs)")

@@ -11,7 +11,8 @@
   these threads, with ``background`` threads of other work, outnumber the cores, the kernel's scheduler
   runs them in turn, one slice each (Linux's EEVDF: ``sysctl_sched_base_slice``, 0.75 ms scaled by
   1 + log2(cores), ``kernel/sched/fair.c``). A thread is on a core during its slice of every period
-  (``period = slice x threads / cores``); a rank's threads take consecutive slots of one core. A task
+  (``period = slice x threads / cores``); a rank's threads take consecutive slots of one core, and the
+  cores' turns are staggered (:meth:`CoreSharing.phase`). A task
   runs only while its worker's thread is on (its time stretches over the others' slices).
 - **Polls.** A message leaves when the sender's progress thread is on and polls, and is received when
   the receiver's is: the progress thread posts the send (``_starpu_mpi_handle_ready_request`` on its
@@ -92,10 +93,16 @@ class CoreSharing:
     def progress_thread(self, rank: int) -> int:
         return rank * self.threads_per_rank + (0 if self.progress_drives_worker else self.workers_per_rank)
 
+    def phase(self, thread: int) -> float:
+        """When ``thread``'s slice starts in each period: the ranks' threads fill the slots of one core after
+        another (a rank's threads in consecutive slots), and the cores' turns are staggered over the period
+        (the kernel does not run the cores' threads in step)."""
+        return (thread % self.slots) * self.slice_s + (thread // self.slots) * self.period / self.cores
+
     def _on(self, thread: int, t: float) -> tuple[float, float]:
         """(the earliest time from ``t`` at which ``thread`` is on a core, how far into its slice that is)."""
         p, s = self.period, self.slice_s
-        x = (t - (thread % self.slots) * s) % p
+        x = (t - self.phase(thread)) % p
         return (t, x) if x < s else (t + (p - x), 0.0)
 
     def next_on(self, thread: int, t: float) -> float:
