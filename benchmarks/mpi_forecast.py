@@ -9,6 +9,12 @@ the forecast against the median, and the bytes moved per step, measured (StarPU-
 predicted. Run ``tilecast calibrate`` (kernels, with ``--model``/``--tile``/``--tiles`` covering these
 tilings) and ``tilecast calibrate --ranks 2`` first.
 
+``--progress`` is ``run --ranks``'s choice for StarPU-MPI's progress thread (``auto``: it runs worker 0
+where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
+same. Other work on the machine is counted just before each configuration's runs (the runnable threads
+of ``/proc/stat``'s ``procs_running``, less this process, median of 20 samples 50 ms apart) and given to
+the forecast as background threads; the forecast without them is printed beside it.
+
     python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
 """
 
@@ -21,6 +27,7 @@ import os
 import numpy as np
 
 from tilecast.executor.mpi_launch import run_mpi
+from tilecast.executor.mpi_threads import runnable_others
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.loop.predict import stored_models
@@ -41,6 +48,7 @@ def main() -> None:
     ap.add_argument("--distributions", default="data,layer")
     ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
     ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--progress", choices=("auto", "own"), default="auto")
     args = ap.parse_args()
     conditions = run_conditions()
     print(conditions_line(conditions))
@@ -53,17 +61,22 @@ def main() -> None:
     print(f"model {MODEL}, batch {BATCH} x {SEQ}, {args.sched}, {args.ranks} ranks of 1 worker, "
           f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
-    print(f"{'distribution':<13}{'tiling':<14}{'pred ms':>9}{'meas ms':>9}{'min-max ms':>17}{'err %':>7}"
-          f"{'moved B':>10}{'pred B':>10}{'msgs':>6}")
+    print(f"{'distribution':<13}{'tiling':<14}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'meas ms':>9}{'min-max ms':>17}"
+          f"{'err %':>7}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
     for dist in args.distributions.split(","):
         for tile in args.tiles.split(";"):
             tiling = Tiling.parse(tile)
+            bg = runnable_others()
             f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                               host_costs, net, 1)
-            runs, moved, busy, submit = [], None, [], []
+                               host_costs, net, 1, progress=args.progress, background=bg)
+            f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress)
+            runs, moved, busy, submit, drives = [], None, [], [], None
             for _ in range(0 if args.predict_only else args.repeats):
-                r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900)
+                r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
+                            progress=args.progress)
+                drives = r.progress_drives_worker
                 runs.append(r.median_step_s)
                 moved = r.bytes_moved[-1]
                 ok = r.task_rank >= 0
@@ -72,19 +85,22 @@ def main() -> None:
                 submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
             med = float(np.median(runs)) if runs else float("nan")
             err = (f.step_s - med) / med if runs else float("nan")
-            row = dict(distribution=dist, tiling=tile, pred_step_s=f.step_s, step_s=med, runs_s=runs,
+            row = dict(distribution=dist, tiling=tile, background_threads=bg, pred_step_s=f.step_s,
+                       pred_step_no_background_s=f0.step_s, progress_drives_worker=drives,
+                       threads=f.summary.get("threads"), step_s=med, runs_s=runs,
                        error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
                        tasks=f.tasks, core_share=f.core_share,
                        busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
                        submit_s=submit)
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
-            print(f"{dist:<13}{tile:<14}{1e3 * f.step_s:>9.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}"
+            print(f"{dist:<13}{tile:<14}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}{1e3 * med:>9.1f}"
+                  f"{spread:>17}{100 * err:>7.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
     print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
-                      "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched,
+                      "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps}}))
 

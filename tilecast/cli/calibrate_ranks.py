@@ -70,7 +70,8 @@ def run_rank_calibration(args) -> int:
     path = save_network(machine, net)
     out = {"machine": machine.name, "ranks": net.ranks, "workers_per_rank": net.workers_per_rank,
            "transport": net.transport, "latency_s": net.latency_s, "message_s": net.message_s,
-           "bandwidth_Bps": net.bandwidth_Bps, "points": net.points, "probe": probe, "file": path,
+           "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s, "points": net.points,
+           "probe": probe, "file": path,
            "source": net.source}
     if args.json:
         print_json(out)
@@ -86,8 +87,11 @@ def run_rank_calibration(args) -> int:
     if probe:
         print(f"probe step ({probe['model']}, {probe['distribution']}, tiling {probe['tile']}): measured "
               f"{probe['step_s'] * 1e3:.1f} ms (runs {', '.join(f'{x * 1e3:.0f}' for x in probe['runs_s'])}), "
-              f"{probe['predicted_with_pingpong_s'] * 1e3:.1f} ms predicted with the ping-pong's cost per message")
+              f"{probe['predicted_with_pingpong_s'] * 1e3:.1f} ms predicted with the ping-pong's cost per message "
+              f"and {probe['background_threads']:.1f} threads of other work")
         print(f"  cost per message in a step  {probe['message_s_fitted'] * 1e6:10.1f} us (fitted on the probe; "
               f"ping-pong: {probe['message_s_pingpong'] * 1e6:.1f} us)")
+        print(f"  submission per task         {net.submit_task_s * 1e6:10.1f} us (each rank's main thread, "
+              f"starpu_mpi_task_insert, measured on the probe)")
     print(f"stored in {path}")
     return 0

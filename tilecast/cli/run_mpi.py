@@ -69,6 +69,7 @@ def run_mpi_cmd(args) -> int:
         "bytes_moved": res.bytes_moved[-1], "bytes_moved_predicted": pred["bytes_moved"],
         "messages_predicted": pred["messages"], "per_rank": rows, "flops_per_step": res.flops_per_step,
         "tokens_per_s": res.tokens_per_step / res.median_step_s, "blas": blas,
+        "progress_drives_worker": res.progress_drives_worker,
     }
     if res.check is not None:
         out["check"] = res.check

@@ -13,6 +13,17 @@ def add_network_arg(p) -> None:
     p.add_argument("--network", metavar="LAT_US,MSG_US,GBPS",
                    help="with --ranks: the network between ranks as MPI latency (us), StarPU-MPI's cost per "
                         "message (us) and bandwidth (GB/s), instead of the one tilecast calibrate --ranks stored")
+    p.add_argument("--background-threads", type=float, default=0.0, metavar="N",
+                   help="with --ranks: runnable threads of other work on the machine; with the ranks' own "
+                        "threads they share its cores in time slices (default 0)")
+
+
+def background_arg(args) -> float:
+    """--background-threads, a number >= 0; UsageError naming the flag otherwise."""
+    bg = getattr(args, "background_threads", 0.0) or 0.0
+    if not bg >= 0:
+        raise UsageError(f"--background-threads: expected a number of threads >= 0, got {bg}")
+    return float(bg)
 
 
 def network_arg(args, machine, ranks: int, workers: int):
@@ -51,13 +62,14 @@ def run_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     except MachineError as e:
         raise UsageError(f"--machine/--workers: {e}") from None
     net = network_arg(args, machine, args.ranks, workers)
+    background = background_arg(args)
     calibration, host_costs = stored_models(machine)
     print(f"simulating {cfg.name} on {args.ranks} ranks of {workers} worker(s), distribution "
           f"{args.distribution}, {args.sched} on each", file=sys.stderr)
     t0 = time.perf_counter()
     try:
         f = forecast_ranks(cfg, batch, seq, tiling, args.sched, args.ranks, args.distribution, machine,
-                           calibration, host_costs, net, workers, recompute, built=built)
+                           calibration, host_costs, net, workers, recompute, built=built, background=background)
     except SimulationError as e:
         print(f"tilecast simulate: {e}", file=sys.stderr)
         return 1
@@ -65,7 +77,8 @@ def run_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
            "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
            "task_overhead_us": f.summary["task_overhead_s"] * 1e6, "network": f.summary["network"],
            "bytes_matrix": f.summary["bytes_matrix"], "utilization": f.summary["utilization"],
-           "per_rank": f.summary["per_rank"], "simulation_s": time.perf_counter() - t0}
+           "per_rank": f.summary["per_rank"], "threads": f.summary.get("threads"), "nic": f.summary.get("nic"),
+           "simulation_s": time.perf_counter() - t0}
     if args.json:
         print_json(out)
         return 0
@@ -79,8 +92,12 @@ def run_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     print(f"moved per step      {human(f.bytes_moved, 'B')} in {f.messages} messages")
     print(f"network             {n['latency_s'] * 1e6:.1f} us latency + {n['message_s'] * 1e6:.1f} us per message"
           f" + bytes / {human(n['bandwidth_Bps'], 'B/s')} ({n['source']})")
-    print(f"shared cores        kernels {f.core_share:.2f}x longer ({args.ranks} ranks x ({workers} spinning "
-          f"worker(s) + 1 progress thread) on this machine's cores)")
+    th = f.summary.get("threads")
+    if th:
+        who = "runs worker 0" if th["progress_drives_worker"] else "has a thread of its own"
+        print(f"threads             {th['threads']} runnable on {th['cores']} cores (the progress thread {who}); "
+              f"kernels {f.core_share:.2f}x longer in {th['slice_s'] * 1e3:.2f} ms slices")
+    print(f"network interfaces  {'one per rank, shared by its messages' if f.summary.get('nic') == 'node' else 'a link per pair of ranks'}")
     print(f"cost per task       {out['task_overhead_us']:.2f} us")
     print()
     print(f"{'rank':>5}{'tasks':>9}{'busy ms':>10}{'end ms':>10}{'sent':>12}{'received':>12}{'link busy ms':>14}")

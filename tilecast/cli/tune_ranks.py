@@ -24,7 +24,7 @@ def add_tune_rank_args(p) -> None:
 
 
 def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
-    from tilecast.cli.simulate_ranks import network_arg
+    from tilecast.cli.simulate_ranks import background_arg, network_arg
     from tilecast.cli.tune_cmd import parse_list
     from tilecast.graph.distribution import DISTRIBUTIONS
     from tilecast.loop.predict import stored_models
@@ -50,6 +50,7 @@ def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
     if not scheds:
         raise UsageError("--scheds: none of them is both simulated and offered by StarPU")
     net = network_arg(args, machine, args.ranks, wpr)
+    background = background_arg(args)
     calibration, host_costs = stored_models(machine)
     graphs, skipped = build_candidates(cfg, batch, seq, tilings, args.max_tasks, recompute)
     rows = []
@@ -60,7 +61,7 @@ def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
                     bar.update(1)
                     try:
                         f = forecast_ranks(cfg, batch, seq, tiling, s, args.ranks, d, machine, calibration,
-                                           host_costs, net, wpr, recompute, built=g)
+                                           host_costs, net, wpr, recompute, built=g, background=background)
                     except ValueError as e:  # the distribution cannot use that many ranks with this tiling
                         skipped.append({"tiling": tiling.describe(), "distribution": d,
                                         "reason": str(e).split(": ", 1)[-1]})

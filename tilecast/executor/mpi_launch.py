@@ -58,6 +58,7 @@ class MPIRunResult:
     check: dict | None = None
     launcher: list[str] = field(default_factory=list)
     submit_s: np.ndarray | None = None  # (ranks, steps) seconds each rank spent submitting the graph
+    progress_drives_worker: bool = False  # StarPU-MPI's progress thread ran worker 0 (executor/mpi_threads.py)
 
     @property
     def median_step_s(self) -> float:
@@ -175,18 +176,22 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 size = int(graph.tile_nbytes[tid] // graph.tensors[graph.tile_tensor[tid]].dtype.itemsize)
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
-    return dict(rank_step_s=rank_step_s, submit_s=submit_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+    drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
+    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
-            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None) -> MPIRunResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None,
+            progress: str = "auto") -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ``train``: batches from the byte corpus instead of random tokens, and checkpoints
     (:mod:`tilecast.executor.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
-    ``settings`` (what a resumed checkpoint must match).
+    ``settings`` (what a resumed checkpoint must match). ``progress``: ``auto`` lets StarPU-MPI's progress
+    thread run worker 0 where the ranks' threads would outnumber the cores, ``own`` always gives it a
+    thread of its own (:mod:`tilecast.executor.mpi_threads`).
 
     ValueError (naming the field) on bad input, before anything starts;
     :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
@@ -210,6 +215,8 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         raise ValueError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if progress not in ("auto", "own"):
+        raise ValueError(f"progress must be 'auto' or 'own', got {progress!r}")
     built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     graph, dist = prepare(built, ranks, distribution)  # ValueError when the ranks do not fit
     predicted = rank_figures(graph, dist)
@@ -220,11 +227,12 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root, bottom, built, recompute, train)
+                            timeout_s, graph, dist, predicted, root, bottom, built, recompute, train, progress)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
                      timeout_s, run_dir, recompute, train)
+        spec["progress"] = progress
         if bottom is not None:
             np.save(run_dir / "bottom_level.npy", bottom)
             spec["bottom_level"] = str(run_dir / "bottom_level.npy")
@@ -252,7 +260,7 @@ def _bottom_levels(graph, sched: str):
 
 
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root, bottom, built, recompute, train=None):
+                 graph, dist, predicted, root, bottom, built, recompute, train=None, progress="auto"):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -262,6 +270,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
     spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
                  run_dir, recompute, train)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
+    spec["progress"] = progress
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
     if size != ranks:
@@ -289,7 +298,8 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         rank_step_s=got["rank_step_s"], losses=got["losses"], bytes_sent=got["sent"], predicted=predicted,
         executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
-        end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"])
+        end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
+        progress_drives_worker=got["drives"])
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

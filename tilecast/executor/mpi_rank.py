@@ -34,16 +34,22 @@ def local_rank() -> int:
     return 0
 
 
-def set_binding(workers: int, ranks_here: int) -> None:
+def set_binding(workers: int, ranks_here: int, drive: bool = True) -> bool:
     """Give each rank's workers their own cores when there are enough, else let the system place them
-    (StarPU 1.3 binds worker i of every process to core i otherwise: all ranks on the same cores)."""
+    (StarPU 1.3 binds worker i of every process to core i otherwise: all ranks on the same cores); with
+    ``drive``, let the progress thread run worker 0 where the threads would outnumber the cores
+    (:mod:`tilecast.executor.mpi_threads`). Returns whether it does."""
+    from tilecast.executor.mpi_threads import set_mpi_threads
+
     cores = os.cpu_count() or 1
     os.environ["STARPU_MPI_NOBIND"] = "1"  # the MPI progress thread: no core of its own to take
+    drives = set_mpi_threads(workers, ranks_here, cores) if drive else set_mpi_threads(workers, 0, cores)
     if workers * ranks_here <= cores:
         first = local_rank() * workers
         os.environ["STARPU_WORKERS_CPUID"] = " ".join(str(first + i) for i in range(workers))
     else:
         os.environ["STARPU_WORKERS_NOBIND"] = "1"
+    return drives
 
 
 def own_tiles(graph, store, owner: np.ndarray, me: int):
@@ -149,13 +155,14 @@ def run_rank(spec: dict, bottom=None) -> None:
     os.environ["STARPU_HOME"] = str(home)
     os.environ.setdefault("STARPU_SILENT", "1")
     os.environ["STARPU_COMM_STATS"] = "1"
-    set_binding(spec["workers"], spec["ranks_per_host"])
+    set_binding(spec["workers"], spec["ranks_per_host"], spec.get("progress", "auto") == "auto")
     addresses = kernel_addresses()  # one BLAS thread per worker
     g = mpi_glue()
     lib, ffi, f = g.lib, g.ffi, g.ffi.from_buffer
     ret = lib.tcsm_start(spec["sched"].encode(), spec["workers"])
     if ret != 0:
         raise RuntimeError(f"StarPU-MPI failed to start (sched={spec['sched']}, workers={spec['workers']}): {ret}")
+    drives = bool(lib.tcsm_progress_drives_worker())
     # No shutdown on a failure: its barrier would wait for ranks that are gone (main() exits at once).
     me, size = lib.tcsm_rank(), lib.tcsm_size()
     if size != ranks:
@@ -225,7 +232,8 @@ def run_rank(spec: dict, bottom=None) -> None:
     ran = np.flatnonzero(worker >= 0)
     out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), sent=np.array(sent, dtype=np.int64),
                executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
-               end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]))
+               end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]),
+               drives=np.array([drives]))
     if snapshot is not None:
         out["owned"], out["owned_values"] = snapshot
     path = Path(spec["run_dir"]) / RESULT.format(me)

@@ -8,9 +8,14 @@ process of ``workers_per_rank`` workers (cost per task, decisions, submission), 
 
 **Shared cores.** The ranks of ``tilecast run --ranks`` share one machine's cores. Debian's StarPU 1.3
 spins idle workers (``STARPU_NON_BLOCKING_DRIVERS``) and StarPU-MPI's progress thread polls while any
-request is posted, so every rank keeps ``workers + 1`` threads runnable for the whole step; where they
-outnumber the cores each kernel runs ``threads / cores`` times longer (:func:`core_share`). The
-network's ping-pong is measured under the same load, so a message's cost needs no such factor.
+request is posted, so every rank keeps ``workers + 1`` threads runnable for the whole step, or
+``workers`` where ``run --ranks`` lets the progress thread run worker 0 (the same rule,
+:func:`tilecast.executor.mpi_threads.progress_drives_worker`). With ``background`` other runnable
+threads, where they outnumber the cores the simulation runs every thread in time slices
+(:class:`tilecast.simulator.ranks_threads.CoreSharing`): a kernel stretches over the other threads'
+slices, a message leaves and is received only when the progress threads are on a core (and, when the
+progress thread runs worker 0, between that worker's tasks). Messages share each rank's network
+interface (``nic="node"``).
 
 The step time is the simulated makespan: ``run --ranks`` times a step from a barrier to every task and
 message of every rank done, which is what the simulation spans (loading the batch and flushing the
@@ -49,16 +54,6 @@ class RankForecast:
                 "core_share": self.core_share}
 
 
-def core_share(machine, ranks: int, workers_per_rank: int) -> float:
-    """How much longer a kernel takes with ``ranks`` processes of ``workers_per_rank`` spinning workers and
-    one polling progress thread each on ``machine``'s cores (1 when they fit, or the core count is unknown)."""
-    cores = machine.meta.get("hardware", {}).get("cores")
-    threads = ranks * (workers_per_rank + 1)
-    if not cores or threads <= cores:
-        return 1.0
-    return threads / cores
-
-
 def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
     """``machine`` reduced to ``workers_per_rank`` workers with the runtime's costs measured for one process of
     that many workers under ``sched`` (when measured)."""
@@ -75,11 +70,32 @@ def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
     return m
 
 
+def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "auto", background: float = 0.0,
+                 slice_s: float | None = None):
+    """The :class:`tilecast.simulator.ranks_threads.CoreSharing` of ``run --ranks`` on ``machine`` (None when
+    its core count is unknown). ``progress``: ``auto`` (the progress thread runs worker 0 where the threads
+    would outnumber the cores, as ``run --ranks`` does) or ``own``."""
+    from tilecast.executor.mpi_threads import progress_drives_worker
+    from tilecast.simulator.ranks_threads import CoreSharing, default_slice_s
+
+    if progress not in ("auto", "own"):
+        raise ValueError(f"progress must be 'auto' or 'own', got {progress!r}")
+    cores = machine.meta.get("hardware", {}).get("cores")
+    if not cores:
+        return None
+    drives = progress == "auto" and progress_drives_worker(ranks, workers_per_rank, cores)
+    return CoreSharing(int(cores), ranks, workers_per_rank, drives, float(background),
+                       default_slice_s(int(cores)) if slice_s is None else slice_s)
+
+
 def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, distribution: str, machine,
                    calibration, host_costs, network, workers_per_rank: int = 1, recompute: str = "none",
-                   built=None, keep_result: bool = False) -> RankForecast:
+                   built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
+                   nic: str = "node", slice_s: float | None = None) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
-    when the distribution cannot use that many ranks."""
+    when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
+    on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
+    (:mod:`tilecast.simulator.ranks_threads`)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -88,9 +104,11 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     built = built if built is not None else build_step(cfg, batch, seq, tiling, recompute=recompute)
     graph, dist = prepare(built, ranks, distribution)
     m = rank_machine_costs(machine, host_costs, workers_per_rank, sched)
-    share = core_share(machine, ranks, workers_per_rank)
-    durations = DurationModel(m, calibration).durations(graph) * share
-    res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations)
+    sharing = core_sharing(machine, ranks, workers_per_rank, progress, background, slice_s)
+    durations = DurationModel(m, calibration).durations(graph)
+    res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations, sharing=sharing,
+                         nic=nic, submit_task_s=network.submit_task_s)
+    share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,
                         distribution=distribution, workers_per_rank=workers_per_rank, step_s=res.makespan,

@@ -37,9 +37,10 @@ class Network:
     workers_per_rank: int = 1
     points: list | None = None  # [bytes, StarPU-MPI one-way s, MPI one-way s] medians of the ping-pong
     probe: dict | None = None  # the probe step message_s was fitted on (tilecast.loop.ranks_probe), if any
+    submit_task_s: float = 0.0  # s of a rank's main thread per task it submits, measured on the probe step
 
     def __post_init__(self):
-        for name in ("latency_s", "message_s"):
+        for name in ("latency_s", "message_s", "submit_task_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 raise ValueError(f"network {name} must be a number >= 0, got {v!r}")

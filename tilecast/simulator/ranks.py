@@ -111,7 +111,8 @@ def augmented_accesses(graph, task_rank: np.ndarray, transfers, ranks: int):
 
 def simulate_ranks(graph, distribution, machine: Machine, network: Network, sched: str = "dmda",
                    workers_per_rank: int = 1, durations: np.ndarray | None = None, calibration=None,
-                   priority: np.ndarray | None = None, seed: int = 0) -> RankSimResult:
+                   priority: np.ndarray | None = None, seed: int = 0, sharing=None,
+                   nic: str = "pair", submit_task_s: float = 0.0) -> RankSimResult:
     """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
     ``workers_per_rank`` workers of ``machine`` joined by ``network``.
 
@@ -136,6 +137,9 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     n_kinds = len(base.kind_names)
     if durations.shape != (n_kinds, graph.n_tasks):
         raise ValueError(f"durations: shape {durations.shape}, expected ({n_kinds}, {graph.n_tasks})")
+    if sharing is not None and (sharing.ranks, sharing.workers_per_rank) != (ranks, workers_per_rank):
+        raise ValueError(f"sharing: describes {sharing.ranks} ranks of {sharing.workers_per_rank} workers, the "
+                         f"simulation has {ranks} of {workers_per_rank}")
     p = owner_plan(graph, distribution.owner, ranks)
     tr = p.transfers
     big = ranks_machine(base, ranks, workers_per_rank, network)
@@ -180,11 +184,30 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     task_link = np.full(n_aug, -1, dtype=np.int64)
     task_link[~is_task] = [link_worker[(int(s), int(d))] for s, d in zip(tr.src[msg_ids], tr.dst[msg_ids])]
     kind_index = {k: i for i, k in enumerate(kinds)}
-    policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers)
-    eng = Engine(dur, pred_ptr, pred, [kind_index[w.kind] for w in big.workers], [w.node for w in big.workers],
-                 policy, overhead=big.task_overhead, decision_scan=big.decision_scan,
-                 decision_lock=big.decision_lock, submit_end=graph.n_tasks * big.submit_task,
-                 submit_stretch=big.submit_stretch)
+    release = None
+    if submit_task_s > 0:
+        if not np.isfinite(submit_task_s):
+            raise ValueError(f"submit_task_s must be a finite number >= 0, got {submit_task_s!r}")
+        turn = np.empty(n_aug)
+        turn[is_task] = task_ids + 1
+        turn[~is_task] = tr.task[msg_ids] + 1
+        release = (turn * submit_task_s).tolist()
+    policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers,
+                        release)
+    args = (dur, pred_ptr, pred, [kind_index[w.kind] for w in big.workers], [w.node for w in big.workers], policy)
+    kw = dict(overhead=big.task_overhead, decision_scan=big.decision_scan, decision_lock=big.decision_lock,
+              submit_end=graph.n_tasks * big.submit_task, submit_stretch=big.submit_stretch)
+    if sharing is None and nic == "pair":
+        eng = Engine(*args, **kw)
+    else:
+        from tilecast.simulator.ranks_threads import ThreadedRankEngine
+
+        msg = np.full(n_aug, -1, dtype=np.int64)
+        msg[~is_task] = msg_ids
+        worker_rank = [r for r in range(ranks) for _ in range(workers_per_rank)] + [-1] * len(link_worker)
+        eng = ThreadedRankEngine(*args, worker_rank=worker_rank, msg=msg.tolist(), msg_src=tr.src.tolist(),
+                                 msg_dst=tr.dst.tolist(), msg_bytes=tr.nbytes.tolist(), network=network,
+                                 sharing=sharing, nic=nic, **kw)
     eng.fused_loops = False  # RankPolicy has no fused loop; its sub-policies' would see only one rank
     eng.run()
     start, end, where = eng.arrays()
@@ -200,6 +223,11 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     t_start, t_end, t_worker = start[pos], end[pos], where[pos]
     summary = _summary(graph, distribution, big, sched, workers_per_rank, network, p, t_start, t_end, t_worker,
                        messages, float(end.max()) if n_aug else 0.0)
+    summary["nic"] = nic
+    if sharing is not None:
+        summary["threads"] = {"cores": sharing.cores, "threads": sharing.threads, "background": sharing.background,
+                              "slice_s": sharing.slice_s, "period_s": sharing.period,
+                              "progress_drives_worker": sharing.progress_drives_worker}
     return RankSimResult(t_start, t_end, t_worker, p.task_rank.copy(), messages, summary)
 
 

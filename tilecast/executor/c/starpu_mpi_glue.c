@@ -21,6 +21,19 @@ static int64_t executed;
 
 static int mpi_by_us; /* MPI was initialised here (tcsm_pingpong raw) before StarPU-MPI started */
 
+/* With STARPU_MPI_DRIVER_CALL_FREQUENCY > 0 StarPU-MPI's progress thread runs CPU worker 0 itself
+ * (_starpu_mpi_driver_init, mpi/src/mpi/starpu_mpi_mpi.c): one thread polls MPI and runs that worker's tasks.
+ * But _starpu_mpi_progress_thread_func calls starpu_driver_run_once only while a receive waits for its
+ * envelope, and sleeps on progress_cond once no request is pending: a rank whose tasks come after its last
+ * receive would never run them. A receive from this rank to itself, posted before the step's tasks and
+ * matched by a send once they are all done, keeps the thread in its polling loop for the whole step. */
+static int drives_worker;            /* the progress thread runs worker 0 */
+static int keeping;                  /* the keep-alive receive is posted */
+static starpu_data_handle_t keep_h[2];
+static int keep_val[2];
+static size_t keep_bytes;            /* bytes of the keep-alive sends, taken out of tcsm_comm_amounts */
+#define KEEP_TAG ((starpu_mpi_tag_t)1 << 40) /* above every tile id */
+
 static int mpi_init(struct starpu_conf *conf)
 {
     int already = 0;
@@ -38,15 +51,49 @@ int tcsm_start(const char *sched, int ncpus)
     if (ret != 0)
         return ret;
     started = 1;
+    drives_worker = starpu_get_env_number_default("STARPU_MPI_DRIVER_CALL_FREQUENCY", 0) > 0;
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     return 0;
+}
+
+int tcsm_progress_drives_worker(void)
+{
+    return started && drives_worker;
+}
+
+static int keep_polling_begin(void)
+{
+    if (!drives_worker || keeping)
+        return 0;
+    if (!keep_h[0])
+        for (int i = 0; i < 2; i++)
+            starpu_vector_data_register(&keep_h[i], STARPU_MAIN_RAM, (uintptr_t)&keep_val[i], 1, sizeof(int));
+    int ret = starpu_mpi_irecv_detached(keep_h[0], tcsm_rank(), KEEP_TAG, MPI_COMM_WORLD, NULL, NULL);
+    keeping = ret == 0;
+    return ret;
+}
+
+static void keep_polling_end(void)
+{
+    if (!keeping)
+        return;
+    starpu_task_wait_for_all(); /* run by the progress thread while the receive is posted */
+    starpu_mpi_isend_detached(keep_h[1], tcsm_rank(), KEEP_TAG, MPI_COMM_WORLD, NULL, NULL);
+    keep_bytes += sizeof(int);
+    keeping = 0;
 }
 
 void tcsm_stop(void)
 {
     if (!started)
         return;
+    keep_polling_end();
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+    for (int i = 0; i < 2; i++)
+        if (keep_h[i]) {
+            starpu_data_unregister(keep_h[i]);
+            keep_h[i] = NULL;
+        }
     starpu_mpi_shutdown(); /* shuts StarPU down too, since starpu_mpi_init_conf started it */
     started = 0;
     if (mpi_by_us) {
@@ -125,6 +172,11 @@ int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param
     rec_start = out_start;
     rec_end = out_end;
     rec_worker = out_worker;
+    int kret = keep_polling_begin();
+    if (kret != 0) {
+        *err = kret;
+        return 0;
+    }
     struct starpu_data_descr descr[STARPU_NMAXBUFS];
     int64_t i = 0;
     for (; i < n_tasks; i++) {
@@ -155,6 +207,7 @@ int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param
 
 double tcsm_wait_all(void)
 {
+    keep_polling_end();
     starpu_mpi_wait_for_all(MPI_COMM_WORLD);
     return starpu_timing_now();
 }
@@ -173,6 +226,9 @@ void tcsm_flush_cache(void)
 void tcsm_comm_amounts(size_t *out)
 {
     starpu_mpi_comm_amounts_retrieve(out);
+    const int me = tcsm_rank();
+    if (me >= 0)
+        out[me] -= out[me] >= keep_bytes ? keep_bytes : out[me]; /* the keep-alive sends to this rank itself */
 }
 
 void tcsm_priority_range(int *lo, int *hi)

@@ -10,6 +10,9 @@
 
 /* Start StarPU with a policy and ncpus CPU workers, then StarPU-MPI (initialising MPI); 0 or an error. */
 int tcsm_start(const char *sched, int ncpus);
+/* 1 when StarPU-MPI's progress thread runs CPU worker 0 itself (STARPU_MPI_DRIVER_CALL_FREQUENCY > 0 at
+ * tcsm_start): tcsm_submit then keeps it polling until tcsm_wait_all (see starpu_mpi_glue.c). */
+int tcsm_progress_drives_worker(void);
 /* Shut StarPU-MPI (MPI_Finalize) and StarPU down. */
 void tcsm_stop(void);
 int tcsm_rank(void);

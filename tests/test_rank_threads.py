@@ -1,0 +1,108 @@
+"""The rank simulator's threads: time slices on shared cores, the progress thread's polls, shared interfaces."""
+
+import numpy as np
+import pytest
+
+from tests.test_rank_simulator import cpu_machine, durations
+from tilecast.executor.mpi_threads import progress_drives_worker, runnable_threads
+from tilecast.graph import Tiling
+from tilecast.graph.distribution import prepare
+from tilecast.graph.model_config import load_model
+from tilecast.graph.models import build_step
+from tilecast.perfmodel.network import Network
+from tilecast.simulator.ranks import simulate_ranks
+from tilecast.simulator.ranks_threads import CoreSharing, default_slice_s
+
+CFG = '{"n_layer":2,"n_embd":32,"n_head":2,"vocab_size":64,"n_positions":32}'
+NO_LATENCY = Network(latency_s=0.0, bandwidth_Bps=1e9, message_s=30e-6)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return build_step(load_model(CFG), 4, 16, Tiling.parse("16,batch=1"))
+
+
+def test_time_slices():
+    # 2 ranks x (1 worker + its progress thread) on 1 core, slices of 1 ms: a period of 4 ms, one slice each
+    sh = CoreSharing(cores=1, ranks=2, workers_per_rank=1, progress_drives_worker=False, slice_s=1e-3)
+    assert sh.threads == 4 and sh.period == pytest.approx(4e-3) and sh.core_share == pytest.approx(4.0)
+    assert sh.worker_thread(1, 0) == 2 and sh.progress_thread(1) == 3
+    assert sh.next_on(1, 0.5e-3) == pytest.approx(1e-3) and sh.next_on(1, 1.5e-3) == pytest.approx(1.5e-3)
+    assert sh.finish(0, 0.5e-3, 0.25e-3) == pytest.approx(0.75e-3)  # fits in its slice
+    assert sh.finish(0, 0.5e-3, 1e-3) == pytest.approx(4.5e-3)  # half now, half in the next period
+    assert sh.finish(2, 0.0, 2.5e-3) == pytest.approx(10.5e-3)  # slices 2-3, 6-7, then half of 10-11
+    # background threads lengthen the period; with a core per thread nothing waits
+    assert CoreSharing(2, 2, 1, True, background=2, slice_s=1e-3).period == pytest.approx(2e-3)
+    free = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=False)
+    assert not free.shared and free.next_on(3, 1.234) == 1.234 and free.finish(3, 1.0, 0.5) == 1.5
+    assert default_slice_s(2) == pytest.approx(1.5e-3) and default_slice_s(1) == pytest.approx(0.75e-3)
+    with pytest.raises(ValueError, match="background"):
+        CoreSharing(2, 2, 1, True, background=-1)
+
+
+def test_progress_thread_rule():
+    assert progress_drives_worker(2, 1, 2) and not progress_drives_worker(1, 1, 2)
+    assert not progress_drives_worker(2, 1, 16) and not progress_drives_worker(2, 1, None)
+    assert runnable_threads(1, True) == 1 and runnable_threads(2, False) == 3
+
+
+def test_threaded_engine_without_sharing_is_the_plain_one(graph):
+    # no latency (the plain engine holds the link for it, this one does not), a core per thread, a link per
+    # pair: the same step to the last task
+    g, d = prepare(graph, 2, "layer")
+    dur = durations(g)
+    plain = simulate_ranks(g, d, cpu_machine(1), NO_LATENCY, "lws", 1, durations=dur)
+    free = CoreSharing(cores=64, ranks=2, workers_per_rank=1, progress_drives_worker=False)
+    threaded = simulate_ranks(g, d, cpu_machine(1), NO_LATENCY, "lws", 1, durations=dur, sharing=free, nic="pair")
+    assert threaded.makespan == pytest.approx(plain.makespan, rel=1e-9)
+    assert np.allclose(threaded.start, plain.start) and np.array_equal(threaded.worker, plain.worker)
+
+
+def test_shared_cores_stretch_kernels_and_delay_messages(graph):
+    g, d = prepare(graph, 2, "layer")
+    dur = durations(g) * 50  # tasks of tens of microseconds to a few milliseconds
+    net = Network(latency_s=10e-6, bandwidth_Bps=1e9, message_s=20e-6)
+    free = CoreSharing(cores=64, ranks=2, workers_per_rank=1, progress_drives_worker=False)
+    shared = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=False, slice_s=1e-3)
+    a = simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=dur, sharing=free, nic="node")
+    b = simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=dur, sharing=shared, nic="node")
+    # a task's wall time is its duration where it fits in a slice, longer where it waits for the next one:
+    # on average the share (4 threads on 2 cores: 2x)
+    wall = b.end - b.start
+    assert np.all(wall >= dur[0] - 1e-12)
+    assert wall.sum() / dur.sum() == pytest.approx(shared.core_share, rel=0.15)
+    assert b.makespan > 1.5 * a.makespan
+    # a message is received no earlier than the receiving progress thread is on a core
+    m = b.messages
+    for dst, end in zip(m["dst"], m["end"]):
+        assert shared.next_on(shared.progress_thread(int(dst)), end - 1e-9) <= end + 1e-9
+
+
+def test_progress_thread_running_worker_0_polls_between_tasks(graph):
+    g, d = prepare(graph, 2, "layer")
+    dur = durations(g) * 50
+    net = Network(latency_s=10e-6, bandwidth_Bps=1e9, message_s=20e-6)
+    drives = CoreSharing(cores=64, ranks=2, workers_per_rank=1, progress_drives_worker=True)
+    res = simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=dur, sharing=drives, nic="node")
+    m = res.messages
+    # no message is received while its receiver's worker 0 runs a task: it waits for the task's end
+    for dst, end in zip(m["dst"], m["end"]):
+        on = res.task_rank == dst
+        running = (res.start[on] < end - 1e-12) & (res.end[on] > end + 1e-12)
+        assert not running.any()
+
+
+def test_messages_share_each_ranks_interfaces(graph):
+    g, d = prepare(graph, 4, "cyclic")
+    net = Network(latency_s=10e-6, bandwidth_Bps=2e8, message_s=30e-6)
+    res = simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=durations(g), nic="node")
+    m = res.messages
+    wire = m["start"] - cpu_machine(1).task_overhead  # when each message takes the wire
+    hold = net.message_s + m["bytes"] / net.bandwidth_Bps
+    for side in ("src", "dst"):  # one message at a time on each rank's outgoing and incoming interface
+        for r in range(4):
+            sel = np.flatnonzero(m[side] == r)
+            o = sel[np.argsort(wire[sel], kind="stable")]
+            assert np.all(wire[o][1:] >= wire[o][:-1] + hold[o][:-1] - 1e-12)
+    pair = simulate_ranks(g, d, cpu_machine(1), net, "lws", 1, durations=durations(g), nic="pair")
+    assert res.summary["bytes_moved"] == pair.summary["bytes_moved"] and res.summary["nic"] == "node"

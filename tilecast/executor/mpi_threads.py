@@ -1,0 +1,79 @@
+"""Which threads a StarPU-MPI rank keeps runnable, and the setting that gives it one fewer.
+
+Debian's StarPU 1.3.10 is built with ``STARPU_NON_BLOCKING_DRIVERS``: an idle
+CPU worker never sleeps, it spins (``_starpu_get_worker_task`` then
+``_starpu_exponential_backoff``, ``src/drivers/driver_common/driver_common.c``:
+``rep; nop`` loops, no system call). StarPU-MPI's progress thread
+(``_starpu_mpi_progress_thread_func``, ``mpi/src/mpi/starpu_mpi_mpi.c``) polls
+without sleeping while any request is posted, detached or waiting for its
+envelope, which on a rank that submits a whole step at once is the whole step.
+So a rank of ``W`` workers keeps ``W + 1`` threads runnable (its main thread
+too while it submits; then it sleeps in ``starpu_task_wait_for_all``).
+
+``STARPU_MPI_DRIVER_CALL_FREQUENCY > 0`` makes the progress thread run CPU
+worker 0 itself (``_starpu_mpi_driver_init``: the worker is a
+``not_launched_driver``; the progress loop calls ``starpu_driver_run_once``
+``STARPU_MPI_DRIVER_TASK_FREQUENCY`` times every that many polling rounds),
+so the rank keeps ``W`` threads runnable. The glue keeps that thread polling
+for the whole step (``c/starpu_mpi_glue.c``: the loop runs the driver only
+while a receive waits for its envelope). StarPU 1.3.10 has no polling sleep
+for the progress thread (``STARPU_MPI_POLLING_SLEEP`` is not read by it).
+
+:func:`progress_drives_worker` is the rule ``run --ranks`` applies and the
+forecast (:mod:`tilecast.loop.ranks_forecast`) models: the progress thread
+runs worker 0 when the ranks' workers and progress threads together would
+outnumber the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+#: polling rounds between two calls of the worker's driver, tasks per call (StarPU-MPI's variables)
+DRIVER_CALL_FREQUENCY = 1
+DRIVER_TASK_FREQUENCY = 1
+
+
+def progress_drives_worker(ranks_here: int, workers: int, cores: int | None) -> bool:
+    """Does each rank's progress thread run its worker 0 (``ranks_here`` ranks of ``workers`` workers on
+    ``cores`` cores; False when the core count is unknown)?"""
+    return bool(cores) and ranks_here * (workers + 1) > cores
+
+
+def runnable_threads(workers: int, drives: bool) -> int:
+    """Threads one rank keeps runnable through a step once it has submitted it (workers spin, the
+    progress thread polls; one fewer when it runs worker 0)."""
+    return workers if drives else workers + 1
+
+
+def set_mpi_threads(workers: int, ranks_here: int, cores: int | None = None) -> bool:
+    """Set StarPU-MPI's variables for :func:`progress_drives_worker` in this process's environment (before
+    StarPU starts); returns whether the progress thread runs worker 0."""
+    cores = os.cpu_count() if cores is None else cores
+    drives = progress_drives_worker(ranks_here, workers, cores)
+    if drives:
+        os.environ["STARPU_MPI_DRIVER_CALL_FREQUENCY"] = str(DRIVER_CALL_FREQUENCY)
+        os.environ["STARPU_MPI_DRIVER_TASK_FREQUENCY"] = str(DRIVER_TASK_FREQUENCY)
+    else:
+        os.environ.pop("STARPU_MPI_DRIVER_CALL_FREQUENCY", None)
+        os.environ.pop("STARPU_MPI_DRIVER_TASK_FREQUENCY", None)
+    return drives
+
+
+def runnable_others(samples: int = 20, every_s: float = 0.05) -> float:
+    """Threads of other work runnable on this machine now: ``procs_running`` of /proc/stat less the one
+    reading it, the median of ``samples`` readings ``every_s`` apart (0 where /proc/stat is unreadable).
+    The forecast's ``background`` (:class:`tilecast.simulator.ranks_threads.CoreSharing`)."""
+    got = []
+    for i in range(samples):
+        try:
+            with open("/proc/stat") as f:
+                got += [int(ln.split()[1]) - 1 for ln in f if ln.startswith("procs_running")]
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        if i + 1 < samples:
+            time.sleep(every_s)
+    return float(max(np.median(got), 0.0)) if got else 0.0

@@ -1,0 +1,249 @@
+"""The ranks' threads on the cores they share, and the network interfaces their messages share.
+
+:func:`tilecast.simulator.ranks.simulate_ranks` uses :class:`ThreadedRankEngine` when it is given a
+:class:`CoreSharing` or ``nic="node"``. Three rules, each after what StarPU 1.3.10 and Linux do:
+
+- **Time slices.** Every rank keeps its threads runnable through a step: its workers spin when idle
+  (``STARPU_NON_BLOCKING_DRIVERS``, ``_starpu_get_worker_task`` and ``_starpu_exponential_backoff`` in
+  ``src/drivers/driver_common/driver_common.c``) and its progress thread polls while a request is
+  pending (``_starpu_mpi_progress_thread_func``, ``mpi/src/mpi/starpu_mpi_mpi.c``), unless it runs
+  worker 0 itself (``STARPU_MPI_DRIVER_CALL_FREQUENCY``, :mod:`tilecast.executor.mpi_threads`). Where
+  these threads, with ``background`` threads of other work, outnumber the cores, the kernel's scheduler
+  runs them in turn, one slice each (Linux's EEVDF: ``sysctl_sched_base_slice``, 0.75 ms scaled by
+  1 + log2(cores), ``kernel/sched/fair.c``). A thread is on a core during its slice of every period
+  (``period = slice x threads / cores``); a rank's threads take consecutive slots of one core, and the
+  cores' turns are staggered (:meth:`CoreSharing.phase`). A task
+  runs only while its worker's thread is on (its time stretches over the others' slices).
+- **Polls.** A message leaves when the sender's progress thread is on and polls, and is received when
+  the receiver's is: the progress thread posts the send (``_starpu_mpi_handle_ready_request`` on its
+  ready list) and tests the envelope and the data (``_starpu_mpi_comm_test_recv``,
+  ``_starpu_mpi_test_detached_requests``). When that thread runs worker 0, it polls only between
+  that worker's tasks (``starpu_driver_run_once`` runs one task to its end), so a message waits for the
+  task running there to end.
+- **Network interfaces** (``nic="node"``): a rank's outgoing messages share its interface and its
+  incoming ones too (full duplex): a message holds the sender's outgoing and the receiver's incoming
+  interface for ``message_s + bytes / bandwidth``, in the order the messages leave; the latency is
+  not held (messages in flight overlap). ``nic="pair"`` keeps one link per pair of ranks, as
+  :mod:`tilecast.simulator.ranks` models without this engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tilecast.simulator.engine import Engine
+
+
+def default_slice_s(cores: int) -> float:
+    """Linux's base time slice on ``cores`` cores: 0.75 ms x (1 + log2(min(cores, 8))) (EEVDF's
+    ``sysctl_sched_base_slice`` with the default logarithmic scaling, ``get_update_sysctl_factor``)."""
+    return 0.75e-3 * (1 + int(math.log2(max(1, min(cores, 8)))))
+
+
+@dataclass(frozen=True)
+class CoreSharing:
+    """``ranks`` ranks of ``workers_per_rank`` workers (and a progress thread each, unless it runs worker 0)
+    and ``background`` other runnable threads on ``cores`` cores, in time slices of ``slice_s``."""
+
+    cores: int
+    ranks: int
+    workers_per_rank: int
+    progress_drives_worker: bool
+    background: float = 0.0
+    slice_s: float = 1.5e-3
+
+    def __post_init__(self):
+        if self.cores < 1:
+            raise ValueError(f"cores must be at least 1, got {self.cores}")
+        if not (self.background >= 0 and math.isfinite(self.background)):
+            raise ValueError(f"background must be a number of threads >= 0, got {self.background!r}")
+        if not self.slice_s > 0:
+            raise ValueError(f"slice_s must be positive, got {self.slice_s!r}")
+
+    @property
+    def threads_per_rank(self) -> int:
+        return self.workers_per_rank + (0 if self.progress_drives_worker else 1)
+
+    @property
+    def threads(self) -> int:
+        return self.ranks * self.threads_per_rank
+
+    @property
+    def slots(self) -> int:
+        """The ranks' threads per core."""
+        return -(-self.threads // self.cores)
+
+    @property
+    def period(self) -> float:
+        return self.slice_s * max(self.slots, (self.threads + self.background) / self.cores)
+
+    @property
+    def shared(self) -> bool:
+        return self.threads + self.background > self.cores
+
+    @property
+    def core_share(self) -> float:
+        """How much longer a kernel takes on average (1 when every thread has a core)."""
+        return self.period / self.slice_s if self.shared else 1.0
+
+    def worker_thread(self, rank: int, worker: int) -> int:
+        return rank * self.threads_per_rank + worker
+
+    def progress_thread(self, rank: int) -> int:
+        return rank * self.threads_per_rank + (0 if self.progress_drives_worker else self.workers_per_rank)
+
+    def phase(self, thread: int) -> float:
+        """When ``thread``'s slice starts in each period: the ranks' threads fill the slots of one core after
+        another (a rank's threads in consecutive slots), and the cores' turns are staggered over the period
+        (the kernel does not run the cores' threads in step)."""
+        return (thread % self.slots) * self.slice_s + (thread // self.slots) * self.period / self.cores
+
+    def _on(self, thread: int, t: float) -> tuple[float, float]:
+        """(the earliest time from ``t`` at which ``thread`` is on a core, how far into its slice that is)."""
+        p, s = self.period, self.slice_s
+        x = (t - self.phase(thread)) % p
+        return (t, x) if x < s else (t + (p - x), 0.0)
+
+    def next_on(self, thread: int, t: float) -> float:
+        """The earliest time from ``t`` at which ``thread`` is on a core."""
+        return self._on(thread, t)[0] if self.shared else t
+
+    def finish(self, thread: int, t: float, work: float) -> float:
+        """When ``thread``, starting at ``t``, has had ``work`` seconds on a core."""
+        if not self.shared or work <= 0.0:
+            return t + max(work, 0.0)
+        p, s = self.period, self.slice_s
+        t, x = self._on(thread, t)
+        left = s - x
+        if work <= left:
+            return t + work
+        work -= left
+        t += left + (p - s)  # the start of its next slice
+        full = math.ceil(work / s) - 1  # whole slices before the one it ends in
+        return t + full * p + (work - full * s)
+
+
+class ThreadedRankEngine(Engine):
+    """The one-node engine with the rules of this module for the rank simulation's tasks and messages.
+
+    ``worker_rank``: per worker, its rank (compute workers) or -1 (link workers); ``msg``: per task, its
+    message index or -1; ``msg_src``, ``msg_dst``, ``msg_bytes``: per message; ``network``:
+    :class:`tilecast.perfmodel.network.Network`; ``sharing``: :class:`CoreSharing` or None (a core per
+    thread); ``nic``: ``node`` or ``pair``.
+    """
+
+    def __init__(self, *args, worker_rank, msg, msg_src, msg_dst, msg_bytes, network, sharing=None,
+                 nic: str = "node", **kw):
+        if nic not in ("node", "pair"):
+            raise ValueError(f"nic must be 'node' or 'pair', got {nic!r}")
+        super().__init__(*args, **kw)
+        if self.memory is not None:
+            raise ValueError("the rank simulation models no memory nodes")
+        self.worker_rank = list(worker_rank)
+        self.msg = list(msg)
+        self.msg_src, self.msg_dst, self.msg_bytes = list(msg_src), list(msg_dst), list(msg_bytes)
+        self.net = network
+        self.sharing = sharing
+        self.nic = nic
+        ranks = max(self.worker_rank) + 1
+        wpr = sum(1 for r in self.worker_rank if r == 0)
+        self.first_worker = [r * wpr for r in range(ranks)]
+        self.local_index = [w - r * wpr if r >= 0 else -1 for w, r in enumerate(self.worker_rank)]
+        self.out_free = [0.0] * ranks
+        self.in_free = [0.0] * ranks
+        self.pair_free: dict = {}
+        self.current_end = [0.0] * self.n_workers  # the end of the task each worker runs (or ran last)
+
+    def _thread(self, w: int) -> int:
+        return self.sharing.worker_thread(self.worker_rank[w], self.local_index[w]) if self.sharing else 0
+
+    def _poll(self, rank: int, t: float) -> float:
+        """When ``rank``'s progress thread next polls, from ``t``."""
+        sh = self.sharing
+        if sh is None:
+            return t
+        if sh.progress_drives_worker:
+            w0 = self.first_worker[rank]
+            if self.busy[w0] and self.current_end[w0] > t:
+                t = self.current_end[w0]
+        return sh.next_on(sh.progress_thread(rank), t)
+
+    def _begin(self, w: int, t: int) -> None:
+        if self.msg[t] >= 0:
+            self._send(w, t)
+            return
+        env = self.env
+        now = env._now
+        begin = now if now >= self.sched_free else self.sched_free
+        if self.hold[w] > begin:
+            begin = self.hold[w]
+        d = self.duration[self.worker_kind[w]][t]
+        if begin < self.submit_end:
+            d = d * self.submit_stretch
+        if self.sharing is not None:
+            th = self._thread(w)
+            begin = self.sharing.finish(th, begin, self.overhead)
+            begin = self.sharing.next_on(th, begin) if d > 0 else begin
+            end = self.sharing.finish(th, begin, d)
+        else:
+            begin = begin + self.overhead
+            end = begin + d
+        if self._started is not None:
+            self._started(t, w, begin)
+        self.busy[w] = True
+        self.idle.discard(w)
+        self.start[t], self.end[t], self.where[t] = begin, end, w
+        self.current_end[w] = end
+        env.timeout(end - now, t).callbacks.append(self._finish)
+
+    def _send(self, w: int, t: int) -> None:
+        env = self.env
+        now = env._now
+        k = self.msg[t]
+        src, dst = self.msg_src[k], self.msg_dst[k]
+        net = self.net
+        hold = net.message_s + self.msg_bytes[k] / net.bandwidth_Bps
+        leave = self._poll(src, now)
+        if self.nic == "node":
+            wire = max(leave, self.out_free[src], self.in_free[dst])
+            self.out_free[src] = self.in_free[dst] = wire + hold
+        else:
+            wire = max(leave, self.pair_free.get((src, dst), 0.0))
+            self.pair_free[(src, dst)] = wire + hold
+        arrive = wire + hold + net.latency_s
+        self.busy[w] = True
+        self.idle.discard(w)
+        # start: when it takes the wire, plus the per-task cost the rank summary takes off every message
+        self.start[t], self.end[t], self.where[t] = wire + self.overhead, arrive, w
+        env.timeout(arrive - now, t).callbacks.append(self._arrived)
+        env.timeout(wire + hold - now).callbacks.append(lambda ev, w=w: self._link_free(w))
+
+    def _arrived(self, ev) -> None:
+        """The message is there: it is received when the receiver's progress thread next polls."""
+        t = ev._value
+        now = self.env._now
+        done = self._poll(self.msg_dst[self.msg[t]], now)
+        self.end[t] = done
+        if done > now:
+            self.env.timeout(done - now, t).callbacks.append(self._received)
+        else:
+            self._received(ev)
+
+    def _link_free(self, w: int) -> None:
+        self.busy[w] = False
+        self.idle.add(w)
+        nxt = self.policy.pop(w)
+        if nxt >= 0:
+            self._begin(w, nxt)
+
+    def _received(self, ev) -> None:
+        t = ev._value
+        self.n_done += 1
+        push = self.policy.push
+        missing = self.missing
+        by = self.where[t]
+        for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
+            missing[s] -= 1
+            if missing[s] == 0:
+                push(s, by)
