@@ -138,11 +138,17 @@ def test_interrupted_save_keeps_the_previous_checkpoint(saved, monkeypatch):
     path, s = saved
     before = open(path, "rb").read()
 
-    def interrupted(f, **arrays):
-        f.write(b"PK partial")
-        raise KeyboardInterrupt
+    written = []
+    write_array = ckpt.np.lib.format.write_array
 
-    monkeypatch.setattr(ckpt.np, "savez", interrupted)
+    def interrupted(f, a, **kw):  # the first array written, then Ctrl-C in the middle of the second
+        if written:
+            f.write(b"\x93NUMPY partial")
+            raise KeyboardInterrupt
+        written.append(a.shape)
+        write_array(f, a, **kw)
+
+    monkeypatch.setattr(ckpt.np.lib.format, "write_array", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(path, **dict(s, step=18))
     assert open(path, "rb").read() == before

@@ -110,7 +110,7 @@ def _start(*args):
 
 
 def test_a_rank_that_dies_ends_every_process():
-    proc = _start("--steps", "200")
+    proc = _start("--steps", "100000")  # still running when a rank is killed 3 s in
     try:
         ranks = []
         deadline = time.time() + 60
