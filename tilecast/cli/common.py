@@ -196,12 +196,10 @@ def check_model(spec, batch: int, seq: int) -> ModelConfig:
         cfg = (spec if isinstance(spec, ModelConfig) else load_model(spec)).check_tiled()
     except ModelConfigError as e:
         raise UsageError(as_flags(str(e))) from None
-    if batch < 1:
-        raise UsageError(f"--batch must be at least 1, got {batch}")
-    if seq < 1:
-        raise UsageError(f"--seq must be at least 1, got {seq}")
-    if seq > cfg.n_positions:
-        raise UsageError(f"--seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+    try:
+        cfg.check_batch_seq(batch, seq)
+    except FieldError as e:
+        raise UsageError(as_flags(str(e))) from None
     return cfg
 
 

@@ -383,12 +383,7 @@ class _Step:
 
 
 def _check_shape(cfg: ModelConfig, batch: int, seq: int, dtype) -> np.dtype:
-    if batch < 1:
-        raise FieldError(f"batch must be at least 1, got {batch}")
-    if seq < 1:
-        raise FieldError(f"seq must be at least 1, got {seq}")
-    if seq > cfg.n_positions:
-        raise FieldError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
+    cfg.check_batch_seq(batch, seq)
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise FieldError(f"dtype must be float32 or float64, got {dtype}")

@@ -203,6 +203,17 @@ class ModelConfig:
                     f"{self.n_embd}), which the tile graphs do not build; tilecast whatif models it")
         return None
 
+    def check_batch_seq(self, batch: int, seq: int) -> None:
+        """FieldError unless ``batch`` and ``seq`` are positive and ``seq`` fits the model's positions."""
+        from tilecast.errors import FieldError
+
+        if batch < 1:
+            raise FieldError(f"batch must be at least 1, got {batch}")
+        if seq < 1:
+            raise FieldError(f"seq must be at least 1, got {seq}")
+        if seq > self.n_positions:
+            raise FieldError(f"seq {seq} exceeds the model's n_positions ({self.n_positions})")
+
     def numeric_error(self) -> str | None:
         """Why the tile kernels cannot train this model as transformers would (one line), or None.
 
