@@ -60,10 +60,7 @@ TC_KERNEL(gelu)
     const int64_t n = TC_I(p[0]);
     for (int64_t c0 = 0; c0 < n; c0 += TC_CHUNK) { /* prefetching ahead, as ce_grad does */
         const int64_t c1 = c0 + TC_CHUNK < n ? c0 + TC_CHUNK : n;
-        for (int64_t q = c0 + TC_AHEAD; q < c1 + TC_AHEAD; q += 16) {
-            __builtin_prefetch(x + q, 0);
-            __builtin_prefetch(y + q, 1);
-        }
+        tc_prefetch_ahead(x, y, c0, c1);
         for (int64_t i = c0; i < c1; i++) {
             const float v = x[i];
             y[i] = (0.5f * v) * (1.0f + tc_tanhf(GELU_C * (v + GELU_A * v * v * v)));
@@ -80,10 +77,7 @@ TC_KERNEL(gelu_bwd)
     const float a3 = 3.0f * GELU_A;
     for (int64_t c0 = 0; c0 < n; c0 += TC_CHUNK) { /* prefetching ahead, as ce_grad does */
         const int64_t c1 = c0 + TC_CHUNK < n ? c0 + TC_CHUNK : n;
-        for (int64_t q = c0 + TC_AHEAD; q < c1 + TC_AHEAD; q += 16) {
-            __builtin_prefetch(x + q, 0);
-            __builtin_prefetch(dy + q, 1);
-        }
+        tc_prefetch_ahead(x, dy, c0, c1);
         for (int64_t i = c0; i < c1; i++) {
             const float v = x[i];
             const float t = tc_tanhf(GELU_C * (v + GELU_A * v * v * v));

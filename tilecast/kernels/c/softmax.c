@@ -14,8 +14,7 @@ TC_KERNEL(softmax_stats)
     for (int64_t r = 0; r < rows; r++) {
         const float *row = s + r * cols;
         /* The tile comes from memory: ask for the lines TC_AHEAD floats on (as ce_grad does). */
-        for (int64_t q = TC_AHEAD; q < cols + TC_AHEAD; q += 16)
-            __builtin_prefetch(row + q, 0);
+        tc_prefetch_ahead(row, NULL, 0, cols);
         int nan;
         float m_tile = tc_max_nan(row, cols, &nan);
         if (nan)

@@ -82,4 +82,14 @@ void tc_colsum(const float *x, int64_t rows, int64_t cols, float *out, int accum
 #define TC_CHUNK 512
 #define TC_AHEAD 2048
 
+/* Prefetch the lines TC_AHEAD floats past [c0, c1) of r (to be read) and, unless NULL, of w (to be written). */
+static inline void tc_prefetch_ahead(const float *r, const float *w, int64_t c0, int64_t c1)
+{
+    for (int64_t q = c0 + TC_AHEAD; q < c1 + TC_AHEAD; q += 16) {
+        __builtin_prefetch(r + q, 0);
+        if (w)
+            __builtin_prefetch(w + q, 1);
+    }
+}
+
 #endif
