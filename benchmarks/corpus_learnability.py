@@ -3,8 +3,8 @@
 Answers, for sizing ``tilecast train``: which model shape, batch and step count
 take the validation loss from ln 256 ~ 5.5 below 2.0 within a time budget on
 this machine. Trains transformers' GPT2LMHeadModel (float32, AdamW) on
-:class:`~tilecast.executor.data.BatchSampler` batches and evaluates on fixed
-:func:`~tilecast.executor.data.validation_batches`.
+:class:`~tilecast.data.corpus.BatchSampler` batches and evaluates on fixed
+:func:`~tilecast.data.corpus.validation_batches`.
 
     python3 benchmarks/corpus_learnability.py --model '{"n_layer":4,"n_embd":128,"n_head":4,"vocab_size":256,"n_positions":128}' \
         --batch 16 --seq 128 --minutes 3 --threads 1
@@ -41,7 +41,7 @@ def main() -> int:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from tilecast.executor.data import BatchSampler, load_corpus, validation_batches
+    from tilecast.data.corpus import BatchSampler, load_corpus, validation_batches
     from tilecast.graph.model_config import load_model
 
     torch.set_num_threads(args.threads)

@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from tilecast.executor.starpu_run import StarPUTraining
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_gpt2_params
+from tilecast.reference.step import TrainState, init_gpt2_params
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
 from tilecast.graph.model_config import ModelConfig

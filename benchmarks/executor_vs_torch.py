@@ -61,7 +61,7 @@ import numpy as np
 
 from tilecast.executor.starpu_run import StarPUTraining
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_params
+from tilecast.reference.step import TrainState, init_params
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig
 from tilecast.graph.model_config import load_model
@@ -107,7 +107,7 @@ def torch_stepper(cfg, batch, seq, threads, data):
 
     torch.set_num_threads(threads)
     if cfg.family == "llama":
-        from tilecast.executor.verify import hf_model
+        from tilecast.reference.verify import hf_model
 
         model = hf_model(cfg, 0)  # LlamaForCausalLM, eager attention, float32, training mode
     else:

@@ -26,7 +26,7 @@ import numpy as np
 
 from tilecast.executor.sample_graphs import tiled_matmul_gelu
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model

@@ -7,9 +7,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from tilecast.executor import checkpoint as ckpt
-from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tilecast.executor.data import BatchSampler
+from tilecast.data import checkpoint as ckpt
+from tilecast.data.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tilecast.data.corpus import BatchSampler
 from tilecast.graph.model_config import load_model
 from tilecast.graph.tiling import Tiling
 

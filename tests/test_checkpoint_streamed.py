@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tilecast.executor.checkpoint import (CheckpointError, checkpoint_arrays, load_checkpoint, save_checkpoint,
+from tilecast.data.checkpoint import (CheckpointError, checkpoint_arrays, load_checkpoint, save_checkpoint,
                                           verify_checkpoint, write_checkpoint)
 
 SHAPES = {"a": (512, 1024), "b": (1024, 512), "c": (256, 2048)}  # 2 MiB of float32 each

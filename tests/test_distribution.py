@@ -135,7 +135,7 @@ def test_graph_cli_bad_ranks_one_line(args, flag):
 def test_data_partial_gradients_same_step_less_traffic():
     """The data distribution's rewrite (per-rank partial gradients summed on the owner) computes the same step
     (float64 reference, GPT-2 and Llama), and moves less than owner-computes on the graph as built."""
-    from tilecast.executor.step import TrainState, init_params, reference_step
+    from tilecast.reference.step import TrainState, init_params, reference_step
 
     for shape in ('{"n_layer":2,"n_embd":32,"n_head":2,"vocab_size":64,"n_positions":32}',
                   '{"family":"llama","n_layer":1,"n_embd":32,"n_head":4,"n_kv_head":2,"vocab_size":64,'

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from tilecast.executor.reference import run_reference
-from tilecast.executor.step import TrainState, init_gpt2_params, reference_step
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.run import run_reference
+from tilecast.reference.step import TrainState, init_gpt2_params, reference_step
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_forward, build_gpt2_step, gpt2_parameters
 from tilecast.graph.model_config import load_model

@@ -30,7 +30,7 @@ def test_every_store_lives_in_the_one_home(monkeypatch, tmp_path):
 
 
 def test_corpus_cache_honours_tilecast_home(monkeypatch, tmp_path):
-    from tilecast.executor import data
+    from tilecast.data import corpus as data
 
     root = tmp_path / "lib"
     (root / "pkg").mkdir(parents=True)
@@ -81,6 +81,8 @@ def test_executor_fingerprint_covers_every_executor_file():
 
     pkg = Path(tilecast.__file__).parent
     files = set(executor_files())
-    on_disk = {p.relative_to(pkg).as_posix() for p in (pkg / "executor").rglob("*")
+    on_disk = {p.relative_to(pkg).as_posix() for package in ("executor", "reference")
+               for p in (pkg / package).rglob("*")
                if p.suffix in (".py", ".c", ".h") and "__pycache__" not in p.parts}
     assert on_disk <= files and "executor/c/starpu_glue.c" in files and "trace.py" in files
+    assert "reference/tiles.py" in files and "reference/step.py" in files

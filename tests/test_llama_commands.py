@@ -107,7 +107,7 @@ def test_rope_scaling_is_refused_by_the_commands_that_train(command, tmp_path, c
 
 
 def test_rope_scaling_is_refused_by_the_library_too():
-    from tilecast.executor.step import init_params
+    from tilecast.reference.step import init_params
     from tilecast.graph.model_config import ModelConfigError
 
     cfg = load_model("llama-tiny")

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from tilecast.cli import main
-from tilecast.executor.checkpoint import load_checkpoint
+from tilecast.data.checkpoint import load_checkpoint
 from tilecast.executor.managed_tiles import ManagedTileStore
 from tilecast.executor.memory_limit import (MIB, MemoryLimit, MemoryLimitError, minimum_bytes, parse_size,
                                             tile_bytes)
 from tilecast.executor.starpu_run import StarPUTraining, run_steps
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_params
-from tilecast.executor.training import TrainOptions, train
+from tilecast.reference.step import TrainState, init_params
+from tilecast.training.loop import TrainOptions, train
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, adam_names, grad_name
 from tilecast.graph.model_config import load_model

@@ -3,7 +3,7 @@
 import numpy as np
 
 from tilecast.executor.mpi_rank import own_tiles
-from tilecast.executor.step import TrainState, init_params, load_step
+from tilecast.reference.step import TrainState, init_params, load_step
 from tilecast.graph import Tiling
 from tilecast.graph.distribution import prepare
 from tilecast.graph.model_config import load_model

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tilecast.executor.step import TrainState, init_params, reference_step
+from tilecast.reference.step import TrainState, init_params, reference_step
 from tilecast.graph import Tiling
 from tilecast.graph.analysis import live_memory
 from tilecast.graph.model_config import load_model

@@ -65,7 +65,7 @@ def test_starpu_run_with_full_recompute_matches_the_run_without(capsys):
 
 
 def test_training_with_full_recompute_repeats_the_losses(capsys):
-    from tilecast.executor.training import TrainOptions, train
+    from tilecast.training.loop import TrainOptions, train
     from tilecast.graph import Tiling
     from tilecast.graph.model_config import load_model
 

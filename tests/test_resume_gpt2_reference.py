@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from tilecast.executor.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tilecast.executor.data import BatchSampler, load_corpus
-from tilecast.executor.step import TrainState, init_gpt2_params, reference_step
+from tilecast.data.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tilecast.data.corpus import BatchSampler, load_corpus
+from tilecast.reference.step import TrainState, init_gpt2_params, reference_step
 from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model
 from tilecast.graph.tiling import Tiling

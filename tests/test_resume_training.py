@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from tilecast.executor.checkpoint import load_checkpoint, save_checkpoint
-from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
+from tilecast.data.checkpoint import load_checkpoint, save_checkpoint
+from tilecast.data.corpus import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
 from tilecast.kernels import get
 
 MODEL = {"kind": "bigram", "vocab_size": VOCAB_SIZE}

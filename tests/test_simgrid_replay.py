@@ -84,7 +84,7 @@ def test_simgrid_replays_a_serial_run_from_the_history(graph):
                     "builds it); the replay itself is not exercised")
     from tilecast.executor.simgrid_replay import simgrid_makespans, starpu_hostname
     from tilecast.executor.starpu_session import StarPUSession, starpu_home
-    from tilecast.executor.tiles import TileStore
+    from tilecast.reference.tiles import TileStore
     from tilecast.perfmodel.starpu_history import history_files, read_history
 
     store = TileStore(graph)

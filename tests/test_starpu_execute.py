@@ -5,7 +5,7 @@ import pytest
 
 from tilecast.executor.sample_graphs import reference_matmul_gelu, tiled_matmul_gelu
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.kernels import all_kernels
 from tilecast.trace import validate
 

@@ -5,7 +5,7 @@ max|b|, the tolerances of ``tilecast verify``). AdamW runs with eps = 1e-6
 here: at torch's default 1e-8, an element whose gradient is near eps moves by
 lr * g / (|g| + eps), which turns last-bit differences of two correct float32
 gradients into parameter differences above 1e-4 (see
-tilecast/executor/verify.py); at 1e-6 the update is well conditioned and any
+tilecast/reference/verify.py); at 1e-6 the update is well conditioned and any
 real difference still shows.
 """
 
@@ -14,8 +14,8 @@ import pytest
 
 from tilecast.executor.starpu_step import starpu_step
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_gpt2_params, reference_step
-from tilecast.executor.verify import TOLERANCES, rel_err
+from tilecast.reference.step import TrainState, init_gpt2_params, reference_step
+from tilecast.reference.verify import TOLERANCES, rel_err
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
 from tilecast.graph.model_config import load_model

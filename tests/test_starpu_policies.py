@@ -11,7 +11,7 @@ import pytest
 from sim_machines import cpu_machine
 
 from tilecast.executor.starpu_session import StarPUSession, policies
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import GraphBuilder, Tiling
 from tilecast.graph.priorities import PRIORITY_RANGE, priority_range, starpu_priorities
 from tilecast.simulator.simulate import POLICIES, simulate, task_priorities

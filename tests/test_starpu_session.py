@@ -13,7 +13,7 @@ import pytest
 
 from tilecast.executor.sample_graphs import tiled_matmul_gelu
 from tilecast.executor.starpu_session import StarPUSession, max_workers, policies
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_ctrl_c_during_execution_stops_cleanly():
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from tilecast.executor.sample_graphs import tiled_matmul_gelu
         from tilecast.executor.starpu_session import StarPUSession
-        from tilecast.executor.tiles import TileStore
+        from tilecast.reference.tiles import TileStore
         g = tiled_matmul_gelu(1536, 1536, 1536, 256)
         store = TileStore(g); store.allocate_all()
         for b in store.buffers: b[:] = 0.01
@@ -148,7 +148,7 @@ def test_every_offered_scheduler_runs_a_graph_correctly():
         import numpy as np
         from tilecast.executor.sample_graphs import reference_matmul_gelu, tiled_matmul_gelu
         from tilecast.executor.starpu_session import StarPUSession, policies
-        from tilecast.executor.tiles import TileStore
+        from tilecast.reference.tiles import TileStore
         g = tiled_matmul_gelu(40, 24, 30, 16)
         rng = np.random.default_rng(0)
         a = rng.standard_normal((40, 24)).astype(np.float32)

@@ -7,10 +7,10 @@ lr 1e-3): the loss must agree at every step to 1e-4 relative.
 import numpy as np
 import pytest
 
-from tilecast.executor.hf_mapping import from_hf
+from tilecast.reference.hf_mapping import from_hf
 from tilecast.executor.starpu_run import StarPUTraining
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState
+from tilecast.reference.step import TrainState
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig, build_gpt2_step
 from tilecast.graph.model_config import load_model
@@ -22,7 +22,7 @@ STEPS, BATCH, SEQ = 20, 4, 32
 
 
 def test_twenty_steps_track_transformers():
-    from tilecast.executor.verify import hf_model
+    from tilecast.reference.verify import hf_model
 
     cfg = load_model("gpt2-tiny")
     torch.set_num_threads(1)

@@ -4,8 +4,8 @@ import numpy as np
 
 from tilecast.executor.starpu_run import StarPUTraining, run_steps
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import TrainState, init_gpt2_params
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.step import TrainState, init_gpt2_params
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import GraphBuilder, Tiling
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tilecast.cli import main
-from tilecast.executor.checkpoint import load_checkpoint
-from tilecast.executor.training import TrainOptions, train
+from tilecast.data.checkpoint import load_checkpoint
+from tilecast.training.loop import TrainOptions, train
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import model_parameters

@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the numeric reference needs torch")
 pytest.importorskip("transformers", reason="the numeric reference needs transformers")
 
-from tilecast.executor.data import BatchSampler, load_corpus, validation_batches  # noqa: E402
-from tilecast.executor.training import TrainOptions, train  # noqa: E402
-from tilecast.executor import hf_mapping, hf_mapping_llama  # noqa: E402
-from tilecast.executor.verify import hf_model  # noqa: E402
+from tilecast.data.corpus import BatchSampler, load_corpus, validation_batches  # noqa: E402
+from tilecast.training.loop import TrainOptions, train  # noqa: E402
+from tilecast.reference import hf_mapping, hf_mapping_llama  # noqa: E402
+from tilecast.reference.verify import hf_model  # noqa: E402
 from tilecast.graph import Tiling  # noqa: E402
 from tilecast.graph.gpt2 import AdamWConfig  # noqa: E402
 from tilecast.graph.model_config import load_model  # noqa: E402

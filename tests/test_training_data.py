@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tilecast.executor.data import (VOCAB_SIZE, BatchSampler, DataError, load_corpus, stdlib_files,
+from tilecast.data.corpus import (VOCAB_SIZE, BatchSampler, DataError, load_corpus, stdlib_files,
                                     stdlib_root, validation_batches)
 
 

@@ -10,7 +10,7 @@ from tilecast.graph.model_config import load_model
 pytest.importorskip("torch", reason="torch is the numeric reference; install tilecast[test]")
 pytest.importorskip("transformers", reason="transformers is the numeric reference; install tilecast[test]")
 
-from tilecast.executor.verify import TOLERANCES, verify  # noqa: E402
+from tilecast.reference.verify import TOLERANCES, verify  # noqa: E402
 
 # Odd head count, prime sequence length, vocabulary a multiple of no tile size used.
 ODD = '{"n_layer": 2, "n_embd": 30, "n_head": 3, "vocab_size": 101, "n_positions": 32}'

@@ -10,7 +10,7 @@ from tilecast.graph.model_config import load_model
 pytest.importorskip("torch", reason="torch is the numeric reference; install tilecast[test]")
 pytest.importorskip("transformers", reason="transformers is the numeric reference; install tilecast[test]")
 
-from tilecast.executor.verify import TOLERANCES, verify  # noqa: E402
+from tilecast.reference.verify import TOLERANCES, verify  # noqa: E402
 
 # 6 query heads in 3 groups of 2, head size 6, an inner size and a vocabulary that no tile divides.
 ODD = ('{"family": "llama", "n_layer": 2, "n_embd": 36, "n_head": 6, "n_kv_head": 3, "intermediate_size": 50, '

@@ -60,11 +60,11 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from tilecast.executor.checkpoint import CheckpointError
-    from tilecast.executor.data import DataError
+    from tilecast.data.checkpoint import CheckpointError
+    from tilecast.data.corpus import DataError
     from tilecast.executor.memory_limit import MemoryLimitError
     from tilecast.executor.starpu_session import StarPUError
-    from tilecast.executor.training import TrainOptions, TrainingError, train
+    from tilecast.training.loop import TrainOptions, TrainingError, train
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)

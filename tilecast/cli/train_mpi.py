@@ -21,9 +21,9 @@ def add_train_rank_args(p) -> None:
 
 def run_train_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     from tilecast.cli.ranks_table import distribute_args
-    from tilecast.executor.checkpoint import CheckpointError
-    from tilecast.executor.data import VOCAB_SIZE, DataError, load_corpus
-    from tilecast.executor.mpi_checkpoint import read_manifest
+    from tilecast.data.checkpoint import CheckpointError
+    from tilecast.data.corpus import VOCAB_SIZE, DataError, load_corpus
+    from tilecast.data.mpi_checkpoint import read_manifest
     from tilecast.executor.mpi_launch import MPIRunError, run_mpi
     from tilecast.graph.models import build_step
     from tilecast.kernels.native_build import NativeUnavailable

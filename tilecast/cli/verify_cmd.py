@@ -30,7 +30,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from tilecast.errors import FieldError
-    from tilecast.executor.verify import TOLERANCES, ReferenceUnavailable, verify
+    from tilecast.reference.verify import TOLERANCES, ReferenceUnavailable, verify
     from tilecast.graph import TilingError
     from tilecast.graph.model_config import ModelConfigError
 

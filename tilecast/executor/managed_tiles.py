@@ -1,6 +1,6 @@
 """Tiles whose memory StarPU owns: registered with home node -1, so that StarPU may evict them.
 
-A :class:`~tilecast.executor.tiles.TileStore` keeps each tile in a numpy
+A :class:`~tilecast.reference.tiles.TileStore` keeps each tile in a numpy
 array registered in place: StarPU can never move such a tile out of main
 memory, since its home is that array. A :class:`ManagedTileStore` registers
 every tile with no home (StarPU allocates it on first use, as NNTile does); the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilecast.executor.starpu_native import glue
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 
 
 class ManagedTileStore(TileStore):

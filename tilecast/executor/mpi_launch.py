@@ -167,7 +167,7 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
         worker[f["task"]] = f["worker"]
     store = None
     if want_snapshot:
-        from tilecast.executor.tiles import TileStore
+        from tilecast.reference.tiles import TileStore
 
         store = TileStore(graph)
         for f in files:
@@ -188,7 +188,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ``train``: batches from the byte corpus instead of random tokens, and checkpoints
-    (:mod:`tilecast.executor.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
+    (:mod:`tilecast.data.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
     ``settings`` (what a resumed checkpoint must match). ``progress``: ``auto`` lets StarPU-MPI's progress
     thread run worker 0 where the ranks' threads would outnumber the cores, ``own`` always gives it a
     thread of its own (:mod:`tilecast.executor.mpi_threads`).
@@ -307,7 +307,7 @@ def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:
     the numpy reference execution of ``graph``, the step as built (before a distribution rewrote it), with
     the tolerances of ``tilecast run --check`` (tilecast.executor.starpu_run.check_step)."""
     from tilecast.executor.starpu_run import adamw_expected, check_step
-    from tilecast.executor.step import TrainState, init_params, reference_step
+    from tilecast.reference.step import TrainState, init_params, reference_step
     from tilecast.graph.gpt2 import grad_name
 
     params = init_params(cfg, seed)

@@ -82,8 +82,8 @@ def _batches(spec: dict, cfg, steps: int, train):
         data = np.random.default_rng(spec["seed"]).integers(0, cfg.vocab_size,
                                                             size=(steps, spec["batch"], spec["seq"] + 1))
         return [(data[t, :, :-1], data[t, :, 1:]) for t in range(steps)], None, 0
-    from tilecast.executor.data import BatchSampler, load_corpus
-    from tilecast.executor.mpi_checkpoint import read_manifest
+    from tilecast.data.corpus import BatchSampler, load_corpus
+    from tilecast.data.mpi_checkpoint import read_manifest
 
     sampler = BatchSampler(load_corpus().train, spec["batch"], spec["seq"], seed=spec["seed"])
     start = 0
@@ -100,14 +100,14 @@ def _batches(spec: dict, cfg, steps: int, train):
 
 
 def _checkpoint(lib, train, graph, store, owner, me, size, step, sampler_state) -> None:
-    """Every rank its shard, then rank 0 the manifest, then the old shards go (tilecast.executor.mpi_checkpoint)."""
-    from tilecast.executor.mpi_checkpoint import remove_old_shards, save_shard, write_manifest
+    """Every rank its shard, then rank 0 the manifest, then the old shards go (tilecast.data.mpi_checkpoint)."""
+    from tilecast.data.mpi_checkpoint import remove_old_shards, save_shard, write_manifest
 
     folder = train["folder"]
     entry = save_shard(folder, me, step, graph, store, owner)
     lib.tcsm_barrier()
     if me == 0:
-        from tilecast.executor.mpi_checkpoint import SHARD, _digest
+        from tilecast.data.mpi_checkpoint import SHARD, _digest
 
         shards = []
         for r in range(size):
@@ -128,7 +128,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     from tilecast.executor.mpi_native import mpi_glue
     from tilecast.executor.starpu_execute import _graph_arrays
     from tilecast.executor.starpu_session import starpu_home
-    from tilecast.executor.step import TrainState, init_params, load_step, set_batch
+    from tilecast.reference.step import TrainState, init_params, load_step, set_batch
     from tilecast.graph.distribution import prepare
     from tilecast.graph.gpt2 import AdamWConfig
     from tilecast.graph.model_config import load_model
@@ -168,7 +168,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     if size != ranks:
         raise RuntimeError(f"started with {size} MPI processes, the run asks for {ranks} ranks")
     if train and train.get("resume"):
-        from tilecast.executor.mpi_checkpoint import load_shard, read_manifest
+        from tilecast.data.mpi_checkpoint import load_shard, read_manifest
 
         load_shard(train["folder"], read_manifest(train["folder"]), me, graph, store, owner)
     set_batch(graph, store, *batches[0], done + 1)

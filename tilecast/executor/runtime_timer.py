@@ -91,7 +91,7 @@ def time_in_runtime(cases, repeats, session, progress=None) -> tuple[np.ndarray,
     with the number of cases done after each graph. Cases that cannot run
     (see :func:`runnable`) get NaN.
     """
-    from tilecast.executor.tiles import TileStore
+    from tilecast.reference.tiles import TileStore
 
     n = len(cases)
     med, mad = np.full(n, np.nan), np.full(n, np.nan)

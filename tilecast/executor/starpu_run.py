@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.executor.starpu_session import StarPUSession
-from tilecast.executor.step import (TrainState, init_params, load_initial, load_step, reference_step, set_batch,
+from tilecast.reference.step import (TrainState, init_params, load_initial, load_step, reference_step, set_batch,
                                     step_loss)
-from tilecast.executor.verify import TOLERANCES, rel_err
+from tilecast.reference.verify import TOLERANCES, rel_err
 from tilecast.graph.gpt2 import AdamWConfig, grad_name
 from tilecast.graph.models import build_step
 from tilecast.kernels import get
@@ -119,7 +119,7 @@ class StarPUTraining:
 
     def __init__(self, session, graph, state: TrainState | tuple, data: np.ndarray):
         """``state``: a TrainState, or (cfg, seed) for the initial state streamed into StarPU-managed tiles
-        one parameter at a time (:func:`~tilecast.executor.step.load_initial`; under a memory limit)."""
+        one parameter at a time (:func:`~tilecast.reference.step.load_initial`; under a memory limit)."""
         self.session, self.graph, self.data = session, graph, data
         store = session_store(session, graph)
         if isinstance(state, tuple):

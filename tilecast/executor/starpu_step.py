@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilecast.executor.step import StepResult, TrainState, finish_step, load_step
+from tilecast.reference.step import StepResult, TrainState, finish_step, load_step
 
 
 def starpu_step(session, graph, state: TrainState, ids, targets, want_grads: bool = True):

@@ -35,7 +35,8 @@ from tilecast.home import home
 FORMAT = 7  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
-# StarPU glue included, and the trace schema): a change to any of them invalidates stored fits.
+# StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
+# states through, and the trace schema): a change to any of them invalidates stored fits.
 EXECUTOR_SUFFIXES = (".py", ".c", ".h")
 _PACKAGE = Path(__file__).resolve().parent.parent
 PROBES = (("gpt2-tiny", 2, 32, "256"), ("gpt2-tiny", 4, 64, "64"), ("gpt2-tiny", 4, 64, "32"),
@@ -197,7 +198,8 @@ def executor_files() -> list[str]:
     """The files :func:`executor_fingerprint` hashes, relative to the tilecast package: found, not listed, so a
     file added to the executor cannot be left out."""
     root = _PACKAGE
-    found = [p.relative_to(root).as_posix() for p in (root / "executor").rglob("*")
+    found = [p.relative_to(root).as_posix() for package in ("executor", "reference")
+             for p in (root / package).rglob("*")
              if p.suffix in EXECUTOR_SUFFIXES and p.is_file() and "__pycache__" not in p.parts]
     return sorted(found) + ["trace.py"]
 
@@ -270,7 +272,7 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
     """
     from tilecast.executor.starpu_run import StarPUTraining
     from tilecast.executor.starpu_session import StarPUSession
-    from tilecast.executor.step import TrainState, init_params, restore_built_step
+    from tilecast.reference.step import TrainState, init_params, restore_built_step
 
     out = []
     with StarPUSession(sched, workers) as session:

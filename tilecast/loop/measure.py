@@ -75,7 +75,7 @@ def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None)
     """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result,
     whose ``traces`` are those of its last ``TRACED_PER_ROUND`` timed steps)."""
     from tilecast.executor.starpu_run import run_steps
-    from tilecast.executor.step import restore_built_step
+    from tilecast.reference.step import restore_built_step
 
     res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
                     warmup + steps, seed=seed, progress=progress,

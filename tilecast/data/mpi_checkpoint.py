@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tilecast.atomic_file import atomic_write
-from tilecast.executor.checkpoint import CheckpointError
+from tilecast.data.checkpoint import CheckpointError
 
 FORMAT = "tilecast-mpi-checkpoint"
 MANIFEST = "manifest.json"

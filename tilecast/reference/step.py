@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import Graph
 from tilecast.graph.gpt2 import adam_names, gpt2_parameters, grad_name
 from tilecast.graph.model_config import ModelConfig
@@ -157,7 +157,7 @@ def finish_step(graph: Graph, store: TileStore, state: TrainState, want_grads: b
 
 def reference_step(graph: Graph, state: TrainState, ids, targets, want_grads: bool = True) -> StepResult:
     """One training step with the sequential numpy reference executor."""
-    from tilecast.executor.reference import run_reference
+    from tilecast.reference.run import run_reference
 
     store = load_step(graph, state, ids, targets)
     run_reference(graph, store)

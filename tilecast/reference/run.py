@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.tiles import TileStore
 from tilecast.graph import Graph
 from tilecast.kernels import all_kernels
 

@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tilecast.executor.checkpoint import (CheckpointError, checkpoint_arrays, load_checkpoint, verify_checkpoint,
+from tilecast.data.checkpoint import (CheckpointError, checkpoint_arrays, load_checkpoint, verify_checkpoint,
                                           write_checkpoint)
-from tilecast.executor.data import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
-from tilecast.executor.evaluation import Evaluator
-from tilecast.executor.step import TrainState, init_params, load_initial, load_step, set_batch, step_loss
+from tilecast.data.corpus import VOCAB_SIZE, BatchSampler, load_corpus, validation_batches
+from tilecast.training.evaluation import Evaluator
+from tilecast.reference.step import TrainState, init_params, load_initial, load_step, set_batch, step_loss
 from tilecast.executor.starpu_run import peak_rss_bytes, session_store
 from tilecast.graph.gpt2 import AdamWConfig, adam_names
 from tilecast.graph.models import build_forward, build_step, model_parameters
@@ -197,7 +197,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
 
     ``progress(step, loss, tokens_per_s, val)`` is called after every step;
     ``log(line)`` receives validation and checkpoint messages.
-    Raises :class:`TrainingError`, :class:`~tilecast.executor.data.DataError` or
+    Raises :class:`TrainingError`, :class:`~tilecast.data.corpus.DataError` or
     :class:`CheckpointError` for bad input, before StarPU starts.
     """
     from tilecast.executor.starpu_session import StarPUSession

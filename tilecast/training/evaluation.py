@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilecast.executor.step import step_loss
-from tilecast.executor.tiles import TileStore
+from tilecast.reference.step import step_loss
+from tilecast.reference.tiles import TileStore
 from tilecast.graph.models import build_forward, model_parameters
 
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilecast.errors import FieldError
-from tilecast.executor import hf_mapping, hf_mapping_llama
-from tilecast.executor.step import TrainState, reference_step
+from tilecast.reference import hf_mapping, hf_mapping_llama
+from tilecast.reference.step import TrainState, reference_step
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig
 from tilecast.graph.model_config import ModelConfig
@@ -147,8 +147,8 @@ def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
 def forward_logits(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, params: dict, ids, targets,
                    dtype=np.float32) -> np.ndarray:
     """The logits of tilecast's tiled forward graph (numpy reference), kept for comparison."""
-    from tilecast.executor.reference import run_reference
-    from tilecast.executor.tiles import TileStore
+    from tilecast.reference.run import run_reference
+    from tilecast.reference.tiles import TileStore
 
     graph = build_forward(cfg, batch, seq, tiling, dtype=dtype)
     store = TileStore(graph)
