@@ -375,6 +375,8 @@ class RunResult(_Result):
     disk_written_bytes: list = field(default_factory=list)  # per step, to StarPU's disk node (memory_limit)
     disk_read_bytes: list = field(default_factory=list)  # per step, back from it
     peak_rss_bytes: int = 0  # the process's peak resident set size after the run
+    disk_writes: list = field(default_factory=list)  # per step, transfers (tiles) to the disk node
+    disk_reads: list = field(default_factory=list)  # per step, transfers (tiles) back from it
 
     def to_frame(self):
         import pandas as pd
@@ -392,10 +394,11 @@ class RunResult(_Result):
 def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
         workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False,
         recompute: str = "none", memory_limit: str | int | None = None,
-        offload_dir: str | None = None) -> RunResult:
+        offload_dir: str | None = None, progress=None) -> RunResult:
     """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
     the numpy reference (``check["ok"]``). ``memory_limit`` (bytes, or a size such as ``"512MiB"``) and
-    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md)."""
+    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md). ``progress``: called
+    after each step with (step index, its seconds, its loss)."""
     import numpy as np
 
     from tilecast.executor.memory_limit import MemoryLimit, parse_size
@@ -414,12 +417,13 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
     elif offload_dir is not None:
         raise FieldError("offload_dir needs memory_limit")
     res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute,
-                    memory=memory)
+                    memory=memory, progress=progress)
     return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
                      res.median_step_s, float(np.median(res.makespan_s[1:] or res.makespan_s)), res.host_s,
                      res.tokens_per_s, res.gflops, list(res.step_s), list(res.makespan_s), list(res.losses),
                      res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph, recompute,
-                     list(res.disk_written), list(res.disk_read), res.peak_rss_bytes)
+                     list(res.disk_written), list(res.disk_read), res.peak_rss_bytes, list(res.disk_writes),
+                     list(res.disk_reads))
 
 
 # --- compare -----------------------------------------------------------------------------------------------

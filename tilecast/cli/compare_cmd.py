@@ -31,17 +31,18 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from tilecast.reports import ComparisonError, compare
+    import tilecast as tc
+    from tilecast.reports import ComparisonError
 
     try:
-        c = compare(args.pred, args.real, check_sources=not args.any_source, before=args.before)
+        c = tc.compare(args.pred, args.real, before=args.before, check_sources=not args.any_source)
     except ComparisonError as e:
         raise UsageError(str(e)) from None
     try:
         paths = c.write(args.out, chrome=not args.no_chrome)
     except OSError as e:
         raise UsageError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
-    s = c.summary()
+    s = c.summary
     if args.json:
         print_json({**s, "files": paths})
         return 0

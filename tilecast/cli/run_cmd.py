@@ -61,8 +61,8 @@ def _forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute, graph)
 def run(args) -> int:
     if args.ranks is not None:
         return run_mpi_cmd(args)
+    import tilecast as tc
     from tilecast.executor.memory_limit import MemoryLimitError, format_size
-    from tilecast.executor.starpu_run import run_steps
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.kernels.native_build import NativeUnavailable
     from tilecast import trace as tracefile
@@ -92,8 +92,9 @@ def run(args) -> int:
         bar.set_postfix(step_s=f"{dt:.3f}", loss=f"{loss:.4f}")
 
     try:
-        res = run_steps(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
-                        check=args.check, progress=progress, recompute=recompute, memory=memory)
+        res = tc.run(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed, check=args.check,
+                     recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
+                     offload_dir=memory.offload_dir if memory else None, progress=progress)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except MemoryLimitError as e:
@@ -107,19 +108,19 @@ def run(args) -> int:
         for bar in bars:
             bar.close()
     if args.trace:
-        tracefile.save(tracefile.with_step_time(res.trace, res.step_s[-1]), args.trace, res.graph)
+        tracefile.save(res.trace, args.trace, res.graph)  # the last step's, with its step time
     ok = res.check is None or res.check["ok"]
     out = {
         "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "recompute": recompute,
         "sched": args.sched,
-        "workers": len(res.workers), "tasks": res.n_tasks, "steps": args.steps,
-        "step_s": res.median_step_s, "makespan_s": float(np.median(res.makespan_s[1:] or res.makespan_s)),
+        "workers": res.workers, "tasks": res.tasks, "steps": args.steps,
+        "step_s": res.step_s, "makespan_s": res.makespan_s,
         "host_s": res.host_s, "tokens_per_s": res.tokens_per_s, "gflops": res.gflops,
-        "step_times_s": res.step_s, "makespans_s": res.makespan_s, "losses": res.losses,
+        "step_times_s": res.step_times_s, "makespans_s": res.makespans_s, "losses": res.losses,
         "flops_per_step": res.flops_per_step, "blas": blas,
         "memory_limit_bytes": memory.limit_bytes if memory else None,
         "offload_dir": memory.offload_dir if memory else None,
-        "disk_written_bytes": res.disk_written, "disk_read_bytes": res.disk_read,
+        "disk_written_bytes": res.disk_written_bytes, "disk_read_bytes": res.disk_read_bytes,
         "disk_writes": res.disk_writes, "disk_reads": res.disk_reads,
         "peak_rss_bytes": res.peak_rss_bytes,
     }
@@ -128,26 +129,25 @@ def run(args) -> int:
     if args.trace:
         out["trace"] = args.trace
     if memory is not None and memory.offload_dir is not None:
-        out["predicted"] = _forecast(cfg, batch, seq, tiling, args.sched, len(res.workers), memory, recompute,
-                                     res.graph)
+        out["predicted"] = _forecast(cfg, batch, seq, tiling, args.sched, res.workers, memory, recompute, res.graph)
     if args.json:
         print_json(out)
         return 0 if ok else 1
-    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; StarPU {args.sched} on {len(res.workers)} CPU "
-          f"workers; {res.n_tasks} tasks, {res.flops_per_step / 1e9:.2f} GFLOP per step")
+    print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; StarPU {args.sched} on {res.workers} CPU "
+          f"workers; {res.tasks} tasks, {res.flops_per_step / 1e9:.2f} GFLOP per step")
     print(blas_line)
     print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'GFLOP/s':>10}{'loss':>10}")
-    for t, (dt, loss) in enumerate(zip(res.step_s, res.losses)):
-        print(f"{t + 1:>5}{dt:>10.4f}{res.tokens_per_step / dt:>12.1f}{res.flops_per_step / dt / 1e9:>10.2f}"
+    for t, (dt, loss) in enumerate(zip(res.step_times_s, res.losses)):
+        print(f"{t + 1:>5}{dt:>10.4f}{batch * seq / dt:>12.1f}{res.flops_per_step / dt / 1e9:>10.2f}"
               f"{loss:>10.4f}")
-    print(f"\nmedian of steps after the first: {res.median_step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
+    print(f"\nmedian of steps after the first: {res.step_s:.4f} s, {res.tokens_per_s:.1f} tokens/s, "
           f"{res.gflops:.2f} GFLOP/s; {1e3 * res.host_s:.2f} ms of each step outside the task graph")
     if memory is not None:
-        steps = slice(1, None) if len(res.disk_written) > 1 else slice(None)
+        steps = slice(1, None) if len(res.disk_written_bytes) > 1 else slice(None)
         print(f"memory limit {format_size(memory.limit_bytes)}"
               + (f", offload to {memory.offload_dir}: per step (median after the first) "
-                 f"{format_size(np.median(res.disk_written[steps]))} written to disk, "
-                 f"{format_size(np.median(res.disk_read[steps]))} read" if memory.offload_dir else ", no disk node")
+                 f"{format_size(np.median(res.disk_written_bytes[steps]))} written to disk, "
+                 f"{format_size(np.median(res.disk_read_bytes[steps]))} read" if memory.offload_dir else ", no disk node")
               + f"; peak RSS {format_size(res.peak_rss_bytes)}")
         f = out.get("predicted")
         if f and "error" not in f:
