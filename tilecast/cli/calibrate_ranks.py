@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import human, print_json
+from tilecast.cli.common import as_flags, human, print_json
+from tilecast.errors import FieldError
 
 
 def add_rank_calibration_args(p) -> None:
@@ -52,8 +53,8 @@ def run_rank_calibration(args) -> int:
         net, _ = measure_network(args.ranks, args.workers, sizes, args.round_trips)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:
-        raise UsageError(f"--ranks/--workers/--sizes: {e}") from None
+    except FieldError as e:  # names ranks, workers, sizes or repeats
+        raise UsageError(as_flags(str(e), {"repeats": "--round-trips"})) from None
     except MPIRunError as e:
         print(f"tilecast calibrate: {e}", file=sys.stderr)
         return 1

@@ -23,7 +23,8 @@ FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
     "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir",
     "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group", "lr", "checkpoint", "checkpoint_every",
-    "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks")}
+    "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks",
+    "ranks", "distribution", "network", "sizes", "before")}
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import add_json_arg, add_out_arg, print_json
+from tilecast.cli.common import add_json_arg, add_out_arg, as_flags, print_json
 
 
 def add_parser(subparsers):
@@ -36,8 +36,8 @@ def run(args) -> int:
 
     try:
         c = tc.compare(args.pred, args.real, before=args.before, check_sources=not args.any_source)
-    except ComparisonError as e:
-        raise UsageError(str(e)) from None
+    except ComparisonError as e:  # names PRED, REAL or the field before
+        raise UsageError(as_flags(str(e))) from None
     try:
         paths = c.write(args.out, chrome=not args.no_chrome)
     except OSError as e:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import human
+from tilecast.cli.common import as_flags, human
 
 
 def add_rank_args(p, ranks_help: str) -> None:
@@ -19,16 +19,15 @@ def add_rank_args(p, ranks_help: str) -> None:
 def distribute_args(graph, args):
     """(graph to run, Distribution) as the flags ask (tilecast.graph.distribution.prepare); UsageError (one
     line, naming the flag) when the ranks do not fit."""
+    from tilecast.errors import FieldError
     from tilecast.graph.distribution import prepare
 
     if args.ranks is not None and args.ranks < 1:
         raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
     try:
         return prepare(graph, args.ranks, args.distribution)
-    except ValueError as e:
-        msg = str(e)
-        flag = "--distribution" if msg.startswith("distribution") else "--ranks"
-        raise UsageError(f"{flag}: {msg.split(': ', 1)[-1] if ': ' in msg else msg}") from None
+    except FieldError as e:  # names ranks or distribution
+        raise UsageError(as_flags(str(e))) from None
 
 
 def print_rank_table(fig: dict) -> None:

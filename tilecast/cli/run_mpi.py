@@ -9,6 +9,9 @@ import numpy as np
 from tilecast.cli import UsageError
 from tilecast.cli.common import as_flags, blas_summary, human, model_args, print_json, recompute_arg
 from tilecast.cli.ranks_table import add_rank_args, distribute_args
+from tilecast.errors import FieldError
+from tilecast.graph import TilingError
+from tilecast.graph.model_config import ModelConfigError
 
 
 def add_mpi_args(p) -> None:
@@ -42,8 +45,8 @@ def run_mpi_cmd(args) -> int:
                       seed=args.seed, check=args.check, timeout_s=args.timeout, recompute=recompute)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:
-        raise UsageError(as_flags(str(e))) from None
+    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
+        raise UsageError(as_flags(str(e), {"timeout_s": "--timeout"})) from None
     except MPIRunError as e:
         print(f"tilecast run: {e}", file=sys.stderr)
         return 1

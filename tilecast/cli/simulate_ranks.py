@@ -7,6 +7,7 @@ import time
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import human, print_json
+from tilecast.errors import FieldError
 
 
 def add_network_arg(p) -> None:
@@ -32,13 +33,16 @@ def network_arg(args, machine, ranks: int, workers: int):
     from tilecast.perfmodel.network import Network
 
     if getattr(args, "network", None):
+        expected = f"--network: expected LAT_US,MSG_US,GBPS (three numbers, bandwidth > 0), got {args.network!r}"
         try:
             lat, msg, gbps = (float(x) for x in args.network.split(","))
+        except ValueError:  # not three numbers
+            raise UsageError(expected) from None
+        try:
             return Network(latency_s=lat * 1e-6, message_s=msg * 1e-6, bandwidth_Bps=gbps * 1e9,
                            source="--network", ranks=ranks, workers_per_rank=workers)
-        except ValueError as e:
-            raise UsageError(f"--network: expected LAT_US,MSG_US,GBPS (three numbers, bandwidth > 0), "
-                             f"got {args.network!r}" + (f" ({e})" if "network" in str(e) else "")) from None
+        except FieldError as e:  # a number out of range, named by the network's field
+            raise UsageError(f"{expected} ({e})") from None
     try:
         return network_or_error(machine, ranks, workers)
     except LookupError as e:

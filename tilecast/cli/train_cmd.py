@@ -130,6 +130,9 @@ def run(args) -> int:
         "offload_dir": memory.offload_dir if memory else None,
     }
     status = 130 if res.interrupted else 1 if res.diverged else 0
+    if res.diverged:
+        print(f"tilecast train: the training loss diverged at step {res.step}; try a smaller --lr (this run: "
+              f"{args.lr})", file=sys.stderr)
     if res.interrupted:
         print(f"tilecast train: interrupted at step {res.step}"
               + (f"; checkpoint written, continue with --resume --checkpoint {args.checkpoint}"

@@ -7,6 +7,9 @@ import sys
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import as_flags, print_json
+from tilecast.errors import FieldError
+from tilecast.graph import TilingError
+from tilecast.graph.model_config import ModelConfigError
 
 
 def add_train_rank_args(p) -> None:
@@ -66,8 +69,8 @@ def run_train_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
                       train=train)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except ValueError as e:
-        raise UsageError(as_flags(str(e))) from None
+    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
+        raise UsageError(as_flags(str(e), {"timeout_s": "--timeout"})) from None
     except MPIRunError as e:
         print(f"tilecast train: {e}", file=sys.stderr)
         return 1

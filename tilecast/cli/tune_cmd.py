@@ -241,7 +241,7 @@ def print_ranking(out, result, top) -> None:
     for s in out["skipped"]:
         where = (f" on {s['workers']} workers" if "workers" in s else "") + (
             f" (recompute {s['recompute']})" if s.get("recompute", "none") != "none" else "")
-        print(f"  skipped tiling {s['tiling']}{where}: {s['reason']}")
+        print(f"  skipped tiling {s['tiling']}{where}: {as_flags(s['reason'])}")
     print()
     print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
           f"{'tasks':>8}")

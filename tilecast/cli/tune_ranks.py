@@ -7,7 +7,8 @@ import sys
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import human, print_json
+from tilecast.cli.common import as_flags, human, print_json
+from tilecast.errors import FieldError
 from tilecast.loop.candidates import short_label
 
 
@@ -62,9 +63,11 @@ def run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute) -> int:
                     try:
                         f = forecast_ranks(cfg, batch, seq, tiling, s, args.ranks, d, machine, calibration,
                                            host_costs, net, wpr, recompute, built=g, background=background)
-                    except ValueError as e:  # the distribution cannot use that many ranks with this tiling
-                        skipped.append({"tiling": tiling.describe(), "distribution": d,
-                                        "reason": str(e).split(": ", 1)[-1]})
+                    except FieldError as e:
+                        if e.field != "ranks":
+                            raise UsageError(as_flags(str(e))) from None
+                        # the distribution cannot use that many ranks with this tiling
+                        skipped.append({"tiling": tiling.describe(), "distribution": d, "reason": e.detail})
                         break
                     rows.append(f.row() | {"label": short_label(tiling)})
     rows.sort(key=lambda r: (r["pred_step_s"], r["bytes_moved"], r["tasks"], r["label"], r["distribution"]))

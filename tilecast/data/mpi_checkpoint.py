@@ -71,12 +71,12 @@ def read_manifest(folder, settings: dict | None = None) -> dict:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {folder}: no {MANIFEST} (not a checkpoint of tilecast train --ranks)") \
+        raise CheckpointError(f"checkpoint {folder}: no {MANIFEST} (not a checkpoint of a training run on ranks)") \
             from None
     except (OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {folder}: {MANIFEST} is damaged ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {folder}: not a checkpoint of tilecast train --ranks")
+        raise CheckpointError(f"checkpoint {folder}: not a checkpoint of a training run on ranks")
     if settings is not None:
         saved = doc.get("settings", {})
         diff = [f"{k}={saved.get(k)!r} in the checkpoint, {v!r} requested" for k, v in settings.items()

@@ -29,6 +29,7 @@ import numpy as np
 
 from tilecast.executor.mpi_rank import RESULT
 from tilecast.home import home
+from tilecast.errors import FieldError
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -193,7 +194,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     thread run worker 0 where the ranks' threads would outnumber the cores, ``own`` always gives it a
     thread of its own (:mod:`tilecast.executor.mpi_threads`).
 
-    ValueError (naming the field) on bad input, before anything starts;
+    FieldError (naming the field) on bad input, before anything starts;
     :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
     outlives ``timeout_s``.
     """
@@ -206,19 +207,19 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     from tilecast.kernels.native import kernel_addresses
 
     if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
+        raise FieldError(f"steps must be at least 1, got {steps}")
     if not under_mpirun():
         mpirun_command(ranks)  # a missing mpirun: one line before anything is built
     if not 1 <= workers <= max_workers():
-        raise ValueError(f"workers must be between 1 and {max_workers()} (this StarPU's limit), got {workers}")
+        raise FieldError(f"workers must be between 1 and {max_workers()} (this StarPU's limit), got {workers}")
     if sched not in policies():
-        raise ValueError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
+        raise FieldError(f"sched: unknown scheduler {sched!r}; this StarPU offers: {', '.join(sorted(policies()))}")
     if timeout_s <= 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        raise FieldError(f"timeout_s must be positive, got {timeout_s}")
     if progress not in ("auto", "own"):
-        raise ValueError(f"progress must be 'auto' or 'own', got {progress!r}")
+        raise FieldError(f"progress must be 'auto' or 'own', got {progress!r}")
     built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
-    graph, dist = prepare(built, ranks, distribution)  # ValueError when the ranks do not fit
+    graph, dist = prepare(built, ranks, distribution)  # FieldError when the ranks do not fit
     predicted = rank_figures(graph, dist)
     kernel_addresses()  # build both extensions here, once, rather than in every rank at the same time
     mpi_glue()
@@ -274,7 +275,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
     if size != ranks:
-        raise ValueError(f"ranks: mpirun started {size} processes, not {ranks}")
+        raise FieldError(f"ranks: mpirun started {size} processes, not {ranks}")
     try:
         run_rank(spec, bottom)  # ends with a barrier once every rank's file is written
     except Exception as e:  # this process exits without MPI_Finalize: mpirun then ends the other ranks

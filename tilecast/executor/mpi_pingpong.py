@@ -23,6 +23,7 @@ import numpy as np
 
 from tilecast.executor.mpi_launch import DEFAULT_TIMEOUT_S, _launch, mpirun_command
 from tilecast.home import home
+from tilecast.errors import FieldError
 
 RESULT = "pingpong.npz"
 DEFAULT_SIZES = (8, 1024, 8192, 32768, 131072, 524288, 1048576)
@@ -80,20 +81,20 @@ def measure_network(ranks: int = 2, workers: int = 1, sizes=DEFAULT_SIZES, repea
                     timeout_s: float = DEFAULT_TIMEOUT_S):
     """Ping-pong on ``ranks`` ranks of ``workers`` workers; returns the fitted
     :class:`~tilecast.perfmodel.network.Network` (its ``points``: medians per size) and the raw
-    round trips {sizes, mpi_rtt_s, starpu_rtt_s}. ValueError on bad input, MPIRunError on a failed run."""
+    round trips {sizes, mpi_rtt_s, starpu_rtt_s}. FieldError on bad input, MPIRunError on a failed run."""
     from tilecast.executor.mpi_native import mpi_glue
     from tilecast.executor.starpu_session import max_workers
     from tilecast.perfmodel.network import fit_network
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
-        raise ValueError(f"ranks: a ping-pong needs at least 2 ranks, got {ranks!r}")
+        raise FieldError(f"ranks: a ping-pong needs at least 2 ranks, got {ranks!r}")
     if not 1 <= workers <= max_workers():
-        raise ValueError(f"workers must be between 1 and {max_workers()}, got {workers}")
+        raise FieldError(f"workers must be between 1 and {max_workers()}, got {workers}")
     if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+        raise FieldError(f"repeats must be at least 1, got {repeats}")
     sizes = sorted({int(s) for s in sizes})
     if len(sizes) < 2 or sizes[0] < 1:
-        raise ValueError("sizes: at least two message sizes, each at least 1 byte")
+        raise FieldError("sizes: at least two message sizes, each at least 1 byte")
     mpirun_command(ranks)
     mpi_glue()
     root = home("mpi-runs")

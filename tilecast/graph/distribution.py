@@ -37,6 +37,7 @@ import numpy as np
 from tilecast.graph.graph import Graph
 from tilecast.graph.partial_gradients import partial_rank, with_partial_gradients
 from tilecast.kernels.registry import W
+from tilecast.errors import FieldError
 
 DISTRIBUTIONS = {
     "data": "batch tiles spread over ranks, each rank's partial gradients summed on their owner; parameters, "
@@ -88,7 +89,7 @@ def _data(graph: Graph, ranks: int) -> np.ndarray:
     n_batch_tiles = {t.grid[t.dims.index("batch")] for t in batched}
     nb = min(n_batch_tiles) if n_batch_tiles else 0
     if nb < ranks:
-        raise ValueError(f"ranks: the data distribution needs a batch tile per rank; this step has {nb} batch "
+        raise FieldError(f"ranks: the data distribution needs a batch tile per rank; this step has {nb} batch "
                          f"tile(s) for {ranks} ranks (use a larger batch or a smaller batch tile)")
     for t in graph.tensors:
         r = partial_rank(t.name)
@@ -168,7 +169,7 @@ def _first_tags(graph: Graph) -> np.ndarray:
 def _layer(graph: Graph, ranks: int) -> np.ndarray:
     n_layer = int(graph.meta.get("model", {}).get("n_layer", 0))
     if n_layer < ranks:
-        raise ValueError(f"ranks: the layer distribution needs a layer per rank; the model has {n_layer} "
+        raise FieldError(f"ranks: the layer distribution needs a layer per rank; the model has {n_layer} "
                          f"layer(s) for {ranks} ranks")
     stage_of_layer = _blocks(n_layer, ranks)
     first_tag = _first_tags(graph)
@@ -214,13 +215,13 @@ def _cyclic(graph: Graph, ranks: int) -> tuple[np.ndarray, tuple[int, int]]:
 def distribute(graph: Graph, ranks: int, name: str) -> Distribution:
     """The owner rank of every tile of ``graph`` under distribution ``name`` over ``ranks`` ranks.
 
-    ValueError (naming ``ranks`` or ``distribution``) when the distribution is
+    FieldError (naming ``ranks`` or ``distribution``) when the distribution is
     unknown or cannot use that many ranks.
     """
     if name not in DISTRIBUTIONS:
-        raise ValueError(f"distribution: unknown distribution {name!r}; choose from {', '.join(DISTRIBUTIONS)}")
+        raise FieldError(f"distribution: unknown distribution {name!r}; choose from {', '.join(DISTRIBUTIONS)}")
     if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+        raise FieldError(f"ranks must be a positive integer, got {ranks!r}")
     ranks = int(ranks)
     if name == "data":
         return Distribution(name, ranks, _data(graph, ranks))
@@ -235,7 +236,7 @@ def prepare(graph: Graph, ranks: int, name: str) -> tuple[Graph, Distribution]:
 
     ``data`` splits each gradient's accumulation into per-rank partial sums reduced on the gradient's owner
     (:func:`tilecast.graph.partial_gradients.with_partial_gradients`); the others run ``graph`` as it is.
-    ValueError as :func:`distribute`.
+    FieldError as :func:`distribute`.
     """
     dist = distribute(graph, ranks, name)
     if name != "data" or dist.ranks < 2:

@@ -59,6 +59,6 @@ def refusal(graphs, workers: int, limit_bytes: int, offload: bool) -> str | None
     if (limit_bytes // MIB) * MIB >= need:
         return None
     where = (f"{workers} worker(s) x the largest task's buffers + the largest tile + slack" if offload
-             else "every tile stays in memory without --offload-dir")
+             else "every tile stays in memory without a disk node")
     return (f"{format_size(limit_bytes)} is below the step's smallest working set; the minimum is "
             f"{math.ceil(need / MIB)}MiB ({where})")

@@ -68,7 +68,7 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
         family = tuple(sorted(t.sizes))
         size = max(t.sizes.values(), default=0)
         if not explicit and family in over and size <= over[family]:
-            skipped.append({"tiling": t.describe(), "reason": f"finer than a tiling over --max-tasks {max_tasks}"})
+            skipped.append({"tiling": t.describe(), "reason": f"max_tasks: finer than a tiling already over {max_tasks} tasks"})
             continue  # finer tilings of a family only have more tasks: not worth building
         try:
             g = build_step(cfg, batch, seq, t, recompute=recompute)
@@ -76,7 +76,7 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
             skipped.append({"tiling": t.describe(), "reason": str(e).removeprefix("tile: ")})
             continue
         if g.n_tasks > max_tasks:
-            skipped.append({"tiling": t.describe(), "reason": f"{g.n_tasks} tasks > --max-tasks {max_tasks}"})
+            skipped.append({"tiling": t.describe(), "reason": f"max_tasks: {g.n_tasks} tasks, over {max_tasks}"})
             over[family] = max(size, over.get(family, 0))
             continue
         graphs.append((t, g))

@@ -22,6 +22,7 @@ import numpy as np
 
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
+from tilecast.errors import FieldError
 
 
 @dataclass
@@ -43,9 +44,9 @@ class Network:
         for name in ("latency_s", "message_s", "submit_task_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
-                raise ValueError(f"network {name} must be a number >= 0, got {v!r}")
+                raise FieldError(f"network {name} must be a number >= 0, got {v!r}")
         if not (isinstance(self.bandwidth_Bps, (int, float)) and self.bandwidth_Bps > 0):
-            raise ValueError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
+            raise FieldError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
 
     def seconds(self, nbytes) -> np.ndarray:
         """Seconds a message of ``nbytes`` holds its link."""

@@ -194,7 +194,7 @@ def _compare(pred, real, check_sources, graph, before, pred_name, pred_step=None
     pairs = pair_tasks(pred, real)
     if real_step is None:
         real_step = tr.step_time(real)
-    earlier = None if before is None else _compare(before, real, check_sources, graph, None, "--before",
+    earlier = None if before is None else _compare(before, real, check_sources, graph, None, "before",
                                                    before_step, real_step)
     pt, rt = set(pred.loc[pred["task"] >= 0, "task"]), set(real.loc[real["task"] >= 0, "task"])
     return Comparison(

@@ -1,2 +1,2 @@
-"""Training a model for many steps on StarPU or the numpy reference: the loop (:mod:`.loop`: batches,
+"""Training a model for many steps on StarPU: the loop (:mod:`.loop`: batches,
 checkpoints, validation, signals) and the validation loss (:mod:`.evaluation`)."""

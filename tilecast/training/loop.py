@@ -273,7 +273,7 @@ def train(o: TrainOptions, progress=None, log=print) -> TrainResult:
             res.losses.append(step_loss(store))
             if not math.isfinite(res.losses[-1]):
                 res.diverged = True
-                log(f"step {res.step}: training loss {res.losses[-1]}, stopping (try a smaller --lr)")
+                log(f"step {res.step}: training loss {res.losses[-1]}, stopping (the learning rate lr may be too high)")
                 break
             if o.eval_every and (res.step % o.eval_every == 0 or res.step == o.steps):
                 evaluate()
