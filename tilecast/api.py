@@ -191,6 +191,8 @@ class SimulateResult(_Result):
     summary: dict = field(repr=False, default_factory=dict)
     prediction: object = field(repr=False, default=None)
     graph: object = field(repr=False, default=None)
+    duration_sources: dict = field(default_factory=dict)  # tasks whose duration was measured, fitted, roofline
+    simulation_s: float = 0.0  # seconds the simulation took (not the graph's build)
 
     def trace(self):
         """The predicted trace (the :mod:`tilecast.trace` schema), recording the predicted step time."""
@@ -216,8 +218,10 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
     stored for the machine); ``sched_seed``: the random policy's seed. ``memory_limit`` (bytes or a size such as ``"512MiB"``) with ``offload_dir``:
-    the step under StarPU's main-memory limit with a disk node there (local machine only; evictions and disk
-    bytes in ``summary``, docs/memory.md)."""
+    the step under StarPU's main-memory limit with a disk node there (evictions and disk bytes in ``summary``,
+    docs/memory.md); a limit below the step's smallest working set raises an error with the minimum."""
+    import time
+
     from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import host_note, predict, stored_models
@@ -236,31 +240,48 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     cal, host_costs = stored_models(m)
     if calibration is not None:
         cal = Calibration.load(calibration, m.fingerprint())
-    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    if memory_limit is not None:
-        p = _predict_limited(cfg, batch, seq, tiling, sched, n, recompute, g, m, memory_limit, offload_dir)
-    elif offload_dir is not None:
+    if offload_dir is not None and memory_limit is None:
         raise FieldError("offload_dir needs memory_limit")
-    else:
-        durations = DurationModel(m, cal).durations(g)  # on the machine as described, as the command computes them
-        p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
-                    durations=durations, keep_result=True, transfers=transfers, seed=sched_seed)
+    limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
+    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
+    forecast = None if limit is None else _memory_forecast(limit, m, g, n)
+    model_ = DurationModel(m, cal)
+    durations = model_.durations(g)  # on the machine as described, as the command computes them
+    t0 = time.perf_counter()
+    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
+                durations=durations, keep_result=True, transfers=transfers, seed=sched_seed, memory=forecast)
+    sim_s = time.perf_counter() - t0
     s = p.summary
     return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
                           p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
                           s["critical_path_s"], s["work_bound_s"], p.tokens_per_s, p.task_overhead_s * 1e6,
-                          "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g)
+                          "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g,
+                          dict(model_.provenance), sim_s)
 
 
-def _predict_limited(cfg, batch, seq, tiling, sched, workers, recompute, g, machine, memory_limit, offload_dir):
-    """The memory-limited forecast (:mod:`tilecast.loop.predict_memory`), on the local machine only."""
-    from tilecast.executor.memory_limit import parse_size
-    from tilecast.loop.predict_memory import predict_limited
+def _memory_limit(memory_limit, offload_dir):
+    """The MemoryLimit of ``memory_limit`` and ``offload_dir`` (an existing, writable directory), checked before
+    anything is built."""
+    from tilecast.executor.memory_limit import MemoryLimit, check_offload_dir, parse_size
 
-    if machine.name != "local":
-        raise FieldError(f"memory_limit: the memory-limited forecast is for the local machine, not {machine.name}")
-    return predict_limited(cfg, batch, seq, tiling, sched, workers, parse_size(memory_limit), offload_dir,
-                           recompute, graph=g, machine=machine, keep_result=True)
+    limit = MemoryLimit(parse_size(memory_limit), offload_dir)
+    if offload_dir is not None:
+        check_offload_dir(offload_dir, 0)
+    return limit
+
+
+def _memory_forecast(limit, machine, g, workers):
+    """The simulator's MemoryForecast of ``limit`` for step ``g`` (the disk node measured in the offload directory
+    if not yet); MemoryLimitError with the minimum for a limit below the step's smallest working set."""
+    from tilecast.executor.memory_limit import MemoryLimitError, refusal
+    from tilecast.perfmodel.disk_node import ensure_disk
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    why = refusal([g], workers, limit.limit_bytes, limit.offload_dir is not None)
+    if why:
+        raise MemoryLimitError(f"memory_limit: {why}")
+    disk = ensure_disk(machine, limit.offload_dir) if limit.offload_dir is not None else None
+    return MemoryForecast(limit.limit_bytes, disk)
 
 
 # --- tune --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_out_arg, add_recompute_arg,
-                                 add_workers_arg, human,
+                                 add_workers_arg, as_flags, human,
                                  memory_args, memory_forecast, model_args, print_json,
                                  recompute_arg)
 from tilecast.cli.ranks_table import add_rank_args
@@ -114,68 +114,52 @@ def _row(p, machine, sim_s: float) -> dict:
 
 
 def run(args) -> int:
-    from tilecast.graph.models import build_step
-    from tilecast.loop.config import StepConfig
-    from tilecast.loop.predict import predict
-    from tilecast.perfmodel.kernel_model import DurationModel
-    from tilecast.simulator import SimulationError
-    from tilecast.simulator.simulate import POLICIES
-    from tilecast.trace import save, with_step_time
-
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     if args.ranks is not None:
         if args.compare_policies:
             raise UsageError("--compare-policies: not with --ranks (give one --sched)")
         return run_ranks(args, cfg, batch, seq, tiling, recompute)
-    memory_args(args)  # bad sizes and directories before anything is built
+    limit = memory_args(args)  # bad sizes and directories before anything is built
     machine, workers = _machine(args)
-    calibration, host_costs = _models(args, machine)
-    print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
-    graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    forecast = limited_forecast(args, machine, graph, workers)
-    model = DurationModel(machine, calibration)
-    durations = model.durations(graph)
-    provenance = dict(model.provenance)
-    scheds = list(POLICIES) if args.compare_policies else [args.sched]
-    rows = []
-    pred = None
-    for sched in scheds:
-        print(f"simulating {graph.n_tasks} tasks on {machine.name} ({workers} workers) with {sched}",
-              file=sys.stderr)
-        t0 = time.perf_counter()
-        try:
-            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration, host_costs,
-                           graph=graph, durations=durations, keep_result=not args.compare_policies,
-                           transfers=not args.no_transfers, seed=args.sched_seed, memory=forecast)
-        except SimulationError as e:
-            print(f"tilecast simulate: {e}", file=sys.stderr)
-            return 1
-        rows.append(_row(pred, machine, time.perf_counter() - t0))
-    common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
-              "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
-              "duration_sources": provenance,
-              "memory_limit_bytes": forecast.limit_bytes if forecast else None,
-              "offload_dir": args.offload_dir if forecast else None}
     if args.compare_policies:
-        if args.json:
-            print_json({**common, "policies": rows})
-            return 0
-        _print_header(common, machine, workers)
-        print(f"{'policy':<8}{'step':>12}{'makespan':>12}{'host':>10}{'util %':>8}{'transfers':>11}{'moved':>12}"
-              f"{'sim s':>8}")
-        for r in rows:
-            host = f"{r['host_s'] * 1e3:.2f}ms" if r["host_known"] else "?"
-            print(f"{r['sched']:<8}{r['step_s'] * 1e3:>10.2f}ms{r['makespan_s'] * 1e3:>10.2f}ms"
-                  f"{host:>10}{100 * r['utilization']:>8.1f}{r['transfers']:>11}"
-                  f"{human(r['bytes_moved'], 'B'):>12}{r['simulation_s']:>8.2f}")
-        print(f"step = makespan + host cost; host cost: {rows[0]['host_cost']}" if not rows[0]["host_known"]
-              else "step = makespan + host cost (" + "; ".join(sorted({r['host_cost'] for r in rows})) + ")")
-        return 0
-    out = {**rows[0], **common}
+        return _compare_policies(args, cfg, batch, seq, tiling, recompute, machine, workers)
+    return _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
+
+
+def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit) -> int:
+    """One policy: ``tc.simulate``, its figures printed and its trace written."""
+    import tilecast as tc
+    from tilecast.errors import FieldError
+    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.perfmodel.calibration import CalibrationError
+    from tilecast.perfmodel.disk_node import DiskNodeError
+    from tilecast.simulator import SimulationError
+    from tilecast.trace import save
+
+    print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; simulating on "
+          f"{machine.name} ({workers} workers) with {args.sched}", file=sys.stderr)
+    try:
+        res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
+                          transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
+                          memory_limit=limit.limit_bytes if limit else None,
+                          offload_dir=limit.offload_dir if limit else None)
+    except CalibrationError as e:
+        raise UsageError(f"--calibration: {e}") from None
+    except (FieldError, MemoryLimitError, DiskNodeError) as e:  # named by its field; a limit below the
+        raise UsageError(as_flags(str(e))) from None  # step's smallest working set names the minimum
+    except SimulationError as e:
+        print(f"tilecast simulate: {e}", file=sys.stderr)
+        return 1
+    pred, graph = res.prediction, res.graph
+    common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
+              "calibration": res.calibration, "duration_sources": res.duration_sources,
+              "memory_limit_bytes": limit.limit_bytes if limit else None,
+              "offload_dir": args.offload_dir if limit else None}
+    out = {**_row(pred, machine, res.simulation_s), **common}
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
-        trace = with_step_time(pred.result.trace(), pred.step_s)  # kept in the Parquet file for tilecast compare
+        trace = res.trace()  # with the predicted step time, kept in the Parquet file for tilecast compare
         try:
             os.makedirs(args.out, exist_ok=True)
         except OSError as e:
@@ -187,6 +171,56 @@ def run(args) -> int:
         print_json(out)
         return 0
     _print_summary(common, machine, out)
+    return 0
+
+
+def _compare_policies(args, cfg, batch, seq, tiling, recompute, machine, workers) -> int:
+    """Every policy on one graph and one set of task durations (what tc.simulate would compute once per policy)."""
+    from tilecast.graph.models import build_step
+    from tilecast.loop.config import StepConfig
+    from tilecast.loop.predict import predict
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator import SimulationError
+    from tilecast.simulator.simulate import POLICIES
+
+    calibration, host_costs = _models(args, machine)
+    print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
+    graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
+    forecast = limited_forecast(args, machine, graph, workers)
+    model = DurationModel(machine, calibration)
+    durations = model.durations(graph)
+    provenance = dict(model.provenance)
+    rows = []
+    for sched in POLICIES:
+        print(f"simulating {graph.n_tasks} tasks on {machine.name} ({workers} workers) with {sched}",
+              file=sys.stderr)
+        t0 = time.perf_counter()
+        try:
+            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration,
+                           host_costs, graph=graph, durations=durations, keep_result=False,
+                           transfers=not args.no_transfers, seed=args.sched_seed, memory=forecast)
+        except SimulationError as e:
+            print(f"tilecast simulate: {e}", file=sys.stderr)
+            return 1
+        rows.append(_row(pred, machine, time.perf_counter() - t0))
+    common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
+              "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
+              "duration_sources": provenance,
+              "memory_limit_bytes": forecast.limit_bytes if forecast else None,
+              "offload_dir": args.offload_dir if forecast else None}
+    if args.json:
+        print_json({**common, "policies": rows})
+        return 0
+    _print_header(common, machine, workers)
+    print(f"{'policy':<8}{'step':>12}{'makespan':>12}{'host':>10}{'util %':>8}{'transfers':>11}{'moved':>12}"
+          f"{'sim s':>8}")
+    for r in rows:
+        host = f"{r['host_s'] * 1e3:.2f}ms" if r["host_known"] else "?"
+        print(f"{r['sched']:<8}{r['step_s'] * 1e3:>10.2f}ms{r['makespan_s'] * 1e3:>10.2f}ms"
+              f"{host:>10}{100 * r['utilization']:>8.1f}{r['transfers']:>11}"
+              f"{human(r['bytes_moved'], 'B'):>12}{r['simulation_s']:>8.2f}")
+    print(f"step = makespan + host cost; host cost: {rows[0]['host_cost']}" if not rows[0]["host_known"]
+          else "step = makespan + host cost (" + "; ".join(sorted({r['host_cost'] for r in rows})) + ")")
     return 0
 
 
