@@ -17,8 +17,9 @@ transformers' Llama computes RMSNorm, the RoPE angles and the eager attention's
 softmax in float32 whatever the model's type (right for half-precision
 training). In the float64 run that float32 rounding would come back through
 AdamW as above (3e-4 on llama-tiny), so there the reference computes the same
-formulas in float64 (:func:`_llama_in_float64`); the float32 run is
-transformers' own eager LlamaForCausalLM.
+formulas in float64 (:func:`_llama_in_float64`; the RoPE frequencies, scaled or
+not, from tilecast's ``rope_inv_freq`` in float64); the float32 run is
+transformers' own eager LlamaForCausalLM, its RoPE scaling included.
 """
 
 from __future__ import annotations

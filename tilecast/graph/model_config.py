@@ -385,7 +385,9 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
     other than hidden_size / num_attention_heads is kept (the cluster what-if
     models it; the tile graphs refuse it, :meth:`ModelConfig.tiled_error`).
     Qwen3's per-head query/key norms and GPT-OSS's sliding-window layers and
-    attention sinks are not described (shapes only).
+    attention sinks are not described (shapes only). ``rope_scaling`` (or a
+    scaled ``rope_parameters``) gives ``rope_scaling`` its rope_type and, for the
+    types the kernels apply (``NUMERIC_ROPE_SCALING``), the ``rope_*`` fields.
     """
     kind = data.get("model_type")
 
