@@ -104,6 +104,18 @@ def test_config_json_with_llama3_scaling_runs_on_starpu(tmp_path, capsys):
     assert rc == 0 and res["check"]["ok"], captured.err
 
 
+def test_config_json_rope_parameters_form(tmp_path):
+    # transformers 5 writes the scaling with theta under rope_parameters
+    f = tmp_path / "config.json"
+    d = _hf_config_json(rope_type="linear", factor=4.0)
+    del d["rope_scaling"], d["rope_theta"]
+    d["rope_parameters"] = dict(rope_type="linear", factor=4.0, rope_theta=500000.0)
+    f.write_text(json.dumps(d))
+    cfg = load_model(str(f))
+    assert (cfg.rope_scaling, cfg.rope_factor, cfg.rope_theta) == ("linear", 4.0, 500000.0)
+    assert cfg.rope_low_freq_factor is None and cfg.numeric_error() is None
+
+
 def test_llama_3_2_1b_scales_as_its_config_json_says():
     cfg = load_model("llama-3.2-1b")
     assert cfg.numeric_error() is None
