@@ -11,7 +11,8 @@ from tilecast.graph.model_config import load_model
 from tilecast.kernels.definitions.llama import rope_inv_freq
 
 torch = pytest.importorskip("torch", reason="torch is the numeric reference; install tilecast[test]")
-transformers = pytest.importorskip("transformers", reason="transformers is the numeric reference; install tilecast[test]")
+transformers = pytest.importorskip("transformers",
+                                   reason="transformers is the numeric reference; install tilecast[test]")
 
 from tilecast.executor.verify import TOLERANCES, verify  # noqa: E402
 

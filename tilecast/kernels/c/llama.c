@@ -119,9 +119,9 @@ TC_KERNEL(rms_bwd_gamma)
 }
 
 /* The half inverse frequencies theta^(-2i/d) rescaled as rope_inv_freq in definitions/llama.py, step by step
- * in float32 (theta^(2i/d) rounded once from double, as torch computes it): factor 1 unscaled; orig_pos 0 linear (all divided by factor); else Llama 3.1's scaling
- * (wavelengths 2 pi / f below orig_pos / high_freq kept, above orig_pos / low_freq divided by factor, between
- * interpolated). */
+ * in float32 (theta^(2i/d) rounded once from double, as torch computes it): factor 1 unscaled; orig_pos 0
+ * linear (all divided by factor); else Llama 3.1's scaling (wavelengths 2 pi / f below orig_pos / high_freq
+ * kept, above orig_pos / low_freq divided by factor, between interpolated). */
 static void rope_inv_freq(float *inv, int64_t d, double theta, double factor, double low_freq, double high_freq,
                           double orig_pos)
 {
