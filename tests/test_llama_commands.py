@@ -95,22 +95,27 @@ def test_a_model_larger_than_memory_is_refused_with_what_it_needs(command, capsy
 
 
 @pytest.mark.parametrize("command", ["run", "train"])
-def test_rope_scaling_is_refused_by_the_commands_that_train(command, tmp_path, capsys):
-    # llama-3.2-1b rescales RoPE ("llama3"): its shapes are modelled, its numbers would not be transformers'
-    argv = [command, "--model", "llama-3.2-1b", "--batch", "1", "--seq", "8", "--tile", "64", "--steps", "1"]
+def test_an_unapplied_rope_scaling_is_refused_by_the_commands_that_train(command, tmp_path, capsys):
+    # YaRN rescales RoPE in a way the kernels do not apply: its shapes are modelled, its numbers would not be
+    # transformers'
+    spec = json.dumps({**load_model("llama-tiny").shape(), "rope_scaling": "yarn", "name": "yarn-tiny"})
+    argv = [command, "--model", spec, "--batch", "1", "--seq", "8", "--tile", "64", "--steps", "1"]
     if command == "train":
         argv += ["--checkpoint", str(tmp_path / "ck")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "llama-3.2-1b" in err[0] and "RoPE scaling" in err[0], err
-    assert main(["graph", "--model", "llama-3.2-1b", "--batch", "1", "--seq", "8", "--tile", "512", "--json"]) == 0
+    assert len(err) == 1 and "yarn-tiny" in err[0] and "rope_type 'yarn'" in err[0], err
+    assert main(["graph", "--model", spec, "--batch", "1", "--seq", "8", "--tile", "512", "--json"]) == 0
 
 
-def test_rope_scaling_is_refused_by_the_library_too():
+def test_an_unapplied_rope_scaling_is_refused_by_the_library_too():
     from tilecast.reference.step import init_params
     from tilecast.graph.model_config import ModelConfigError
 
     cfg = load_model("llama-tiny")
     init_params(cfg)  # unscaled: fine
-    with pytest.raises(ModelConfigError, match="RoPE scaling"):
-        init_params(dataclasses.replace(cfg, rope_scaling="llama3"))
+    init_params(dataclasses.replace(cfg, rope_scaling="linear", rope_factor=4.0))  # applied: fine
+    with pytest.raises(ModelConfigError, match="rope_type 'yarn'"):
+        init_params(dataclasses.replace(cfg, rope_scaling="yarn"))
+    with pytest.raises(ModelConfigError, match="'llama3' RoPE scaling needs rope_low_freq_factor"):
+        init_params(dataclasses.replace(cfg, rope_scaling="llama3", rope_factor=8.0))

@@ -49,7 +49,9 @@ def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ,
                    help=f"a preset ({', '.join(PRESETS)}), a transformers config.json (GPT-2 or Llama), or a "
                         f"JSON file or inline JSON object with n_layer, n_embd, n_head, vocab_size, n_positions "
                         f"and optionally family (gpt2, llama), n_kv_head, intermediate_size, "
-                        f"tie_word_embeddings, rope_theta (default: {model_default or model})")
+                        f"tie_word_embeddings, rope_theta, rope_scaling (linear, llama3, dynamic) with "
+                        f"rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_positions "
+                        f"(default: {model_default or model})")
     p.add_argument("--batch", type=int, default=batch, metavar="N", help=f"sequences per step (default: {batch})")
     p.add_argument("--seq", type=int, default=seq, metavar="N", help=f"tokens per sequence (default: {seq})")
     if tile_flag:

@@ -104,11 +104,25 @@ def rmsnorm_backward(bld: GraphBuilder, x: Tensor, gamma: Tensor, stats: Tensor,
             modes=[None, None, None, mode])
 
 
-def rope(bld: GraphBuilder, x: Tensor, theta: float, sign: float) -> None:
-    """Rotate a (batch, seq, heads, head_dim) tensor in place, tile by tile."""
+def rope_frequencies(cfg: ModelConfig) -> dict:
+    """The ``rope`` kernel's frequency parameters for ``cfg`` (see ``rope_inv_freq`` in the kernel definitions):
+    theta, and the rescaling of its rope_scaling ("linear", "llama3"; none for "dynamic", whose frequencies
+    change only beyond n_positions)."""
+    out = dict(theta=cfg.rope_theta, factor=1.0, low_freq=0.0, high_freq=0.0, orig_pos=0.0)
+    if cfg.rope_scaling == "linear":
+        out.update(factor=float(cfg.rope_factor))
+    elif cfg.rope_scaling == "llama3":
+        out.update(factor=float(cfg.rope_factor), low_freq=float(cfg.rope_low_freq_factor),
+                   high_freq=float(cfg.rope_high_freq_factor), orig_pos=float(cfg.rope_original_positions))
+    return out
+
+
+def rope(bld: GraphBuilder, x: Tensor, freqs: dict, sign: float) -> None:
+    """Rotate a (batch, seq, heads, head_dim) tensor in place, tile by tile, at frequencies ``freqs``
+    (:func:`rope_frequencies`)."""
     b, s, h = ops.mesh(*x.grid[:3])
     bld.add("rope", [ops._ids(x, b, s, h)], dict(bt=x.extent(0, b), st=x.extent(1, s), ht=x.extent(2, h),
-                                                   d=x.shape[3], s0=x.start(1, s), theta=theta, sign=sign))
+                                                   d=x.shape[3], s0=x.start(1, s), sign=sign, **freqs))
 
 
 def kv_expand(bld: GraphBuilder, kv: Tensor, full: Tensor, group: int) -> None:
@@ -176,8 +190,8 @@ class _LlamaStep(_Step):
             for c in "kv":
                 t[c] = self.kv_act(n + f"attn.{c}")
                 ops.linear(bld, t["a"], P[n + f"attn.w{c}"], None, t[c])
-            rope(bld, t["q"], cfg.rope_theta, 1.0)
-            rope(bld, t["k"], cfg.rope_theta, 1.0)
+            rope(bld, t["q"], rope_frequencies(cfg), 1.0)
+            rope(bld, t["k"], rope_frequencies(cfg), 1.0)
             for c in "kv":
                 if G == 1:
                     t[c + "x"] = t[c]
@@ -269,8 +283,8 @@ class _LlamaStep(_Step):
                 dk, dv = self.kv_act(n + "attn.dk"), self.kv_act(n + "attn.dv")
                 kv_reduce(bld, dkx, dk, grp)
                 kv_reduce(bld, dvx, dv, grp)
-            rope(bld, dq, cfg.rope_theta, -1.0)
-            rope(bld, dk, cfg.rope_theta, -1.0)
+            rope(bld, dq, rope_frequencies(cfg), -1.0)
+            rope(bld, dk, rope_frequencies(cfg), -1.0)
             da = self.act(n + "attn_norm.dout", (E, "embd"))
             for c, d in (("q", dq), ("k", dk), ("v", dv)):
                 ops.linear_backward(bld, t["a"], P[n + f"attn.w{c}"], d, da, G[n + f"attn.w{c}"], None)

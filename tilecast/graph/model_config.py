@@ -51,9 +51,16 @@ FAMILY_FIXED = {
 FAMILY_DEFAULTS = {"gpt2": dict(tie_word_embeddings=True), "llama": dict(tie_word_embeddings=False),
                    "decoder": dict(norm="layernorm", activation="gelu", position_embedding="learned", bias=True,
                                    tie_word_embeddings=True)}
+# transformers' rope_scaling keys: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings.
+ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_positions")
+# The RoPE scalings the tile kernels apply numerically, with the fields each needs ("dynamic" NTK scaling only
+# changes the frequencies beyond n_positions, which no step reaches: its frequencies are the unscaled ones).
+NUMERIC_ROPE_SCALING = {"linear": ("rope_factor",), "dynamic": ("rope_factor",),
+                        "llama3": ROPE_SCALING_FIELDS}
 MOE_FIELDS = ("n_experts", "n_experts_per_token", "expert_intermediate_size", "n_shared_experts", "n_dense_layers")
 OPTIONAL = ("name", "family", "n_kv_head", "head_dim", "intermediate_size", "norm", "activation", "position_embedding",
-            "tie_word_embeddings", "bias", "layer_norm_epsilon", "rope_theta", "rope_scaling") + MOE_FIELDS
+            "tie_word_embeddings", "bias", "layer_norm_epsilon", "rope_theta", "rope_scaling"
+            ) + ROPE_SCALING_FIELDS + MOE_FIELDS
 
 
 class ModelConfigError(ValueError):
@@ -79,7 +86,11 @@ class ModelConfig:
     tie_word_embeddings: bool | None = None
     bias: bool | None = None
     rope_theta: float = 10000.0
-    rope_scaling: str | None = None  # a long-context RoPE rescaling (e.g. "llama3"): shapes only, not modelled
+    rope_scaling: str | None = None  # a long-context RoPE rescaling, transformers' rope_type ("llama3", "linear")
+    rope_factor: float | None = None  # how much longer the context is than in pretraining (linear, llama3)
+    rope_low_freq_factor: float | None = None  # llama3: wavelengths above original / this are divided by factor
+    rope_high_freq_factor: float | None = None  # llama3: wavelengths below original / this are kept
+    rope_original_positions: int | None = None  # llama3: the pretraining context (original_max_position_embeddings)
     n_experts: int = 0  # routed experts per MoE layer (0: a dense model)
     n_experts_per_token: int = 0  # routed experts each token goes to (top-k); 0 without experts
     expert_intermediate_size: int | None = None  # one expert's MLP inner size; None: intermediate_size
@@ -133,6 +144,26 @@ class ModelConfig:
             raise ModelConfigError(f"model: layer_norm_epsilon must be positive, got {self.layer_norm_epsilon!r}")
         if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
             raise ModelConfigError(f"model: rope_theta must be positive, got {self.rope_theta!r}")
+        self._check_rope_scaling()
+
+    def _check_rope_scaling(self):
+        if self.rope_scaling is not None and not (isinstance(self.rope_scaling, str) and self.rope_scaling):
+            raise ModelConfigError(f"model: rope_scaling must be a rope_type name, got {self.rope_scaling!r}")
+        for f in ROPE_SCALING_FIELDS:
+            v = getattr(self, f)
+            if v is None:
+                continue
+            if self.rope_scaling is None:
+                raise ModelConfigError(f"model: {f} needs rope_scaling")
+            if f == "rope_original_positions":
+                _whole(f, v)
+            elif not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
+                raise ModelConfigError(f"model: {f} must be positive, got {v!r}")
+        if self.rope_factor is not None and self.rope_factor < 1:
+            raise ModelConfigError(f"model: rope_factor must be at least 1, got {self.rope_factor!r}")
+        lo, hi = self.rope_low_freq_factor, self.rope_high_freq_factor
+        if lo is not None and hi is not None and not lo < hi:
+            raise ModelConfigError(f"model: rope_low_freq_factor ({lo}) must be below rope_high_freq_factor ({hi})")
 
     def _check_experts(self):
         for f in ("n_experts", "n_experts_per_token", "n_shared_experts", "n_dense_layers"):
@@ -218,10 +249,13 @@ class ModelConfig:
         """Why the tile kernels cannot train this model as transformers would (one line), or None.
 
         Shapes and costs do not depend on it (graph, simulate and tune model such a model); the numbers do."""
-        if self.rope_scaling:
-            return (f"model: {self.name} rescales its rotary embedding ({self.rope_scaling!r} RoPE scaling), which "
-                    f"the tile kernels do not apply: its training would rotate with unscaled frequencies; graph, "
-                    f"simulate and tune model its steps")
+        if self.rope_scaling and self.rope_scaling not in NUMERIC_ROPE_SCALING:
+            return (f"model: {self.name} rescales its rotary embedding with rope_type {self.rope_scaling!r}, which "
+                    f"the tile kernels do not apply (they apply {', '.join(NUMERIC_ROPE_SCALING)}); graph, simulate "
+                    f"and tune model its steps")
+        for f in NUMERIC_ROPE_SCALING.get(self.rope_scaling, ()):
+            if getattr(self, f) is None:
+                return f"model: {self.name}'s {self.rope_scaling!r} RoPE scaling needs {f}"
         return None
 
     def check_tiled(self) -> "ModelConfig":
@@ -284,6 +318,9 @@ class ModelConfig:
         out = asdict(self)
         if self.default_head_dim:
             del out["head_dim"]
+        for f in ROPE_SCALING_FIELDS:  # likewise the scaling's parameters, kept only where set
+            if out[f] is None:
+                del out[f]
         return out
 
 
@@ -348,7 +385,9 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
     other than hidden_size / num_attention_heads is kept (the cluster what-if
     models it; the tile graphs refuse it, :meth:`ModelConfig.tiled_error`).
     Qwen3's per-head query/key norms and GPT-OSS's sliding-window layers and
-    attention sinks are not described (shapes only).
+    attention sinks are not described (shapes only). ``rope_scaling`` (or a
+    scaled ``rope_parameters``) gives ``rope_scaling`` its rope_type and, for the
+    types the kernels apply (``NUMERIC_ROPE_SCALING``), the ``rope_*`` fields.
     """
     kind = data.get("model_type")
 
@@ -381,9 +420,15 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
         rope = data.get("rope_parameters") or {}
         theta = data.get("rope_theta", rope.get("rope_theta", 10000.0))
         scaling = data.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        scaling_type = None
+        scaling_type, scaling_fields = None, {}
         if scaling:
             scaling_type = scaling.get("rope_type") or scaling.get("type") or "custom"
+            keys = dict(zip(ROPE_SCALING_FIELDS, ("factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings")))
+            scaling_fields = {f: scaling[k] for f, k in keys.items() if scaling.get(k) is not None}
+            # only the fields the kernels use (other scalings are described by their name alone)
+            used = NUMERIC_ROPE_SCALING.get(scaling_type, ())
+            scaling_fields = {f: v for f, v in scaling_fields.items() if f in used}
         experts = {"mixtral": lambda: dict(n_experts=need("num_local_experts"),
                                            n_experts_per_token=need("num_experts_per_tok")),
                    "gpt_oss": lambda: dict(n_experts=need("num_local_experts"),
@@ -398,7 +443,7 @@ def from_transformers(data: dict, name: str = "custom") -> ModelConfig:
                            intermediate_size=need("intermediate_size"), vocab_size=need("vocab_size"),
                            n_positions=need("max_position_embeddings"),
                            layer_norm_epsilon=float(data.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
-                           rope_scaling=scaling_type,
+                           rope_scaling=scaling_type, **scaling_fields,
                            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
                            **(experts[kind]() if kind in experts else {}))
     raise ModelConfigError(f"model: config.json model_type {kind!r} is not supported (gpt2, llama, mixtral, qwen3_moe, gpt_oss)")

@@ -38,10 +38,12 @@ PRESETS = {
                            tie_word_embeddings=False),
     # meta-llama/Llama-3.2-1B/config.json (hidden_size 2048, 16 layers, 32 heads, 8 KV heads,
     # intermediate_size 8192, vocab 128256, 131072 positions, rms_norm_eps 1e-5, rope_theta 500000,
-    # rope_scaling "llama3", tied).
+    # rope_scaling "llama3" with factor 32, low_freq_factor 1, high_freq_factor 4,
+    # original_max_position_embeddings 8192; tied).
     "llama-3.2-1b": dict(family="llama", n_layer=16, n_embd=2048, n_head=32, n_kv_head=8, intermediate_size=8192,
                          vocab_size=128256, n_positions=131072, layer_norm_epsilon=1e-5, rope_theta=500000.0,
-                         rope_scaling="llama3", tie_word_embeddings=True),
+                         rope_scaling="llama3", rope_factor=32.0, rope_low_freq_factor=1.0,
+                         rope_high_freq_factor=4.0, rope_original_positions=8192, tie_word_embeddings=True),
     # --- larger shapes, for the cluster what-if ---
     # Brown et al. 2020, "Language Models are Few-Shot Learners", Table 2.1 (GPT-2's architecture; vocabulary:
     # GPT-2 BPE; 2048 positions).

@@ -208,8 +208,14 @@ def _llama(name):
                 out.append((dict(rows=rows, cols=cols, n=n, eps=1e-5, beta=beta), [x, ss, dy, _f(rng, cols)]))
         bt, st, h, d = z["b"], z["s"], z["h"], 2 * z["d"]
         if name == "rope":
-            out += [(dict(bt=bt, st=st, ht=h, d=d, s0=s0, theta=theta, sign=sign), [_f(rng, bt, st, h, d)])
+            unscaled = dict(factor=1.0, low_freq=0.0, high_freq=0.0, orig_pos=0.0)
+            out += [(dict(bt=bt, st=st, ht=h, d=d, s0=s0, theta=theta, sign=sign, **unscaled), [_f(rng, bt, st, h, d)])
                     for s0, theta, sign in ((0, 10000.0, 1.0), (37, 500000.0, 1.0), (5, 10000.0, -1.0))]
+            # linear and Llama 3.1 scalings (an original context of 16 and 64 positions puts frequencies in
+            # each of the latter's three bands at these head sizes)
+            out += [(dict(bt=bt, st=st, ht=h, d=d, s0=s0, theta=10000.0, sign=sign, factor=factor, low_freq=1.0,
+                          high_freq=4.0, orig_pos=orig), [_f(rng, bt, st, h, d)])
+                    for s0, sign, factor, orig in ((3, 1.0, 4.0, 0.0), (11, -1.0, 8.0, 16.0), (0, 1.0, 32.0, 64.0))]
         n = z["n"] * z["m"]
         if name == "swiglu":
             out.append((dict(n=n), [_f(rng, n, scale=4.0), _f(rng, n), _f(rng, n)]))

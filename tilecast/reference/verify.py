@@ -17,8 +17,9 @@ transformers' Llama computes RMSNorm, the RoPE angles and the eager attention's
 softmax in float32 whatever the model's type (right for half-precision
 training). In the float64 run that float32 rounding would come back through
 AdamW as above (3e-4 on llama-tiny), so there the reference computes the same
-formulas in float64 (:func:`_llama_in_float64`); the float32 run is
-transformers' own eager LlamaForCausalLM.
+formulas in float64 (:func:`_llama_in_float64`; the RoPE frequencies, scaled or
+not, from tilecast's ``rope_inv_freq`` in float64); the float32 run is
+transformers' own eager LlamaForCausalLM, its RoPE scaling included.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from tilecast.reference import hf_mapping, hf_mapping_llama
 from tilecast.reference.step import TrainState, reference_step
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import AdamWConfig
+from tilecast.graph.llama import rope_frequencies
 from tilecast.graph.model_config import ModelConfig
 from tilecast.graph.models import build_forward, build_step
+from tilecast.kernels.definitions.llama import rope_inv_freq
 
 TOLERANCES = {"loss": 1e-5, "logits": 1e-4, "grads": 1e-4, "params": 1e-4}
 
@@ -116,20 +119,21 @@ def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
     torch, transformers = _import_reference()
     torch.manual_seed(seed)
     if cfg.family == "llama":
-        if cfg.rope_scaling:
-            raise FieldError(f"model: {cfg.name}'s RoPE scaling {cfg.rope_scaling!r} is not modelled numerically")
+        err = cfg.numeric_error()
+        if err:
+            raise FieldError(err)
         conf = transformers.LlamaConfig(
             vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.n_inner,
             num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_kv_head,
             max_position_embeddings=cfg.n_positions, rms_norm_eps=cfg.layer_norm_epsilon,
-            rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+            rope_parameters=hf_rope_parameters(cfg),
             tie_word_embeddings=cfg.tie_word_embeddings, attention_bias=False, mlp_bias=False,
             attention_dropout=0.0, hidden_act="silu", bos_token_id=None, eos_token_id=None, pad_token_id=None,
             attn_implementation="eager")
         model = transformers.LlamaForCausalLM(conf)
         model.config._attn_implementation = "eager"
         if np.dtype(dtype) == np.float64:
-            _llama_in_float64(model.double())
+            _llama_in_float64(model.double(), cfg)
         else:
             model.float()
         return model.train()
@@ -142,6 +146,15 @@ def hf_model(cfg: ModelConfig, seed: int, dtype=np.float32):
     model.config._attn_implementation = "eager"
     model = model.double() if np.dtype(dtype) == np.float64 else model.float()
     return model.train()
+
+
+def hf_rope_parameters(cfg: ModelConfig) -> dict:
+    """transformers' ``rope_parameters`` of ``cfg``: theta, and the rope_type with its keys when scaled."""
+    out = {"rope_type": cfg.rope_scaling or "default", "rope_theta": cfg.rope_theta}
+    keys = dict(rope_factor="factor", rope_low_freq_factor="low_freq_factor",
+                rope_high_freq_factor="high_freq_factor", rope_original_positions="original_max_position_embeddings")
+    out.update({k: getattr(cfg, f) for f, k in keys.items() if getattr(cfg, f) is not None})
+    return out
 
 
 def forward_logits(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, params: dict, ids, targets,
@@ -163,11 +176,11 @@ def forward_logits(cfg: ModelConfig, batch: int, seq: int, tiling: Tiling, param
 _EAGER64 = "tilecast_eager_float64"
 
 
-def _llama_in_float64(model) -> None:
+def _llama_in_float64(model, cfg: ModelConfig) -> None:
     """RMSNorm, the RoPE angles and the attention softmax of a float64 LlamaForCausalLM in float64.
 
     Same formulas as transformers' eager modules: x / sqrt(mean(x^2) + eps) * weight;
-    cos, sin of position * theta^(-2i/d) with the halves repeated; softmax(q k^T * scale
+    cos, sin of position * theta^(-2i/d) (rescaled as ``cfg`` says) with the halves repeated; softmax(q k^T * scale
     + mask) v with each key/value head serving its group of query heads.
     """
     import types
@@ -193,10 +206,10 @@ def _llama_in_float64(model) -> None:
     def rms_forward(self, x):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
+    freqs = rope_frequencies(cfg)
+
     def rope_forward(self, x, position_ids):
-        d = self.inv_freq.shape[0] * 2
-        theta = self.config.rope_parameters["rope_theta"]
-        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        inv = torch.from_numpy(rope_inv_freq(self.inv_freq.shape[0] * 2, dtype=np.float64, **freqs))
         ang = position_ids[..., None].to(torch.float64) * inv
         ang = torch.cat((ang, ang), dim=-1)
         return ang.cos().to(x.dtype), ang.sin().to(x.dtype)

@@ -118,16 +118,46 @@ TC_KERNEL(rms_bwd_gamma)
     }
 }
 
-/* p: bt st ht d s0 theta sign; bufs: x (bt, st, ht, d) rotated in place. Angles in float32:
- * (s0 + s) * theta^(-2i/d), the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). */
+/* The half inverse frequencies theta^(-2i/d) rescaled as rope_inv_freq in definitions/llama.py, step by step
+ * in float32 (theta^(2i/d) rounded once from double, as torch computes it): factor 1 unscaled; orig_pos 0
+ * linear (all divided by factor); else Llama 3.1's scaling (wavelengths 2 pi / f below orig_pos / high_freq
+ * kept, above orig_pos / low_freq divided by factor, between interpolated). */
+static void rope_inv_freq(float *inv, int64_t d, double theta, double factor, double low_freq, double high_freq,
+                          double orig_pos)
+{
+    const int64_t half = d / 2;
+    for (int64_t i = 0; i < half; i++)
+        inv[i] = 1.0f / (float)pow(theta, (double)((float)(2 * i) / (float)d));
+    if (factor == 1.0)
+        return;
+    const float f = (float)factor;
+    for (int64_t i = 0; i < half; i++) {
+        const float scaled = inv[i] / f;
+        if (orig_pos == 0.0) {
+            inv[i] = scaled;
+            continue;
+        }
+        const float wavelen = (float)6.283185307179586 / inv[i];
+        const float low_wl = (float)(orig_pos / low_freq), high_wl = (float)(orig_pos / high_freq);
+        const float low = wavelen > low_wl ? scaled : inv[i];
+        if (wavelen < high_wl || wavelen > low_wl) {
+            inv[i] = low;
+            continue;
+        }
+        const float s = ((float)orig_pos / wavelen - (float)low_freq) / (float)(high_freq - low_freq);
+        inv[i] = (1.0f - s) * low / f + s * low;
+    }
+}
+
+/* p: bt st ht d s0 theta sign factor low_freq high_freq orig_pos; bufs: x (bt, st, ht, d) rotated in place.
+ * Angles in float32: (s0 + s) * inv[i], the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). */
 TC_KERNEL(rope)
 {
     float *x = buf[0];
     const int64_t bt = TC_I(p[0]), st = TC_I(p[1]), ht = TC_I(p[2]), d = TC_I(p[3]), half = d / 2;
-    const float s0 = (float)p[4], theta = (float)p[5], sign = (float)p[6];
+    const float s0 = (float)p[4], sign = (float)p[6];
     float inv[half > 0 ? half : 1], cs[half > 0 ? half : 1], sn[half > 0 ? half : 1];
-    for (int64_t i = 0; i < half; i++)
-        inv[i] = 1.0f / powf(theta, (float)(2 * i) / (float)d);
+    rope_inv_freq(inv, d, p[5], p[7], p[8], p[9], p[10]);
     for (int64_t s = 0; s < st; s++) {
         const float pos = (float)s + s0;
         for (int64_t i = 0; i < half; i++) {

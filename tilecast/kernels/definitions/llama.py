@@ -7,8 +7,10 @@ LayerNorm statistics are merged (layernorm.py).
 
 RoPE (Su et al. 2021, "RoFormer"), in the half-split layout Llama uses: the two
 halves (x1, x2) of a head's vector at position t rotate by the angles
-t * theta^(-2i/d), i < d/2: (x1 cos - x2 sin, x2 cos + x1 sin). The angles are
-computed in the tile's precision (in float32 as transformers computes them).
+t * theta^(-2i/d), i < d/2: (x1 cos - x2 sin, x2 cos + x1 sin). A longer context
+rescales the frequencies (linear or Llama 3.1's scaling, :func:`rope_inv_freq`).
+The angles are computed in the tile's precision (in float32 as transformers
+computes them).
 The backward pass is the rotation by the opposite angles (``sign`` -1).
 
 SwiGLU (Shazeer 2020, "GLU variants improve Transformer"): silu(gate) * up.
@@ -84,22 +86,51 @@ def rms_bwd_gamma(xp, bufs, p):
         dgamma += dg
 
 
-def rope_angles(xp, st, d, s0, theta, dtype=np.float32):
-    """(cos, sin), each (st, d/2) in ``dtype``, of positions s0 .. s0 + st - 1."""
+def rope_inv_freq(d, theta, factor=1.0, low_freq=0.0, high_freq=0.0, orig_pos=0.0, dtype=np.float32):
+    """The d/2 inverse frequencies theta^(-2i/d), rescaled for a longer context, in ``dtype``.
+
+    ``factor`` 1: unscaled. ``orig_pos`` 0: linear scaling (every frequency divided by ``factor``).
+    Otherwise Llama 3.1's scaling (transformers' rope_type "llama3"): with the wavelength 2 pi / f,
+    wavelengths below orig_pos / high_freq are kept, those above orig_pos / low_freq are divided
+    by ``factor``, and those between interpolated, s = (orig_pos / wavelength - low_freq) /
+    (high_freq - low_freq), f' = (1 - s) f / factor + s f. Computed step by step in ``dtype``, in
+    the order transformers computes them in float32.
+    """
+    t = np.dtype(dtype).type
+    power = (np.float64(theta) ** (np.arange(0, int(d), 2, dtype=dtype) / t(d)).astype(np.float64)).astype(dtype)
+    inv = (t(1.0) / power).astype(dtype)  # theta^(2i/d) rounded once from float64, as torch computes it
+    if factor == 1.0:
+        return inv
+    scaled = (inv / t(factor)).astype(dtype)
+    if orig_pos == 0.0:
+        return scaled
+    wavelen = (t(2.0 * np.pi) / inv).astype(dtype)
+    low = np.where(wavelen > t(orig_pos / low_freq), scaled, inv).astype(dtype)
+    s = ((t(orig_pos) / wavelen - t(low_freq)) / t(high_freq - low_freq)).astype(dtype)
+    smooth = ((t(1.0) - s) * low / t(factor) + s * low).astype(dtype)
+    medium = ~(wavelen < t(orig_pos / high_freq)) & ~(wavelen > t(orig_pos / low_freq))
+    return np.where(medium, smooth, low).astype(dtype)
+
+
+def rope_angles(xp, st, d, s0, inv, dtype=np.float32):
+    """(cos, sin), each (st, d/2) in ``dtype``, of positions s0 .. s0 + st - 1 at inverse frequencies ``inv``."""
     f = np.dtype(dtype).type
-    inv = (f(1.0) / f(theta) ** (np.arange(0, int(d), 2, dtype=dtype) / f(d))).astype(dtype)
     pos = (np.arange(int(st), dtype=dtype) + f(s0))[:, None]
     ang = (pos * inv[None, :]).astype(dtype)
     return xp.asarray(np.cos(ang)), xp.asarray(np.sin(ang))
 
 
-@kernel("rope", "x:RW", "bt st ht d s0 theta sign", lambda p: 3.0 * p["bt"] * p["st"] * p["ht"] * p["d"])
+@kernel("rope", "x:RW", "bt st ht d s0 theta sign factor low_freq high_freq orig_pos",
+        lambda p: 3.0 * p["bt"] * p["st"] * p["ht"] * p["d"])
 def rope(xp, bufs, p):
-    """Rotate a (bt, st, ht, d) tile in place by position (s0 + row) angles; sign -1 rotates back."""
+    """Rotate a (bt, st, ht, d) tile in place by position (s0 + row) angles; sign -1 rotates back.
+
+    The frequencies are :func:`rope_inv_freq` of (d, theta, factor, low_freq, high_freq, orig_pos)."""
     (x,) = bufs
     d, half = int(p.d), int(p.d) // 2
     xv = x.reshape((int(p.bt), int(p.st), int(p.ht), d))
-    cos, sin = rope_angles(xp, p.st, d, p.s0, p.theta, x.dtype)
+    inv = rope_inv_freq(d, p.theta, p.factor, p.low_freq, p.high_freq, p.orig_pos, x.dtype)
+    cos, sin = rope_angles(xp, p.st, d, p.s0, inv, x.dtype)
     cos = cos[None, :, None, :]
     sin = (sin * x.dtype.type(p.sign))[None, :, None, :]
     x1 = xv[..., :half].copy()
