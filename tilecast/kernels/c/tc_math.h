@@ -9,6 +9,8 @@
  * error about 1e-7 (evaluated with fused multiply-adds); exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN; results
  * that would be subnormal (x < -87.33) are flushed to 0.
  *
+ * tc_expf_nonpos: tc_expf for x below 88.37 (exp(s - max)), cheaper.
+ *
  * tc_sum_exp: sum of exp(x[j] - shift) in 16 independent float accumulators
  * (a single-accumulator reduction is not vectorised without reassociation),
  * added up in double: each lane adds n/16 terms, as numpy's pairwise float32
@@ -69,6 +71,27 @@ static inline float tc_expf(float x)
     return x != x ? x : y;
 }
 
+/* tc_expf without its overflow side, for x below 88.37 (2^n then a normal float, n >= -126) or NaN: the
+ * same bits as tc_expf there, 2^n in one step, a third fewer instructions (1.47x on a sum of
+ * exponentials). For exp(s - m) with m a finite maximum of the s (softmax statistics, the cross-entropy
+ * gradient); larger x give wrong results. */
+static inline float tc_expf_nonpos(float x)
+{
+    const float xc = x < -87.33654022216797f ? -87.33654022216797f : x;
+    const float n = floorf(TC_FMA(xc, 1.44269504088896341f, 0.5f));
+    float r = TC_FMA(n, -0.693359375f, xc);
+    r = TC_FMA(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = TC_FMA(p, r, 1.3981999507e-3f);
+    p = TC_FMA(p, r, 8.3334519073e-3f);
+    p = TC_FMA(p, r, 4.1665795894e-2f);
+    p = TC_FMA(p, r, 1.6666665459e-1f);
+    p = TC_FMA(p, r, 5.0000001201e-1f);
+    p = TC_FMA(p * r, r, r) + 1.0f;
+    const float y = p * tc_pow2i((int32_t)n);
+    return x < -87.33654022216797f ? 0.0f : y;
+}
+
 static inline float tc_tanhf(float x)
 {
     const float a = fabsf(x);
@@ -79,20 +102,24 @@ static inline float tc_tanhf(float x)
     return x != x ? x : t;
 }
 
-static inline double tc_sum_exp(const float *x, int64_t n, float shift)
-{
-    float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++)
-            acc[l] += tc_expf(x[j + l] - shift);
-    double s = 0.0;
-    for (; j < n; j++)
-        s += tc_expf(x[j] - shift);
-    for (int l = 0; l < 16; l++)
-        s += acc[l];
-    return s;
-}
+#define TC_SUM_EXP(name, expf_fn)                                                                             \
+    static inline double name(const float *x, int64_t n, float shift)                                         \
+    {                                                                                                         \
+        float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};                                     \
+        int64_t j = 0;                                                                                        \
+        for (; j + 16 <= n; j += 16)                                                                          \
+            for (int l = 0; l < 16; l++)                                                                      \
+                acc[l] += expf_fn(x[j + l] - shift);                                                          \
+        double s = 0.0;                                                                                       \
+        for (; j < n; j++)                                                                                    \
+            s += expf_fn(x[j] - shift);                                                                       \
+        for (int l = 0; l < 16; l++)                                                                          \
+            s += acc[l];                                                                                      \
+        return s;                                                                                             \
+    }
+TC_SUM_EXP(tc_sum_exp, tc_expf)
+/* The same sum when shift is finite and no x[j] exceeds it: the same bits, faster. */
+TC_SUM_EXP(tc_sum_exp_below, tc_expf_nonpos)
 
 typedef float tc_v8f __attribute__((vector_size(32)));
 typedef int32_t tc_v8i __attribute__((vector_size(32)));
