@@ -29,7 +29,9 @@ each kernel's rate against the per-worker peak, idle workers, and the host's
 time outside the task graph (``tilecast.reports.time_budget``).
 
 Prints a table per model, then one JSON line with a row per model
-(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, tiling, sched,
+(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, needed_gemm_share: the gemm_share
+that the target ratio asks for against this PyTorch figure, ceiling_ratio: the ratio of a step whose every
+FLOP ran at the 2-thread SGEMM rate (above it no runtime or kernel change on this BLAS can go), tiling, sched,
 chosen_by, tune_s: seconds tune took after calibration; torch_setup: PyTorch's version, threads, dtype,
 batch, attention implementation, optimizer, autocast and compile, as run; load: others_cpu_s, the CPU
 seconds other processes took while the model was measured, steal_s, the seconds the hypervisor took,
@@ -279,6 +281,8 @@ def main() -> None:
         row = dict(family=family, layers=layers, model=cfg.shape(), starpu_tokens_per_s=round(s_tps, 2),
                    torch_tokens_per_s=round(t_tps, 2),
                    ratio=round(s_tps / t_tps, 3), gemm_share=round(gflops * 1e9 / peak, 3),
+                   needed_gemm_share=round(TARGET_RATIO[family] * t_tps * flops / tokens / peak, 3),
+                   ceiling_ratio=round(peak / flops * tokens / t_tps, 3),
                    starpu_gflops=round(gflops, 2), torch_gflops=round(flops / t_step / 1e9, 2),
                    gemm_peak_gflops=round(peak / 1e9, 2), starpu_step_s=round(s_step, 4),
                    torch_step_s=round(t_step, 4), predicted_step_s=predicted,
@@ -302,6 +306,8 @@ def main() -> None:
               f"{100 * gflops * 1e9 / peak:.0f}% of "
               f"the kernels' SGEMM rate on {args.workers} threads ({peak / 1e9:.0f} GFLOP/s; target >= "
               f"{100 * TARGET_GEMM_SHARE:.0f}%)")
+        print(f"{TARGET_RATIO[family]}x PyTorch needs {100 * row['needed_gemm_share']:.0f}% of that SGEMM rate over "
+              f"the step's {flops / 1e9:.0f} GFLOP; every FLOP at that rate would be {row['ceiling_ratio']:.2f}x")
         print(f"PyTorch: {torch_setup['torch']}, {torch_setup['threads']} threads, float32, attention "
               f"{torch_setup['attention']}, {torch_setup['optimizer']}; other processes took "
               f"{load['others_cpu_s']} CPU s ({100 * (load['others_share'] or 0):.1f}% of the cores), steal "
