@@ -97,7 +97,9 @@ static inline float tc_tanhf(float x)
     const float a = fabsf(x);
     const float x2 = x * x;
     const float small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f + x2 * -0.053968253968f)));
-    const float big = 1.0f - 2.0f / (tc_expf(2.0f * a) + 1.0f);
+    /* From |x| = 10 on (NaN and infinities included) 1 - 2 / (exp(2|x|) + 1) rounds to 1: clamped there, the
+     * exponential cannot overflow (tc_expf_nonpos, the same bits). */
+    const float big = 1.0f - 2.0f / (tc_expf_nonpos(2.0f * (a < 10.0f ? a : 10.0f)) + 1.0f);
     const float t = a < 0.0625f ? small : copysignf(big, x);
     return x != x ? x : t;
 }
