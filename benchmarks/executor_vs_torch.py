@@ -29,8 +29,11 @@ each kernel's rate against the per-worker peak, idle workers, and the host's
 time outside the task graph (``tilecast.reports.time_budget``).
 
 Prints a table per model, then one JSON line with a row per model
-(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, tiling, sched,
-chosen_by, tune_s: seconds tune took after calibration; torch_setup: PyTorch's version, threads, dtype,
+(family, starpu_tokens_per_s, torch_tokens_per_s, ratio, gemm_share, needed_gemm_share: the gemm_share
+that the target ratio asks for against this PyTorch figure, ceiling_ratio: the ratio of a step whose every
+FLOP ran at the 2-thread SGEMM rate (above it no runtime or kernel change on this BLAS can go), tiling, sched,
+chosen_by, tune_s: seconds tune took after calibration; idle_by_tenth: the idle share of worker time in each
+tenth of the last traced step's makespan, first to last; torch_setup: PyTorch's version, threads, dtype,
 batch, attention implementation, optimizer, autocast and compile, as run; load: others_cpu_s, the CPU
 seconds other processes took while the model was measured, steal_s, the seconds the hypervisor took,
 others_share, others_cpu_s over cores x wall time, near 0 on a quiet machine; ...) and ``calibration``
@@ -208,6 +211,23 @@ def measure(cfg, args, tiling, sched):
     return graph, ours, spans, theirs, peaks, trace, torch_setup, load.result(cpu_count())
 
 
+def idle_by_tenth(trace, workers: int) -> list[float]:
+    """Idle worker time in each tenth of the traced step's makespan, as a share of that tenth's worker time:
+    whether the idle workers wait at the step's start, its end (the optimizer after the last gradient) or
+    throughout."""
+    tasks = trace[trace["task"] >= 0]
+    if tasks.empty:
+        return []
+    t0, t1 = float(tasks["start_s"].min()), float(tasks["end_s"].max())
+    edges = np.linspace(t0, t1, 11)
+    start, end = tasks["start_s"].to_numpy(), tasks["end_s"].to_numpy()
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        busy = np.clip(np.minimum(end, b) - np.maximum(start, a), 0.0, None).sum()
+        out.append(round(max(0.0, 1.0 - busy / (workers * (b - a))), 3) if b > a else 0.0)
+    return out
+
+
 def keep_freed_memory() -> bool:
     """Make glibc keep the memory this process frees for its next allocations (no mmap for large blocks,
     no trimming of the heap), as a caching allocator (jemalloc, tcmalloc) would; whether it took effect.
@@ -279,6 +299,8 @@ def main() -> None:
         row = dict(family=family, layers=layers, model=cfg.shape(), starpu_tokens_per_s=round(s_tps, 2),
                    torch_tokens_per_s=round(t_tps, 2),
                    ratio=round(s_tps / t_tps, 3), gemm_share=round(gflops * 1e9 / peak, 3),
+                   needed_gemm_share=round(TARGET_RATIO[family] * t_tps * flops / tokens / peak, 3),
+                   ceiling_ratio=round(peak / flops * tokens / t_tps, 3),
                    starpu_gflops=round(gflops, 2), torch_gflops=round(flops / t_step / 1e9, 2),
                    gemm_peak_gflops=round(peak / 1e9, 2), starpu_step_s=round(s_step, 4),
                    torch_step_s=round(t_step, 4), predicted_step_s=predicted,
@@ -289,6 +311,7 @@ def main() -> None:
                    "given" if args.tile is not None and args.sched is not None else "tune, then --tile/--sched",
                    workers=args.workers, tasks=graph.n_tasks, torch_setup=torch_setup, load=load,
                    last_step={k: round(v, 4) for k, v in budget.items()},
+                   idle_by_tenth=idle_by_tenth(trace, args.workers),
                    kernels={k: dict(busy_s=round(r.busy_s, 4), gflops=round(r.gflops, 1) if r.gflops == r.gflops
                                     else None, of_peak=round(r.of_peak, 3) if r.of_peak == r.of_peak else None)
                             for k, r in rates.iterrows()})
@@ -302,12 +325,15 @@ def main() -> None:
               f"{100 * gflops * 1e9 / peak:.0f}% of "
               f"the kernels' SGEMM rate on {args.workers} threads ({peak / 1e9:.0f} GFLOP/s; target >= "
               f"{100 * TARGET_GEMM_SHARE:.0f}%)")
+        print(f"{TARGET_RATIO[family]}x PyTorch needs {100 * row['needed_gemm_share']:.0f}% of that SGEMM rate over "
+              f"the step's {flops / 1e9:.0f} GFLOP; every FLOP at that rate would be {row['ceiling_ratio']:.2f}x")
         print(f"PyTorch: {torch_setup['torch']}, {torch_setup['threads']} threads, float32, attention "
               f"{torch_setup['attention']}, {torch_setup['optimizer']}; other processes took "
               f"{load['others_cpu_s']} CPU s ({100 * (load['others_share'] or 0):.1f}% of the cores), steal "
               f"{load['steal_s']} s")
         print(f"last step: {100 * budget['busy_share']:.1f}% in kernels, {100 * budget['idle_share']:.1f}% idle "
               f"workers, {100 * budget['host_share']:.1f}% outside the task graph ({1e3 * budget['host_s']:.1f} ms)")
+        print("idle workers in each tenth of the makespan: " + " ".join(f"{100 * x:.0f}%" for x in row["idle_by_tenth"]))
         print(f"  {'kernel':<16}{'tasks':>7}{'busy s':>9}{'GFLOP/s':>9}{'of peak':>9}")
         for k, r in rates.head(10).iterrows():
             print(f"  {k:<16}{r.tasks:>7}{r.busy_s:>9.3f}{r.gflops:>9.1f}{r.of_peak:>9.0%}")

@@ -32,7 +32,7 @@ void tc_time(tc_kernel_fn f, const double *p, void *const *buf, int repeats, dou
 """
 
 # No -ffast-math: results must follow IEEE float32 like numpy (infinities, NaN, no reassociation, no FMA
-# contraction). -fno-trapping-math and -fno-math-errno change no result but let loops with selects and
+# contraction; tc_math.h's exponential asks for its fused multiply-adds explicitly). -fno-trapping-math and -fno-math-errno change no result but let loops with selects and
 # floorf/sqrtf vectorise. On x86-64, -mprefer-vector-width=512 lets loops use the full AVX-512 width where
 # the CPU has it (GCC's default for such CPUs is 256 bits): the exponential-bound kernels (softmax
 # statistics, cross-entropy gradient, GELU) run 8-20% faster; a CPU without AVX-512 ignores it.

@@ -51,6 +51,7 @@ TC_KERNEL(ce_grad)
         const int64_t local = targets[r] - v0;
         const int hit = local >= 0 && local < vt;
         const float target_logit = hit ? row[local] : 0.0f;
+        const int below = isfinite(m);
         /* One sweep; the target's entry, (softmax - 1) * scale, is redone below as the reference does. */
         /* In chunks, each first asking for the lines TC_AHEAD floats on: the logits come from memory (written
          * long before), and the hardware prefetchers stop at 4 KiB page boundaries. */
@@ -58,8 +59,12 @@ TC_KERNEL(ce_grad)
             const int64_t c1 = c0 + TC_CHUNK < vt ? c0 + TC_CHUNK : vt;
             for (int64_t q = c0 + TC_AHEAD; q < c1 + TC_AHEAD; q += 16)
                 __builtin_prefetch(row + q, 1); /* past the row: the next rows (a prefetch never faults) */
-            for (int64_t j = c0; j < c1; j++)
-                row[j] = tc_expf(row[j] - m) * factor;
+            if (below) /* m, the row's maximum (softmax_stats), is finite: exponentials of numbers <= 0 */
+                for (int64_t j = c0; j < c1; j++)
+                    row[j] = tc_expf_nonpos(row[j] - m) * factor;
+            else
+                for (int64_t j = c0; j < c1; j++)
+                    row[j] = tc_expf(row[j] - m) * factor;
         }
         if (hit)
             row[local] = (tc_expf(target_logit - m) / l - 1.0f) * scale;

@@ -28,8 +28,8 @@ TC_KERNEL(softmax_stats)
             m_new = isnan(m_old) || isnan(m_tile) ? NAN : (m_old > m_tile ? m_old : m_tile);
             l_old = isfinite(m_new) ? st[2 * r + 1] * expf(m_old - m_new) : 0.0f;
         }
-        const float shift = isfinite(m_new) ? m_new : 0.0f;
-        const double l = tc_sum_exp(row, cols, shift);
+        /* a finite m_new is at least every entry: exponentials of non-positive numbers */
+        const double l = isfinite(m_new) ? tc_sum_exp_below(row, cols, m_new) : tc_sum_exp(row, cols, 0.0f);
         st[2 * r] = m_new;
         st[2 * r + 1] = l_old + (float)l;
     }
@@ -86,13 +86,13 @@ void tc_softmax_rows(float *s, float *st, int64_t rows, int64_t cols)
             int64_t j = 0;
             for (; j + 16 <= cols; j += 16)
                 for (int k = 0; k < 16; k++) {
-                    const float e = tc_expf(row[j + k] - m);
+                    const float e = tc_expf_nonpos(row[j + k] - m);
                     row[j + k] = e;
                     acc[k] += e;
                 }
             double sum = 0.0;
             for (; j < cols; j++) {
-                const float e = tc_expf(row[j] - m);
+                const float e = tc_expf_nonpos(row[j] - m);
                 row[j] = e;
                 sum += e;
             }

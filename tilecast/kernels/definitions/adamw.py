@@ -1,7 +1,8 @@
 """AdamW update of one parameter tile, as torch.optim.AdamW computes it.
 
 Decoupled weight decay (Loshchilov & Hutter 2019): p <- p * (1 - lr * wd), then
-the bias-corrected Adam step p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+the bias-corrected Adam step p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+with sqrt(v) multiplied by the float32 1 / sqrt(1 - b2^t) (one division per entry, as the C kernel).
 """
 
 import math
@@ -21,5 +22,5 @@ def adamw(xp, bufs, p):
     v += f(1.0 - p.beta2) * g * g
     bias1 = 1.0 - p.beta1 ** p.step
     bias2 = 1.0 - p.beta2 ** p.step
-    denom = xp.sqrt(v) / f(math.sqrt(bias2)) + f(p.eps)
+    denom = xp.sqrt(v) * f(1.0 / math.sqrt(bias2)) + f(p.eps)
     w -= f(p.lr / bias1) * (m / denom)
