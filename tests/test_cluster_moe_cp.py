@@ -15,6 +15,7 @@ from tilecast.cluster.inference import InferenceConfig, InferenceError, evaluate
 from tilecast.cluster.inference_costs import experts_touched
 from tilecast.cluster.inference_memory import kv_bytes_per_token
 from tilecast.cluster.memory import activation_bytes_per_layer, memory_per_gpu, stage_param_split
+from tilecast.cluster.moe_costs import moe_layer_parts
 from tilecast.cluster.strategy import Strategy, StrategyError
 from tilecast.graph.model_config import ModelConfigError, from_transformers, load_model
 
@@ -95,7 +96,9 @@ def test_expert_imbalance_stretches_expert_compute_only():
     cap = layer_costs(MIXTRAL, st.with_(capacity_factor=1.5), H100)
     assert cap.fwd_compute == pytest.approx(skew.fwd_compute)
     n = F.all_to_all_bytes(MIXTRAL, 4096, 1, 2, capacity_factor=1.5)  # padded buffers travel too
-    assert cap.fwd_ep == pytest.approx(2 * collective_time("all_to_all", n, Group.placed(H100, 8, stride=1), H100))
+    counts = moe_layer_parts(MIXTRAL, st, H100, 4096, 2)["token_counts"][0]  # the dispatch's token counts
+    assert cap.fwd_ep == pytest.approx(2 * collective_time("all_to_all", n, Group.placed(H100, 8, stride=1), H100)
+                                       + counts)
 
 
 def test_context_parallelism_splits_activations_and_passes_kv_around_the_ring():

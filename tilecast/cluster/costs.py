@@ -18,6 +18,7 @@ from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, p2p_time
 from tilecast.cluster.collectives import collective_time as _collective_time
 from tilecast.cluster.memory import stage_param_split
+from tilecast.cluster.moe_costs import moe_gemm_times, moe_layer_extra
 from tilecast.cluster.strategy import DTYPE_BYTES
 
 # Adam step with fp32 master weights, per parameter: read master, m, v, grad (4 each),
@@ -70,10 +71,7 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
 
     if shape.is_moe:
         calls = F.moe_gemm_shapes(shape, tokens, t, strat.ep, strat.expert_load)
-        # a grouped GEMM runs m / m_call per-expert products of m_call rows: each one's flops and smallest
-        # dimension set its efficiency (the dense products are one call, m_call = m)
-        gemm_t = float(sum(w * (m / mc) * gpu.matmul_time(2.0 * mc * n * kk, dt, min(mc, n, kk))
-                           for m, n, kk, w, mc in calls.values()))
+        gemm_t = float(sum(moe_gemm_times(calls, gpu, dt).values()))
         gemm_flops = sum(2.0 * m * n * kk * w for m, n, kk, w, _ in calls.values())
     else:
         shapes = F.layer_gemm_shapes(shape, tokens, t)
@@ -99,17 +97,17 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     if strat.sequence_parallel:
         repl /= t
     gate = 3 if shape.gated_mlp else 2
-    if shape.is_moe:  # GELU / SwiGLU over the MLPs each token goes through, plus permuting tokens to experts
+    if shape.is_moe:  # GELU / SwiGLU over the MLPs each token goes through (the permutations: moe_costs)
         m, fe = P.moe_layer_share(shape), shape.expert_intermediate_size
         routed = tokens * shape.n_experts_per_token * strat.expert_load
         act_bytes = ((1 - m) * gate * tokens * f + m * gate * (routed + tokens * shape.n_shared_experts) * fe) * e / t
-        act_bytes += m * 4.0 * routed * h * e / t
     else:
         act_bytes = gate * tokens * f * e / t  # GELU / SwiGLU
     elem_t = float(gpu.memory_time(repl + act_bytes))
 
-    fwd = gemm_t + attn_t + attn_mem + elem_t
-    bwd = 2.0 * (gemm_t + attn_mem + elem_t) + attn_bwd
+    moe_fwd, moe_bwd, moe_comm = moe_layer_extra(shape, strat, cluster, tokens, e)  # router, permutations, casts
+    fwd = gemm_t + attn_t + attn_mem + elem_t + moe_fwd
+    bwd = 2.0 * (gemm_t + attn_mem + elem_t) + attn_bwd + moe_bwd
     if strat.recompute == "full":
         rec = fwd
     elif strat.recompute == "selective":
@@ -126,6 +124,8 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     fwd_tp = 2 * one  # after attention and after the MLP (Shoeybi et al. 2019, Fig. 3)
     bwd_tp = 2 * one + (fwd_tp if strat.recompute == "full" else 0.0)
     fwd_ep, bwd_ep = expert_all_to_all(shape, strat, cluster, tokens, e)
+    fwd_ep += moe_comm  # the dispatch's token-count exchange, again when full recomputation replays the forward
+    bwd_ep += moe_comm if strat.recompute == "full" else 0.0
     fwd_cp, bwd_cp = ring_attention_exposed(shape, strat, cluster, tokens, e, attn_t, attn_bwd)
 
     head = float(gpu.matmul_time(F.lm_head_flops(shape, tokens, t), dt, min(tokens, h, shape.vocab_size / t)))
