@@ -76,7 +76,7 @@ def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "au
     its core count is unknown). ``progress``: ``auto`` (the progress thread runs worker 0 where the threads
     would outnumber the cores, as ``run --ranks`` does) or ``own``."""
     from tilecast.executor.mpi_threads import progress_drives_worker
-    from tilecast.simulator.ranks_threads import CoreSharing, default_slice_s
+    from tilecast.simulator.ranks_threads import CoreSharing, tick_slice_s
 
     if progress not in ("auto", "own"):
         raise ValueError(f"progress must be 'auto' or 'own', got {progress!r}")
@@ -85,7 +85,7 @@ def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "au
         return None
     drives = progress == "auto" and progress_drives_worker(ranks, workers_per_rank, cores)
     return CoreSharing(int(cores), ranks, workers_per_rank, drives, float(background),
-                       default_slice_s(int(cores)) if slice_s is None else slice_s)
+                       tick_slice_s(int(cores)) if slice_s is None else slice_s)
 
 
 def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, distribution: str, machine,

@@ -22,9 +22,19 @@
   task running there to end.
 - **Network interfaces** (``nic="node"``): a rank's outgoing messages share its interface and its
   incoming ones too (full duplex): a message holds the sender's outgoing and the receiver's incoming
-  interface for ``message_s + bytes / bandwidth``, in the order the messages leave; the latency is
-  not held (messages in flight overlap). ``nic="pair"`` keeps one link per pair of ranks, as
-  :mod:`tilecast.simulator.ranks` models without this engine.
+  interface for ``bytes / bandwidth``, in the order the messages leave. ``nic="pair"`` keeps one link
+  per pair of ranks, as :mod:`tilecast.simulator.ranks` models without this engine.
+- **Per-message cost** (``message_s``, the ping-pong's intercept less MPI's latency): in flight, like
+  the latency, not held on an interface. StarPU-MPI does not handle one message at a time: a task's
+  sends and receives are submitted as detached requests (``_starpu_mpi_isend_irecv_common``,
+  ``mpi/src/starpu_mpi.c``); each round of the progress loop posts up to ``STARPU_MPI_NREADY_PROCESS``
+  ready requests with non-blocking ``MPI_Isend``/``MPI_Irecv`` (``_starpu_mpi_handle_ready_request``,
+  ``_starpu_mpi_isend_size_func``) and then tests every pending one
+  (``_starpu_mpi_test_detached_requests``), all in ``_starpu_mpi_progress_thread_func``
+  (``mpi/src/mpi/starpu_mpi_mpi.c``), so messages posted together pay that round once, not once each.
+  (Held on the interface, a cost per message made a step of many messages, the ``data`` distribution's
+  parameter gathers and partial gradients, a queue of them: 274 messages x 1.5 ms on one interface.)
+- **Slices** last whole timer ticks (:func:`tick_slice_s`).
 """
 
 from __future__ import annotations
@@ -39,6 +49,33 @@ def default_slice_s(cores: int) -> float:
     """Linux's base time slice on ``cores`` cores: 0.75 ms x (1 + log2(min(cores, 8))) (EEVDF's
     ``sysctl_sched_base_slice`` with the default logarithmic scaling, ``get_update_sysctl_factor``)."""
     return 0.75e-3 * (1 + int(math.log2(max(1, min(cores, 8)))))
+
+
+def kernel_hz(default: int = 250) -> int:
+    """The running kernel's timer frequency (``CONFIG_HZ`` from ``/proc/config.gz``), else ``default``
+    (250: Debian's and the kernel's default)."""
+    import gzip
+
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            for line in f:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def tick_slice_s(cores: int, hz: int | None = None) -> float:
+    """The time a CPU-bound thread keeps a core before another runnable one gets it: the base slice
+    (:func:`default_slice_s`) rounded up to whole timer ticks of 1 / ``hz`` s. A running thread's slice is
+    checked against its deadline only at the tick (``task_tick_fair`` → ``update_curr`` →
+    ``update_deadline`` then ``resched_curr``, ``kernel/sched/fair.c``), not at the deadline itself, unless
+    the ``HRTICK`` scheduler feature is on (off by default, ``kernel/sched/features.h``). On a 250 Hz kernel
+    with 2 cores: 1.5 ms rounded up to 4 ms (the 8 and 12 ms pauses of a rank's worker beside 2 or 3
+    other threads in measured traces)."""
+    tick = 1.0 / (hz or kernel_hz())
+    return math.ceil(default_slice_s(cores) / tick - 1e-9) * tick
 
 
 @dataclass(frozen=True)
@@ -203,7 +240,10 @@ class ThreadedRankEngine(Engine):
         k = self.msg[t]
         src, dst = self.msg_src[k], self.msg_dst[k]
         net = self.net
-        hold = net.message_s + self.msg_bytes[k] / net.bandwidth_Bps
+        # the interfaces are held for the bytes only; the per-message cost (StarPU-MPI's handling of the
+        # request on both sides, the ping-pong's intercept) is in flight, like the latency: messages posted
+        # together overlap it (see the module's docstring, "Per-message cost")
+        hold = self.msg_bytes[k] / net.bandwidth_Bps
         leave = self._poll(src, now)
         if self.nic == "node":
             wire = max(leave, self.out_free[src], self.in_free[dst])
@@ -211,7 +251,7 @@ class ThreadedRankEngine(Engine):
         else:
             wire = max(leave, self.pair_free.get((src, dst), 0.0))
             self.pair_free[(src, dst)] = wire + hold
-        arrive = wire + hold + net.latency_s
+        arrive = wire + hold + net.message_s + net.latency_s
         self.busy[w] = True
         self.idle.discard(w)
         # start: when it takes the wire, plus the per-task cost the rank summary takes off every message
