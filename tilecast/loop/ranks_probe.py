@@ -51,7 +51,13 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
 
     p = PROBE
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])
-    background = runnable_others()  # other work on the machine, modelled as threads sharing its cores
+    from tilecast.executor.mpi_threads import progress_drives_worker, runnable_threads
+    from tilecast.loop.ranks_load import background_now
+
+    cores = load_machine("local").meta.get("hardware", {}).get("cores") or 0
+    ours = ranks * runnable_threads(workers, bool(cores) and progress_drives_worker(ranks, workers, cores))
+    # other work on the machine, as the background threads giving the ranks the same share of the cores
+    background = background_now(ours, int(cores))["background"] if cores else runnable_others()
     results = [run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
                        timeout_s=timeout_s) for _ in range(repeats)]
     runs = [r.median_step_s for r in results]
