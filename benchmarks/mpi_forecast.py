@@ -54,6 +54,9 @@ def main() -> None:
     ap.add_argument("--distributions", default="data,layer")
     ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
     ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--traces", metavar="DIR",
+                    help="write, per configuration, the forecast's trace and the last run's merged trace "
+                         "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
     ap.add_argument("--progress", choices=("auto", "own"), default="auto")
     ap.add_argument("--count", choices=("share", "groups", "threads"), default="share",
                     help="how other work becomes background threads: the measured share of a core (default), "
@@ -86,7 +89,18 @@ def main() -> None:
             bg = {"share": load["background_share"], "groups": load["background"],
                   "threads": load["threads_procs_running"]}[args.count]
             f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                               host_costs, net, 1, progress=args.progress, background=bg)
+                               host_costs, net, 1, progress=args.progress, background=bg,
+                               keep_result=bool(args.traces))
+            stem = os.path.join(args.traces, f"{dist}-{tile.replace(',', '_').replace('=', '')}") if args.traces else ""
+            if args.traces:
+                from tilecast.graph.distribution import prepare
+                from tilecast.graph.models import build_step
+                from tilecast.simulator.ranks import ranks_trace
+                from tilecast import trace as tracefile
+
+                os.makedirs(args.traces, exist_ok=True)
+                g, _ = prepare(build_step(cfg, BATCH, SEQ, tiling), args.ranks, dist)
+                tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
             runs, moved, busy, submit, drives = [], None, [], [], None
@@ -100,6 +114,10 @@ def main() -> None:
                 busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
                                         minlength=args.ranks).tolist())
                 submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+            if args.traces and runs:
+                from tilecast.executor.mpi_trace import merged_trace, save_merged
+
+                save_merged(merged_trace(r), stem + "-real.parquet", r)
             med = float(np.median(runs)) if runs else float("nan")
             err = (f.step_s - med) / med if runs else float("nan")
             row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,

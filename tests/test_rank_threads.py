@@ -143,3 +143,15 @@ def test_messages_posted_together_pay_their_cost_once():
     assert res.summary["messages"] == k and np.all(res.task_rank == 1)
     assert np.allclose(res.messages["end"], c, rtol=1e-6)
     assert res.makespan == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)
+
+
+def test_the_forecast_as_a_trace(graph):
+    from tilecast.simulator.ranks import ranks_trace
+
+    g, d = prepare(graph, 2, "data")
+    res = simulate_ranks(g, d, cpu_machine(1), NO_LATENCY, "lws", 1, durations=durations(g), nic="node")
+    df = ranks_trace(res, g)
+    moved = df[df["kernel"] == "transfer"]
+    assert len(df) == g.n_tasks + res.summary["messages"] and (df["source"] == "sim").all()
+    assert moved["bytes"].sum() == res.summary["bytes_moved"] and set(moved["worker"]) == {1000, 1001}
+    assert df["end_s"].max() == pytest.approx(res.makespan) and df.attrs["step_s"] == res.makespan
