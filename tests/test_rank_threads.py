@@ -155,3 +155,16 @@ def test_the_forecast_as_a_trace(graph):
     assert len(df) == g.n_tasks + res.summary["messages"] and (df["source"] == "sim").all()
     assert moved["bytes"].sum() == res.summary["bytes_moved"] and set(moved["worker"]) == {1000, 1001}
     assert df["end_s"].max() == pytest.approx(res.makespan) and df.attrs["step_s"] == res.makespan
+
+
+def test_the_step_ends_after_the_main_threads_barrier():
+    # 2 ranks of 1 thread (the progress thread runs worker 0) and 2 background threads on 2 cores, slices of
+    # 1 ms: a period of 2 ms; rank 0's slot starts at 0, 2, 4 ... ms, rank 1's at 1, 3, 5 ... ms
+    sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=2, slice_s=1e-3)
+    assert sh.period == pytest.approx(2e-3) and sh.phase(1) == pytest.approx(1e-3)
+    assert sh.next_turn(0, 0.5e-3) == pytest.approx(2e-3) and sh.next_turn(1, 0.5e-3) == pytest.approx(1e-3)
+    # rank 0 ends at 0.5 ms: wakes at 2, waits again until 4; rank 1 ends at 0.2 ms: wakes at 1, again at 3;
+    # the barrier is whole at 4 ms, when rank 1 next runs at 5 ms
+    assert sh.step_end([0.5e-3, 0.2e-3]) == pytest.approx(5e-3)
+    free = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=True)
+    assert free.step_end([0.5e-3, 0.2e-3]) == 0.5e-3 and free.next_turn(0, 0.3) == 0.3

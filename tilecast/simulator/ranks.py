@@ -221,9 +221,13 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
                     start=start[mpos] - big.task_overhead, end=end[mpos], tile=tr.tile.astype(np.int64),
                     task=tr.task.astype(np.int64))
     t_start, t_end, t_worker = start[pos], end[pos], where[pos]
+    last = float(end.max()) if n_aug else 0.0
     summary = _summary(graph, distribution, big, sched, workers_per_rank, network, p, t_start, t_end, t_worker,
-                       messages, float(end.max()) if n_aug else 0.0)
+                       messages, last)
     summary["nic"] = nic
+    summary["last_event_s"] = last
+    if sharing is not None and n_aug:  # run --ranks times the step to the barrier after the last event
+        summary["makespan_s"] = sharing.step_end([r["end_s"] for r in summary["per_rank"]])
     if sharing is not None:
         summary["threads"] = {"cores": sharing.cores, "threads": sharing.threads, "background": sharing.background,
                               "slice_s": sharing.slice_s, "period_s": sharing.period,

@@ -35,6 +35,8 @@
   (Held on the interface, a cost per message made a step of many messages, the ``data`` distribution's
   parameter gathers and partial gradients, a queue of them: 274 messages x 1.5 ms on one interface.)
 - **Slices** last whole timer ticks (:func:`tick_slice_s`).
+- **The step's end** is timed after a barrier that the ranks' main threads must wake for
+  (:meth:`CoreSharing.step_end`).
 """
 
 from __future__ import annotations
@@ -145,6 +147,36 @@ class CoreSharing:
     def next_on(self, thread: int, t: float) -> float:
         """The earliest time from ``t`` at which ``thread`` is on a core."""
         return self._on(thread, t)[0] if self.shared else t
+
+    def next_turn(self, thread: int, t: float) -> float:
+        """When a thread of ``thread``'s rank that wakes at ``t`` (its main thread) first runs: the start of
+        that rank's next slot after ``t`` (the rank's session shares its cores' time, so a woken thread takes
+        a slot of its own rank, not an extra one); ``t`` when every thread has a core."""
+        if not self.shared:
+            return t
+        x = (t - self.phase(thread)) % self.period
+        return t + (self.period - x)
+
+    def step_end(self, rank_end) -> float:
+        """When ``run --ranks``'s step ends, given when each rank's last task or message ended: each rank's
+        main thread, asleep in ``starpu_task_wait_for_all``, wakes (a turn), sends the keep-alive message
+        its progress thread handles (:mod:`tilecast.executor.mpi_threads`; the progress thread's next
+        poll), sleeps again in ``starpu_mpi_barrier`` until the progress thread has no request left
+        (``_starpu_mpi_barrier``, ``mpi/src/mpi/starpu_mpi_mpi.c``) and wakes (a turn); ``MPI_Barrier``
+        then ends when the last rank is there and every other rank next runs
+        (``starpu_mpi_wait_for_all`` = ``starpu_task_wait_for_all`` + ``starpu_mpi_barrier``,
+        ``mpi/src/starpu_mpi.c``). The last event itself when every thread has a core (microseconds)."""
+        rank_end = list(rank_end)
+        if not self.shared:
+            return max(rank_end)
+        there = []
+        for r, t in enumerate(rank_end):
+            th = self.progress_thread(r)
+            t = self.next_turn(th, t)  # the main thread wakes
+            t = self.next_on(th, t)  # the progress thread handles the keep-alive message
+            there.append(self.next_turn(th, t))  # the main thread wakes from the barrier's wait
+        last = max(there)
+        return max(self.next_on(self.progress_thread(r), last) for r in range(len(rank_end)))
 
     def finish(self, thread: int, t: float, work: float) -> float:
         """When ``thread``, starting at ``t``, has had ``work`` seconds on a core."""
