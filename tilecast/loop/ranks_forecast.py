@@ -17,9 +17,11 @@ slices, a message leaves and is received only when the progress threads are on a
 progress thread runs worker 0, between that worker's tasks). Messages share each rank's network
 interface (``nic="node"``).
 
-The step time is the simulated makespan: ``run --ranks`` times a step from a barrier to every task and
-message of every rank done, which is what the simulation spans (loading the batch and flushing the
-cache happen outside it).
+The step time is what ``run --ranks`` times, from a barrier to every task and message of every rank done
+and the barrier of ``starpu_mpi_wait_for_all`` after them: the simulation's last event, and where the
+cores are shared the turns the ranks' main threads wait for that barrier
+(:meth:`tilecast.simulator.ranks_threads.CoreSharing.step_end`); loading the batch and flushing the cache
+happen outside it.
 """
 
 from __future__ import annotations
