@@ -168,3 +168,22 @@ def test_the_step_ends_after_the_main_threads_barrier():
     assert sh.step_end([0.5e-3, 0.2e-3]) == pytest.approx(5e-3)
     free = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=True)
     assert free.step_end([0.5e-3, 0.2e-3]) == 0.5e-3 and free.next_turn(0, 0.3) == 0.3
+
+
+def test_ten_sends_in_flight_per_rank():
+    # 12 tiles of 16 KB (above the eager size: each send completes once received), all ready at the start:
+    # StarPU-MPI posts 10 (STARPU_MPI_NDETACHED_SEND), the last 2 once the first complete, one message cost c
+    # later; rank 1 runs its first 10 tasks before they arrive
+    k, c, d = 12, 5e-3, 1e-4
+    g, dist = fan_in_graph(k, tile=64)
+    m = cpu_machine(1)
+    net = Network(latency_s=0.0, bandwidth_Bps=1e15, message_s=c, eager_bytes=4064)
+    free = CoreSharing(cores=64, ranks=2, workers_per_rank=1, progress_drives_worker=False)
+    res = simulate_ranks(g, dist, m, net, "lws", 1, durations=np.full((1, k), d), sharing=free, nic="node")
+    ends = np.sort(res.messages["end"])
+    assert np.allclose(ends[:10], c) and np.allclose(ends[10:], 2 * c)
+    assert res.makespan == pytest.approx(2 * c + 2 * (m.task_overhead + d), rel=1e-6)
+    # eager messages (the default without a transport) are not held back
+    eager = simulate_ranks(g, dist, m, Network(latency_s=0.0, bandwidth_Bps=1e15, message_s=c), "lws", 1,
+                           durations=np.full((1, k), d), sharing=free, nic="node")
+    assert eager.makespan == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)

@@ -35,6 +35,14 @@
   (Held on the interface, a cost per message made a step of many messages, the ``data`` distribution's
   parameter gathers and partial gradients, a queue of them: 274 messages x 1.5 ms on one interface.)
 - **Slices** last whole timer ticks (:func:`tick_slice_s`).
+- **A window of sends.** StarPU-MPI keeps at most ``STARPU_MPI_NDETACHED_SEND`` (10) detached sends of a
+  rank in flight: its progress loop posts a ready send only while fewer are pending, and a send leaves the
+  count when ``MPI_Test`` reports it complete (``_starpu_mpi_progress_thread_func``,
+  ``_starpu_mpi_test_detached_requests``, ``mpi/src/mpi/starpu_mpi_mpi.c``). Above the transport's eager
+  size (:func:`tilecast.perfmodel.network.eager_for`: Open MPI's shared memory, 4 KB with the header) a
+  send completes only after the receiver has matched it (rendezvous), at the sender's next poll after
+  that; below, as it leaves. So when many sends are ready at once (``data``'s parameter tiles and partial
+  gradients), they go 10 at a time, each ten waiting for a receiver's and a sender's turn.
 - **The step's end** is timed after a barrier that the ranks' main threads must wake for
   (:meth:`CoreSharing.step_end`).
 """
@@ -203,7 +211,7 @@ class ThreadedRankEngine(Engine):
     """
 
     def __init__(self, *args, worker_rank, msg, msg_src, msg_dst, msg_bytes, network, sharing=None,
-                 nic: str = "node", **kw):
+                 nic: str = "node", ndetached_send: int = 10, **kw):
         if nic not in ("node", "pair"):
             raise ValueError(f"nic must be 'node' or 'pair', got {nic!r}")
         super().__init__(*args, **kw)
@@ -213,6 +221,12 @@ class ThreadedRankEngine(Engine):
         self.msg = list(msg)
         self.msg_src, self.msg_dst, self.msg_bytes = list(msg_src), list(msg_dst), list(msg_bytes)
         self.net = network
+        # StarPU-MPI's window of detached sends per rank (STARPU_MPI_NDETACHED_SEND, default 10,
+        # _starpu_mpi_progress_init) and the size above which a send completes only once acknowledged
+        self.eager = network.eager_limit() if hasattr(network, "eager_limit") else None
+        self.window = ndetached_send
+        self.in_flight = [0] * (max(worker_rank) + 1)
+        self.waiting: list = [[] for _ in range(max(worker_rank) + 1)]
         self.sharing = sharing
         self.nic = nic
         ranks = max(self.worker_rank) + 1
@@ -267,6 +281,24 @@ class ThreadedRankEngine(Engine):
         env.timeout(end - now, t).callbacks.append(self._finish)
 
     def _send(self, w: int, t: int) -> None:
+        k = self.msg[t]
+        src = self.msg_src[k]
+        if self.eager is not None and self.in_flight[src] >= self.window:
+            # StarPU-MPI posts no more sends while ndetached_send of the rank's are not complete
+            # (_starpu_mpi_progress_thread_func); the link waits with this one
+            self.busy[w] = True
+            self.idle.discard(w)
+            self.waiting[src].append((w, t))
+            return
+        self._send_now(w, t)
+
+    def _send_done(self, src: int) -> None:
+        self.in_flight[src] -= 1
+        if self.waiting[src]:
+            w, t = self.waiting[src].pop(0)
+            self._send_now(w, t)
+
+    def _send_now(self, w: int, t: int) -> None:
         env = self.env
         now = env._now
         k = self.msg[t]
@@ -284,6 +316,10 @@ class ThreadedRankEngine(Engine):
             wire = max(leave, self.pair_free.get((src, dst), 0.0))
             self.pair_free[(src, dst)] = wire + hold
         arrive = wire + hold + net.message_s + net.latency_s
+        if self.eager is not None:
+            self.in_flight[src] += 1
+            if self.msg_bytes[k] <= self.eager:  # buffered: complete at the sender's next test
+                env.timeout(wire - now).callbacks.append(lambda ev, src=src: self._send_done(src))
         self.busy[w] = True
         self.idle.discard(w)
         # start: when it takes the wire, plus the per-task cost the rank summary takes off every message
@@ -311,6 +347,14 @@ class ThreadedRankEngine(Engine):
 
     def _received(self, ev) -> None:
         t = ev._value
+        k = self.msg[t]
+        if self.eager is not None and self.msg_bytes[k] > self.eager:
+            # rendezvous: the receiver has matched it; the sender's request completes when its progress
+            # thread next tests it after the acknowledgement arrives
+            src = self.msg_src[k]
+            now = self.env._now
+            done = self._poll(src, now + self.net.latency_s)
+            self.env.timeout(done - now).callbacks.append(lambda ev, src=src: self._send_done(src))
         self.n_done += 1
         push = self.policy.push
         missing = self.missing
