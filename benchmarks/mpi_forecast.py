@@ -11,9 +11,14 @@ tilings) and ``tilecast calibrate --ranks 2`` first.
 
 ``--progress`` is ``run --ranks``'s choice for StarPU-MPI's progress thread (``auto``: it runs worker 0
 where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
-same. Other work on the machine is counted just before each configuration's runs (the runnable threads
-of ``/proc/stat``'s ``procs_running``, less this process, median of 20 samples 50 ms apart) and given to
-the forecast as background threads; the forecast without them is printed beside it.
+same. Other work on the machine is measured just before each configuration's runs, as the share of a
+core that as many spinning threads as the ranks keep busy get in a session of their own for 1 s
+(``--count share``, :func:`tilecast.loop.ranks_load.measured_share`; ``run --ranks`` starts its ranks in
+a session of their own, and Linux shares the CPU between sessions before threads), turned into the
+background threads that leave the ranks' threads that share. ``--count groups`` counts the runnable
+threads of every other session instead (:func:`tilecast.loop.ranks_load.background_now`), ``--count
+threads`` all runnable threads (``procs_running``, the earlier way); all three are in the JSON
+(``other_work``), and the forecast without other work is printed beside it.
 
     python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
 """
@@ -27,7 +32,8 @@ import os
 import numpy as np
 
 from tilecast.executor.mpi_launch import run_mpi
-from tilecast.executor.mpi_threads import runnable_others
+from tilecast.executor.mpi_threads import progress_drives_worker, runnable_others, runnable_threads
+from tilecast.loop.ranks_load import background_from_share, background_now, measured_share
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.loop.predict import stored_models
@@ -48,7 +54,13 @@ def main() -> None:
     ap.add_argument("--distributions", default="data,layer")
     ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
     ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--traces", metavar="DIR",
+                    help="write, per configuration, the forecast's trace and the last run's merged trace "
+                         "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
     ap.add_argument("--progress", choices=("auto", "own"), default="auto")
+    ap.add_argument("--count", choices=("share", "groups", "threads"), default="share",
+                    help="how other work becomes background threads: the measured share of a core (default), "
+                         "runnable threads per session, or runnable threads")
     args = ap.parse_args()
     conditions = run_conditions()
     print(conditions_line(conditions))
@@ -61,15 +73,34 @@ def main() -> None:
     print(f"model {MODEL}, batch {BATCH} x {SEQ}, {args.sched}, {args.ranks} ranks of 1 worker, "
           f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
-    print(f"{'distribution':<13}{'tiling':<14}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'meas ms':>9}{'min-max ms':>17}"
+    print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'meas ms':>9}{'min-max ms':>17}"
           f"{'err %':>7}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
     for dist in args.distributions.split(","):
         for tile in args.tiles.split(";"):
             tiling = Tiling.parse(tile)
-            bg = runnable_others()
+            cores = int(machine.meta["hardware"]["cores"])
+            ours = args.ranks * runnable_threads(1, args.progress == "auto"
+                                                 and progress_drives_worker(args.ranks, 1, cores))
+            load = background_now(ours, cores)
+            load["threads_procs_running"] = runnable_others()
+            load["share"] = measured_share(ours)
+            load["background_share"] = background_from_share(load["share"], ours, cores)
+            bg = {"share": load["background_share"], "groups": load["background"],
+                  "threads": load["threads_procs_running"]}[args.count]
             f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                               host_costs, net, 1, progress=args.progress, background=bg)
+                               host_costs, net, 1, progress=args.progress, background=bg,
+                               keep_result=bool(args.traces))
+            stem = os.path.join(args.traces, f"{dist}-{tile.replace(',', '_').replace('=', '')}") if args.traces else ""
+            if args.traces:
+                from tilecast.graph.distribution import prepare
+                from tilecast.graph.models import build_step
+                from tilecast.simulator.ranks import ranks_trace
+                from tilecast import trace as tracefile
+
+                os.makedirs(args.traces, exist_ok=True)
+                g, _ = prepare(build_step(cfg, BATCH, SEQ, tiling), args.ranks, dist)
+                tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
             runs, moved, busy, submit, drives = [], None, [], [], None
@@ -83,24 +114,30 @@ def main() -> None:
                 busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
                                         minlength=args.ranks).tolist())
                 submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+            if args.traces and runs:
+                from tilecast.executor.mpi_trace import merged_trace, save_merged
+
+                save_merged(merged_trace(r), stem + "-real.parquet", r)
             med = float(np.median(runs)) if runs else float("nan")
             err = (f.step_s - med) / med if runs else float("nan")
-            row = dict(distribution=dist, tiling=tile, background_threads=bg, pred_step_s=f.step_s,
+            row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
                        pred_step_no_background_s=f0.step_s, progress_drives_worker=drives,
                        threads=f.summary.get("threads"), step_s=med, runs_s=runs,
                        error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
                        tasks=f.tasks, core_share=f.core_share,
                        busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
+                       load_average=os.getloadavg()[0],
                        submit_s=submit)
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
-            print(f"{dist:<13}{tile:<14}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}{1e3 * med:>9.1f}"
+            print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}{1e3 * med:>9.1f}"
                   f"{spread:>17}{100 * err:>7.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
     print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
                       "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
+                      "count": args.count,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps}}))
 

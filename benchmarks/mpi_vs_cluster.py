@@ -45,8 +45,13 @@ def main() -> None:
     ap.add_argument("--model", default="gpt2")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--tile", default="128,batch=1")
+    ap.add_argument("--tile", default="4096,batch=4", help="the rank simulator's tiling (default: a batch tile of "
+                    "4 sequences, the what-if's micro-batch, so the GEMMs have its shapes)")
     ap.add_argument("--sched", default="dmda")
+    ap.add_argument("--nic", choices=("node", "pair"), default="node",
+                    help="the rank simulator's network: an interface per node, the cost per message in flight "
+                         "(node, as simulate --ranks) or a link per pair of nodes holding each message's "
+                         "latency (pair, the earlier model)")
     args = ap.parse_args()
 
     cluster = replace(load_cluster("dgx-a100"), gpus_per_node=1, nodes=2)
@@ -69,8 +74,8 @@ def main() -> None:
     graph = build_step(cfg, args.batch, args.seq, Tiling.parse(args.tile))
     g, dist = prepare(graph, 2, "data")
     machine = load_machine("a100-sxm4-80gb-8")
-    with_net = simulate_ranks(g, dist, machine, net, args.sched, 1)
-    no_net = simulate_ranks(g, dist, machine, free, args.sched, 1)
+    with_net = simulate_ranks(g, dist, machine, net, args.sched, 1, nic=args.nic)
+    no_net = simulate_ranks(g, dist, machine, free, args.sched, 1, nic=args.nic)
     busy = max(r["busy_s"] for r in with_net.summary["per_rank"])
     rows.append(dict(model="rank simulator", layout="data (ZeRO-3-like)", step_s=with_net.makespan,
                      compute_s=busy, exposed_comm_s=with_net.makespan - no_net.makespan,

@@ -52,7 +52,7 @@ class MPIRunResult:
     tokens_per_step: int
     flops_per_step: float
     task_rank: np.ndarray  # per task of the last step: the rank that ran it (measured)
-    start_s: np.ndarray  # per task of the last step, seconds from the earliest rank's start of that step
+    start_s: np.ndarray  # per task of the last step, seconds from its rank's exit of the step's first barrier
     end_s: np.ndarray
     worker: np.ndarray
     graph: object = None
@@ -160,8 +160,11 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
     n = graph.n_tasks
     task_rank = np.full(n, -1, dtype=np.int32)
     start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int64)
-    t0 = min(float(f["t0_us"][0]) for f in files)
+    # StarPU 1.3's clock starts at each process's own starpu_init (_starpu_clock_gettime subtracts
+    # _starpu_reference_start_time_ts, src/common/timing.c), so ranks' times are not comparable: each rank's
+    # times are taken from its own exit of the barrier that starts the step (the ranks leave it together)
     for r, f in enumerate(files):
+        t0 = float(f["t0_us"][0])
         task_rank[f["task"]] = r
         start[f["task"]] = (f["start_us"] - t0) * 1e-6
         end[f["task"]] = (f["end_us"] - t0) * 1e-6

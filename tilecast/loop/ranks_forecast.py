@@ -17,9 +17,11 @@ slices, a message leaves and is received only when the progress threads are on a
 progress thread runs worker 0, between that worker's tasks). Messages share each rank's network
 interface (``nic="node"``).
 
-The step time is the simulated makespan: ``run --ranks`` times a step from a barrier to every task and
-message of every rank done, which is what the simulation spans (loading the batch and flushing the
-cache happen outside it).
+The step time is what ``run --ranks`` times, from a barrier to every task and message of every rank done
+and the barrier of ``starpu_mpi_wait_for_all`` after them: the simulation's last event, and where the
+cores are shared the turns the ranks' main threads wait for that barrier
+(:meth:`tilecast.simulator.ranks_threads.CoreSharing.step_end`); loading the batch and flushing the cache
+happen outside it.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "au
     its core count is unknown). ``progress``: ``auto`` (the progress thread runs worker 0 where the threads
     would outnumber the cores, as ``run --ranks`` does) or ``own``."""
     from tilecast.executor.mpi_threads import progress_drives_worker
-    from tilecast.simulator.ranks_threads import CoreSharing, default_slice_s
+    from tilecast.simulator.ranks_threads import CoreSharing, tick_slice_s
 
     if progress not in ("auto", "own"):
         raise ValueError(f"progress must be 'auto' or 'own', got {progress!r}")
@@ -85,7 +87,7 @@ def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "au
         return None
     drives = progress == "auto" and progress_drives_worker(ranks, workers_per_rank, cores)
     return CoreSharing(int(cores), ranks, workers_per_rank, drives, float(background),
-                       default_slice_s(int(cores)) if slice_s is None else slice_s)
+                       tick_slice_s(int(cores)) if slice_s is None else slice_s)
 
 
 def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, distribution: str, machine,

@@ -1,17 +1,15 @@
-"""What a message costs inside a step, fitted on a probe step run on the ranks.
+"""A probe step run on the ranks: the main thread's submission time per task, and how far the ping-pong's
+cost per message falls short inside a step.
 
-A ping-pong times messages one at a time. Inside a step StarPU-MPI's
-progress thread polls for the whole step beside a busy worker on every rank,
-and where the machine has fewer cores than runnable threads a message waits
-for the operating system to give that thread a time slice (milliseconds, not
-the microseconds of the ping-pong). ``calibrate --ranks`` therefore also runs
-a probe step (:data:`PROBE`: another model, tiling and distribution than
-those usually forecast) with ``tilecast run --ranks`` and finds, by
-bisection, the cost per message at which the rank simulator predicts the
-probe's measured step time (:func:`fit_message_cost`); that cost, not the
-ping-pong's, is what the forecast charges per message when it is larger. The probe's runs also give
-the time each rank's main thread takes per task it submits (``submit_task_s``), which the forecast
-charges as the order in which tasks join their rank's queues.
+``calibrate --ranks`` runs a probe step (:data:`PROBE`: another model, tiling and distribution than
+those usually forecast) with ``tilecast run --ranks``. Its runs give the time each rank's main thread
+takes per task it submits (``submit_task_s``), which the forecast charges as the order in which tasks
+join their rank's queues. The cost per message stays the ping-pong's: the probe also reports, by
+bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
+probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
+a cost fitted on one step stands for whatever the model misses there, and misprices steps of another
+shape (a cost fitted on a pipeline step, held per message, made steps of many parallel messages 2-3x
+too slow).
 """
 
 from __future__ import annotations
@@ -53,7 +51,13 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
 
     p = PROBE
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])
-    background = runnable_others()  # other work on the machine, modelled as threads sharing its cores
+    from tilecast.executor.mpi_threads import progress_drives_worker, runnable_threads
+    from tilecast.loop.ranks_load import background_now
+
+    cores = load_machine("local").meta.get("hardware", {}).get("cores") or 0
+    ours = ranks * runnable_threads(workers, bool(cores) and progress_drives_worker(ranks, workers, cores))
+    # other work on the machine, as the background threads giving the ranks the same share of the cores
+    background = background_now(ours, int(cores))["background"] if cores else runnable_others()
     results = [run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
                        timeout_s=timeout_s) for _ in range(repeats)]
     runs = [r.median_step_s for r in results]
@@ -77,7 +81,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
              "background_threads": background}
-    src = (f"{net.source}; cost per message fitted on a probe step ({p['model']}, batch {p['batch']} x "
+    src = (f"{net.source}; submission per task measured on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "
            f"over {repeats} runs)")
-    return replace(net, message_s=cost, source=src, probe=probe), probe
+    return replace(net, source=src, probe=probe), probe

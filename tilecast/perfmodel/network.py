@@ -39,6 +39,8 @@ class Network:
     points: list | None = None  # [bytes, StarPU-MPI one-way s, MPI one-way s] medians of the ping-pong
     probe: dict | None = None  # the probe step message_s was fitted on (tilecast.loop.ranks_probe), if any
     submit_task_s: float = 0.0  # s of a rank's main thread per task it submits, measured on the probe step
+    eager_bytes: int | None = None  # payload up to which a send completes as it leaves (None: the transport's,
+    # eager_for; above it, once the receiver has matched it and the sender has seen that)
 
     def __post_init__(self):
         for name in ("latency_s", "message_s", "submit_task_s"):
@@ -51,6 +53,11 @@ class Network:
     def seconds(self, nbytes) -> np.ndarray:
         """Seconds a message of ``nbytes`` holds its link."""
         return self.latency_s + self.message_s + np.asarray(nbytes, dtype=np.float64) / self.bandwidth_Bps
+
+    def eager_limit(self) -> int | None:
+        """``eager_bytes``, or where it is None what :func:`eager_for` says of the transport (None: every
+        send completes as it leaves)."""
+        return eager_for(self.transport) if self.eager_bytes is None else int(self.eager_bytes)
 
     def key(self) -> str:
         return network_key(self.ranks, self.workers_per_rank, self.transport)
@@ -118,4 +125,19 @@ def load_network(machine, ranks: int, workers_per_rank: int, transport: str | No
                 return Network(**doc[k])
             except (TypeError, ValueError):
                 continue
+    return None
+
+
+# Open MPI's shared-memory transport (btl vader), as ``run --ranks`` starts it: a message whose fragment,
+# header included, exceeds btl_vader_eager_limit (4096 B, ``ompi_info --param btl vader --level 9``) goes by
+# ob1's rendezvous: the send request completes only once the receiver has matched it and acknowledged it.
+VADER_EAGER_LIMIT = 4096
+OB1_HEADER = 32  # bytes of ob1's match/rendezvous header, rounded up
+
+
+def eager_for(transport: str) -> int | None:
+    """The payload up to which a send completes as it leaves, for a stored ``transport``: Open MPI on one
+    host (shared memory); None (every send completes as it leaves) for anything else."""
+    if transport.startswith("Open MPI") and "shared memory" in transport:
+        return VADER_EAGER_LIMIT - OB1_HEADER
     return None

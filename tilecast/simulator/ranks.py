@@ -221,9 +221,13 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
                     start=start[mpos] - big.task_overhead, end=end[mpos], tile=tr.tile.astype(np.int64),
                     task=tr.task.astype(np.int64))
     t_start, t_end, t_worker = start[pos], end[pos], where[pos]
+    last = float(end.max()) if n_aug else 0.0
     summary = _summary(graph, distribution, big, sched, workers_per_rank, network, p, t_start, t_end, t_worker,
-                       messages, float(end.max()) if n_aug else 0.0)
+                       messages, last)
     summary["nic"] = nic
+    summary["last_event_s"] = last
+    if sharing is not None and n_aug:  # run --ranks times the step to the barrier after the last event
+        summary["makespan_s"] = sharing.step_end([r["end_s"] for r in summary["per_rank"]])
     if sharing is not None:
         summary["threads"] = {"cores": sharing.cores, "threads": sharing.threads, "background": sharing.background,
                               "slice_s": sharing.slice_s, "period_s": sharing.period,
@@ -256,3 +260,29 @@ def _summary(graph, distribution, machine, sched, wpr, network, p, start, end, w
                     "bandwidth_Bps": network.bandwidth_Bps, "source": network.source},
         "per_rank": rows,
     }
+
+
+def ranks_trace(result: RankSimResult, graph):
+    """The simulated step as a trace (:mod:`tilecast.trace`, source ``sim``) laid out as a measured
+    ``tilecast run --ranks --trace`` (:mod:`tilecast.executor.mpi_trace`): ``node`` = the rank, tasks on
+    their worker, messages as rows of kernel ``transfer`` on the receiving rank's track
+    ``MPI_TRACK + sender``, from when they take the wire to when they are received. ``tilecast compare``
+    reads it beside a measured one."""
+    from tilecast import trace as tracefile
+    from tilecast.executor.mpi_trace import MPI_TRACK
+    from tilecast.kernels import all_kernels
+
+    names = np.array([k.name for k in all_kernels()], dtype=object)
+    tags = np.array(graph.tags, dtype=object)[graph.tag] if graph.n_tasks else np.zeros(0, dtype=object)
+    m = result.messages
+    n, k = graph.n_tasks, len(m["bytes"])
+    wpr = result.summary["workers_per_rank"]
+    cols = dict(task=np.r_[np.arange(n), np.full(k, -1)].astype(np.int64),
+                kernel=np.r_[names[graph.kernel], np.full(k, "transfer", dtype=object)],
+                worker=np.r_[result.worker % wpr, MPI_TRACK + m["src"]].astype(np.int64),
+                node=np.r_[result.task_rank, m["dst"]].astype(np.int64),
+                start_s=np.r_[result.start, m["start"]], end_s=np.r_[result.end, m["end"]],
+                bytes=np.r_[np.asarray(graph.bytes, dtype=np.int64), m["bytes"]],
+                flops=np.r_[graph.flops, np.zeros(k)],
+                tag=np.r_[tags, np.array([f"mpi {s}->{d}" for s, d in zip(m["src"], m["dst"])], dtype=object)])
+    return tracefile.with_step_time(tracefile.make_trace(**cols, source="sim"), result.makespan)

@@ -22,9 +22,29 @@
   task running there to end.
 - **Network interfaces** (``nic="node"``): a rank's outgoing messages share its interface and its
   incoming ones too (full duplex): a message holds the sender's outgoing and the receiver's incoming
-  interface for ``message_s + bytes / bandwidth``, in the order the messages leave; the latency is
-  not held (messages in flight overlap). ``nic="pair"`` keeps one link per pair of ranks, as
-  :mod:`tilecast.simulator.ranks` models without this engine.
+  interface for ``bytes / bandwidth``, in the order the messages leave. ``nic="pair"`` keeps one link
+  per pair of ranks, as :mod:`tilecast.simulator.ranks` models without this engine.
+- **Per-message cost** (``message_s``, the ping-pong's intercept less MPI's latency): in flight, like
+  the latency, not held on an interface. StarPU-MPI does not handle one message at a time: a task's
+  sends and receives are submitted as detached requests (``_starpu_mpi_isend_irecv_common``,
+  ``mpi/src/starpu_mpi.c``); each round of the progress loop posts up to ``STARPU_MPI_NREADY_PROCESS``
+  ready requests with non-blocking ``MPI_Isend``/``MPI_Irecv`` (``_starpu_mpi_handle_ready_request``,
+  ``_starpu_mpi_isend_size_func``) and then tests every pending one
+  (``_starpu_mpi_test_detached_requests``), all in ``_starpu_mpi_progress_thread_func``
+  (``mpi/src/mpi/starpu_mpi_mpi.c``), so messages posted together pay that round once, not once each.
+  (Held on the interface, a cost per message made a step of many messages, the ``data`` distribution's
+  parameter gathers and partial gradients, a queue of them: 274 messages x 1.5 ms on one interface.)
+- **Slices** last whole timer ticks (:func:`tick_slice_s`).
+- **A window of sends.** StarPU-MPI keeps at most ``STARPU_MPI_NDETACHED_SEND`` (10) detached sends of a
+  rank in flight: its progress loop posts a ready send only while fewer are pending, and a send leaves the
+  count when ``MPI_Test`` reports it complete (``_starpu_mpi_progress_thread_func``,
+  ``_starpu_mpi_test_detached_requests``, ``mpi/src/mpi/starpu_mpi_mpi.c``). Above the transport's eager
+  size (:func:`tilecast.perfmodel.network.eager_for`: Open MPI's shared memory, 4 KB with the header) a
+  send completes only after the receiver has matched it (rendezvous), at the sender's next poll after
+  that; below, as it leaves. So when many sends are ready at once (``data``'s parameter tiles and partial
+  gradients), they go 10 at a time, each ten waiting for a receiver's and a sender's turn.
+- **The step's end** is timed after a barrier that the ranks' main threads must wake for
+  (:meth:`CoreSharing.step_end`).
 """
 
 from __future__ import annotations
@@ -39,6 +59,33 @@ def default_slice_s(cores: int) -> float:
     """Linux's base time slice on ``cores`` cores: 0.75 ms x (1 + log2(min(cores, 8))) (EEVDF's
     ``sysctl_sched_base_slice`` with the default logarithmic scaling, ``get_update_sysctl_factor``)."""
     return 0.75e-3 * (1 + int(math.log2(max(1, min(cores, 8)))))
+
+
+def kernel_hz(default: int = 250) -> int:
+    """The running kernel's timer frequency (``CONFIG_HZ`` from ``/proc/config.gz``), else ``default``
+    (250: Debian's and the kernel's default)."""
+    import gzip
+
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            for line in f:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+def tick_slice_s(cores: int, hz: int | None = None) -> float:
+    """The time a CPU-bound thread keeps a core before another runnable one gets it: the base slice
+    (:func:`default_slice_s`) rounded up to whole timer ticks of 1 / ``hz`` s. A running thread's slice is
+    checked against its deadline only at the tick (``task_tick_fair`` → ``update_curr`` →
+    ``update_deadline`` then ``resched_curr``, ``kernel/sched/fair.c``), not at the deadline itself, unless
+    the ``HRTICK`` scheduler feature is on (off by default, ``kernel/sched/features.h``). On a 250 Hz kernel
+    with 2 cores: 1.5 ms rounded up to 4 ms (the 8 and 12 ms pauses of a rank's worker beside 2 or 3
+    other threads in measured traces)."""
+    tick = 1.0 / (hz or kernel_hz())
+    return math.ceil(default_slice_s(cores) / tick - 1e-9) * tick
 
 
 @dataclass(frozen=True)
@@ -109,6 +156,36 @@ class CoreSharing:
         """The earliest time from ``t`` at which ``thread`` is on a core."""
         return self._on(thread, t)[0] if self.shared else t
 
+    def next_turn(self, thread: int, t: float) -> float:
+        """When a thread of ``thread``'s rank that wakes at ``t`` (its main thread) first runs: the start of
+        that rank's next slot after ``t`` (the rank's session shares its cores' time, so a woken thread takes
+        a slot of its own rank, not an extra one); ``t`` when every thread has a core."""
+        if not self.shared:
+            return t
+        x = (t - self.phase(thread)) % self.period
+        return t + (self.period - x)
+
+    def step_end(self, rank_end) -> float:
+        """When ``run --ranks``'s step ends, given when each rank's last task or message ended: each rank's
+        main thread, asleep in ``starpu_task_wait_for_all``, wakes (a turn), sends the keep-alive message
+        its progress thread handles (:mod:`tilecast.executor.mpi_threads`; the progress thread's next
+        poll), sleeps again in ``starpu_mpi_barrier`` until the progress thread has no request left
+        (``_starpu_mpi_barrier``, ``mpi/src/mpi/starpu_mpi_mpi.c``) and wakes (a turn); ``MPI_Barrier``
+        then ends when the last rank is there and every other rank next runs
+        (``starpu_mpi_wait_for_all`` = ``starpu_task_wait_for_all`` + ``starpu_mpi_barrier``,
+        ``mpi/src/starpu_mpi.c``). The last event itself when every thread has a core (microseconds)."""
+        rank_end = list(rank_end)
+        if not self.shared:
+            return max(rank_end)
+        there = []
+        for r, t in enumerate(rank_end):
+            th = self.progress_thread(r)
+            t = self.next_turn(th, t)  # the main thread wakes
+            t = self.next_on(th, t)  # the progress thread handles the keep-alive message
+            there.append(self.next_turn(th, t))  # the main thread wakes from the barrier's wait
+        last = max(there)
+        return max(self.next_on(self.progress_thread(r), last) for r in range(len(rank_end)))
+
     def finish(self, thread: int, t: float, work: float) -> float:
         """When ``thread``, starting at ``t``, has had ``work`` seconds on a core."""
         if not self.shared or work <= 0.0:
@@ -134,7 +211,7 @@ class ThreadedRankEngine(Engine):
     """
 
     def __init__(self, *args, worker_rank, msg, msg_src, msg_dst, msg_bytes, network, sharing=None,
-                 nic: str = "node", **kw):
+                 nic: str = "node", ndetached_send: int = 10, **kw):
         if nic not in ("node", "pair"):
             raise ValueError(f"nic must be 'node' or 'pair', got {nic!r}")
         super().__init__(*args, **kw)
@@ -144,6 +221,12 @@ class ThreadedRankEngine(Engine):
         self.msg = list(msg)
         self.msg_src, self.msg_dst, self.msg_bytes = list(msg_src), list(msg_dst), list(msg_bytes)
         self.net = network
+        # StarPU-MPI's window of detached sends per rank (STARPU_MPI_NDETACHED_SEND, default 10,
+        # _starpu_mpi_progress_init) and the size above which a send completes only once acknowledged
+        self.eager = network.eager_limit() if hasattr(network, "eager_limit") else None
+        self.window = ndetached_send
+        self.in_flight = [0] * (max(worker_rank) + 1)
+        self.waiting: list = [[] for _ in range(max(worker_rank) + 1)]
         self.sharing = sharing
         self.nic = nic
         ranks = max(self.worker_rank) + 1
@@ -198,12 +281,33 @@ class ThreadedRankEngine(Engine):
         env.timeout(end - now, t).callbacks.append(self._finish)
 
     def _send(self, w: int, t: int) -> None:
+        k = self.msg[t]
+        src = self.msg_src[k]
+        if self.eager is not None and self.in_flight[src] >= self.window:
+            # StarPU-MPI posts no more sends while ndetached_send of the rank's are not complete
+            # (_starpu_mpi_progress_thread_func); the link waits with this one
+            self.busy[w] = True
+            self.idle.discard(w)
+            self.waiting[src].append((w, t))
+            return
+        self._send_now(w, t)
+
+    def _send_done(self, src: int) -> None:
+        self.in_flight[src] -= 1
+        if self.waiting[src]:
+            w, t = self.waiting[src].pop(0)
+            self._send_now(w, t)
+
+    def _send_now(self, w: int, t: int) -> None:
         env = self.env
         now = env._now
         k = self.msg[t]
         src, dst = self.msg_src[k], self.msg_dst[k]
         net = self.net
-        hold = net.message_s + self.msg_bytes[k] / net.bandwidth_Bps
+        # the interfaces are held for the bytes only; the per-message cost (StarPU-MPI's handling of the
+        # request on both sides, the ping-pong's intercept) is in flight, like the latency: messages posted
+        # together overlap it (see the module's docstring, "Per-message cost")
+        hold = self.msg_bytes[k] / net.bandwidth_Bps
         leave = self._poll(src, now)
         if self.nic == "node":
             wire = max(leave, self.out_free[src], self.in_free[dst])
@@ -211,7 +315,11 @@ class ThreadedRankEngine(Engine):
         else:
             wire = max(leave, self.pair_free.get((src, dst), 0.0))
             self.pair_free[(src, dst)] = wire + hold
-        arrive = wire + hold + net.latency_s
+        arrive = wire + hold + net.message_s + net.latency_s
+        if self.eager is not None:
+            self.in_flight[src] += 1
+            if self.msg_bytes[k] <= self.eager:  # buffered: complete at the sender's next test
+                env.timeout(wire - now).callbacks.append(lambda ev, src=src: self._send_done(src))
         self.busy[w] = True
         self.idle.discard(w)
         # start: when it takes the wire, plus the per-task cost the rank summary takes off every message
@@ -239,6 +347,14 @@ class ThreadedRankEngine(Engine):
 
     def _received(self, ev) -> None:
         t = ev._value
+        k = self.msg[t]
+        if self.eager is not None and self.msg_bytes[k] > self.eager:
+            # rendezvous: the receiver has matched it; the sender's request completes when its progress
+            # thread next tests it after the acknowledgement arrives
+            src = self.msg_src[k]
+            now = self.env._now
+            done = self._poll(src, now + self.net.latency_s)
+            self.env.timeout(done - now).callbacks.append(lambda ev, src=src: self._send_done(src))
         self.n_done += 1
         push = self.policy.push
         missing = self.missing
