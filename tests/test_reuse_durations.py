@@ -60,6 +60,9 @@ def test_vectorised_distances_equal_a_plain_walk_over_a_step():
             want[i] = before[i] - before[last[t]]
         last[t] = i
     assert np.array_equal(reuse_distances(g), want)
+    # computed once per graph and cache size (tune predicts a graph on many policies), read-only
+    f = cold_fraction(g, 1 << 20)
+    assert cold_fraction(g, 1 << 20) is f and not f.flags.writeable and cold_fraction(g, 2 << 20) is not f
 
 
 def test_cache_size_from_sysfs_and_its_fallback(tmp_path):

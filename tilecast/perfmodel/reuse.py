@@ -25,6 +25,8 @@ tile), as graphs hold millions of tasks.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 
@@ -47,11 +49,34 @@ def reuse_distances(graph) -> np.ndarray:
     return out
 
 
+# id(graph) -> (weak reference to it, its access arrays, {cache bytes: cold share per task}): tune and accuracy
+# predict one graph on several policies and worker counts; kept while the graph lives with the same arrays
+_FRACTIONS: dict = {}
+
+
 def cold_fraction(graph, cache_bytes: float) -> np.ndarray:
     """Per task, the share (0..1) of the bytes it accesses whose reuse distance exceeds ``cache_bytes``
-    (0 for a task without buffers)."""
+    (0 for a task without buffers). Read-only; computed once per graph and cache size."""
     if not cache_bytes > 0:
         raise ValueError(f"cache_bytes: must be a positive number of bytes, got {cache_bytes!r}")
+    arrays = (graph.acc_ptr, graph.acc_tile, graph.tile_nbytes)
+    held = _FRACTIONS.get(id(graph))
+    if held is None or held[0]() is not graph or any(a is not b for a, b in zip(held[1], arrays)):
+        try:
+            ref = weakref.ref(graph)
+        except TypeError:  # cannot be weakly referenced: not kept
+            return _cold_fraction(graph, cache_bytes)
+        for k in [k for k, v in _FRACTIONS.items() if v[0]() is None]:
+            del _FRACTIONS[k]
+        held = _FRACTIONS[id(graph)] = (ref, arrays, {})
+    if cache_bytes not in held[2]:
+        f = _cold_fraction(graph, cache_bytes)
+        f.flags.writeable = False
+        held[2][cache_bytes] = f
+    return held[2][cache_bytes]
+
+
+def _cold_fraction(graph, cache_bytes: float) -> np.ndarray:
     n = graph.n_tasks
     nbytes = np.asarray(graph.tile_nbytes, dtype=np.float64)[np.asarray(graph.acc_tile)]
     task = access_tasks(graph)
