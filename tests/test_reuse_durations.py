@@ -174,3 +174,19 @@ def test_simulate_says_in_one_line_that_an_old_calibration_must_be_made_again(tm
     assert json.loads(out.out)["calibration"].startswith("none")
     note = [line for line in out.err.splitlines() if "tilecast calibrate" in line]
     assert len(note) == 1 and "format 3" in note[0]
+
+
+def test_learning_from_a_trace_keeps_the_hot_times_and_the_cache():
+    from tilecast.perfmodel.from_trace import calibration_from_trace
+    from tilecast.trace import make_trace
+
+    m = _machine()
+    g = small_graph([("A", "B", "C"), ("A", "D", "E")])
+    base = _calibration(m)
+    start = np.array([0.0, 1e-3])
+    trace = make_trace(task=np.arange(2), kernel="gemm", worker=0, node=0, start_s=start, end_s=start + 1e-3,
+                       bytes=0, flops=0.0, source="real", tag="")
+    cal = calibration_from_trace(g, trace, m, base=base)
+    assert cal.hot == base.hot and cal.cache_bytes == base.cache_bytes
+    # the traced shapes are in-step: one figure each, whatever their hot time
+    assert DurationModel(m, cal).durations(g)[0].tolist() == pytest.approx([1e-3, 1e-3])
