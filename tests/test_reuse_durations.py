@@ -190,3 +190,21 @@ def test_learning_from_a_trace_keeps_the_hot_times_and_the_cache():
     assert cal.hot == base.hot and cal.cache_bytes == base.cache_bytes
     # the traced shapes are in-step: one figure each, whatever their hot time
     assert DurationModel(m, cal).durations(g)[0].tolist() == pytest.approx([1e-3, 1e-3])
+
+
+def test_the_shape_models_held_out_error_is_given_for_hot_and_cold_lane_times():
+    from tilecast.loop.kernel_calibration import design_summary
+    from tilecast.perfmodel.shape_model import holdout_errors
+
+    m = _machine()
+    cal = Calibration(m.name, m.fingerprint(), "cpu", STARPU_TASKS)
+    for n in (8, 12, 16, 24, 32, 48, 64, 96):
+        shape = [0, 0, n, n, n, 1.0, 1.0, 4 * n * n, 4 * n * n, 4 * n * n]
+        cal.add("gemm", shape, 3e-9 * n**3 + 2e-6, 0.0)
+        cal.add_hot("gemm", shape, 2e-9 * n**3 + 1e-6)
+    cold, hot = holdout_errors(cal), holdout_errors(cal, lane="hot")
+    assert cold["gemm"]["n_heldout"] == hot["gemm"]["n_heldout"] > 0
+    assert cold["gemm"]["fit"] != hot["gemm"]["fit"]  # each lane its own model
+    text = design_summary({"timed": 8, "cases": 10, "predicted": 2, "budget_s": 1.0, "wall_s": 1.0,
+                           "heldout": cold, "heldout_hot": hot})
+    assert text.count("gemm") == 2 and "hot lane times" in text
