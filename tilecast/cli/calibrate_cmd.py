@@ -68,8 +68,8 @@ def run(args) -> int:
     from tilecast.perfmodel.calibration_design import choose_timed
     from tilecast.perfmodel.kernel_model import holdout_errors
     from tilecast.perfmodel.shapes import graph_shapes
-    from tilecast.loop.kernel_calibration import (HOT_PASSES, STARPU_PASSES, estimated_seconds, starpu_workers, time_in_starpu,
-                                                  timing_cost_s)
+    from tilecast.loop.kernel_calibration import (HOT_PASSES, STARPU_PASSES, estimated_seconds, starpu_workers,
+                                                  time_in_starpu, timing_cost_s)
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)

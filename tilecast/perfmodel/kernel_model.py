@@ -79,8 +79,8 @@ _FITTED_MAX = 512
 
 
 def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarray, np.ndarray]:
-    """``cal.arrays(name, workers=workers, lane=lane)``, kept while the calibration holds the very same lists of points
-    and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
+    """``cal.arrays(name, workers=workers, lane=lane)``, kept while the calibration holds the very same lists of
+    points and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
     h = cal.hot.get(name) or {}

@@ -319,7 +319,8 @@ def parse_machine(doc, where: str = "<machine>", text: str = "") -> Machine:
         wk = WorkerKind(kname)
         for key in spec:
             if key not in KIND_FIGURES and key not in OPTIONAL_KIND_FIGURES:
-                _fail(where, f"{p}.{key}", f"unknown figure (known: {', '.join([*KIND_FIGURES, *OPTIONAL_KIND_FIGURES])})")
+                known = ", ".join([*KIND_FIGURES, *OPTIONAL_KIND_FIGURES])
+                _fail(where, f"{p}.{key}", f"unknown figure (known: {known})")
         for key, (attr, factor) in KIND_FIGURES.items():
             if key not in spec:
                 _fail(where, f"{p}.{key}", "missing")
