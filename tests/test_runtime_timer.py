@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tilecast.executor.runtime_timer import lanes_graph, runnable, time_in_runtime
+from tilecast.executor.runtime_timer import chain_order_weights, lanes_graph, runnable, time_in_runtime
 from tilecast.executor.starpu_session import StarPUSession
 from tilecast.graph import Tiling
 from tilecast.graph.gpt2 import build_gpt2_step
@@ -32,6 +32,45 @@ def test_lanes_are_independent_chains():
             assert len(preds) == 0
         else:  # the previous task of the same lane: two positions back in a case's block (2 lanes)
             assert list(preds) == [t - 2]
+
+
+def _case_switches(sched):
+    """Per worker, how often its next task belongs to another shape than its last one."""
+    from tilecast.executor.tiles import TileStore
+
+    cases = _cases()[:12]
+    reps = [6] * len(cases)
+    g, contents, task_case, _ = lanes_graph(cases, range(len(cases)), reps, lanes=2)
+    store = TileStore(g)
+    store.buffers = contents
+    with StarPUSession(sched, 2) as s:
+        w = chain_order_weights(task_case, list(range(len(cases))), 2) if sched == "prio" else None
+        tr = s.execute(g, store, trace=True, priority=w)
+    tr = tr[tr["task"] >= 0].sort_values("start_s")
+    out = []
+    for _, rows in tr.groupby("worker"):
+        c = task_case[rows["task"].to_numpy()]
+        out.append(int((c[1:] != c[:-1]).sum()))
+    return len(cases), out
+
+
+def test_chain_order_weights_rank_cases_first_to_last():
+    from tilecast.graph.priorities import bottom_level
+
+    cases = _cases()[:4]
+    g, _, task_case, _ = lanes_graph(cases, range(4), [3, 5, 2, 4], lanes=2)
+    bl = bottom_level(chain_order_weights(task_case, [0, 1, 2, 3], 2), *g.dependencies)
+    for c in range(3):  # every task of a case ranks above every task of the next
+        assert bl[task_case == c].min() > bl[task_case == c + 1].max()
+
+
+def test_prio_lanes_run_each_shape_back_to_back():
+    # under eager every chain's first task is ready at once and the shapes interleave (each repeat cold);
+    # under prio with the chain order, a worker moves to the next shape about once per shape
+    n, prio = _case_switches("prio")
+    _, eager = _case_switches("eager")
+    assert max(prio) <= 2 * n, prio
+    assert min(eager) > 2 * n, eager
 
 
 def test_time_in_runtime_gives_each_shape_its_tasks_durations():
@@ -84,7 +123,7 @@ def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
     """The calibration's passes run between reference probes: a pass that ends in a slow spell is timed again,
     and the calibration keeps how its passes fared."""
     from tilecast.loop.interference import QuietGuard
-    from tilecast.loop.kernel_calibration import STARPU_PASSES, time_in_starpu
+    from tilecast.loop.kernel_calibration import HOT_PASSES, STARPU_PASSES, time_in_starpu
     from tilecast.perfmodel import load_machine
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
@@ -92,8 +131,15 @@ def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
     guard = QuietGuard(workers=1, probe=lambda: next(probes), sleep=lambda s: None, max_wait_s=10)
     cases = _cases()[:3]
     cal, _ = time_in_starpu(load_machine("local"), None, cases, [2, 2, 2], 1, guard=guard)
-    assert cal.quiet["passes"] == STARPU_PASSES and cal.quiet["passes_retaken"] == 1
+    assert cal.quiet["passes"] == STARPU_PASSES + HOT_PASSES and cal.quiet["passes_retaken"] == 1
     assert cal.quiet["passes_disturbed"] == 0  # the retaken pass was quiet
     assert set(cal.points) == {n for n, _ in cases}
+    # every shape timed both cold (the points) and hot, with the cache size beside them
+    assert set(cal.hot) == set(cal.points) and cal.cache_bytes > 0
+    for name in cal.points:
+        shapes, cold = cal.arrays(name)
+        hshapes, hot = cal.arrays(name, lane="hot")
+        assert np.array_equal(shapes, hshapes) and np.all(hot > 0) and len(cal.hot[name]["shapes"]) == len(cold)
     path = cal.save(str(tmp_path / "c.json"))
-    assert type(cal).load(path).quiet == cal.quiet
+    back = type(cal).load(path)
+    assert back.quiet == cal.quiet and back.hot == cal.hot and back.cache_bytes == cal.cache_bytes

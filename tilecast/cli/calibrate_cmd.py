@@ -68,8 +68,8 @@ def run(args) -> int:
     from tilecast.perfmodel.calibration_design import choose_timed
     from tilecast.perfmodel.kernel_model import holdout_errors
     from tilecast.perfmodel.shapes import graph_shapes
-    from tilecast.loop.kernel_calibration import (STARPU_PASSES, estimated_seconds, starpu_workers, time_in_starpu,
-                                                  timing_cost_s)
+    from tilecast.loop.kernel_calibration import (HOT_PASSES, STARPU_PASSES, estimated_seconds, starpu_workers,
+                                                  time_in_starpu, timing_cost_s)
     from tilecast.perfmodel.timers import c_kernel_timer, default_timer, numpy_reference_timer
 
     cfg, batch, seq, tiling = model_args(args)
@@ -109,7 +109,7 @@ def run(args) -> int:
     seen = cases_from_shapes(shapes)
     est = estimated_seconds(machine, seen)
     cost = timing_cost_s(seen, est, np.full(len(seen), args.repeats + 1), workers or 1,
-                         STARPU_PASSES if workers else 1)
+                         STARPU_PASSES + HOT_PASSES if workers else 1)
     timed, left = choose_timed(seen, cost, budget, cap=args.per_kernel)
     cases, predicted = [seen[i] for i in sorted(timed)], [seen[i] for i in left]
     where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
@@ -139,10 +139,12 @@ def run(args) -> int:
     path = cal.save(args.output)
     probes = _probe_costs(machine, workers, args) if workers and args.output is None and not args.no_probe else {}
     report = holdout_errors(cal)
+    report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
     disk, disk_file = _measure_disk(args, machine)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
            "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
-           "kernels": len(cal.points), "heldout": report, "blas": blas, "quiet": cal.quiet,
+           "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,
+           "cache_bytes": cal.cache_bytes, "blas": blas, "quiet": cal.quiet,
            "disk": {**asdict(disk), "file": disk_file}, "executor_costs": probes}
     if args.json:
         print_json(out)
@@ -152,6 +154,8 @@ def run(args) -> int:
         print(f"{len(predicted)} more shapes of the step are predicted by the shape model (fit corrected by the "
               "nearest timed shapes)")
     print(blas_line)
+    if cal.cache_bytes:
+        print(f"cache a task's inputs stay hot within: {cal.cache_bytes / 2**20:.2f} MiB per core ({cal.cache_source})")
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk.directory}: {disk.describe()} -> {disk_file}")
@@ -162,11 +166,14 @@ def run(args) -> int:
     print("shape model's error on timed shapes held out of its fit:")
     print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"
           f"{'GFLOP/s':>10}{'GB/s':>10}")
-    for name, r in report.items():
-        f = r["fit"]
-        print(f"{name:<16}{r['n_fit']:>8}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
-              f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%{f['fixed_us']:>10.2f}"
-              f"{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
+    for title, rows in (("cold", report), ("hot", report_hot)):
+        if report_hot:
+            print(f"{title} lane times:")
+        for name, r in rows.items():
+            f = r["fit"]
+            print(f"{name:<16}{r['n_fit']:>8}/{r['n_heldout']:<6}{100 * r['median_rel_err']:>11.1f}%"
+                  f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%{f['fixed_us']:>10.2f}"
+                  f"{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
     return 0
 
 

@@ -80,6 +80,12 @@ def _models(args, machine):
     from tilecast.perfmodel.calibration import Calibration, CalibrationError
 
     calibration, host_costs = stored_models(machine)
+    if calibration is None and not args.calibration:
+        from tilecast.perfmodel.calibration import stale_calibration
+
+        stale = stale_calibration(machine)
+        if stale:  # an older calibration format: said once, then the roofline figures are used
+            print(f"tilecast simulate: {stale}; predicting from the machine's roofline meanwhile", file=sys.stderr)
     if args.calibration:
         try:
             calibration = Calibration.load(args.calibration, machine.fingerprint())

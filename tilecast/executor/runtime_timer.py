@@ -11,8 +11,21 @@ profiling info, as in a measured step; the first task of each lane is left
 out (it warms caches and StarPU's data structures).
 
 Shapes are grouped into graphs of bounded buffer memory and run in one
-session. Shapes with an empty buffer (StarPU registers no handle for them)
-are left to the isolated timer.
+session. How they run depends on the session's policy, and gives the two
+figures a shape is calibrated with:
+
+- *cold*, under ``eager``: every chain's first task is ready at once, so
+  each repeat runs after one task of every other shape of the graph and
+  finds its buffers evicted from the core's cache;
+- *hot*, under a policy that orders by priority (``prio``, which takes any
+  int in StarPU 1.3.10: ``initialize_eager_center_priority_policy``):
+  weights whose bottom levels rank the shapes (:func:`chain_order_weights`)
+  run the chains one shape after another, each chain's repeats back to
+  back, so that its buffers stay in the core's cache.
+
+A task inside a step lies between the two, by how far back its tiles were
+last touched (:mod:`tilecast.perfmodel.reuse`). Shapes with an empty buffer
+(StarPU registers no handle for them) are left to the isolated timer.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import numpy as np
 
 from tilecast.graph import Tiling
 from tilecast.graph.builder import GraphBuilder
+from tilecast.graph.priorities import USES_PRIORITIES
 from tilecast.kernels import get
 
 MAX_GROUP_BYTES = 512 << 20  # buffer memory of one calibration graph (all lanes of its shapes)
@@ -83,11 +97,25 @@ def lanes_graph(cases, idx, repeats, lanes: int):
     return b.build(), contents, np.asarray(task_case), np.asarray(task_first)
 
 
+def chain_order_weights(task_case: np.ndarray, order: list, lanes: int) -> np.ndarray:
+    """Per-task weights whose bottom levels rank the cases of ``order`` first to last: every chain's last
+    task (the last ``lanes`` tasks of a case) weighs more than any later case's whole chain, so that a
+    priority policy runs the chains case by case (a chain's repeats back to back)."""
+    w = np.ones(len(task_case))
+    longest = float(np.bincount(task_case).max()) if len(task_case) else 1.0
+    for pos, c in enumerate(order):
+        idx = np.flatnonzero(task_case == c)
+        w[idx[-lanes:]] = (len(order) - pos) * (longest + 1.0)
+    return w
+
+
 def time_in_runtime(cases, repeats, session, progress=None) -> tuple[np.ndarray, np.ndarray]:
     """(median seconds, median absolute deviation) of each case run as StarPU tasks in ``session``.
 
     ``repeats[i]`` tasks per lane for case ``i`` (at least 2: the first is a
-    warm-up); one lane per worker of the session. ``progress(n)`` is called
+    warm-up); one lane per worker of the session. Under ``eager`` the cases'
+    chains interleave (cold); under a policy that uses priorities they run
+    case by case (hot). ``progress(n)`` is called
     with the number of cases done after each graph. Cases that cannot run
     (see :func:`runnable`) get NaN.
     """
@@ -103,7 +131,8 @@ def time_in_runtime(cases, repeats, session, progress=None) -> tuple[np.ndarray,
         graph, contents, task_case, task_first = lanes_graph(cases, idx, repeats, lanes)
         store = TileStore(graph)
         store.buffers = contents
-        trace = session.execute(graph, store, trace=True)
+        weights = chain_order_weights(task_case, idx, lanes) if session.sched in USES_PRIORITIES else None
+        trace = session.execute(graph, store, trace=True, priority=weights)
         session.tile_handles.release()  # the next group registers its own buffers
         d = (trace["end_s"] - trace["start_s"]).to_numpy()
         keep = ~task_first

@@ -42,6 +42,11 @@ STARPU_REPEATS = (4, 40)
 # Passes over all the shapes, a shape's figure the median of its passes: the VM's slow spells (seconds
 # long) then move a shape's figure only when they cover most passes.
 STARPU_PASSES = 3
+# The same shapes timed hot too (tilecast.executor.runtime_timer): under prio, each chain's repeats back to back.
+# One pass: back-to-back repeats vary less than interleaved ones, and a fourth pass keeps a first calibration
+# near 10 minutes on 2 cores. The passes above (under eager, chains interleaved) give the cold figure.
+HOT_SCHED, COLD_SCHED = "prio", "eager"
+HOT_PASSES = 1
 QUIET_WAIT_S = 60.0  # the most a calibration waits, in all, for a slow spell of the machine to pass
 # Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
 # the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
@@ -130,16 +135,25 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     not learn the spell's slowness. How the passes fared is kept in
     ``cal.quiet``.
 
+    Each case is timed cold (:data:`STARPU_PASSES` passes under ``eager``, its
+    figure the calibration's point) and hot (:data:`HOT_PASSES` under
+    ``prio``, ``cal.hot``); the cache size a task's inputs stay hot within
+    is stored beside them (``cal.cache_bytes``).
+
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable, time_in_runtime
     from tilecast.executor.starpu_session import StarPUSession
     from tilecast.loop.interference import QuietGuard
+    from tilecast.perfmodel.cache_size import l2_per_core
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
+    l2, l2_source = l2_per_core()
+    cal.cache_bytes, cal.cache_source = float(l2), l2_source
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
-    share = len(cases) / (len(cases) + len(sample))
+    # the bar counts whole cases: a pass over n of them advances it by n / per_case
+    per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES) + len(sample) * STARPU_PASSES) / max(len(cases), 1)
     verdicts = []
 
     done = [0.0]  # cases timed so far, in fractions of a case per pass and phase
@@ -151,28 +165,29 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
         if step > 0:
             bar.update(min(step, bar.total - bar.n) if bar.total else step)
 
-    def passes(n_workers, todo, reps, step):
+    def passes(n_workers, todo, reps, step, sched=COLD_SCHED, count=STARPU_PASSES):
         def one():
-            with StarPUSession("eager", n_workers) as session:
+            with StarPUSession(sched, n_workers) as session:
                 return time_in_runtime(todo, reps, session, progress=step)[0]
 
         out = []
-        for _ in range(STARPU_PASSES):
+        for _ in range(count):
             run, info = guard.measure(one)
             out.append(run)
             verdicts.append(info)
         return out
 
-    step = (lambda n: advance(n * share / STARPU_PASSES)) if bar is not None else None
+    step = (lambda n: advance(n / per_case)) if bar is not None else None
     repeats = np.maximum(np.asarray(repeats), 2)
     med, mad = _median_mad(passes(workers, cases, repeats, step))
-    for (name, row), m, d in zip(cases, med, mad):
+    hot, _ = _median_mad(passes(workers, cases, repeats, step, HOT_SCHED, HOT_PASSES))
+    for (name, row), m, d, h in zip(cases, med, mad, hot):
         if np.isfinite(m):
             cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
+            if np.isfinite(h):
+                cal.add_hot(name, row, max(float(h), 1e-9))
     cal.lane_workers = workers
     if sample:
-        step = (lambda n: advance(n * (1 - share) * len(cases) / len(sample) / STARPU_PASSES)) \
-            if bar is not None else None
         one, _ = _median_mad(passes(1, [cases[i] for i in sample], repeats[sample], step))
         for i, t1 in zip(sample, one):
             name, row = cases[i]
@@ -235,7 +250,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     workers = starpu_workers(machine) if (in_runtime or (in_runtime is None and timer is None)) else None
     est = estimated_seconds(machine, todo)
     if workers:
-        cost = timing_cost_s(todo, est, starpu_repeats(est), workers, STARPU_PASSES)
+        cost = timing_cost_s(todo, est, starpu_repeats(est), workers, STARPU_PASSES + HOT_PASSES)
     else:
         cost = timing_cost_s(todo, est, np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS) + 1,
                              1, 1)
@@ -287,6 +302,9 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     if predicted:
         kernels = sorted({name for name, _ in predicted})
         cal.last_run["heldout"] = holdout_errors(cal, kernels=kernels)
+        if cal.hot:
+            cal.last_run["heldout_hot"] = holdout_errors(cal, kernels=[k for k in kernels if cal.has_hot(k)],
+                                                         lane="hot")
         if progress:
             print(design_summary(cal.last_run), file=sys.stderr)
     cal.save()
@@ -302,4 +320,9 @@ def design_summary(run: dict) -> str:
     for name, r in run.get("heldout", {}).items():
         lines.append(f"  {name:<16}{r['n_fit']:>7}{r['n_heldout']:>10}{100 * r['median_rel_err']:>11.1f}%"
                      f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%")
+    if run.get("heldout_hot"):
+        lines.append("  the same for the hot lane times (each shape's repeats back to back):")
+        for name, r in run["heldout_hot"].items():
+            lines.append(f"  {name:<16}{r['n_fit']:>7}{r['n_heldout']:>10}{100 * r['median_rel_err']:>11.1f}%"
+                         f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%")
     return "\n".join(lines)

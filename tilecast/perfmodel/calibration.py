@@ -26,7 +26,10 @@ from tilecast.perfmodel.timers import default_timer, make_buffers
 # shapes timed alone, which made first predictions 20-30% fast, and are calibrated again
 # 3: a sample of shapes is also timed on one worker (worker_samples): steps on fewer workers than calibration
 # kept busy run their kernels faster
-CALIBRATION_FORMAT = 3
+# 4: shapes timed as StarPU tasks are timed hot too (``hot``: each chain's repeats back to back) beside the
+# cold lanes of ``points`` (chains of many shapes interleaved), with the core's cache size (``cache_bytes``): a
+# task's duration is interpolated between them by the reuse distance of its bytes (tilecast.perfmodel.reuse)
+CALIBRATION_FORMAT = 4
 
 
 class CalibrationError(ValueError):
@@ -81,6 +84,12 @@ class Calibration:
     # kernel -> shapes seen but not timed: calibration of a large set times a chosen subset and leaves these to
     # the shape model (tilecast.perfmodel.shape_model); kept so that they are not timed again
     predicted: dict = field(default_factory=dict)
+    # kernel -> {"shapes", "median_s"}: shapes timed as StarPU tasks hot (each chain's repeats back to back; the
+    # ``points`` of source starpu-tasks are the same shapes timed cold, interleaved with other shapes' chains)
+    hot: dict = field(default_factory=dict)
+    # the level-2 cache per core where the shapes were timed (tilecast.perfmodel.cache_size), and its source
+    cache_bytes: float = 0.0
+    cache_source: str = ""
     # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
     last_run: dict = field(default_factory=dict, compare=False)
 
@@ -95,8 +104,20 @@ class Calibration:
         entry["mad_s"].append(float(mad_s))
         entry["source"].append(source or self.timer)
 
+    def add_hot(self, kernel: str, shape, median_s: float) -> None:
+        """A shape's hot lane time (a later one for the same shape takes precedence)."""
+        entry = self.hot.setdefault(kernel, {"shapes": [], "median_s": []})
+        entry["shapes"].append([float(x) for x in shape])
+        entry["median_s"].append(float(median_s))
+
     def add_all(self, other: "Calibration") -> None:
-        """Add every point of ``other``, each with its source (and its worker samples)."""
+        """Add every point of ``other``, each with its source (and its worker samples, hot lane times and cache
+        size)."""
+        for name, e in other.hot.items():
+            for shape, m in zip(e["shapes"], e["median_s"]):
+                self.add_hot(name, shape, m)
+        if other.cache_bytes > 0:
+            self.cache_bytes, self.cache_source = other.cache_bytes, other.cache_source
         for name, rows in other.worker_samples.items():
             self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
         self.lane_workers = self.lane_workers or other.lane_workers
@@ -136,12 +157,22 @@ class Calibration:
         share = (self.lane_workers - max(workers, 1)) / (self.lane_workers - 1)
         return np.full(len(nbytes), 1.0 + (r - 1.0) * share)
 
-    def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None
+    def has_hot(self, kernel: str) -> bool:
+        """Does the kernel have hot lane times (then :meth:`arrays` with ``lane="hot"`` differs from cold)?"""
+        return bool((self.hot.get(kernel) or {}).get("shapes"))
+
+    def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None, lane: str = "cold"
                ) -> tuple[np.ndarray, np.ndarray]:
         """Shapes and seconds of a kernel's points, one per shape (of the highest :func:`source_rank`, the
         latest of those); points timed alone get the kernel's runtime excess (unless ``isolated``); with
         ``workers``, the calibration's own in-runtime points (timed as tasks, or on the probe steps, with
-        :attr:`lane_workers` busy) get the :meth:`worker_factor` of that many workers."""
+        :attr:`lane_workers` busy) get the :meth:`worker_factor` of that many workers.
+
+        ``lane="hot"``: points timed as StarPU tasks take their hot lane time where one was timed; every
+        other point (learned from traces, in-step already; timed alone) keeps its one figure, so that the
+        interpolation between hot and cold (:mod:`tilecast.perfmodel.reuse`) leaves it as it is."""
+        if lane not in ("cold", "hot"):
+            raise ValueError(f"lane: 'cold' or 'hot', got {lane!r}")
         e = self.points.get(kernel)
         if not e:
             return np.zeros((0, 0)), np.zeros(0)
@@ -155,6 +186,11 @@ class Calibration:
         shapes = np.asarray([e["shapes"][i] for i in keep], dtype=np.float64)
         t = np.asarray([e["median_s"][i] for i in keep], dtype=np.float64)
         kept = np.asarray([sources[i] for i in keep])
+        if lane == "hot" and self.has_hot(kernel):
+            h = self.hot[kernel]
+            hot = {tuple(s): m for s, m in zip(h["shapes"], h["median_s"])}  # the latest of a shape
+            found = np.asarray([hot.get(tuple(s), np.nan) for s in shapes.tolist()], dtype=np.float64)
+            t = np.where((kept == STARPU_TASKS) & np.isfinite(found), found, t)
         excess = self.runtime_excess(kernel)
         if excess is not None and not isolated:
             alone = ~np.isin(kept, IN_RUNTIME)
@@ -176,7 +212,10 @@ class Calibration:
                           lane_workers=self.lane_workers,
                           worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
                           quiet=dict(self.quiet), kernels=self.kernels,
-                          predicted={k: [list(r) for r in v] for k, v in self.predicted.items()})
+                          predicted={k: [list(r) for r in v] for k, v in self.predicted.items()},
+                          hot={k: {"shapes": [list(r) for r in v["shapes"]], "median_s": list(v["median_s"])}
+                               for k, v in self.hot.items()},
+                          cache_bytes=self.cache_bytes, cache_source=self.cache_source)
         for name in self.points:
             e = self.points[name]
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name)):
@@ -191,7 +230,8 @@ class Calibration:
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
                 "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels,
-                "predicted": self.predicted}
+                "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
+                "cache_source": self.cache_source}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -207,7 +247,8 @@ class Calibration:
         except (OSError, json.JSONDecodeError) as e:
             raise CalibrationError(f"{path}: cannot read calibration ({e})") from None
         if doc.get("format") != CALIBRATION_FORMAT:
-            raise CalibrationError(f"{path}: format {doc.get('format')!r}, expected {CALIBRATION_FORMAT}")
+            raise CalibrationError(f"{path}: calibration format {doc.get('format')!r}, not {CALIBRATION_FORMAT} (which "
+                                   "times each shape hot and cold): run `tilecast calibrate` again")
         if fingerprint is not None and doc.get("fingerprint") != fingerprint:
             raise CalibrationError(f"{path}: made on another machine (fingerprint {doc.get('fingerprint')})")
         known = {k.name: k for k in all_kernels()}
@@ -244,10 +285,25 @@ class Calibration:
             width = len(known[name].params) + len(known[name].buffers) if name in known else -1
             if width < 0 or not all(isinstance(r, list) and len(r) == width for r in rows):
                 raise CalibrationError(f"{path}: field predicted.{name}: a known kernel, shapes of {width} numbers")
+        hot = doc.get("hot") or {}
+        for name, e in hot.items():
+            width = len(known[name].params) + len(known[name].buffers) if name in known else -1
+            if width < 0 or not isinstance(e, dict) or not all(
+                    isinstance(r, list) and len(r) == width for r in e.get("shapes", [])) \
+                    or len(e.get("shapes", [])) != len(e.get("median_s", [])) \
+                    or not all(isinstance(t, (int, float)) and t > 0 and np.isfinite(t) for t in e["median_s"]):
+                raise CalibrationError(f"{path}: field hot.{name}: a known kernel, shapes of {width} numbers and "
+                                       "one positive median_s each")
+        cache = doc.get("cache_bytes", 0.0)
+        if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not (cache >= 0 and np.isfinite(cache)):
+            raise CalibrationError(f"{path}: field cache_bytes: a number of bytes, got {cache!r}")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
                    {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
-                   {k: [list(r) for r in v] for k, v in predicted.items()})
+                   {k: [list(r) for r in v] for k, v in predicted.items()},
+                   hot={k: {"shapes": [list(r) for r in e["shapes"]], "median_s": list(e["median_s"])}
+                        for k, e in hot.items()},
+                   cache_bytes=float(cache), cache_source=str(doc.get("cache_source", "")))
 
 
 def fit_runtime_excess(samples) -> list:
@@ -276,6 +332,18 @@ def runtime_excess_s(kernel: str, shapes: np.ndarray, excess) -> np.ndarray:
 
 def calibration_path(machine: str, fingerprint: str) -> str:
     return str(home("calibration", f"{machine}-{fingerprint}.json"))
+
+
+def stale_calibration(machine) -> str | None:
+    """Why the machine's stored calibration cannot be used (one line), or None when there is none or it can."""
+    path = calibration_path(machine.name, machine.fingerprint())
+    if not os.path.exists(path):
+        return None
+    try:
+        Calibration.load(path, machine.fingerprint())
+    except CalibrationError as e:
+        return str(e)
+    return None
 
 
 def find_calibration(machine) -> Calibration | None:

@@ -93,6 +93,11 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
         cal.lane_workers = base.lane_workers
         cal.worker_samples = {k: [list(r) for r in v] for k, v in base.worker_samples.items()}
         cal.predicted = {k: [list(r) for r in v] for k, v in base.predicted.items()}  # not to be timed again
+        # the lane times' hot figures and the cache they are interpolated by (tilecast.perfmodel.reuse): points
+        # learned here are in-step durations and take no hot figure
+        cal.hot = {k: {"shapes": [list(r) for r in v["shapes"]], "median_s": list(v["median_s"])}
+                   for k, v in base.hot.items()}
+        cal.cache_bytes, cal.cache_source = base.cache_bytes, base.cache_source
         for name, e in base.points.items():
             for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name)):
                 if (name, tuple(shape)) not in learned or (src in LEARNED) != learned_class:

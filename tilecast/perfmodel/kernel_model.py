@@ -15,6 +15,13 @@ order of preference:
 3. the worker kind's roofline from the machine description
    (:meth:`tilecast.perfmodel.machine.WorkerKind.roofline`).
 
+Shapes timed as StarPU tasks have two figures, hot and cold lane times
+(:mod:`tilecast.executor.runtime_timer`); both go through 1-2 (a shape model
+each), and a task's duration is ``hot + f * (cold - hot)``, ``f`` the share
+of its bytes whose reuse distance in the graph exceeds the core's cache
+(:mod:`tilecast.perfmodel.reuse`). Points learned from traces are in-step
+durations already: their hot and cold figures are the same one.
+
 Models are evaluated once per distinct shape (:mod:`tilecast.perfmodel.shapes`)
 and scattered to tasks with numpy.
 """
@@ -71,15 +78,16 @@ _FITTED: dict = {}
 _FITTED_MAX = 512
 
 
-def _points(cal, name: str, workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """``cal.arrays(name, workers=workers)``, kept while the calibration holds the very same lists of points
-    and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
+def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarray, np.ndarray]:
+    """``cal.arrays(name, workers=workers, lane=lane)``, kept while the calibration holds the very same lists of
+    points and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
+    h = cal.hot.get(name) or {}
     lists = (e.get("shapes"), e.get("median_s"), e.get("mad_s"), e.get("source"),
-             cal.runtime_samples.get(name), cal.worker_samples.get(name))
+             cal.runtime_samples.get(name), cal.worker_samples.get(name), h.get("shapes"), h.get("median_s"))
     sizes = tuple(-1 if x is None else len(x) for x in lists)
-    key = (name, workers, cal.kind, cal.timer, cal.lane_workers)
+    key = (name, workers, cal.kind, cal.timer, cal.lane_workers, lane)
     held = _POINTS.get(id(cal))
     if held is None or held[0]() is not cal:
         held = _POINTS[id(cal)] = (weakref.ref(cal), {})
@@ -87,7 +95,7 @@ def _points(cal, name: str, workers: int) -> tuple[np.ndarray, np.ndarray]:
             del _POINTS[k]
     hit = held[1].get(key)
     if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
-        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers))
+        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers, lane=lane))
     return hit[2]
 
 
@@ -101,17 +109,17 @@ class DurationModel:
         self.machine = machine
         self.calibration = calibration
         self.kinds = machine.kind_names
-        self._fits: dict[int, ShapeModel | None] = {}
-        self._measured: dict[int, dict] = {}
+        self._fits: dict[tuple, ShapeModel | None] = {}  # (kernel id, lane) -> model
+        self._measured: dict[tuple, dict] = {}
         self.provenance: dict[str, int] = {"measured": 0, "fitted": 0, "roofline": 0}
 
     def _calibrated(self, kind: str) -> bool:
         return self.calibration is not None and self.calibration.kind == kind
 
-    def _fit(self, kernel_id: int):
-        if kernel_id not in self._fits:
+    def _fit(self, kernel_id: int, lane: str = "cold"):
+        if (kernel_id, lane) not in self._fits:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
-            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers)
+            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane)
             kind = self.machine.kinds[self.calibration.kind]
             # the model depends only on these points (and, below 3 of them, the kind's roofline): fitted once per
             # content and reused by every prediction made with them (tune and accuracy predict many steps)
@@ -128,18 +136,32 @@ class DurationModel:
                 if len(_FITTED) >= _FITTED_MAX:
                     _FITTED.pop(next(iter(_FITTED)))
                 _FITTED[key] = (fit, measured)
-            self._fits[kernel_id], self._measured[kernel_id] = _FITTED[key]
-        return self._fits[kernel_id]
+            self._fits[kernel_id, lane], self._measured[kernel_id, lane] = _FITTED[key]
+        return self._fits[kernel_id, lane]
 
-    def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(seconds, provenance code 0 measured / 1 fitted / 2 roofline) for rows of shapes."""
+    def cache_bytes(self, kind: str) -> float:
+        """The cache within which a task's inputs are hot: the worker kind's stated level-2 cache per core,
+        else the calibration's, else :data:`tilecast.perfmodel.cache_size.FALLBACK_L2_BYTES`."""
+        from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES
+
+        stated = self.machine.kinds[kind].cache_bytes
+        if stated > 0:
+            return float(stated)
+        if self.calibration is not None and self.calibration.cache_bytes > 0:
+            return float(self.calibration.cache_bytes)
+        return float(FALLBACK_L2_BYTES)
+
+    def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray, lane: str = "cold"
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, provenance code 0 measured / 1 fitted / 2 roofline) for rows of shapes, from the cold lane
+        times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
         wk = self.machine.kinds[kind]
         n_params = len(all_kernels()[kernel_id].params)
         out = wk.roofline(shape_flops(kernel_id, shapes[:, :n_params]), shape_bytes(kernel_id, shapes[:, n_params:]))
         how = np.full(len(shapes), 2)
         if self._calibrated(kind):
-            fit = self._fit(kernel_id)
-            measured = self._measured[kernel_id]
+            fit = self._fit(kernel_id, lane)
+            measured = self._measured[kernel_id, lane]
             known = [measured.get(tuple(row)) for row in shapes.tolist()]
             have = np.array([v is not None for v in known], dtype=bool)
             if fit is not None and not have.all():
@@ -151,14 +173,25 @@ class DurationModel:
         return out, how
 
     def durations(self, graph) -> np.ndarray:
-        """(n_kinds, n_tasks) seconds, rows in ``machine.kind_names`` order."""
+        """(n_kinds, n_tasks) seconds, rows in ``machine.kind_names`` order: a task of a kernel with hot lane
+        times is interpolated between its hot and cold figures by the cold share of its bytes
+        (:func:`tilecast.perfmodel.reuse.cold_fraction`)."""
+        from tilecast.perfmodel.reuse import cold_fraction, interpolate
+
         out = np.zeros((len(self.kinds), graph.n_tasks), dtype=np.float64)
         self.provenance = {"measured": 0, "fitted": 0, "roofline": 0}
         names = list(self.provenance)
+        fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
         for ks in graph_shapes(graph):
             for r, kind in enumerate(self.kinds):
                 sec, how = self.shape_seconds(kind, ks.kernel, ks.shapes)
                 out[r, ks.tasks] = sec[ks.inverse]
+                if self._calibrated(kind) and self.calibration.has_hot(all_kernels()[ks.kernel].name):
+                    hot, _ = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")
+                    c = self.cache_bytes(kind)
+                    if c not in fraction:
+                        fraction[c] = cold_fraction(graph, c)
+                    out[r, ks.tasks] = interpolate(hot[ks.inverse], out[r, ks.tasks], fraction[c][ks.tasks])
                 counts = np.bincount(how[ks.inverse], minlength=3)
                 for j in range(3):
                     self.provenance[names[j]] += int(counts[j])

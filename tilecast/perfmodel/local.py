@@ -145,7 +145,10 @@ def detect_local() -> Machine:
 
 
 def _detect(hw: dict) -> Machine:
+    from tilecast.perfmodel.cache_size import l2_per_core
+
     cores, mem = hw["cores"], hw["memory_bytes"]
+    l2, l2_source = l2_per_core()
     copy_bw = measure_copy_bandwidth()
     try:  # the rate of the BLAS that the C kernels (so StarPU's tasks) call; numpy's where they cannot build
         gemm, gemm_source = measure_kernel_gemm_rate(1, n=512), "the C kernels' BLAS"
@@ -168,6 +171,7 @@ def _detect(hw: dict) -> Machine:
             "memory_efficiency": {"value": 1.0, "source": "the bandwidth above is already a measured rate"},
             "half_efficiency_gflop": {"value": 0.002, "source": "assumed: BLAS reaches half its rate near 64^3 GEMMs"},
             "launch_us": {"value": 1.0, "source": "assumed: a C function call with argument unpacking"},
+            "l2_per_core_KiB": {"value": l2 / 1024, "source": l2_source},
         }},
         "workers": [{"name": "cpu", "kind": "cpu", "count": cores, "units": 1, "memory_node": "host"}],
     }

@@ -61,6 +61,9 @@ KIND_FIGURES = {
     "half_efficiency_gflop": ("half_efficiency_flops", 1e9),
     "launch_us": ("launch_s", 1e-6),
 }
+# Figures a worker kind may state: the level-2 cache per core (KiB), within which a task's inputs count as hot
+# (tilecast.perfmodel.reuse); a kind that states none is given the calibration's (tilecast.perfmodel.cache_size).
+OPTIONAL_KIND_FIGURES = {"l2_per_core_KiB": ("cache_bytes", 1024.0)}
 
 
 class MachineError(ValueError):
@@ -92,6 +95,7 @@ class WorkerKind:
     memory_efficiency: float = 1.0
     half_efficiency_flops: float = 0.0
     launch_s: float = 0.0
+    cache_bytes: float = 0.0  # level-2 cache per core (0: not stated)
     sources: dict = field(default_factory=dict)
 
     def roofline(self, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -314,8 +318,9 @@ def parse_machine(doc, where: str = "<machine>", text: str = "") -> Machine:
             _fail(where, p, "must be a mapping of figures")
         wk = WorkerKind(kname)
         for key in spec:
-            if key not in KIND_FIGURES:
-                _fail(where, f"{p}.{key}", f"unknown figure (known: {', '.join(KIND_FIGURES)})")
+            if key not in KIND_FIGURES and key not in OPTIONAL_KIND_FIGURES:
+                known = ", ".join([*KIND_FIGURES, *OPTIONAL_KIND_FIGURES])
+                _fail(where, f"{p}.{key}", f"unknown figure (known: {known})")
         for key, (attr, factor) in KIND_FIGURES.items():
             if key not in spec:
                 _fail(where, f"{p}.{key}", "missing")
@@ -324,6 +329,11 @@ def parse_machine(doc, where: str = "<machine>", text: str = "") -> Machine:
             v, src = _figure(where, f"{p}.{key}", spec[key], positive=positive, at_most=at_most)
             setattr(wk, attr, v * factor)
             wk.sources[key] = src
+        for key, (attr, factor) in OPTIONAL_KIND_FIGURES.items():
+            if key in spec:
+                v, src = _figure(where, f"{p}.{key}", spec[key])
+                setattr(wk, attr, v * factor)
+                wk.sources[key] = src
         kinds[kname] = wk
 
     # workers

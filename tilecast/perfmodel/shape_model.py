@@ -115,7 +115,7 @@ def interior(features: np.ndarray) -> np.ndarray:
     return ~ends
 
 
-def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=None) -> dict:
+def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=None, lane: str = "cold") -> dict:
     """Per kernel, the shape model's relative error on timed shapes left out of its fit.
 
     The timed shapes inside the range (not an end of flops or bytes: shapes
@@ -123,7 +123,8 @@ def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=Non
     ends) are split at random into ``round(1 / holdout)`` folds, shapes of
     equal features together; each fold is predicted by the model fitted on
     every other shape, so each is held out once and each fit keeps about
-    ``1 - holdout`` of them. Kernels with fewer than :data:`MIN_FIT_POINTS`
+    ``1 - holdout`` of them. ``lane``: the cold or the hot lane times
+    (:meth:`tilecast.perfmodel.calibration.Calibration.arrays`). Kernels with fewer than :data:`MIN_FIT_POINTS`
     shapes left to fit are left out.
 
     Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "base_median_rel_err",
@@ -135,7 +136,7 @@ def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=Non
     folds = max(2, int(round(1.0 / holdout)))
     out = {}
     for name in sorted(kernels if kernels is not None else calibration.points):
-        shapes, t = calibration.arrays(name)
+        shapes, t = calibration.arrays(name, lane=lane)
         if len(t) < MIN_FIT_POINTS + 1:
             continue
         k = get(name)
