@@ -36,7 +36,7 @@ def test_lanes_are_independent_chains():
 
 def _case_switches(sched):
     """Per worker, how often its next task belongs to another shape than its last one."""
-    from tilecast.executor.tiles import TileStore
+    from tilecast.reference.tiles import TileStore
 
     cases = _cases()[:12]
     reps = [6] * len(cases)
