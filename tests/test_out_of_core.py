@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tilecast.executor.managed_tiles import ManagedTileStore
-from tilecast.executor.memory_limit import (HANDLE_BYTES, MIB, MemoryLimit, MemoryLimitError, current_rss_bytes,
-                                            overhead_bytes)
-from tilecast.executor.starpu_session import StarPUSession
+from tilecast.executor.memory_limit import HANDLE_BYTES, MIB, MemoryLimitError, overhead_bytes
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
-from tilecast.graph.models import build_step
 from tilecast.loop.predict_memory import predict_limited, predicted_fields, predicted_fields_apart
 
 CFG = load_model("gpt2-tiny")
@@ -23,13 +19,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_each_registered_tile_costs_starpu_about_handle_bytes(tmp_path):
-    graph = build_step(CFG, 1, 64, Tiling.parse("8"))  # about 10,000 tiles, none allocated
-    with StarPUSession("eager", 1, memory=MemoryLimit(64 * MIB, str(tmp_path))) as session:
-        before = current_rss_bytes()
-        store = ManagedTileStore(graph, session)
-        per_tile = (current_rss_bytes() - before) / graph.n_tiles
-        store.close()
-    assert graph.n_tiles > 5000
+    # in a fresh process: memory other tests freed would take the handles without growing the RSS
+    code = f"""
+from tilecast.executor.managed_tiles import ManagedTileStore
+from tilecast.executor.memory_limit import MIB, MemoryLimit, current_rss_bytes
+from tilecast.executor.starpu_session import StarPUSession
+from tilecast.graph import Tiling
+from tilecast.graph.model_config import load_model
+from tilecast.graph.models import build_step
+graph = build_step(load_model("gpt2-tiny"), 1, 64, Tiling.parse("8"))  # about 10,000 tiles, none allocated
+with StarPUSession("eager", 1, memory=MemoryLimit(64 * MIB, {str(tmp_path)!r})) as session:
+    before = current_rss_bytes()
+    store = ManagedTileStore(graph, session)
+    print(graph.n_tiles, (current_rss_bytes() - before) / graph.n_tiles)
+    store.close()
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_tiles, per_tile = map(float, out.stdout.split())
+    assert n_tiles > 5000
     assert 0.5 * HANDLE_BYTES < per_tile < 1.5 * HANDLE_BYTES, per_tile
 
 
@@ -54,3 +63,37 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     assert res["overhead_bytes"] == res["peak_rss_bytes"] - limit
     # the process's peak: at most the limit plus the formula's overhead (with a margin for the allocator)
     assert res["peak_rss_bytes"] <= limit + 1.25 * res["expected_overhead_bytes"], res
+
+
+def _freed_share(setting: bool) -> float:
+    """The share of 64 MiB of 256 KiB blocks, each followed by a small one that stays, that freeing
+    them gives back to the system (in a fresh process: glibc's setting is for the process's life)."""
+    code = f"""
+import ctypes
+from tilecast.executor.memory_limit import current_rss_bytes, map_tile_buffers
+if {setting}:
+    assert map_tile_buffers()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(1 << 20))  # as a freed tile does: glibc's threshold rises, unless set
+big, small = [], []
+start = current_rss_bytes()
+for _ in range(256):
+    big.append(libc.malloc(256 << 10)); ctypes.memset(big[-1], 1, 256 << 10)
+    small.append(libc.malloc(1024)); ctypes.memset(small[-1], 1, 1024)
+held = current_rss_bytes()
+for p in big:
+    libc.free(p)
+print((held - current_rss_bytes()) / (held - start))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return float(out.stdout)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc settings (Linux only)")
+def test_tile_buffers_freed_under_a_limit_go_back_to_the_system():
+    assert _freed_share(True) > 0.9
+    assert _freed_share(False) < 0.1  # glibc's default keeps them, as it kept StarPU's evicted tiles

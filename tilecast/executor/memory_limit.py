@@ -30,13 +30,15 @@ StarPU starts (Python, numpy, the kernels, the task graph: about 56 MiB), what
 StarPU takes when it starts (:data:`STARPU_START_BYTES`: its workers, buffers
 and OpenBLAS's), and StarPU's own record of every registered tile
 (:data:`HANDLE_BYTES` each, whether the tile is in memory, on disk or not yet
-allocated). The tiles' buffers themselves stay within the limit (no
-fragmentation was seen: the measured peak is this sum).
+allocated). The tiles' buffers themselves stay within the limit once freed
+buffers go back to the system (:func:`map_tile_buffers`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import re
 import shutil
 import tempfile
@@ -145,3 +147,34 @@ def current_rss_bytes() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_MMAP_THRESHOLD, _M_MMAP_MAX = -3, -4
+MMAP_THRESHOLD_BYTES = 64 * 1024
+MAP_COUNT_MARGIN = 8192  # mappings left to the rest of the process (libraries, threads, Python's arenas)
+
+
+def map_tile_buffers() -> bool:
+    """Have glibc give every allocation of at least :data:`MMAP_THRESHOLD_BYTES` (StarPU's tile buffers)
+    its own mapping, returned to the system when StarPU frees the tile. True if it was set.
+
+    By default glibc serves such blocks from its heaps once the first one is freed (its mmap threshold
+    rises to the size freed), one heap per thread that allocates, and keeps freed memory there: StarPU
+    allocates a tile on the thread that needs it and frees it on the one that evicts it, and tiles differ
+    in size, so the freed memory of one heap is not reused for another's tiles. Measured here
+    (``tilecast train``, gpt2 sizes with vocab_size 256, batch 1 x 64, tile 256, a 1 GiB limit): peak RSS
+    1.76 GiB by default, 1.18 GiB with this setting, rising through the steps in the first case only.
+    Setting the threshold also ends glibc's adjustment of it, for the rest of the process. The number of
+    such mappings is capped below ``vm.max_map_count`` (beyond the cap, blocks come from the heaps again).
+    Not glibc: nothing is done (False)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            max_maps = int(f.read())
+    except (OSError, ValueError):
+        max_maps = 65530  # the kernel's default
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        libc.mallopt(_M_MMAP_MAX, max(max_maps - MAP_COUNT_MARGIN, 1024)))
