@@ -35,7 +35,8 @@ with StarPUSession("eager", 1, memory=MemoryLimit(64 * MIB, {str(tmp_path)!r})) 
     store.close()
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     n_tiles, per_tile = map(float, out.stdout.split())
     assert n_tiles > 5000
@@ -55,7 +56,7 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks/out_of_core.py"), "--model", "gpt2-tiny",
                           "--batch", "2", "--seq", "32", "--tile", "32", "--memory-limit", str(limit),
                           "--offload-dir", str(tmp_path), "--warmup", "1", "--steps", "1"],
-                         capture_output=True, text=True, env=env, timeout=300)
+                         check=False, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["memory_limit_bytes"] == limit and res["disk_bytes"]["written"] > 0
@@ -88,7 +89,7 @@ for p in big:
 print((held - current_rss_bytes()) / (held - start))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     return float(out.stdout)
 
