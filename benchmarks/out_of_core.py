@@ -125,11 +125,12 @@ def main() -> int:
           f"{format_size(forecast['disk_read_bytes'])} read")
     over = res.peak_rss_bytes - memory.limit_bytes
     tiles = res.graph.n_tiles
-    expected = overhead_bytes(tiles, before_start)
+    expected = overhead_bytes(res.graph, before_start, memory.limit_bytes)
     print(f"peak RSS {format_size(res.peak_rss_bytes)} = limit {format_size(memory.limit_bytes)} "
           f"{'+' if over >= 0 else '-'} {format_size(abs(over))}; expected overhead {format_size(expected)} = "
           f"{format_size(before_start)} before StarPU + {format_size(STARPU_START_BYTES)} StarPU's start + "
-          f"{tiles} tiles x {HANDLE_BYTES} B StarPU's handles ({format_size(tiles * HANDLE_BYTES)})")
+          f"{tiles} tiles x {HANDLE_BYTES} B StarPU's handles ({format_size(tiles * HANDLE_BYTES)}) + a page "
+          f"per mapped tile buffer in memory")
     print(json.dumps({
         "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile, "sched": args.sched,
         "workers": args.workers, "tasks": res.n_tasks, "memory_limit_bytes": memory.limit_bytes,

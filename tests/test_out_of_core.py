@@ -12,6 +12,7 @@ import pytest
 from tilecast.executor.memory_limit import HANDLE_BYTES, MIB, MemoryLimitError, overhead_bytes
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
+from tilecast.graph.models import build_step
 from tilecast.loop.predict_memory import predict_limited, predicted_fields, predicted_fields_apart
 
 CFG = load_model("gpt2-tiny")
@@ -60,15 +61,18 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["memory_limit_bytes"] == limit and res["disk_bytes"]["written"] > 0
-    assert res["expected_overhead_bytes"] == overhead_bytes(res["tiles"], res["rss_before_start_bytes"])
+    graph = build_step(CFG, 2, 32, Tiling.parse("32"))
+    assert res["tiles"] == graph.n_tiles
+    assert res["expected_overhead_bytes"] == overhead_bytes(graph, res["rss_before_start_bytes"], limit)
     assert res["overhead_bytes"] == res["peak_rss_bytes"] - limit
-    # the process's peak: at most the limit plus the formula's overhead (with a margin for the allocator)
-    assert res["peak_rss_bytes"] <= limit + 1.25 * res["expected_overhead_bytes"], res
+    # the process's peak: at most the limit plus the formula's overhead, with a margin (seen here: -5 to +30 MiB)
+    assert res["peak_rss_bytes"] <= limit + res["expected_overhead_bytes"] + 64 * MIB, {k: res[k] for k in ("peak_rss_bytes", "expected_overhead_bytes", "rss_before_start_bytes")}
 
 
-def _freed_share(setting: bool) -> float:
-    """The share of 64 MiB of 256 KiB blocks, each followed by a small one that stays, that freeing
-    them gives back to the system (in a fresh process: glibc's setting is for the process's life)."""
+def _mapped_and_freed(setting: bool) -> tuple[int, float]:
+    """How many of 256 blocks of 256 KiB glibc maps on their own (mallinfo2's hblks), and the share of
+    their memory that freeing them gives back to the system, in a fresh process (glibc's setting is
+    for the process's life), after a 16 MiB block was freed, as StarPU frees tiles."""
     code = f"""
 import ctypes
 from tilecast.executor.memory_limit import current_rss_bytes, map_tile_buffers
@@ -77,24 +81,31 @@ if {setting}:
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
-libc.free(libc.malloc(1 << 20))  # as a freed tile does: glibc's threshold rises, unless set
-big, small = [], []
-start = current_rss_bytes()
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                              "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = MallInfo2
+libc.free(libc.malloc(16 << 20))  # a mapped block freed: glibc's threshold rises to it, unless set
+start, mapped = current_rss_bytes(), libc.mallinfo2().hblks
+big = []
 for _ in range(256):
     big.append(libc.malloc(256 << 10)); ctypes.memset(big[-1], 1, 256 << 10)
-    small.append(libc.malloc(1024)); ctypes.memset(small[-1], 1, 1024)
-held = current_rss_bytes()
+held, mapped = current_rss_bytes(), libc.mallinfo2().hblks - mapped
 for p in big:
     libc.free(p)
-print((held - current_rss_bytes()) / (held - start))
+print(mapped, (held - current_rss_bytes()) / (held - start))
 """
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
+                         timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
-    return float(out.stdout)
+    mapped, freed = out.stdout.split()
+    return int(mapped), float(freed)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc settings (Linux only)")
 def test_tile_buffers_freed_under_a_limit_go_back_to_the_system():
-    assert _freed_share(True) > 0.9
-    assert _freed_share(False) < 0.1  # glibc's default keeps them, as it kept StarPU's evicted tiles
+    mapped, freed = _mapped_and_freed(True)
+    assert mapped == 256 and freed > 0.9, (mapped, freed)
+    # glibc's default serves them from its heaps, where freed memory stays unless it is at the top
+    assert _mapped_and_freed(False)[0] == 0

@@ -44,6 +44,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import numpy as np
+
 
 from tilecast.graph.working_set import (MIB, SLACK_BYTES, format_size, largest_task_bytes,  # noqa: F401
                                         minimum_bytes, refusal, tile_bytes)
@@ -59,8 +61,10 @@ _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*$")
 # interface it allocates for each node and each worker (src/datawizard/coherency.h, struct
 # _starpu_data_state; src/datawizard/interfaces/data_interface.c, _starpu_register_new_data).
 HANDLE_BYTES = 4472
-# What starting StarPU (2 CPU workers, a disk node) added to the resident set, measured here.
-STARPU_START_BYTES = 65 * MIB
+# What starting StarPU and running its first tasks added to the resident set, measured here (2 CPU
+# workers, a disk node; benchmarks/out_of_core.py on gpt2-tiny: 18 MiB besides the handles): the
+# kernels' library and OpenBLAS loaded, the workers' stacks and buffers.
+STARPU_START_BYTES = 20 * MIB
 
 
 class MemoryLimitError(ValueError):
@@ -129,10 +133,16 @@ def check_offload_dir(path: str, need: int) -> None:
                                f"{format_size(need)} to it")
 
 
-def overhead_bytes(n_tiles: int, before_start_bytes: int) -> int:
+def overhead_bytes(graph, before_start_bytes: int, limit_bytes: int) -> int:
     """The resident set a memory-limited process holds beyond the limit: ``before_start_bytes`` (its
-    resident set before StarPU starts), StarPU's start, and :data:`HANDLE_BYTES` per registered tile."""
-    return int(before_start_bytes) + STARPU_START_BYTES + int(n_tiles) * HANDLE_BYTES
+    resident set before StarPU starts), StarPU's start, :data:`HANDLE_BYTES` per registered tile of
+    ``graph``, and the page glibc puts before each tile buffer it maps (:func:`map_tile_buffers`) for
+    as many mapped tiles as the limit holds."""
+    nbytes = np.asarray(graph.tile_nbytes)
+    mapped = nbytes[nbytes >= MMAP_THRESHOLD_BYTES]
+    in_memory = int(limit_bytes // mapped.mean()) if mapped.size else 0
+    return (int(before_start_bytes) + STARPU_START_BYTES + graph.n_tiles * HANDLE_BYTES
+            + min(in_memory, mapped.size) * PAGE_BYTES)
 
 
 def current_rss_bytes() -> int:
@@ -152,6 +162,7 @@ def current_rss_bytes() -> int:
 # glibc's mallopt parameters (malloc.h).
 _M_MMAP_THRESHOLD, _M_MMAP_MAX = -3, -4
 MMAP_THRESHOLD_BYTES = 64 * 1024
+PAGE_BYTES = 4096  # a mapped block's header takes a page of its own: 256 KiB + 16 B spans 65 pages
 MAP_COUNT_MARGIN = 8192  # mappings left to the rest of the process (libraries, threads, Python's arenas)
 
 
