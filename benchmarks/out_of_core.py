@@ -7,20 +7,25 @@ the process never holds the whole model in numpy. After ``--warmup`` steps,
 ``--steps`` steps are timed; for each the script prints the step time, the
 bytes StarPU wrote to and read from the disk node (its bus counters), and at
 the end the process's peak resident set size, which should stay within the
-limit plus the process's own overhead (Python, numpy, the task graph).
+limit plus the process's own overhead: its resident set before StarPU starts
+(Python, numpy, the kernels), StarPU's start, and StarPU's record of every
+registered tile (``tilecast.executor.memory_limit.overhead_bytes``, printed
+beside the measured overhead).
 
 Before the run it prints the forecast of a step (``tilecast simulate
 --memory-limit``: main memory capped at the limit, StarPU's eviction to the
 disk node, whose speed ``tilecast calibrate`` measured in the offload
 directory or is measured now; the local machine's stored kernel calibration
-and host costs), and after it the measured figures beside it.
+and host costs), and after it the measured figures beside it. The forecast runs in a child
+process, so that the simulator's memory is not part of the measured peak.
 
 Last line: one JSON object with ``step_s`` (median measured step, seconds),
 ``predicted_step_s`` (the forecast, seconds), ``disk_bytes`` (median per step:
 ``written``, ``read``, bytes), ``predicted_disk_bytes`` (``written``,
 ``read``, bytes per step), ``predicted_evictions``, ``predicted_writebacks`` and
-``predicted_disk_transfers`` (per step), ``peak_rss_bytes``, ``memory_limit_bytes``, the per-step lists and
-the run conditions.
+``predicted_disk_transfers`` (per step), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
+(peak RSS less the limit), ``expected_overhead_bytes`` (the formula's), ``rss_before_start_bytes``, ``tiles``,
+the per-step lists and the run conditions.
 
     python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
     python3 benchmarks/out_of_core.py --model gpt2-tiny --batch 8 --seq 128 --tile 32 --memory-limit 2MiB
@@ -38,12 +43,13 @@ import time
 
 import numpy as np
 
-from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, format_size, parse_size
+from tilecast.executor.memory_limit import (HANDLE_BYTES, STARPU_START_BYTES, MemoryLimit, MemoryLimitError,
+                                            current_rss_bytes, format_size, overhead_bytes, parse_size)
 from tilecast.executor.starpu_run import run_steps
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.home import home
-from tilecast.loop.predict_memory import predict_limited, predicted_fields
+from tilecast.loop.predict_memory import predicted_fields_apart
 from tilecast.simulator.engine import SimulationError
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
@@ -82,12 +88,11 @@ def main() -> int:
 
         t0 = time.perf_counter()
         try:
-            pred = predict_limited(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
-                                   memory.limit_bytes, offload, args.recompute)
+            forecast = predicted_fields_apart(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched,
+                                              args.workers, memory.limit_bytes, offload, args.recompute)
         except SimulationError as e:
             print(f"out_of_core: {e}", file=sys.stderr)
             return 2
-        forecast = predicted_fields(pred)
         print(f"predicted step {forecast['step_s']:.2f} s (simulated in {time.perf_counter() - t0:.1f} s): "
               f"{format_size(forecast['disk_written_bytes'])} written to disk, "
               f"{format_size(forecast['disk_read_bytes'])} read, {forecast['evictions']} evictions "
@@ -96,6 +101,7 @@ def main() -> int:
         def progress(t, dt, loss):
             print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
 
+        before_start = current_rss_bytes()
         res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
                         args.warmup + args.steps, seed=0, progress=progress, memory=memory,
                         recompute=args.recompute)
@@ -118,8 +124,13 @@ def main() -> int:
           f"predicted {format_size(forecast['disk_written_bytes'])} written, "
           f"{format_size(forecast['disk_read_bytes'])} read")
     over = res.peak_rss_bytes - memory.limit_bytes
+    tiles = res.graph.n_tiles
+    expected = overhead_bytes(res.graph, before_start, memory.limit_bytes)
     print(f"peak RSS {format_size(res.peak_rss_bytes)} = limit {format_size(memory.limit_bytes)} "
-          f"{'+' if over >= 0 else '-'} {format_size(abs(over))}")
+          f"{'+' if over >= 0 else '-'} {format_size(abs(over))}; expected overhead {format_size(expected)} = "
+          f"{format_size(before_start)} before StarPU + {format_size(STARPU_START_BYTES)} StarPU's start + "
+          f"{tiles} tiles x {HANDLE_BYTES} B StarPU's handles ({format_size(tiles * HANDLE_BYTES)}) + a page "
+          f"per mapped tile buffer in memory")
     print(json.dumps({
         "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile, "sched": args.sched,
         "workers": args.workers, "tasks": res.n_tasks, "memory_limit_bytes": memory.limit_bytes,
@@ -128,7 +139,8 @@ def main() -> int:
         "predicted_disk_bytes": {"written": forecast["disk_written_bytes"], "read": forecast["disk_read_bytes"]},
         "predicted_evictions": forecast["evictions"], "predicted_writebacks": forecast["writebacks"],
         "predicted_disk_transfers": forecast["disk_transfers"],
-        "peak_rss_bytes": res.peak_rss_bytes, "step_times_s": steps, "disk_written_bytes": written,
+        "peak_rss_bytes": res.peak_rss_bytes, "overhead_bytes": over, "expected_overhead_bytes": expected,
+        "rss_before_start_bytes": before_start, "tiles": tiles, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,
     }))
     return 0

@@ -22,15 +22,29 @@ main memory at once for StarPU to make progress:
   copy must stay in main memory).
 
 A limit below it is refused before StarPU starts.
+
+**What the process holds beyond the limit** (:func:`overhead_bytes`): the limit
+bounds the tiles StarPU allocates, not the process. Measured here (gpt2-xl,
+tile 256: 98,316 tiles), the rest of the resident set is the process before
+StarPU starts (Python, numpy, the kernels, the task graph: about 56 MiB), what
+StarPU takes when it starts (:data:`STARPU_START_BYTES`: its workers, buffers
+and OpenBLAS's), and StarPU's own record of every registered tile
+(:data:`HANDLE_BYTES` each, whether the tile is in memory, on disk or not yet
+allocated). The tiles' buffers themselves stay within the limit once freed
+buffers go back to the system (:func:`map_tile_buffers`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass
+
+import numpy as np
 
 
 from tilecast.graph.working_set import (MIB, SLACK_BYTES, format_size, largest_task_bytes,  # noqa: F401
@@ -39,6 +53,18 @@ from tilecast.graph.working_set import (MIB, SLACK_BYTES, format_size, largest_t
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*$")
+
+
+# StarPU 1.3.10's record of one registered vector tile, measured here: 98,316 tiles registered with
+# home node -1 raised the resident set by 419.3 MiB (4,472 bytes each). Most of it is the handle's
+# per-node replicates, inline for STARPU_MAXNODES (16 in Debian's build) memory nodes, and the vector
+# interface it allocates for each node and each worker (src/datawizard/coherency.h, struct
+# _starpu_data_state; src/datawizard/interfaces/data_interface.c, _starpu_register_new_data).
+HANDLE_BYTES = 4472
+# What starting StarPU and running its first tasks added to the resident set, measured here (2 CPU
+# workers, a disk node; benchmarks/out_of_core.py on gpt2-tiny: 18 MiB besides the handles): the
+# kernels' library and OpenBLAS loaded, the workers' stacks and buffers.
+STARPU_START_BYTES = 20 * MIB
 
 
 class MemoryLimitError(ValueError):
@@ -105,3 +131,61 @@ def check_offload_dir(path: str, need: int) -> None:
     if free < need:
         raise MemoryLimitError(f"offload_dir: {path} has {format_size(free)} free, the run may evict up to "
                                f"{format_size(need)} to it")
+
+
+def overhead_bytes(graph, before_start_bytes: int, limit_bytes: int) -> int:
+    """The resident set a memory-limited process holds beyond the limit: ``before_start_bytes`` (its
+    resident set before StarPU starts), StarPU's start, :data:`HANDLE_BYTES` per registered tile of
+    ``graph``, and the page glibc puts before each tile buffer it maps (:func:`map_tile_buffers`) for
+    as many mapped tiles as the limit holds."""
+    nbytes = np.asarray(graph.tile_nbytes)
+    mapped = nbytes[nbytes >= MMAP_THRESHOLD_BYTES]
+    in_memory = int(limit_bytes // mapped.mean()) if mapped.size else 0
+    return (int(before_start_bytes) + STARPU_START_BYTES + graph.n_tiles * HANDLE_BYTES
+            + min(in_memory, mapped.size) * PAGE_BYTES)
+
+
+def current_rss_bytes() -> int:
+    """The process's resident set size now (``VmRSS`` of /proc/self/status; its peak where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_MMAP_THRESHOLD, _M_MMAP_MAX = -3, -4
+MMAP_THRESHOLD_BYTES = 64 * 1024
+PAGE_BYTES = 4096  # a mapped block's header takes a page of its own: 256 KiB + 16 B spans 65 pages
+MAP_COUNT_MARGIN = 8192  # mappings left to the rest of the process (libraries, threads, Python's arenas)
+
+
+def map_tile_buffers() -> bool:
+    """Have glibc give every allocation of at least :data:`MMAP_THRESHOLD_BYTES` (StarPU's tile buffers)
+    its own mapping, returned to the system when StarPU frees the tile. True if it was set.
+
+    By default glibc serves such blocks from its heaps once the first one is freed (its mmap threshold
+    rises to the size freed), one heap per thread that allocates, and keeps freed memory there: StarPU
+    allocates a tile on the thread that needs it and frees it on the one that evicts it, and tiles differ
+    in size, so the freed memory of one heap is not reused for another's tiles. Measured here
+    (``tilecast train``, gpt2 sizes with vocab_size 256, batch 1 x 64, tile 256, a 1 GiB limit): peak RSS
+    1.76 GiB by default, 1.18 GiB with this setting, rising through the steps in the first case only.
+    Setting the threshold also ends glibc's adjustment of it, for the rest of the process. The number of
+    such mappings is capped below ``vm.max_map_count`` (beyond the cap, blocks come from the heaps again).
+    Not glibc: nothing is done (False)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            max_maps = int(f.read())
+    except (OSError, ValueError):
+        max_maps = 65530  # the kernel's default
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        libc.mallopt(_M_MMAP_MAX, max(max_maps - MAP_COUNT_MARGIN, 1024)))

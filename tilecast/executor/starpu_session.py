@@ -249,6 +249,10 @@ class limit_environment:
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
+        if self.env:  # tiles freed by StarPU go back to the system (docs/memory.md)
+            from tilecast.executor.memory_limit import map_tile_buffers
+
+            map_tile_buffers()
 
     def __exit__(self, *exc):
         for k, v in self.saved.items():
