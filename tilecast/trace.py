@@ -59,6 +59,7 @@ COLUMNS = {
     "tag": "object",
 }
 SOURCES = ("sim", "real")
+MPI_TRACK = 1000  # worker index of the track of messages from rank 0 in a multi-rank trace (rank S: MPI_TRACK + S)
 
 
 class TraceError(ValueError):

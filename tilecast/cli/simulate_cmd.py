@@ -143,6 +143,7 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
     from tilecast.simulator import SimulationError
     from tilecast.trace import save
 
+    _models(args, machine)  # a bad --calibration in one line, and a stale stored one noted, before any work
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; simulating on "
           f"{machine.name} ({workers} workers) with {args.sched}", file=sys.stderr)
     try:

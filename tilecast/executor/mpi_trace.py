@@ -19,7 +19,7 @@ import numpy as np
 
 from tilecast import trace as tracefile
 
-MPI_TRACK = 1000  # worker index of the track of messages from rank 0 (rank S: MPI_TRACK + S)
+MPI_TRACK = tracefile.MPI_TRACK
 
 
 def merged_trace(res):

@@ -269,7 +269,6 @@ def ranks_trace(result: RankSimResult, graph):
     ``MPI_TRACK + sender``, from when they take the wire to when they are received. ``tilecast compare``
     reads it beside a measured one."""
     from tilecast import trace as tracefile
-    from tilecast.executor.mpi_trace import MPI_TRACK
     from tilecast.kernels import all_kernels
 
     names = np.array([k.name for k in all_kernels()], dtype=object)
@@ -279,7 +278,7 @@ def ranks_trace(result: RankSimResult, graph):
     wpr = result.summary["workers_per_rank"]
     cols = dict(task=np.r_[np.arange(n), np.full(k, -1)].astype(np.int64),
                 kernel=np.r_[names[graph.kernel], np.full(k, "transfer", dtype=object)],
-                worker=np.r_[result.worker % wpr, MPI_TRACK + m["src"]].astype(np.int64),
+                worker=np.r_[result.worker % wpr, tracefile.MPI_TRACK + m["src"]].astype(np.int64),
                 node=np.r_[result.task_rank, m["dst"]].astype(np.int64),
                 start_s=np.r_[result.start, m["start"]], end_s=np.r_[result.end, m["end"]],
                 bytes=np.r_[np.asarray(graph.bytes, dtype=np.int64), m["bytes"]],
