@@ -151,7 +151,17 @@ def session_store(session, graph):
 
 
 def peak_rss_bytes() -> int:
-    """The process's peak resident set size (``ru_maxrss``, KiB on Linux)."""
+    """The process's peak resident set size: ``VmHWM`` of /proc/self/status, the peak of this address space.
+    Not ``ru_maxrss``: Linux carries it over from the parent through fork and exec, so a process started by a
+    large one (a test runner, a notebook kernel) reports the parent's size at the fork as its own peak.
+    ``ru_maxrss`` only where /proc has no ``VmHWM``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

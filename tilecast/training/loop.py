@@ -79,7 +79,7 @@ class TrainResult:
     checkpoints: list[tuple[int, str]] = field(default_factory=list)  # (step, path) of each written
     workers: list[str] = field(default_factory=list)
     n_tasks: int = 0
-    peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the run (ru_maxrss)
+    peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the run (VmHWM)
 
     @property
     def tokens_per_s(self) -> float:
