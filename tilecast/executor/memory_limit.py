@@ -145,15 +145,23 @@ def overhead_bytes(graph, before_start_bytes: int, limit_bytes: int) -> int:
             + min(in_memory, mapped.size) * PAGE_BYTES)
 
 
-def current_rss_bytes() -> int:
-    """The process's resident set size now (``VmRSS`` of /proc/self/status; its peak where there is none)."""
+def proc_status_bytes(field: str) -> int | None:
+    """A size line of /proc/self/status (``VmRSS``, ``VmHWM``, ...) in bytes; None where there is none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def current_rss_bytes() -> int:
+    """The process's resident set size now (``VmRSS`` of /proc/self/status; its peak where there is none)."""
+    rss = proc_status_bytes("VmRSS")
+    if rss is not None:
+        return rss
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -155,13 +155,11 @@ def peak_rss_bytes() -> int:
     Not ``ru_maxrss``: Linux carries it over from the parent through fork and exec, so a process started by a
     large one (a test runner, a notebook kernel) reports the parent's size at the fork as its own peak.
     ``ru_maxrss`` only where /proc has no ``VmHWM``."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    from tilecast.executor.memory_limit import proc_status_bytes
+
+    peak = proc_status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -47,14 +47,10 @@ static inline float tc_pow2i(int32_t n)
 #define TC_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-static inline float tc_expf(float x)
+/* exp(xc) / 2^n for n = round(xc / ln 2): Cody-Waite reduction and the degree-7 polynomial that
+ * tc_expf and tc_expf_nonpos share (the same operations, so the same bits in both). */
+static inline float tc_exp_mantissa(float xc, float n)
 {
-    float xc = x > 88.72283935546875f ? 88.72283935546875f : x;
-    xc = xc < -87.33654022216797f ? -87.33654022216797f : xc;
-    /* Fused multiply-adds where the CPU has them, written out (the kernels build with
-     * -ffp-contract=off): 10 fewer vector instructions of about 40 per 16 floats, 1.22x on a sum
-     * of exponentials, the same error bound. */
-    const float n = floorf(TC_FMA(xc, 1.44269504088896341f, 0.5f)); /* inlined with -fno-trapping-math */
     float r = TC_FMA(n, -0.693359375f, xc);
     r = TC_FMA(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
@@ -64,6 +60,18 @@ static inline float tc_expf(float x)
     p = TC_FMA(p, r, 1.6666665459e-1f);
     p = TC_FMA(p, r, 5.0000001201e-1f);
     p = TC_FMA(p * r, r, r) + 1.0f;
+    return p;
+}
+
+static inline float tc_expf(float x)
+{
+    float xc = x > 88.72283935546875f ? 88.72283935546875f : x;
+    xc = xc < -87.33654022216797f ? -87.33654022216797f : xc;
+    /* Fused multiply-adds where the CPU has them, written out (the kernels build with
+     * -ffp-contract=off): 10 fewer vector instructions of about 40 per 16 floats, 1.22x on a sum
+     * of exponentials, the same error bound. */
+    const float n = floorf(TC_FMA(xc, 1.44269504088896341f, 0.5f)); /* inlined with -fno-trapping-math */
+    const float p = tc_exp_mantissa(xc, n);
     const int32_t ni = (int32_t)n, n1 = ni >> 1; /* 2^n as 2^n1 2^(n - n1): 2^128 is not a float */
     float y = p * tc_pow2i(n1) * tc_pow2i(ni - n1);
     y = x > 88.72283935546875f ? INFINITY : y;
@@ -79,15 +87,7 @@ static inline float tc_expf_nonpos(float x)
 {
     const float xc = x < -87.33654022216797f ? -87.33654022216797f : x;
     const float n = floorf(TC_FMA(xc, 1.44269504088896341f, 0.5f));
-    float r = TC_FMA(n, -0.693359375f, xc);
-    r = TC_FMA(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = TC_FMA(p, r, 1.3981999507e-3f);
-    p = TC_FMA(p, r, 8.3334519073e-3f);
-    p = TC_FMA(p, r, 4.1665795894e-2f);
-    p = TC_FMA(p, r, 1.6666665459e-1f);
-    p = TC_FMA(p, r, 5.0000001201e-1f);
-    p = TC_FMA(p * r, r, r) + 1.0f;
+    const float p = tc_exp_mantissa(xc, n);
     const float y = p * tc_pow2i((int32_t)n);
     return x < -87.33654022216797f ? 0.0f : y;
 }
