@@ -10,9 +10,29 @@ import numpy as np
 
 from tilecast.graph import Graph
 
+TILE_ALIGN = 64  # bytes: a cache line, and the width of an AVX-512 vector
+
+
+def aligned_empty(n: int, dtype, align: int = TILE_ALIGN) -> np.ndarray:
+    """An uninitialised flat array of ``n`` elements whose data starts at a multiple of ``align`` bytes.
+
+    numpy's allocator aligns to 16 bytes only; the C kernels' vector loops
+    and BLAS panels run faster on tiles that start on a cache line (no
+    vector load split across two lines). The array is a view of a slightly
+    larger byte buffer, which it keeps alive.
+    """
+    dtype = np.dtype(dtype)
+    raw = np.empty(n * dtype.itemsize + align, dtype=np.uint8)
+    off = (-raw.__array_interface__["data"][0]) % align
+    return raw[off:off + n * dtype.itemsize].view(dtype)
+
 
 class TileStore:
-    """``buffers[tile_id]`` is a flat array of the tile's dtype and size, or None if not allocated."""
+    """``buffers[tile_id]`` is a flat array of the tile's dtype and size, or None if not allocated.
+
+    Every buffer the store allocates starts on a 64-byte boundary
+    (:func:`aligned_empty`); StarPU registers them in place.
+    """
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -23,12 +43,18 @@ class TileStore:
 
         A tile is never a view of ``full``: tiles set from one array (a batch of
         zeros for both ``ids`` and ``targets``) would otherwise share memory, and
-        writing one tensor in place would change the other.
+        writing one tensor in place would change the other. Each tile is a new
+        64-byte-aligned buffer.
         """
         t = self.graph.tensor(name)
         full = np.asarray(full)
-        for i, buf in enumerate(t.split(full)):
-            self.buffers[t.first_tile + i] = buf.copy() if np.may_share_memory(buf, full) else buf
+        if tuple(full.shape) != t.shape:
+            raise ValueError(f"{name}: expected shape {t.shape}, got {tuple(full.shape)}")
+        for i in range(t.n_tiles):
+            part = full[t.tile_slices(i)]
+            buf = aligned_empty(part.size, t.dtype)
+            np.copyto(buf.reshape(part.shape), part, casting="unsafe")  # the dtype conversion split() makes
+            self.buffers[t.first_tile + i] = buf
 
     def write_tensor(self, name: str, full: np.ndarray) -> None:
         """Copy a full array into tensor ``name``'s existing tile buffers (allocating them if needed).
@@ -65,7 +91,7 @@ class TileStore:
             for i, shape in enumerate(t.tile_shapes()):
                 tid = t.first_tile + i
                 if self.buffers[tid] is None:
-                    self.buffers[tid] = np.empty(int(np.prod(shape)), dtype=t.dtype)
+                    self.buffers[tid] = aligned_empty(int(np.prod(shape)), t.dtype)
 
     def tensors(self, names) -> dict[str, np.ndarray]:
         return {n: self.tensor(n) for n in names}
