@@ -58,7 +58,7 @@ def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_tra
     m = cpu_machine(n_workers=2, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
     durations = rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))
     trace = simulate(g, m, sched, durations=durations).trace()
-    d, x = gap_terms(g, trace, trim=0.0)
+    d, x = gap_terms(g, trace)
     charged = x @ costs
     held = d >= charged - 1e-12  # a task whose input came later than the worker was free waits less
     assert held.mean() > 0.25 and d[held] == pytest.approx(charged[held], abs=1e-12)

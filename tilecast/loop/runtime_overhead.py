@@ -67,10 +67,10 @@ def task_overhead(graph, trace, trim: float = TRIM) -> float:
 GAP_TERMS = ("constant", "start_buffer", "end_buffer", "successor")
 
 
-def gap_terms(graph, trace, trim: float = TRIM) -> tuple[np.ndarray, np.ndarray]:
-    """(start delays s, design matrix) of a real trace's tasks but every worker's first, the largest ``trim``
-    share of delays left out: the matrix's columns are :data:`GAP_TERMS` (1, the starting task's buffers, the
-    worker's previous task's buffers, that task's successors)."""
+def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
+    """(start delays s, design matrix) of a real trace's tasks but every worker's first: the matrix's columns are
+    :data:`GAP_TERMS` (1, the starting task's buffers, the worker's previous task's buffers, that task's
+    successors)."""
     tasks = trace[trace["task"] >= 0].sort_values("start_s", kind="stable")
     n = graph.n_tasks
     pred_ptr, pred = graph.dependencies
@@ -85,32 +85,32 @@ def gap_terms(graph, trace, trim: float = TRIM) -> tuple[np.ndarray, np.ndarray]
     ready = np.zeros(n)
     if len(pred):
         ready[has_pred] = np.maximum.reduceat(end[pred], pred_ptr[:-1][has_pred])
-    prev, nxt = [], []
+    prev, nxt = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     for _, rows in tasks.groupby("worker", sort=False):
         t = rows["task"].to_numpy()
         prev.append(t[:-1])
         nxt.append(t[1:])
-    prev = np.concatenate(prev) if prev else np.zeros(0, dtype=np.int64)
-    nxt = np.concatenate(nxt) if nxt else np.zeros(0, dtype=np.int64)
+    prev, nxt = np.concatenate(prev), np.concatenate(nxt)
     d = start[nxt] - np.maximum(end[prev], ready[nxt])
     ok = np.isfinite(d)
     d, prev, nxt = np.maximum(d[ok], 0.0), prev[ok], nxt[ok]
-    if trim > 0 and len(d):
-        keep = np.argsort(d, kind="stable")[:max(1, int(len(d) * (1.0 - trim)))]
-        d, prev, nxt = d[keep], prev[keep], nxt[keep]
-    x = np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev]], axis=1)
-    return d, x
+    return d, np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev]], axis=1)
 
 
-def fit_gap_model(samples) -> np.ndarray:
+def fit_gap_model(samples, trim: float = TRIM) -> np.ndarray:
     """Non-negative least-squares seconds per :data:`GAP_TERMS` of the start delays of ``samples`` = [(graph,
-    trace)] pooled: what the runtime spends between a worker's tasks."""
+    trace)] pooled: what the runtime spends between a worker's tasks. Fitted twice: the second time without
+    the ``trim`` share of delays farthest above the first fit (a worker preempted by another process), so that
+    the long delays the model explains (a task releasing many successors) are kept."""
     parts = [gap_terms(g, t) for g, t in samples]
-    d = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    d = np.concatenate([p[0] for p in parts])
     if not len(d):
         raise ValueError("the traces have no task rows to measure the runtime's cost between tasks on")
     x = np.concatenate([p[1] for p in parts])
     scale = x.max(axis=0)
     scale[scale == 0] = 1.0
     c, _ = nnls(x / scale, d)
+    if trim > 0:
+        keep = np.argsort(d - (x / scale) @ c, kind="stable")[:max(1, int(len(d) * (1.0 - trim)))]
+        c, _ = nnls(x[keep] / scale, d[keep])
     return c / scale
