@@ -24,7 +24,10 @@ first in the same ``$TILECAST_HOME``. Prints a table, then one JSON line:
 ``rows`` (per configuration: ``gaps_real_ms``, ``gaps_before_ms``,
 ``gaps_after_ms``, ``makespan_real_ms``, ``makespan_before_ms``,
 ``makespan_after_ms`` with the traced durations; ``step_real_ms``,
-``step_before_ms``, ``step_after_ms`` forecast), ``fits`` (per scheduler and
+``step_before_ms``, ``step_after_ms`` forecast; ``gaps_real_trim_ms`` the
+measured sum without its 2% longest gaps; ``median_us_by_successors_*``, the
+median gap in microseconds after a task of 0, 1-8, 9-63, 64+ successors),
+``fits`` (per scheduler and
 worker count, seconds per term of ``GAP_TERMS`` fitted on these traces),
 ``load_average`` (before, after) and ``conditions``.
 
@@ -46,6 +49,27 @@ CONFIGS = [  # (accuracy-suite shape, tiling)
     ("UNEVEN", "48"),
     ("LLAMA", "96"),
 ]
+
+
+SUCCESSOR_BINS = ((0, 0), (1, 8), (9, 63), (64, 10**9))  # successors of the worker's previous task
+
+
+def _medians_by_successors(graph, trace) -> list:
+    """Median start delay (us) of the tasks whose worker's previous task had each bin's count of successors
+    (None: no such task): robust to the long delays of a worker preempted by another process."""
+    from tilecast.loop.runtime_overhead import gap_terms
+
+    d, x = gap_terms(graph, trace)
+    out = []
+    for lo, hi in SUCCESSOR_BINS:
+        sel = (x[:, 3] >= lo) & (x[:, 3] <= hi)
+        out.append(round(1e6 * float(np.median(d[sel])), 2) if sel.any() else None)
+    return out
+
+
+def _trimmed_sum(d, trim=0.02) -> float:
+    d = np.sort(d)
+    return float(d[:max(1, int(len(d) * (1 - trim)))].sum())
 
 
 def _before(h):
@@ -107,6 +131,8 @@ def main() -> int:
                 key = fit_key(w, sched) if fit_key(w, sched) in fits else w
                 row = dict(model=shape.model["name"], tile=tile, sched=sched, workers=w, tasks=int(graph.n_tasks),
                            gaps_real_ms=1e3 * float(start_delays(graph, trace).sum()),
+                           gaps_real_trim_ms=1e3 * _trimmed_sum(start_delays(graph, trace)),
+                           median_us_by_successors_real=_medians_by_successors(graph, trace),
                            makespan_real_ms=1e3 * float(trace.loc[trace["task"] >= 0, "end_s"].max()),
                            step_real_ms=1e3 * (makespan + host_s))
                 for name, h in (("before", _before(host)), ("after", host)):
@@ -114,13 +140,18 @@ def main() -> int:
                     p = predict(cfg, machine, cal, costs, graph=graph, durations=real_d, keep_result=True)
                     row[f"gaps_{name}_ms"] = 1e3 * float(start_delays(graph, p.result.trace()).sum())
                     row[f"makespan_{name}_ms"] = 1e3 * p.makespan_s
+                    row[f"median_us_by_successors_{name}"] = _medians_by_successors(graph, p.result.trace())
                     row[f"step_{name}_ms"] = 1e3 * predict(cfg, machine, cal, costs, graph=graph).step_s
                 rows.append(row)
                 print(f"{row['model']:<12}{tile:>4} {sched:<6}{w:>2}{row['tasks']:>7}  gaps real "
-                      f"{row['gaps_real_ms']:7.1f} before {row['gaps_before_ms']:7.1f} after {row['gaps_after_ms']:7.1f}"
+                      f"{row['gaps_real_ms']:7.1f} (98%: {row['gaps_real_trim_ms']:6.1f}) before {row['gaps_before_ms']:7.1f} after {row['gaps_after_ms']:7.1f}"
                       f" ms | step real {row['step_real_ms']:7.1f} before {row['step_before_ms']:7.1f} "
                       f"({100 * (row['step_before_ms'] / row['step_real_ms'] - 1):+.1f}%) after "
                       f"{row['step_after_ms']:7.1f} ({100 * (row['step_after_ms'] / row['step_real_ms'] - 1):+.1f}%)",
+                      flush=True)
+                print(f"   median gap (us) after a task of {', '.join(f'{lo}-{hi}' for lo, hi in SUCCESSOR_BINS)} "
+                      f"successors: real {row['median_us_by_successors_real']} before "
+                      f"{row['median_us_by_successors_before']} after {row['median_us_by_successors_after']}",
                       flush=True)
     fitted = {f"{w}:{s}": [float(v) for v in fit_gap_model(t)] for (s, w), t in traced.items()}
     for k, c in fitted.items():
