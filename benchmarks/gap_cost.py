@@ -77,7 +77,8 @@ def _before(h):
     delay (weighted by their task rate) charged before every task."""
     o = np.asarray(h.overheads, dtype=np.float64).reshape(-1, 2)
     mean = float(np.average(o[:, 1], weights=o[:, 0]))
-    return replace(h, task_overhead_s=mean, gap_start_buffer_s=0.0, gap_end_buffer_s=0.0, gap_successor_s=0.0)
+    return replace(h, task_overhead_s=mean, gap_start_buffer_s=0.0, gap_end_buffer_s=0.0, gap_successor_s=0.0,
+                   gap_ready_s=0.0)
 
 
 def main() -> int:

@@ -25,7 +25,8 @@ def _probe(workers=2):
                          overheads=[[1000, 9e-6]])
     probe.probe_points = 3
     probe.task_overhead_s = 1e-6
-    probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s = 1e-6, 2e-7, 6e-7
+    probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = (1e-6, 2e-7, 6e-7,
+                                                                                                   1e-6)
     return probe
 
 
@@ -36,9 +37,9 @@ def test_runs_refine_the_host_cost_but_keep_the_cost_between_tasks(local):
     learned = fits["2:dmda"]
     assert len(learned.points) == 4  # the run taught the host cost
     # its mean start delay (40 us: its buffers and successors included) is not taken as the constant
-    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7)
+    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7, 1e-6)
     host_cost.save_host_costs(local, fits)
-    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7)
+    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7, 1e-6)
 
 
 def test_fits_of_the_format_before_are_measured_again(local):
@@ -46,7 +47,7 @@ def test_fits_of_the_format_before_are_measured_again(local):
     doc = json.load(open(path))
     doc["format"] = 7
     for h in doc["fits"].values():
-        for k in ("gap_start_buffer_s", "gap_end_buffer_s", "gap_successor_s"):
+        for k in ("gap_start_buffer_s", "gap_end_buffer_s", "gap_successor_s", "gap_ready_s"):
             del h[k]
     json.dump(doc, open(path, "w"))
     assert host_cost.load_host_costs(local) == {}
@@ -60,7 +61,7 @@ def test_predict_charges_the_cost_between_tasks(local):
 
     probe = _probe()
     flat = HostCost(**{**probe.__dict__, "gap_start_buffer_s": 0.0, "gap_end_buffer_s": 0.0,
-                       "gap_successor_s": 0.0})
+                       "gap_successor_s": 0.0, "gap_ready_s": 0.0})
     cfg = StepConfig(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"), "eager", 2)
     g = cfg.build()
     charged = predict(cfg, local, None, {2: probe}, graph=g)

@@ -54,7 +54,7 @@ def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_tra
 
     rng = np.random.default_rng(4)
     g = random_graph(rng, 400, 20)
-    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6])
+    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6])
     m = cpu_machine(n_workers=2, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
     durations = rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))
     trace = simulate(g, m, sched, durations=durations).trace()

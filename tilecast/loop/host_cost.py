@@ -83,14 +83,16 @@ class HostCost:
     push_walk_s: float = 0.0
     # the runtime's cost between a worker's tasks beyond task_overhead_s (tilecast.simulator.gap_cost), fitted
     # on the probes' start delays (tilecast.loop.runtime_overhead.fit_gap_model): seconds per buffer of the
-    # starting task, per buffer and per successor of the worker's ended task; all 0: not measured
+    # starting task, per buffer and per successor of the worker's ended task, per successor it made ready;
+    # all 0: not measured
     gap_start_buffer_s: float = 0.0
     gap_end_buffer_s: float = 0.0
     gap_successor_s: float = 0.0
+    gap_ready_s: float = 0.0  # per successor the ended task made ready
 
     @property
-    def gap_costs(self) -> tuple[float, float, float]:
-        return self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s
+    def gap_costs(self) -> tuple[float, float, float, float]:
+        return self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s
 
     @property
     def has_gap_model(self) -> bool:
@@ -99,7 +101,7 @@ class HostCost:
     def take_gap_model(self, other: "HostCost") -> None:
         """Charge between tasks what ``other`` charges: its constant and its per-buffer and per-successor costs."""
         self.task_overhead_s = other.task_overhead_s
-        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s = other.gap_costs
+        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = other.gap_costs
 
     def fit_gap_model(self, traced) -> None:
         """The cost between tasks fitted on the start delays of ``traced`` = [(graph, real trace)]: its constant
@@ -108,7 +110,8 @@ class HostCost:
 
         c = fit_gap_model(traced)
         self.task_overhead_s = float(c[0])
-        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s = (float(v) for v in c[1:])
+        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = (
+            float(v) for v in c[1:])
 
     @property
     def decides(self) -> bool:
@@ -373,7 +376,7 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
                                                            own if own != probe.task_overhead_s else None)
     if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
-        probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s = own_gaps
+        probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = own_gaps
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:

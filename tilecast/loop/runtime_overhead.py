@@ -18,7 +18,7 @@ task and acquires each of that task's buffers (``_starpu_fetch_task_input``),
 all in the worker's own thread (``_starpu_cpu_driver_run_once``,
 src/drivers/cpu/driver_cpu.c). So the delay follows a constant, the buffers
 of the task about to start, and the buffers and successors of the task the
-worker just ended.
+worker just ended, and the successors it made ready (pushed to the scheduler).
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ def task_overhead(graph, trace, trim: float = TRIM) -> float:
 
 
 #: the columns of :func:`gap_terms`' design matrix, the order of a gap model's coefficients
-GAP_TERMS = ("constant", "start_buffer", "end_buffer", "successor")
+GAP_TERMS = ("constant", "start_buffer", "end_buffer", "successor", "ready")
 
 
 def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
     """(start delays s, design matrix) of a real trace's tasks but every worker's first: the matrix's columns are
     :data:`GAP_TERMS` (1, the starting task's buffers, the worker's previous task's buffers, that task's
-    successors)."""
+    successors, and those of them it made ready: whose last predecessor to end it was)."""
     tasks = trace[trace["task"] >= 0].sort_values("start_s", kind="stable")
     n = graph.n_tasks
     pred_ptr, pred = graph.dependencies
@@ -91,10 +91,12 @@ def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
         prev.append(t[:-1])
         nxt.append(t[1:])
     prev, nxt = np.concatenate(prev), np.concatenate(nxt)
+    of = np.repeat(np.arange(n), np.diff(pred_ptr))  # the successor of each predecessor entry
+    made_ready = np.bincount(np.asarray(pred, dtype=np.int64)[end[pred] == ready[of]], minlength=n)
     d = start[nxt] - np.maximum(end[prev], ready[nxt])
     ok = np.isfinite(d)
     d, prev, nxt = np.maximum(d[ok], 0.0), prev[ok], nxt[ok]
-    return d, np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev]], axis=1)
+    return d, np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev], made_ready[prev]], axis=1)
 
 
 def fit_gap_model(samples, trim: float = TRIM) -> np.ndarray:

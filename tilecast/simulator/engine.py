@@ -67,6 +67,8 @@ class Engine:
         per task, seconds charged before it starts beyond ``overhead``, and seconds
         its ending worker spends releasing it before its next task can start (None:
         nothing; :mod:`tilecast.simulator.gap_cost`).
+    gap_ready:
+        with ``release``: seconds the ending worker spends more per successor its task makes ready.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     """
@@ -81,7 +83,7 @@ class Engine:
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
-                 push_walk: float = 0.0, gap_before=None, release=None):
+                 push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -106,6 +108,7 @@ class Engine:
         self.push_walk = float(push_walk)
         self.gap_before = None if gap_before is None else np.asarray(gap_before, dtype=np.float64).tolist()
         self.release = None if release is None else np.asarray(release, dtype=np.float64).tolist()
+        self.gap_ready = float(gap_ready)
         self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
         self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
         self.memory = memory
@@ -209,7 +212,14 @@ class Engine:
         missing = self.missing
         push = self.policy.push
         if self.release is not None:  # before its pushes: a worker it wakes for a successor waits for it
-            self._released(w, self.release[t])
+            cost = self.release[t]
+            if self.gap_ready > 0.0:
+                k = 0
+                for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
+                    if missing[s] == 1:
+                        k += 1
+                cost = cost + k * self.gap_ready
+            self._released(w, cost)
         if self.push_walk > 0.0:
             self.pushing = w
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:

@@ -65,6 +65,7 @@ def run_deque_model(eng) -> None:
     overhead: cython.double = eng.overhead
     gap_before = eng.gap_before  # per task, or None (Engine.gap_before, Engine.release)
     release = eng.release
+    gap_ready: cython.double = eng.gap_ready
     submit_end: cython.double = eng.submit_end
     submit_stretch: cython.double = eng.submit_stretch
     n_workers: cython.Py_ssize_t = eng.n_workers
@@ -491,11 +492,18 @@ def run_deque_model(eng) -> None:
         j: cython.Py_ssize_t
         r: cython.double
         h: cython.double
+        k: cython.Py_ssize_t
         busy[w] = False
         if exp_start[w] < env._now:  # dmda_post_exec_hook / _starpu_fifo_task_finished
             exp_start[w] = env._now
         if release is not None:  # Engine._released
             r = release[t]
+            if gap_ready > 0.0:
+                k = 0
+                for j in range(succ_ptr[t], succ_ptr[t + 1]):
+                    if missing[succ[j]] == 1:
+                        k += 1
+                r = r + k * gap_ready
             if r > 0.0:
                 h = hold[w]
                 hold[w] = (env._now if env._now >= h else h) + r

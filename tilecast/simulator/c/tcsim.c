@@ -658,7 +658,16 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
     p->busy[w] = 0;
     s->n_done++;
     if (p->dm && p->exp_start[w] < p->now) p->exp_start[w] = p->now;  /* DequeModel.finished */
-    if (s->release) released(p, w, s->release[t]);  /* before its pushes, as Engine._finish */
+    if (s->release) {  /* before its pushes, as Engine._finish */
+        double cost = s->release[t];
+        if (s->gap_ready > 0.0) {
+            int64_t k = 0;
+            for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++)
+                if (p->missing[p->succ[j]] == 1) k++;
+            cost = cost + (double)k * s->gap_ready;
+        }
+        released(p, w, cost);
+    }
     if (s->push_walk > 0.0) p->pushing = w;
     for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++) {
         int32_t x = p->succ[j];

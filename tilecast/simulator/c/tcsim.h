@@ -22,6 +22,7 @@ typedef struct {
     const double *gap_before;     /* per task: s charged before it starts beyond overhead; NULL: none */
     const double *release;        /* per task: s its ending worker spends releasing it before its next task
                                    * (Engine._released; tilecast/simulator/gap_cost.py); NULL: none */
+    double gap_ready;             /* with release: s more per successor the ended task makes ready */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */
