@@ -86,3 +86,13 @@ def test_the_ending_worker_pays_for_the_successors_it_releases():
     gaps = paid.start[order[1:]] - paid.end[order[:-1]]
     assert gaps == pytest.approx(per_succ * nsucc[order[:-1]], abs=1e-12)
     assert paid.makespan == pytest.approx(free.makespan + per_succ * nsucc.sum() - per_succ * nsucc[order[-1]])
+
+
+def test_the_rank_forecast_charges_the_mean_start_delay():
+    """The rank loop charges no cost per buffer or successor: it gets the probes' mean start delay instead of
+    the model's constant."""
+    probe = _probe()
+    assert probe.flat_task_overhead_s == pytest.approx(9e-6)
+    flat = HostCost(**{**probe.__dict__, "gap_start_buffer_s": 0.0, "gap_end_buffer_s": 0.0,
+                       "gap_successor_s": 0.0, "gap_ready_s": 0.0})
+    assert flat.flat_task_overhead_s == 1e-6

@@ -98,6 +98,15 @@ class HostCost:
     def has_gap_model(self) -> bool:
         return any(c > 0.0 for c in self.gap_costs)
 
+    @property
+    def flat_task_overhead_s(self) -> float | None:
+        """The runtime's cost per task as one constant, for a simulation that does not charge it per buffer and
+        successor (the rank forecast): the measured steps' mean start delay, weighted by their task rate."""
+        o = np.asarray(self.overheads, dtype=np.float64).reshape(-1, 2)
+        if not self.has_gap_model or not len(o) or o[:, 0].sum() <= 0:
+            return self.task_overhead_s
+        return float(np.average(o[:, 1], weights=o[:, 0]))
+
     def take_gap_model(self, other: "HostCost") -> None:
         """Charge between tasks what ``other`` charges: its constant and its per-buffer and per-successor costs."""
         self.task_overhead_s = other.task_overhead_s
