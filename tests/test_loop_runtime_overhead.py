@@ -43,3 +43,26 @@ def test_a_trace_without_tasks_is_refused():
     empty = pd.DataFrame({"task": [-1], "worker": [0], "start_s": [0.0], "end_s": [1.0]})
     with pytest.raises(ValueError, match="no task rows"):
         task_overhead(g, empty)
+
+
+@pytest.mark.parametrize("sched", ["eager", "dmda"])
+def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_trace(sched):
+    """Per buffer of the starting task, per buffer and per successor of the worker's ended task: each gap is
+    exactly what was charged (when the worker, not an input, held the task back), and the fit finds the four
+    costs."""
+    from tilecast.loop.runtime_overhead import fit_gap_model, gap_terms
+
+    rng = np.random.default_rng(4)
+    g = random_graph(rng, 400, 20)
+    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6])
+    m = cpu_machine(n_workers=2, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
+    durations = rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))
+    trace = simulate(g, m, sched, durations=durations).trace()
+    d, x = gap_terms(g, trace)
+    charged = x @ costs
+    held = d >= charged - 1e-12  # a task whose input came later than the worker was free waits less
+    assert held.mean() > 0.25 and d[held] == pytest.approx(charged[held], abs=1e-12)
+    assert np.all(d <= charged + 1e-12)
+    one = cpu_machine(n_workers=1, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
+    solo = simulate(g, one, sched, durations=durations).trace()  # one worker: every gap is the charge
+    assert fit_gap_model([(g, solo)]) == pytest.approx(costs, rel=1e-6, abs=1e-12)

@@ -172,3 +172,20 @@ def test_footprint_groups_of_a_gpt2_step_by_keys_equal_the_groups_by_rows():
 
     g = build_gpt2_step(load_model("gpt2"), 1, 128, Tiling.parse("seq=32,embd=96"))  # ragged last tiles
     np.testing.assert_array_equal(footprint_groups(g), footprint_groups_by_rows(g))
+
+
+@pytest.mark.parametrize("sched", list(POLICIES))
+def test_costs_between_tasks(sched):
+    """The runtime's cost per buffer and per successor between a worker's tasks (tilecast.simulator.gap_cost):
+    every loop alike, with dmdas's sorted insertions charged to the same worker too, and the step longer."""
+    g = random_graph(np.random.default_rng(7), 1500, 40, TILE)
+    m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
+    d = np.random.default_rng(8).integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6
+    gapped = m.with_gap_costs(2e-6, 5e-7, 1.5e-6, 2.5e-6).with_push_walk(1e-7)
+    general = _outcome(g, gapped, d, sched, True, fused=False)
+    assert not isinstance(general, str), general
+    assert_same_outcome(general, _outcome(g, gapped, d, sched, True, fused=False, native=True))
+    if sched in FUSED:
+        assert_same_outcome(general, _outcome(g, gapped, d, sched, True, fused=True))
+    assert simulate(g, gapped, sched, durations=d).makespan > simulate(g, m.with_push_walk(1e-7), sched,
+                                                                       durations=d).makespan

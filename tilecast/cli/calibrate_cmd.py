@@ -162,6 +162,9 @@ def run(args) -> int:
     for w, c in probes.items():
         print(f"executor's costs, {w} worker{'s' if int(w) > 1 else ''}: {c['task_overhead_us']:.2f} us per task, "
               f"{c['host_fixed_ms']:.2f} ms per step + {c['host_per_task_us']:.2f} us per task outside the graph")
+        print(f"  between a worker's tasks, beyond that: {c['gap_start_buffer_us']:.2f} us per buffer of the task "
+              f"starting, {c['gap_end_buffer_us']:.2f} us per buffer, {c['gap_successor_us']:.2f} us per "
+              f"successor and {c['gap_ready_us']:.2f} us per successor made ready of the task ended")
     print()
     print("shape model's error on timed shapes held out of its fit:")
     print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"
@@ -188,8 +191,15 @@ def _probe_costs(machine, workers: int, args) -> dict:
     fits = ensure_host_costs(machine, worker_counts(workers), progress=not args.json,
                              scheds=usable_scheds(list(POLICIES)))
     return {str(w): {"task_overhead_us": (h.task_overhead_s or 0.0) * 1e6, "host_fixed_ms": h.fixed_s * 1e3,
-                     "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6}
+                     "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6,
+                     **_gap_costs_us(h)}
             for w, h in fits.items() if isinstance(w, int)}
+
+
+def _gap_costs_us(h) -> dict:
+    """The cost between a worker's tasks beyond ``task_overhead_us``, in microseconds (simulator/gap_cost.py)."""
+    return {"gap_start_buffer_us": h.gap_start_buffer_s * 1e6, "gap_end_buffer_us": h.gap_end_buffer_s * 1e6,
+            "gap_successor_us": h.gap_successor_s * 1e6, "gap_ready_us": h.gap_ready_s * 1e6}
 
 
 def _measure_disk(args, machine):

@@ -32,8 +32,9 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 7  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
-# 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's
+FORMAT = 8  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+# 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
+# 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -80,6 +81,46 @@ class HostCost:
     # dmdas, dmdasd: seconds per queued task that inserting a task into a sorted queue walks past
     # (tilecast.loop.decision_cost.fit_push_walk); 0: not charged
     push_walk_s: float = 0.0
+    # the runtime's cost between a worker's tasks beyond task_overhead_s (tilecast.simulator.gap_cost), fitted
+    # on the probes' start delays (tilecast.loop.runtime_overhead.fit_gap_model): seconds per buffer of the
+    # starting task, per buffer and per successor of the worker's ended task, per successor it made ready;
+    # all 0: not measured
+    gap_start_buffer_s: float = 0.0
+    gap_end_buffer_s: float = 0.0
+    gap_successor_s: float = 0.0
+    gap_ready_s: float = 0.0  # per successor the ended task made ready
+
+    @property
+    def gap_costs(self) -> tuple[float, float, float, float]:
+        return self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s
+
+    @property
+    def has_gap_model(self) -> bool:
+        return any(c > 0.0 for c in self.gap_costs)
+
+    @property
+    def flat_task_overhead_s(self) -> float | None:
+        """The runtime's cost per task as one constant, for a simulation that does not charge it per buffer and
+        successor (the rank forecast): the measured steps' mean start delay, weighted by their task rate."""
+        o = np.asarray(self.overheads, dtype=np.float64).reshape(-1, 2)
+        if not self.has_gap_model or not len(o) or o[:, 0].sum() <= 0:
+            return self.task_overhead_s
+        return float(np.average(o[:, 1], weights=o[:, 0]))
+
+    def take_gap_model(self, other: "HostCost") -> None:
+        """Charge between tasks what ``other`` charges: its constant and its per-buffer and per-successor costs."""
+        self.task_overhead_s = other.task_overhead_s
+        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = other.gap_costs
+
+    def fit_gap_model(self, traced) -> None:
+        """The cost between tasks fitted on the start delays of ``traced`` = [(graph, real trace)]: its constant
+        replaces the mean start delay as ``task_overhead_s``."""
+        from tilecast.loop.runtime_overhead import fit_gap_model
+
+        c = fit_gap_model(traced)
+        self.task_overhead_s = float(c[0])
+        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = (
+            float(v) for v in c[1:])
 
     @property
     def decides(self) -> bool:
@@ -191,6 +232,10 @@ def learn_from_runs(fits: dict, runs) -> dict:
             out[key].task_overhead_s = probe.task_overhead_s
             out[key].decision_scan_s, out[key].decision_lock_s = probe.decision_scan_s, probe.decision_lock_s
             out[key].push_walk_s = probe.push_walk_s
+        if source is not None and source.has_gap_model:
+            # a run's mean start delay is the cost between tasks averaged over its own buffers and successors:
+            # the probes' model of it is kept, the run teaches the host cost alone
+            out[key].take_gap_model(source)
     return out
 
 
@@ -301,7 +346,7 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     from tilecast.loop.decision_cost import fit_decision_cost
 
     if companion is not None and companion.task_overhead_s is not None:
-        probe.task_overhead_s = companion.task_overhead_s
+        probe.take_gap_model(companion)
     if companion is not None:  # its sorted insertions (dmdasd's queues are dmdas's)
         probe.push_walk_s = companion.push_walk_s
     m = _probe_machine(probe, machine)
@@ -314,7 +359,7 @@ def _probe_machine(probe: HostCost, machine):
     from tilecast.loop.predict import submission_stretch
 
     m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
-                                   else machine.task_overhead)
+                                   else machine.task_overhead).with_gap_costs(*probe.gap_costs)
     if probe.submit_task_s > 0:
         m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
     return m.with_push_walk(probe.push_walk_s)
@@ -328,8 +373,9 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     from tilecast.loop.decision_cost import WALKING, fit_sorting
 
     own = probe.task_overhead_s
+    own_gaps = probe.gap_costs
     if companion is not None and companion.task_overhead_s is not None:
-        probe.task_overhead_s = companion.task_overhead_s
+        probe.take_gap_model(companion)
     probe.push_walk_s = 0.0
     m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
@@ -338,6 +384,8 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
         beside = (WALKING[sched], [p[2] for p in companion.points[:companion.probe_points]])
     probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
                                                            own if own != probe.task_overhead_s else None)
+    if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
+        probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = own_gaps
 
 
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
@@ -374,12 +422,14 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
         for w in todo:
             points, overheads, traced, submit = measure_probes(w, progress=tick)
             fits[w] = HostCost.fit(w, points, overheads)
+            fits[w].fit_gap_model(traced)
             fits[w].submit_task_s = submit
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         for w, sched in sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, traced, submit = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
             probe = HostCost.fit(w, points, overheads)
+            probe.fit_gap_model(traced)
             probe.probe_points = len(points)
             probe.submit_task_s = submit
             if sched in WALKING:

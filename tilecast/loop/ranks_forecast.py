@@ -63,8 +63,8 @@ def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
 
     m = machine.with_workers(workers_per_rank)
     host = host_cost_for(host_costs or {}, workers_per_rank, sched)
-    if host is not None and host.task_overhead_s is not None:
-        m = m.with_task_overhead(host.task_overhead_s)
+    if host is not None and host.task_overhead_s is not None:  # the rank loop charges no cost per buffer
+        m = m.with_task_overhead(host.flat_task_overhead_s)
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
     if host is not None and host.submit_task_s > 0:

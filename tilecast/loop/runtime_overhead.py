@@ -7,11 +7,24 @@ runtime spends on it: releasing it from its predecessor, the scheduler's
 push and pop, the profiling and the callbacks. The simulator charges that as
 a fixed cost before each task (``Machine.task_overhead``); this measures it
 per StarPU scheduler, on this machine, from the traces of real steps.
+
+That cost is not the same for every task (:func:`fit_gap_model`): a StarPU
+CPU worker, between the profiled end of one task and the profiled start of
+its next, writes back the ended task's buffers (``_starpu_push_task_output``),
+runs its termination (``_starpu_handle_job_termination``, src/core/jobs.c:
+releases each buffer's implicit dependencies, notifies every successor,
+pushes those made ready to the scheduler, runs the callback), pops its next
+task and acquires each of that task's buffers (``_starpu_fetch_task_input``),
+all in the worker's own thread (``_starpu_cpu_driver_run_once``,
+src/drivers/cpu/driver_cpu.c). So the delay follows a constant, the buffers
+of the task about to start, and the buffers and successors of the task the
+worker just ended, and the successors it made ready (pushed to the scheduler).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import nnls
 
 TRIM = 0.02  # the largest delays dropped: a worker preempted by another process is not the runtime's cost
 
@@ -48,3 +61,58 @@ def task_overhead(graph, trace, trim: float = TRIM) -> float:
         raise ValueError("the trace has no task rows to measure the runtime's cost per task on")
     keep = max(1, int(len(d) * (1.0 - trim)))
     return float(d[:keep].mean())
+
+
+#: the columns of :func:`gap_terms`' design matrix, the order of a gap model's coefficients
+GAP_TERMS = ("constant", "start_buffer", "end_buffer", "successor", "ready")
+
+
+def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
+    """(start delays s, design matrix) of a real trace's tasks but every worker's first: the matrix's columns are
+    :data:`GAP_TERMS` (1, the starting task's buffers, the worker's previous task's buffers, that task's
+    successors, and those of them it made ready: whose last predecessor to end it was)."""
+    tasks = trace[trace["task"] >= 0].sort_values("start_s", kind="stable")
+    n = graph.n_tasks
+    pred_ptr, pred = graph.dependencies
+    nbuf = np.diff(np.asarray(graph.acc_ptr)).astype(np.float64)
+    nsucc = np.bincount(np.asarray(pred, dtype=np.int64), minlength=n).astype(np.float64)
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    ids = tasks["task"].to_numpy()
+    start[ids] = tasks["start_s"].to_numpy()
+    end[ids] = tasks["end_s"].to_numpy()
+    has_pred = np.diff(pred_ptr) > 0
+    ready = np.zeros(n)
+    if len(pred):
+        ready[has_pred] = np.maximum.reduceat(end[pred], pred_ptr[:-1][has_pred])
+    prev, nxt = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for _, rows in tasks.groupby("worker", sort=False):
+        t = rows["task"].to_numpy()
+        prev.append(t[:-1])
+        nxt.append(t[1:])
+    prev, nxt = np.concatenate(prev), np.concatenate(nxt)
+    of = np.repeat(np.arange(n), np.diff(pred_ptr))  # the successor of each predecessor entry
+    made_ready = np.bincount(np.asarray(pred, dtype=np.int64)[end[pred] == ready[of]], minlength=n)
+    d = start[nxt] - np.maximum(end[prev], ready[nxt])
+    ok = np.isfinite(d)
+    d, prev, nxt = np.maximum(d[ok], 0.0), prev[ok], nxt[ok]
+    return d, np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev], made_ready[prev]], axis=1)
+
+
+def fit_gap_model(samples, trim: float = TRIM) -> np.ndarray:
+    """Non-negative least-squares seconds per :data:`GAP_TERMS` of the start delays of ``samples`` = [(graph,
+    trace)] pooled: what the runtime spends between a worker's tasks. Fitted twice: the second time without
+    the ``trim`` share of delays farthest above the first fit (a worker preempted by another process), so that
+    the long delays the model explains (a task releasing many successors) are kept."""
+    parts = [gap_terms(g, t) for g, t in samples]
+    d = np.concatenate([p[0] for p in parts])
+    if not len(d):
+        raise ValueError("the traces have no task rows to measure the runtime's cost between tasks on")
+    x = np.concatenate([p[1] for p in parts])
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    c, _ = nnls(x / scale, d)
+    if trim > 0:
+        keep = np.argsort(d - (x / scale) @ c, kind="stable")[:max(1, int(len(d) * (1.0 - trim)))]
+        c, _ = nnls(x[keep] / scale, d[keep])
+    return c / scale

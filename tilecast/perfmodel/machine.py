@@ -139,6 +139,12 @@ class Machine:
     #: dmdas and dmdasd: seconds per queued task that inserting a task into a worker's sorted queue walks past,
     #: paid by the pushing worker (see tilecast.simulator.engine)
     push_walk: float = 0.0
+    #: the runtime's cost between a worker's tasks beyond ``task_overhead`` (see tilecast.simulator.gap_cost):
+    #: seconds per buffer of the task starting, and per buffer and per successor of the worker's ended task
+    gap_start_buffer: float = 0.0
+    gap_end_buffer: float = 0.0
+    gap_successor: float = 0.0
+    gap_ready: float = 0.0  # per successor that the ended task made ready (pushed to the scheduler)
 
     def __post_init__(self):
         self.routes = _routes(self)
@@ -198,6 +204,17 @@ class Machine:
         if not seconds >= 0:
             raise MachineError(f"{self.name}: the sorted insertion's cost must be at least 0 s a task, got {seconds}")
         return replace(self, push_walk=float(seconds), meta=dict(self.meta))
+
+    def with_gap_costs(self, start_buffer: float, end_buffer: float, successor: float,
+                       ready: float = 0.0) -> "Machine":
+        """The same machine with another cost between a worker's tasks: seconds per buffer of the starting
+        task, per buffer of the worker's ended task, per successor of it and per successor it made ready (on
+        top of ``task_overhead``)."""
+        if not (start_buffer >= 0 and end_buffer >= 0 and successor >= 0 and ready >= 0):
+            raise MachineError(f"{self.name}: the costs between tasks must be at least 0 s, got {start_buffer}, "
+                               f"{end_buffer}, {successor} and {ready}")
+        return replace(self, gap_start_buffer=float(start_buffer), gap_end_buffer=float(end_buffer),
+                       gap_successor=float(successor), gap_ready=float(ready), meta=dict(self.meta))
 
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""

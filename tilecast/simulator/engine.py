@@ -63,6 +63,12 @@ class Engine:
         past (dmdas, dmdasd; :meth:`walk`). The worker that pushes pays it before
         its next task, and pops that task only once it has pushed every task its
         ended one released (``pushing``), as a StarPU worker does.
+    gap_before, release:
+        per task, seconds charged before it starts beyond ``overhead``, and seconds
+        its ending worker spends releasing it before its next task can start (None:
+        nothing; :mod:`tilecast.simulator.gap_cost`).
+    gap_ready:
+        with ``release``: seconds the ending worker spends more per successor its task makes ready.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     """
@@ -77,7 +83,7 @@ class Engine:
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
-                 push_walk: float = 0.0):
+                 push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -100,6 +106,9 @@ class Engine:
         self.submit_stretch = float(submit_stretch)
         self.sched_free = 0.0
         self.push_walk = float(push_walk)
+        self.gap_before = None if gap_before is None else np.asarray(gap_before, dtype=np.float64).tolist()
+        self.release = None if release is None else np.asarray(release, dtype=np.float64).tolist()
+        self.gap_ready = float(gap_ready)
         self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
         self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
         self.memory = memory
@@ -171,6 +180,8 @@ class Engine:
         if h > begin:
             begin = h
         begin = begin + self.overhead
+        if self.gap_before is not None:
+            begin = begin + self.gap_before[t]
         if self.memory is not None:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
@@ -200,6 +211,15 @@ class Engine:
             self._finished(t, w)
         missing = self.missing
         push = self.policy.push
+        if self.release is not None:  # before its pushes: a worker it wakes for a successor waits for it
+            cost = self.release[t]
+            if self.gap_ready > 0.0:
+                k = 0
+                for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
+                    if missing[s] == 1:
+                        k += 1
+                cost = cost + k * self.gap_ready
+            self._released(w, cost)
         if self.push_walk > 0.0:
             self.pushing = w
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
@@ -211,6 +231,13 @@ class Engine:
             nxt = self.policy.pop(w)
             if nxt >= 0:
                 self._begin(w, nxt)
+
+    def _released(self, w: int, cost: float) -> None:
+        """Worker ``w`` spends ``cost`` releasing its ended task: its next task starts no earlier than then."""
+        if cost > 0.0:
+            h = self.hold[w]
+            now = self.env._now
+            self.hold[w] = (now if now >= h else h) + cost
 
     # --- results ------------------------------------------------------------
     @property

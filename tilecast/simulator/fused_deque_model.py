@@ -63,6 +63,9 @@ def run_deque_model(eng) -> None:
     env = eng.env
     timeout = env.timeout
     overhead: cython.double = eng.overhead
+    gap_before = eng.gap_before  # per task, or None (Engine.gap_before, Engine.release)
+    release = eng.release
+    gap_ready: cython.double = eng.gap_ready
     submit_end: cython.double = eng.submit_end
     submit_stretch: cython.double = eng.submit_stretch
     n_workers: cython.Py_ssize_t = eng.n_workers
@@ -304,6 +307,8 @@ def run_deque_model(eng) -> None:
         if h > b:
             b = h
         b = b + overhead
+        if gap_before is not None:
+            b = b + gap_before[t]
         e: cython.double
         ready: cython.double
         r: cython.double
@@ -485,9 +490,23 @@ def run_deque_model(eng) -> None:
         s: cython.Py_ssize_t
         m: cython.Py_ssize_t
         j: cython.Py_ssize_t
+        r: cython.double
+        h: cython.double
+        k: cython.Py_ssize_t
         busy[w] = False
         if exp_start[w] < env._now:  # dmda_post_exec_hook / _starpu_fifo_task_finished
             exp_start[w] = env._now
+        if release is not None:  # Engine._released
+            r = release[t]
+            if gap_ready > 0.0:
+                k = 0
+                for j in range(succ_ptr[t], succ_ptr[t + 1]):
+                    if missing[succ[j]] == 1:
+                        k += 1
+                r = r + k * gap_ready
+            if r > 0.0:
+                h = hold[w]
+                hold[w] = (env._now if env._now >= h else h) + r
         if walking:
             pusher[0] = w
         for j in range(succ_ptr[t], succ_ptr[t + 1]):

@@ -75,6 +75,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tilecast.perfmodel.machine import Link, MemoryNode
+from tilecast.simulator import gap_cost
 from tilecast.simulator.engine import Engine, SimulationError
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
@@ -420,7 +421,8 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
             eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                          overhead=m.task_overhead, memory=memory, decision_scan=m.decision_scan,
                          decision_lock=m.decision_lock, submit_end=graph.n_tasks * m.submit_task,
-                         submit_stretch=m.submit_stretch)
+                         submit_stretch=m.submit_stretch,
+                         gap_ready=m.gap_ready, **dict(zip(("gap_before", "release"), gap_cost.charges(graph, m))))
             eng.fused_loops = False  # the general loop: the fused ones know nothing of a capped main memory
             eng.run()
             if warmup and not step:

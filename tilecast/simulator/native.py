@@ -114,8 +114,10 @@ def bottom_level(weights, pred_ptr, pred) -> np.ndarray | None:
 
 
 def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, choice, proximity,
-        transfers: bool) -> NativeRun:
+        transfers: bool, gap_charges=None) -> NativeRun:
     """Simulate as :class:`~tilecast.simulator.engine.Engine` would with policy ``sched``.
+
+    ``gap_charges``: (before, release) per task, as :func:`tilecast.simulator.gap_cost.charges` gives them.
 
     ``estimate``: the dm family's per-footprint means (else None); ``priority``:
     per-task priorities or None; ``choice``: random's worker per task; ``proximity``:
@@ -156,6 +158,9 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
     s.submit_end, s.submit_stretch = n * float(machine.submit_task), float(machine.submit_stretch)
     s.push_walk = float(machine.push_walk) if sched in ("dmdas", "dmdasd") else 0.0  # simulate.SORTED_PUSH
+    gap_before, release = gap_charges if gap_charges is not None else (None, None)
+    s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)
+    s.gap_ready = float(machine.gap_ready)
     pred_ptr, pred = graph.dependencies
     s.pred_ptr, s.pred = p(pred_ptr, np.int64), p(pred, np.int32)
     if priority is not None:

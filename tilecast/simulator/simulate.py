@@ -19,7 +19,7 @@ import pandas as pd
 from tilecast.kernels import all_kernels
 from tilecast.graph.analysis import longest_path_end
 from tilecast.graph import priorities as _prio
-from tilecast.simulator import native
+from tilecast.simulator import gap_cost, native
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
@@ -152,7 +152,8 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         # the same simulation in C (tilecast/simulator/native.py): equal results, far faster
         choice = draw_workers(durations, worker_kind, graph.n_tasks, seed) if sched == "random" else None
         proximity = proximity_lists(worker_node) if sched == "lws" else None
-        run = native.run(graph, machine, sched, durations, estimate, priority, choice, proximity, transfers)
+        run = native.run(graph, machine, sched, durations, estimate, priority, choice, proximity, transfers,
+                         gap_charges=gap_cost.charges(graph, machine))
         start, end, worker, tr = run.start, run.end, run.worker, run.transfers
         memory = run.memory
     else:
@@ -162,7 +163,9 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
                      decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
                      submit_stretch=machine.submit_stretch,
-                     push_walk=machine.push_walk if sched in SORTED_PUSH else 0.0).run()
+                     push_walk=machine.push_walk if sched in SORTED_PUSH else 0.0,
+                     gap_ready=machine.gap_ready,
+                     **dict(zip(("gap_before", "release"), gap_cost.charges(graph, machine)))).run()
         start, end, worker = eng.arrays()
         tr = links.arrays()
     summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)

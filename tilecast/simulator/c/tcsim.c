@@ -453,6 +453,7 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
     double b = now >= p->sched_free ? now : p->sched_free;
     if (p->hold[w] > b) b = p->hold[w];
     b = b + s->overhead;
+    if (s->gap_before) b = b + s->gap_before[t];
     if (s->has_mem) {
         p->cur[w] = t;
         double ready = acquire(s, p, t, s->worker_node[w], now);
@@ -645,11 +646,28 @@ static void policy_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
     }
 }
 
+static void released(priv_t *p, int w, double cost) {  /* Engine._released */
+    if (cost > 0.0) {
+        double h = p->hold[w], now = p->now;
+        p->hold[w] = (now >= h ? now : h) + cost;
+    }
+}
+
 static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
     int w = (int)s->where[t];
     p->busy[w] = 0;
     s->n_done++;
     if (p->dm && p->exp_start[w] < p->now) p->exp_start[w] = p->now;  /* DequeModel.finished */
+    if (s->release) {  /* before its pushes, as Engine._finish */
+        double cost = s->release[t];
+        if (s->gap_ready > 0.0) {
+            int64_t k = 0;
+            for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++)
+                if (p->missing[p->succ[j]] == 1) k++;
+            cost = cost + (double)k * s->gap_ready;
+        }
+        released(p, w, cost);
+    }
     if (s->push_walk > 0.0) p->pushing = w;
     for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++) {
         int32_t x = p->succ[j];

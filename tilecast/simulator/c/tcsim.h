@@ -19,6 +19,10 @@ typedef struct {
     double submit_end, submit_stretch;    /* a task begun before submit_end takes submit_stretch x its duration */
     double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the
                                    * pushing worker before its next task (Engine.walk) */
+    const double *gap_before;     /* per task: s charged before it starts beyond overhead; NULL: none */
+    const double *release;        /* per task: s its ending worker spends releasing it before its next task
+                                   * (Engine._released; tilecast/simulator/gap_cost.py); NULL: none */
+    double gap_ready;             /* with release: s more per successor the ended task makes ready */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */
