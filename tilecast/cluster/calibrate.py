@@ -70,10 +70,11 @@ PRIORS = {
     "dgx-a100": {"e_max.bf16": 0.859, "attention.flash": 0.6, "gemm_half_dim": 256.0},
     "dgx-h100": {"e_max.bf16": 0.801, "attention.flash": 0.35, "attention.cudnn": 0.525, "gemm_half_dim": 256.0},
 }
-# kernel -> (the kernel it is tied to, speed ratio): cuDNN's fused attention on Hopper is of FlashAttention-3's
-# generation (warp-specialised, asynchronous wgmma), "1.5-2.0x faster than FlashAttention-2 with FP16" on H100
-# (Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract); the low end, as a training step runs the
-# backward too, where FlashAttention-3's gain is the smaller (its Sec. 4.1: 1.5-1.75x). Not fitted.
+# kernel -> (the kernel it is tied to, speed ratio). Not fitted: cuDNN's fused attention on Hopper against
+# FlashAttention-2 on the same H100, in FlashAttention-3's own benchmarks (Shah et al. 2024, arXiv:2407.08608,
+# "Attention backward speed" figures, H100 SXM5, bf16): head dim 128, 305 vs 214 TFLOP/s at sequence 512 up to
+# 518 vs 318 at 8k (1.43-1.63x); head dim 64, 1.34x at 512 to 1.50x at 2k. 1.5 is taken for every sequence
+# (the rows run 2048-32768 with head dims 64-128); the abstract's "1.5-2.0x" is FlashAttention-3's own gain.
 ATTENTION_RATIOS = {"cudnn": ("flash", 1.5)}
 # A fused attention kernel may run faster than the end-to-end GEMM curve (which carries a framework's
 # overheads, and which cuDNN's and FlashAttention-3's Hopper kernels beat), never faster than the peak:
