@@ -287,3 +287,13 @@ def test_api_whatif_inference_equals_the_command(capsys):
     assert "output tokens/s" in r._repr_html_()
     with pytest.raises(ValueError, match="^tp: 3"):
         tc.whatif_inference(model="llama3-8b", tp=3)
+
+
+def test_a_serving_engines_vendor_attention_runs_at_the_peak_where_the_gpu_has_one():
+    from tilecast.cluster.inference_costs import attention_fraction
+
+    h100, a100 = load_cluster("dgx-h100").gpu, load_cluster("dgx-a100").gpu
+    assert attention_fraction(h100, "peak", "bf16") * max(h100.matmul_efficiency["bf16"].fraction) == pytest.approx(1.0)
+    assert attention_fraction(h100, "cudnn", "bf16") == h100.attention_fraction("cudnn") < 0.5
+    assert attention_fraction(a100, "peak", "bf16") == a100.attention_fraction("flash")  # no vendor kernel fitted
+    assert load_engines()["trtllm-0.9"].attention == "peak"

@@ -58,11 +58,12 @@ def test_all_to_all_bytes_by_hand():
 
 
 # Figures of the code before experts, context parallelism and hybrid sharding existed: dense layouts must
-# give them (to rounding; on the machine they were recorded on, bit for bit).
+# give them (to rounding; on the machine they were recorded on, bit for bit). Recorded again when the H100
+# file was refitted with fp8 and bf16 sharing one plateau and cuDNN attention tied to FlashAttention-2's.
 @pytest.mark.parametrize("name, strat, step, mem", [
     ("llama2-70b", Strategy(tp=8, pp=4, dp=8, global_batch=256, zero=1, recompute="selective",
-                            sequence_parallel=True, seq=4096), 5.704193020542116, 28131001344.0),
-    ("mpt-7b", Strategy(dp=64, global_batch=256, zero=3, seq=8192), 3.8626696869160995, 44451046912.0),
+                            sequence_parallel=True, seq=4096), 5.747084880149864, 28131001344.0),
+    ("mpt-7b", Strategy(dp=64, global_batch=256, zero=3, seq=8192), 3.8801632168840134, 44451046912.0),
 ])
 def test_dense_ep1_cp1_figures_unchanged(name, strat, step, mem):
     r = evaluate(load_model(name), strat, H100)
@@ -74,7 +75,7 @@ def test_dense_inference_figures_unchanged():
     r = evaluate_inference(load_model("llama3-70b"), InferenceConfig(tp=8, batch=64, input_len=2048, output_len=128),
                            H100)
     assert (r.tokens_per_s, r.ttft_s, r.memory_per_gpu_bytes) == pytest.approx(
-        (1016.6637898002784, 6.049710838603887, 33797303808.0), rel=1e-12)
+        (1010.5476037989397, 6.098479012703173, 33797303808.0), rel=1e-12)
 
 
 def test_expert_parallelism_divides_expert_weights_and_adds_all_to_all():

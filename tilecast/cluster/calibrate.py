@@ -2,16 +2,23 @@
 
 Per cluster description (GPU), the figures fitted are:
 
-- the plateau ``e_max`` of each GEMM dtype group's efficiency curve
-  (bf16/fp16 share one, fp8 has its own). The curve's shape in the flops of one
+- the plateau ``e_max`` of the GEMM efficiency curve, one per GPU, as a fraction of each dtype's
+  datasheet peak: bf16, fp16 and fp8 share it (``e_max.bf16``). An fp8 product's own extra work, the
+  casts of its operands, is costed apart from the curve (:mod:`tilecast.cluster.fp8_costs`), so the
+  tensor cores are taken to reach the same fraction of their peak in either precision; an fp8 row then
+  informs the bf16 curve and the reverse (with its own fp8 plateau, a fit without bf16 rows of a GPU
+  left that GPU's bf16 curve at its prior). The curve's shape in the flops of one
   call is fixed: efficiency(F) = e_max x F / (F + 2 GFLOP), tabulated at decades
   from 1e8 to 1e13 (a 1024^3 GEMM reaches half the plateau, an assumption; the
   rows all run GEMMs of 1e11 flops or more, so they cannot pin it);
 - ``gemm_half_dim``: the smallest GEMM dimension at which the shape factor
   d / (d + d_half) is one half (``hardware.GPU.shape_factor``);
-- the efficiency of each fused attention kernel the rows use, on the causal
-  flops (``flops.causal_fraction``): searched as a fraction of the peak (at
-  most 1: a kernel may beat the end-to-end GEMM curve, not the peak) and
+- the efficiency of the fused attention kernels, on the causal flops
+  (``flops.causal_fraction``): FlashAttention-2's (``attention.flash``) is
+  searched as a fraction of the peak (at most 1: a kernel may beat the
+  end-to-end GEMM curve, not the peak); cuDNN's Hopper kernel, of
+  FlashAttention-3's generation, runs a stated ratio faster
+  (:data:`ATTENTION_RATIOS`), so rows of either kernel fit one figure; both are
   stored relative to the bf16 curve, as ``hardware.GPU.attention_efficiency``.
 
 They minimise the sum of squared log errors of the predicted metric over the
@@ -44,8 +51,8 @@ from tilecast.cluster.validation import RUNS, load_runs, predict
 
 DECADES = tuple(10.0 ** k for k in range(8, 14))
 F_HALF = 2e9
-# dtypes that share one fitted curve
-CURVE_GROUPS = {"bf16": ("bf16", "fp16"), "fp8": ("fp8",)}
+# dtypes that share one fitted plateau (a fraction of each one's peak; fp8's casts are costed apart)
+CURVE_GROUPS = {"bf16": ("bf16", "fp16", "fp8")}
 LOPO_FILE = os.path.join(os.path.dirname(__file__), "validation", "lopo.yaml")
 # Publications whose rows no fit ever sees, the leave-one-publication-out folds of the other publications
 # included: rows added after the figures were fitted, predicted as they come (Megatron-Bridge's mixtures of
@@ -58,12 +65,17 @@ NEVER_FITTED = ("mbridge",)
 #   attention.flash: A100 0.6, within "50-73% of the theoretical maximum FLOPs/s on A100" (Dao 2023,
 #     FlashAttention-2, abstract); H100 0.35, "only 35% utilization on the H100" for FlashAttention-2
 #     (Shah et al. 2024, FlashAttention-3, abstract);
-#   e_max fp8, attention.cudnn, gemm_half_dim: [ASSUMED].
+#   gemm_half_dim: [ASSUMED]; attention.cudnn: derived (ATTENTION_RATIOS), its value here unused.
 PRIORS = {
     "dgx-a100": {"e_max.bf16": 0.859, "attention.flash": 0.6, "gemm_half_dim": 256.0},
-    "dgx-h100": {"e_max.bf16": 0.801, "e_max.fp8": 0.6, "attention.flash": 0.35, "attention.cudnn": 0.5,
-                 "gemm_half_dim": 256.0},
+    "dgx-h100": {"e_max.bf16": 0.801, "attention.flash": 0.35, "attention.cudnn": 0.525, "gemm_half_dim": 256.0},
 }
+# kernel -> (the kernel it is tied to, speed ratio). Not fitted: cuDNN's fused attention on Hopper against
+# FlashAttention-2 on the same H100, in FlashAttention-3's own benchmarks (Shah et al. 2024, arXiv:2407.08608,
+# "Attention backward speed" figures, H100 SXM5, bf16): head dim 128, 305 vs 214 TFLOP/s at sequence 512 up to
+# 518 vs 318 at 8k (1.43-1.63x); head dim 64, 1.34x at 512 to 1.50x at 2k. 1.5 is taken for every sequence
+# (the rows run 2048-32768 with head dims 64-128); the abstract's "1.5-2.0x" is FlashAttention-3's own gain.
+ATTENTION_RATIOS = {"cudnn": ("flash", 1.5)}
 # A fused attention kernel may run faster than the end-to-end GEMM curve (which carries a framework's
 # overheads, and which cuDNN's and FlashAttention-3's Hopper kernels beat), never faster than the peak:
 # attention figures are fitted as fractions of the peak, so the bound is attention x plateau <= 1.
@@ -99,10 +111,9 @@ def used_params(runs) -> set:
     out = set()
     for r in runs:
         s = r.strategy
-        # (attention next to fp8 GEMMs runs in bf16, but its own figure, a fraction of the peak, covers it)
-        out.add("e_max." + ("fp8" if s.dtype == "fp8" else "bf16"))
+        out.add("e_max.bf16")  # every dtype's plateau (CURVE_GROUPS); attention runs in bf16 next to fp8 GEMMs
         if s.attention != "unfused":
-            out.add("attention." + s.attention)
+            out.add("attention." + ATTENTION_RATIOS.get(s.attention, (s.attention,))[0])
         out.add("gemm_half_dim")
     return out
 
@@ -111,15 +122,20 @@ def fit_cluster(cluster_name: str, runs) -> dict:
     """Figures of one cluster fitted on ``runs`` (rows of that cluster); priors for the others."""
     prior = dict(PRIORS[cluster_name])
     rows = [r for r in runs if r.cluster == cluster_name]
-    free = sorted(k for k in prior if k in used_params(rows))
+    tied = {f"attention.{k}": (f"attention.{to}", r) for k, (to, r) in ATTENTION_RATIOS.items()
+            if f"attention.{k}" in prior}
+    free = sorted(k for k in prior if k in used_params(rows) and k not in tied)
     base = load_cluster(cluster_name)
     lo = [BOUNDS[k.split(".")[0]][0] for k in free]
-    hi = [BOUNDS[k.split(".")[0]][1] for k in free]
+    hi = [BOUNDS[k.split(".")[0]][1] / max([r for to, r in tied.values() if to == k], default=1.0)
+          for k in free]  # a tied kernel stays within the peak too
     scale = np.array([1000.0 if k == "gemm_half_dim" else 1.0 for k in free])
 
     def params_of(x):
         # attention figures are searched as fractions of the peak (at most 1) and stored relative to the curve
         p = {**prior, **dict(zip(free, x * scale))}
+        for k, (to, ratio) in tied.items():
+            p[k] = ratio * p[to]
         for k in p:
             if k.startswith("attention."):
                 p[k] = p[k] / p["e_max.bf16"]

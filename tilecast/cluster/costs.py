@@ -17,6 +17,7 @@ from tilecast.cluster import flops as F
 from tilecast.cluster import params as P
 from tilecast.cluster.collectives import Group, p2p_time
 from tilecast.cluster.collectives import collective_time as _collective_time
+from tilecast.cluster.fp8_costs import dense_fp8_cast_times
 from tilecast.cluster.memory import stage_param_split
 from tilecast.cluster.moe_costs import moe_gemm_times, moe_layer_extra
 from tilecast.cluster.strategy import DTYPE_BYTES
@@ -106,8 +107,9 @@ def layer_costs(shape, strat, cluster) -> LayerCosts:
     elem_t = float(gpu.memory_time(repl + act_bytes))
 
     moe_fwd, moe_bwd, moe_comm = moe_layer_extra(shape, strat, cluster, tokens, e)  # router, permutations, casts
-    fwd = gemm_t + attn_t + attn_mem + elem_t + moe_fwd
-    bwd = 2.0 * (gemm_t + attn_mem + elem_t) + attn_bwd + moe_bwd
+    cast_fwd, cast_bwd = dense_fp8_cast_times(shape, strat, gpu, tokens)  # fp8 operand casts (zero in bf16)
+    fwd = gemm_t + attn_t + attn_mem + elem_t + moe_fwd + cast_fwd
+    bwd = 2.0 * (gemm_t + attn_mem + elem_t) + attn_bwd + moe_bwd + cast_bwd
     if strat.recompute == "full":
         rec = fwd
     elif strat.recompute == "selective":

@@ -42,8 +42,11 @@ each engine) or stated in the file, and two switches stated per engine:
   group (GQA): traffic x (1 + kv_group_reread x (g - 1)); 0 for a kernel that
   reads each KV head once, 1 when every query head re-reads it from HBM;
 - ``one_shot_all_reduce``: whether the engine has the one-shot all-reduce;
-- ``attention``: the prefill attention kernel, whose speed the cluster file
-  gives (``flash`` or ``cudnn``: a vendor fused kernel).
+- ``attention``: the prefill attention kernel: ``flash`` or ``cudnn``, whose speed the cluster file
+  gives (fitted on training rows), or ``peak``: a serving engine's own fused kernel (TensorRT-LLM's
+  FMHA) taken to run at the bound of that fit, the bf16 peak (:func:`attention_fraction`). The
+  engines' figures were fitted with the prefill attention there (the training fit of cuDNN's kernel
+  then sat at that bound); it stays there when the training fit moves.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class InferenceEfficiency:
 
 ENGINES_FILE = os.path.join(os.path.dirname(__file__), "inference_engines.yaml")
 DEFAULT_ENGINE = "trtllm-0.9"  # the newest TensorRT-LLM table, with its GQA kernel; FP8 and FP16; A100 to H200
-ATTENTION_KERNELS = ("flash", "cudnn")
+ATTENTION_KERNELS = ("flash", "cudnn", "peak")
 _FIELDS = tuple(f for f in InferenceEfficiency.__dataclass_fields__ if f != "name")
 
 
@@ -188,6 +191,15 @@ def compute_dtype(weight_dtype: str) -> str:
     return weight_dtype  # fp8 weights run fp8 GEMMs; bf16/fp16 weights run in their own precision
 
 
+def attention_fraction(gpu, kernel: str, dtype: str) -> float:
+    """Speed of the prefill attention kernel relative to the GPU's ``dtype`` GEMM curve: the cluster
+    file's figure, or for ``peak`` the one that puts the kernel at the peak (1 / the curve's plateau) on a
+    GPU whose file has a vendor kernel (``cudnn``: Hopper); elsewhere (A100) FlashAttention's figure."""
+    if kernel == "peak" and "cudnn" in gpu.attention_efficiency:
+        return 1.0 / max(gpu.matmul_efficiency[dtype].fraction)
+    return gpu.attention_fraction(kernel)
+
+
 def gemm_time(gpu, flops, dtype: str, eff) -> np.ndarray:
     """The cluster's GEMM time (fp8: divided by the engine's ``fp8_matmul_scale``, never faster than the peak)."""
     f = np.asarray(flops, dtype=float)
@@ -231,7 +243,7 @@ def layer_pass(shape, cluster, *, tp: int, seqs: int, new_tokens: int, context, 
     ring = 0.0
     if prefill:  # prefill: fused attention over the prompt (training's flops convention), cache written
         fl = F.layer_attention_flops(shape, tokens, new_tokens, tp)
-        t = gpu.matmul_time(fl, attn_dt) / gpu.attention_fraction(eff.attention) \
+        t = gpu.matmul_time(fl, attn_dt) / attention_fraction(gpu, eff.attention, attn_dt) \
             * F.fused_attention_head_padding(shape.head_dim)
         nbytes = tokens * 2 * kvh * shape.head_dim * kb
         cost.add_kernel(t, nbytes / bw, fl, nbytes)

@@ -24,9 +24,8 @@ the busiest rank's load), each part in seconds, forward and backward:
   fp8 column-wise (transposed) copy the backward's weight-gradient GEMM needs on Hopper (1): 6 bytes
   (Transformer Engine's ``Float8CurrentScaling`` recipe, the one Megatron-Bridge's H100 fp8 recipes for
   Qwen3-30B-A3B use, ``qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config``; delayed scaling would skip the
-  amax read, 4 bytes; Hopper's fp8 tensor cores take the TN layout only, hence the transposed copy). The dense GEMMs' casts are not added here: their bytes are in a
-  fixed ratio to those GEMMs' flops at a given width and sit inside the fp8 efficiency fitted on dense
-  rows; the experts' are new work of the MoE layer.
+  amax read, 4 bytes; Hopper's fp8 tensor cores take the TN layout only, hence the transposed copy). The dense GEMMs' casts (attention
+  projections, dense layers' MLPs) are costed in :mod:`tilecast.cluster.fp8_costs`.
 - ``token_counts``: before the dispatch, the ranks of the expert-parallel group exchange how many tokens
   each sends to each expert (an all-to-all of experts x 8 bytes) and the host reads the counts back to
   size the variable all-to-all (``tokens_per_expert`` moved to the CPU, a device-to-host
