@@ -12,9 +12,10 @@ the order its tasks started) do not exceed the cache of ``w``'s kind (the
 per-core L2, :mod:`tilecast.perfmodel.cache_size`). A tile last touched on
 another core is cold, whether or not this core read it earlier: on the
 2-core Xeon's traced steps that rule and a coherent one (a read elsewhere
-keeps this core's copy, a write elsewhere drops it) came within 0.2-1.8
-points of each other (docs/predicting.md), and this one needs one worker and
-one counter per tile.
+keeps this core's copy, a write elsewhere drops it) came within 1.1-1.8
+points of each other on step sums, this one came closer to run 7's measured
+two-worker steps (docs/predicting.md), and it needs one worker and one
+counter per tile.
 
 Bookkeeping is O(accesses): a running byte counter per worker and, per tile,
 the last worker and that worker's counter before the access. With one worker
