@@ -123,7 +123,15 @@ def test_durations_learned_from_traces_are_not_interpolated():
     g = small_graph([("A", "B", "C"), ("A", "B", "C")])
     cal = _calibration(m)
     cal.add("gemm", SHAPE, 2e-3, 0.0, TRACE)  # in-step already: the same for every task
-    assert DurationModel(m, cal).durations(g)[0].tolist() == [2e-3, 2e-3]
+    d = DurationModel(m, cal).durations(g)
+    assert d[0].tolist() == [2e-3, 2e-3]
+    # nor by a worker's cache state in a simulation (tilecast.simulator.worker_cache): one figure, delta 0
+    from tilecast.perfmodel.task_lanes import lanes_of
+    from tilecast.simulator.simulate import simulate
+
+    assert lanes_of(d) is not None and not lanes_of(d).delta.any()
+    r = simulate(g, m, "eager", durations=d)  # the second task finds its tiles hot: still 2 ms
+    assert (r.end - r.start).tolist() == [2e-3, 2e-3]
     # a calibration without hot times (e.g. timed alone) keeps one figure per shape
     plain = Calibration(m.name, m.fingerprint(), "cpu", "c-kernels")
     plain.add("gemm", SHAPE, 5e-3, 0.0)

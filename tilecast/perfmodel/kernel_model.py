@@ -20,7 +20,11 @@ Shapes timed as StarPU tasks have two figures, hot and cold lane times
 each), and a task's duration is ``hot + f * (cold - hot)``, ``f`` the share
 of its bytes whose reuse distance in the graph exceeds the core's cache
 (:mod:`tilecast.perfmodel.reuse`). Points learned from traces are in-step
-durations already: their hot and cold figures are the same one.
+durations already: their hot and cold figures are the same one. The two
+figures stay attached to the returned durations
+(:mod:`tilecast.perfmodel.task_lanes`), so that a simulation can compute
+``f`` per worker, from what the worker running the task touched before it
+(:mod:`tilecast.simulator.worker_cache`).
 
 Models are evaluated once per distinct shape (:mod:`tilecast.perfmodel.shapes`)
 and scattered to tasks with numpy.
@@ -182,6 +186,7 @@ class DurationModel:
         self.provenance = {"measured": 0, "fitted": 0, "roofline": 0}
         names = list(self.provenance)
         fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
+        lanes = None  # (hot, cold - hot, graph-order cold share) once a kernel has hot lane times
         for ks in graph_shapes(graph):
             for r, kind in enumerate(self.kinds):
                 sec, how = self.shape_seconds(kind, ks.kernel, ks.shapes)
@@ -191,8 +196,19 @@ class DurationModel:
                     c = self.cache_bytes(kind)
                     if c not in fraction:
                         fraction[c] = cold_fraction(graph, c)
-                    out[r, ks.tasks] = interpolate(hot[ks.inverse], out[r, ks.tasks], fraction[c][ks.tasks])
+                    if lanes is None:
+                        lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
+                    cold = out[r, ks.tasks]
+                    lanes[0][r, ks.tasks] = hot[ks.inverse]
+                    lanes[1][r, ks.tasks] = cold - hot[ks.inverse]
+                    lanes[2][r, ks.tasks] = fraction[c][ks.tasks]
+                    out[r, ks.tasks] = interpolate(hot[ks.inverse], cold, fraction[c][ks.tasks])
                 counts = np.bincount(how[ks.inverse], minlength=3)
                 for j in range(3):
                     self.provenance[names[j]] += int(counts[j])
+        if lanes is not None:  # a simulation computes the cold share per worker from them (task_lanes)
+            from tilecast.perfmodel.task_lanes import TaskLanes, attach
+
+            hot = np.where(np.isnan(lanes[0]), out, lanes[0])  # one figure: hot is the duration, delta 0
+            attach(out, TaskLanes(hot, lanes[1], tuple(self.cache_bytes(k) for k in self.kinds), lanes[2]))
         return out

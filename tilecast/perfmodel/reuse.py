@@ -20,7 +20,11 @@ gives step sums within -8%..+11% where the hot times alone are 17-38% fast
 and the cold ones 12-29% slow (docs/predicting.md).
 
 Everything is vectorised over the graph's access arrays (one stable sort by
-tile), as graphs hold millions of tasks.
+tile), as graphs hold millions of tasks. This graph-order share is what a
+report on the graph alone uses; a simulation computes the share when each
+task starts, from the cache state of the worker running it
+(:mod:`tilecast.simulator.worker_cache`), which with one worker running the
+tasks in submission order is this one.
 """
 
 from __future__ import annotations

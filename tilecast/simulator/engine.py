@@ -71,6 +71,9 @@ class Engine:
         with ``release``: seconds the ending worker spends more per successor its task makes ready.
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
+    cache:
+        optional :class:`tilecast.simulator.worker_cache.WorkerCache`: a task's duration is then computed
+        when it starts, from its worker's cache state, instead of read from ``duration``.
     """
 
     #: let a policy that has one run the simulation in its fused loop (same results, faster);
@@ -79,11 +82,15 @@ class Engine:
     #: let simulate() run the whole simulation in C where the extension is built (same results, far
     #: faster; tilecast/simulator/native.py); tests switch it off to compare the Python loops
     native_loop = True
+    #: let simulate() compute each task's cold share per worker when it starts (tilecast/simulator/worker_cache.py)
+    #: where the durations come with hot and cold lanes; off: the graph-order durations as given
+    worker_cache = True
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
-                 push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0):
+                 push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
+                 cache=None):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -112,6 +119,7 @@ class Engine:
         self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
         self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
         self.memory = memory
+        self.cache = cache
         self.policy = policy
         self.env = simpy.Environment()
         self.busy = [False] * self.n_workers
@@ -186,7 +194,7 @@ class Engine:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
                 begin = ready
-        d = self.duration[self.worker_kind[w]][t]
+        d = self.duration[self.worker_kind[w]][t] if self.cache is None else self.cache.duration(t, w)
         if begin < self.submit_end:
             d = d * self.submit_stretch
         end = begin + d

@@ -103,6 +103,7 @@ def run_deque_model(eng) -> None:
     hold: list = eng.hold
     keys: list = pol.keys
     pusher = [-1]
+    wcache = eng.cache  # per-worker cache state (tilecast/simulator/worker_cache.py), or None
 
     # with data: Memory's and Links' own lists and dicts, shared (Memory._make_room updates them too)
     links = log = None
@@ -353,7 +354,7 @@ def run_deque_model(eng) -> None:
                         valid[tile] = bit
             if ready > b:
                 b = ready
-        dur: cython.double = rows[w][t]
+        dur: cython.double = rows[w][t] if wcache is None else wcache.duration(t, w)
         if b < submit_end:
             dur = dur * submit_stretch
         e = b + dur

@@ -114,14 +114,15 @@ def bottom_level(weights, pred_ptr, pred) -> np.ndarray | None:
 
 
 def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, choice, proximity,
-        transfers: bool, gap_charges=None) -> NativeRun:
+        transfers: bool, gap_charges=None, cache: dict | None = None) -> NativeRun:
     """Simulate as :class:`~tilecast.simulator.engine.Engine` would with policy ``sched``.
 
     ``gap_charges``: (before, release) per task, as :func:`tilecast.simulator.gap_cost.charges` gives them.
 
     ``estimate``: the dm family's per-footprint means (else None); ``priority``:
     per-task priorities or None; ``choice``: random's worker per task; ``proximity``:
-    lws's stealing order per worker (lists).
+    lws's stealing order per worker (lists); ``cache``: the per-worker cache model's arrays
+    (:func:`tilecast.simulator.worker_cache.native_inputs`), or None for the durations as given.
     """
     from tilecast.simulator.engine import SimulationError
     from tilecast.simulator.links import Links
@@ -171,6 +172,8 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
         s.choice = p(choice, np.int64)
     if proximity is not None:
         s.proximity = p(np.asarray(proximity, dtype=np.int32).reshape(-1), np.int32)
+    if cache is not None:
+        _set_worker_cache(s, cache, keep, ffi)
     start, end = np.zeros(n), np.zeros(n)
     where = np.full(n, -1, dtype=np.int64)
     s.start, s.end, s.where = p(start, np.float64), p(end, np.float64), p(where, np.int64)
@@ -225,3 +228,17 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     finally:
         lib.tcsim_free(s)
     return NativeRun(start, end, where, tr, stats)
+
+
+def _set_worker_cache(s, cache: dict, keep: list, ffi) -> None:
+    """Point the C loop's per-worker cache fields (tcsim.h, ``wc_*``) at ``cache``'s arrays (kept alive in ``keep``)."""
+    fields = {"hot": ("wc_hot", "double *"), "delta": ("wc_delta", "double *"), "cache": ("wc_cache", "double *"),
+              "acc_ptr": ("wc_acc_ptr", "int64_t *"), "acc_tile": ("wc_acc_tile", "int64_t *"),
+              "tile_bytes": ("wc_tile_bytes", "int64_t *"), "count": ("wc_count", "int64_t *"),
+              "last_worker": ("wc_last_worker", "int32_t *"), "last_count": ("wc_last_count", "int64_t *")}
+    for key, (field, ctype) in fields.items():
+        a = cache[key]
+        if not a.flags.c_contiguous:
+            raise ValueError(f"cache[{key!r}]: must be C-contiguous")
+        keep.append(a)
+        setattr(s, field, ffi.cast(ctype, ffi.from_buffer(a)))

@@ -21,6 +21,7 @@ from tilecast.graph.analysis import longest_path_end
 from tilecast.graph import priorities as _prio
 from tilecast.simulator import gap_cost, native
 from tilecast.simulator.engine import Engine
+from tilecast.simulator.worker_cache import WorkerCache, native_inputs
 from tilecast.simulator.links import Links
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.central import Eager, Prio
@@ -112,6 +113,10 @@ def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None =
     (the ones the executor passes), none otherwise.
     The dm family (``USES_ESTIMATES``) decides with the mean duration of each
     task's footprint (StarPU's history-based estimate); tasks run their own.
+    Durations from :class:`~tilecast.perfmodel.kernel_model.DurationModel` carry hot
+    and cold lane times: each task's then takes its worker's cache state into account
+    when it starts (:mod:`tilecast.simulator.worker_cache`); priorities, the dm
+    family's estimates and the summary's bounds keep the graph-order durations.
     transfers: model data replicas and transfers (False: data is everywhere).
     """
     if sched not in POLICIES:
@@ -132,6 +137,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel
         durations = DurationModel(machine, calibration).durations(graph)
+    lanes = worker_lanes(durations)
     durations = np.atleast_2d(np.asarray(durations, dtype=np.float64))
     n_kinds = len(machine.kind_names)
     if durations.ndim != 2 or durations.shape[1] != graph.n_tasks or durations.shape[0] not in (1, n_kinds):
@@ -152,8 +158,9 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         # the same simulation in C (tilecast/simulator/native.py): equal results, far faster
         choice = draw_workers(durations, worker_kind, graph.n_tasks, seed) if sched == "random" else None
         proximity = proximity_lists(worker_node) if sched == "lws" else None
+        cache = native_inputs(lanes, graph, worker_kind) if lanes is not None else None
         run = native.run(graph, machine, sched, durations, estimate, priority, choice, proximity, transfers,
-                         gap_charges=gap_cost.charges(graph, machine))
+                         gap_charges=gap_cost.charges(graph, machine), cache=cache)
         start, end, worker, tr = run.start, run.end, run.worker, run.transfers
         memory = run.memory
     else:
@@ -165,11 +172,22 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      submit_stretch=machine.submit_stretch,
                      push_walk=machine.push_walk if sched in SORTED_PUSH else 0.0,
                      gap_ready=machine.gap_ready,
+                     cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
                      **dict(zip(("gap_before", "release"), gap_cost.charges(graph, machine)))).run()
         start, end, worker = eng.arrays()
         tr = links.arrays()
     summary = summarize(graph, machine, durations, worker_kind, start, end, worker, links, tr, memory, sched)
     return SimResult(start, end, worker, summary, tr, graph, machine)
+
+
+def worker_lanes(durations):
+    """The hot and cold lanes of ``durations`` (:func:`tilecast.perfmodel.task_lanes.lanes_of`) where the
+    simulation computes each task's cold share per worker when it starts (``Engine.worker_cache``); else None,
+    and tasks take the durations as given (graph-order cold shares)."""
+    if not Engine.worker_cache:
+        return None
+    from tilecast.perfmodel.task_lanes import lanes_of
+    return lanes_of(durations)
 
 
 def lower_bounds(durations: np.ndarray, worker_kind, overhead: float, pred_ptr, pred) -> tuple[float, float]:

@@ -447,6 +447,26 @@ static void penalty(tcsim_t *s, priv_t *p, int64_t task) {
     }
 }
 
+/* --- per-worker cache state (WorkerCache, tilecast/simulator/worker_cache.py) ----------------------------- */
+/* Task t starts on worker w: hot + f * (cold - hot), f the share of its bytes not hot for w (w touched the tile
+ * last, and has accessed at most its cache's bytes since); records the accesses. */
+static double wc_duration(tcsim_t *s, int w, int64_t t) {
+    int64_t c = s->wc_count[w], cold = 0, total = 0;
+    double cap = s->wc_cache[w];
+    for (int64_t j = s->wc_acc_ptr[t]; j < s->wc_acc_ptr[t + 1]; j++) {
+        int64_t x = s->wc_acc_tile[j], b = s->wc_tile_bytes[x];
+        if (s->wc_last_worker[x] != w || (double)(c - s->wc_last_count[x]) > cap) cold += b;
+        total += b;
+        s->wc_last_worker[x] = w;
+        s->wc_last_count[x] = c;
+        c += b;
+    }
+    s->wc_count[w] = c;
+    double f = total ? (double)cold / (double)total : 0.0;
+    int64_t i = (int64_t)s->worker_kind[w] * s->n_tasks + t;
+    return s->wc_hot[i] + f * s->wc_delta[i];
+}
+
 /* --- the engine ----------------------------------------------------------------------------------------- */
 static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin */
     double now = p->now;
@@ -459,7 +479,7 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
         double ready = acquire(s, p, t, s->worker_node[w], now);
         if (ready > b) b = ready;
     }
-    double d = s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
+    double d = s->wc_hot ? wc_duration(s, w, t) : s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
     if (b < s->submit_end) d = d * s->submit_stretch;
     double e = b + d;
     if (p->dm) {  /* DequeModel.started */

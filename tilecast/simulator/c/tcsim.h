@@ -50,6 +50,14 @@ typedef struct {
     int32_t err;
     int64_t err_arg;              /* the node (TCSIM_EROOM) or task (TCSIM_ENOWORKER) */
     void *priv;
+    /* per-worker cache state (tcsim.c's wc_duration; tilecast/simulator/worker_cache.py). wc_hot NULL: each
+     * task takes dur; else hot + f * delta, f the cold share of its bytes for the worker that starts it */
+    const double *wc_hot, *wc_delta;    /* n_kinds x n_tasks: the hot lane time, cold - hot */
+    const double *wc_cache;             /* per worker: the cache bytes within which a tile is hot */
+    const int64_t *wc_acc_ptr, *wc_acc_tile, *wc_tile_bytes;  /* the graph's accesses, each tile's bytes */
+    int64_t *wc_count;                  /* per worker: bytes accessed so far (in/out) */
+    int32_t *wc_last_worker;            /* per tile: the worker that touched it last, -1 none (in/out) */
+    int64_t *wc_last_count;             /* per tile: that worker's count before the access (in/out) */
 } tcsim_t;
 
 int tcsim_run(tcsim_t *s);
