@@ -177,3 +177,24 @@ def test_the_duration_model_attaches_its_lanes():
     adamw = g.kernel == [k.name for k in all_kernels()].index("adamw")
     assert (lanes.delta[:, adamw] == 0).all() and (lanes.delta[:, ~adamw] > 0).all()
     assert lanes.cache_bytes == (model.cache_bytes(m.kind_names[0]),)
+
+
+@pytest.mark.parametrize("sched", list(POLICIES))
+def test_cache_state_and_costs_between_tasks_together(sched):
+    """Both per-task charges at once (the runtime's cost between tasks and the cold share from the worker's
+    cache): every loop alike, and the step longer with the costs than without."""
+    from sim_machines import two_device_machine
+
+    g = random_graph(np.random.default_rng(11), 1200, 30, TILE)
+    m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
+    rng = np.random.default_rng(12)
+    d, _ = _with_lanes(g, rng.integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6, rng,
+                       6.0 * TILE * TILE * 4)
+    gapped = m.with_gap_costs(2e-6, 5e-7, 1.5e-6, 2.5e-6)
+    general = _run(g, gapped, d, sched, True, fused=False)
+    assert not isinstance(general, str), general
+    if native.library() is not None:
+        assert_same_outcome(general, _run(g, gapped, d, sched, True, fused=False, native_loop=True))
+    if sched in FUSED:
+        assert_same_outcome(general, _run(g, gapped, d, sched, True, fused=True))
+    assert simulate(g, gapped, sched, durations=d).makespan > simulate(g, m, sched, durations=d).makespan
