@@ -50,7 +50,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilecast.simulator.engine import Engine
 
@@ -99,6 +99,7 @@ class CoreSharing:
     progress_drives_worker: bool
     background: float = 0.0
     slice_s: float = 1.5e-3
+    main_threads: bool = False  # each rank's main thread runnable too (while it submits, :class:`Submitting`)
 
     def __post_init__(self):
         if self.cores < 1:
@@ -110,7 +111,7 @@ class CoreSharing:
 
     @property
     def threads_per_rank(self) -> int:
-        return self.workers_per_rank + (0 if self.progress_drives_worker else 1)
+        return self.workers_per_rank + (0 if self.progress_drives_worker else 1) + (1 if self.main_threads else 0)
 
     @property
     def threads(self) -> int:
@@ -139,6 +140,37 @@ class CoreSharing:
 
     def progress_thread(self, rank: int) -> int:
         return rank * self.threads_per_rank + (0 if self.progress_drives_worker else self.workers_per_rank)
+
+    def main_thread(self, rank: int) -> int:
+        """The rank's main thread (the last of its threads; only with ``main_threads``)."""
+        if not self.main_threads:
+            raise ValueError("main_thread: this sharing has no main threads")
+        return (rank + 1) * self.threads_per_rank - 1
+
+    def with_main_threads(self) -> "CoreSharing":
+        """The sharing while every rank's main thread submits: one more runnable thread per rank, in the ranks'
+        session. Linux shares the CPU between sessions before threads (autogroups, ``kernel/sched/autogroup.c``;
+        ``run --ranks`` starts its ranks in a session of their own), so the ranks' threads together keep the
+        share of the cores they had, now split over more threads: the other work's threads are scaled by the
+        same factor (with none, the extra threads only share the cores among themselves)."""
+        if self.main_threads:
+            return self
+        more = self.ranks * (self.threads_per_rank + 1)
+        return replace(self, main_threads=True, background=self.background * more / self.threads)
+
+    def on_time(self, thread: int, t0: float, t1: float) -> float:
+        """Seconds ``thread`` is on a core between ``t0`` and ``t1``."""
+        if t1 <= t0:
+            return 0.0
+        if not self.shared:
+            return t1 - t0
+        p, s, ph = self.period, self.slice_s, self.phase(thread)
+
+        def upto(t):  # on-core time from the phase's origin to t (may be negative)
+            k = math.floor((t - ph) / p)
+            return k * s + min(t - ph - k * p, s)
+
+        return upto(t1) - upto(t0)
 
     def phase(self, thread: int) -> float:
         """When ``thread``'s slice starts in each period: the ranks' threads fill the slots of one core after
@@ -316,6 +348,8 @@ class ThreadedRankEngine(Engine):
             wire = max(leave, self.pair_free.get((src, dst), 0.0))
             self.pair_free[(src, dst)] = wire + hold
         arrive = wire + hold + net.message_s + net.latency_s
+        if self.eager is not None and hasattr(net, "protocol_extra_s"):
+            arrive += net.protocol_extra_s(self.msg_bytes[k])  # the protocol's handshakes, as the ping-pong saw
         if self.eager is not None:
             self.in_flight[src] += 1
             if self.msg_bytes[k] <= self.eager:  # buffered: complete at the sender's next test
@@ -328,15 +362,43 @@ class ThreadedRankEngine(Engine):
         env.timeout(wire + hold - now).callbacks.append(lambda ev, w=w: self._link_free(w))
 
     def _arrived(self, ev) -> None:
-        """The message is there: it is received when the receiver's progress thread next polls."""
+        """The message is there: it is received when the receiver's progress thread next polls (a pipelined
+        rendezvous: :meth:`_matched` first)."""
         t = ev._value
         now = self.env._now
-        done = self._poll(self.msg_dst[self.msg[t]], now)
+        k = self.msg[t]
+        done = self._poll(self.msg_dst[k], now)
         self.end[t] = done
+        then = self._matched if self._pipelined(k) else self._received
         if done > now:
-            self.env.timeout(done - now, t).callbacks.append(self._received)
+            self.env.timeout(done - now, t).callbacks.append(then)
         else:
-            self._received(ev)
+            then(ev)
+
+    def _pipelined(self, k: int) -> bool:
+        return self.eager is not None and hasattr(self.net, "protocol") and \
+            self.net.protocol(self.msg_bytes[k]) == "pipeline"
+
+    def _matched(self, ev) -> None:
+        """A pipelined rendezvous (above the transport's first fragment, ``Network.rendezvous_limit``): the
+        receiver's poll has matched the first fragment and sent the acknowledgement (ob1's rendezvous
+        protocol, Open MPI ``ompi/mca/pml/ob1``: the receive posted by ``_starpu_mpi_handle_ready_request``
+        matches it); the sender sends the rest when its progress thread next tests its request
+        (``MPI_Test`` in ``_starpu_mpi_test_detached_requests`` drives Open MPI's progress), and the receiver
+        has it at its own next poll after that."""
+        t = ev._value
+        now = self.env._now
+        k = self.msg[t]
+        sent = self._poll(self.msg_src[k], now + self.net.latency_s)
+        self.end[t] = sent
+        self.env.timeout(sent - now, t).callbacks.append(self._rest_sent)
+
+    def _rest_sent(self, ev) -> None:
+        t = ev._value
+        now = self.env._now
+        done = self._poll(self.msg_dst[self.msg[t]], now + self.net.latency_s)
+        self.end[t] = done
+        self.env.timeout(done - now, t).callbacks.append(self._received)
 
     def _link_free(self, w: int) -> None:
         self.busy[w] = False
