@@ -13,27 +13,28 @@ from tilecast.simulator.ranks_threads import CoreSharing
 SHM = "Open MPI 4.1.4, one host (test, shared memory)"
 
 
-def test_main_threads_take_slots_of_their_ranks_session():
-    # 2 ranks of 1 thread on 2 cores, nothing else: a core each. While the main threads submit, 4 threads on
-    # 2 cores: slices of 1 ms in a period of 2 ms, so a thread gets half a core
-    sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, slice_s=1e-3)
-    assert not sh.shared
-    during = sh.with_main_threads()
-    assert during.threads == 4 and during.period == pytest.approx(2e-3) and during.main_thread(1) == 3
-    # with other work, the ranks' session keeps its share: 2 threads of a share 2/(2+6) each become 4 of half that
-    busy = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=6,
-                       slice_s=1e-3)
-    assert busy.with_main_threads().core_share == pytest.approx(2 * busy.core_share)
-    assert during.on_time(0, 0.0, 10e-3) == pytest.approx(5e-3) and sh.on_time(0, 1.0, 1.5) == 0.5
-    # 10 tasks of 0.5 ms each: the main thread has submitted them all after 5 ms of CPU, 10 ms of wall time
-    rel = release_times(sh, 10, 0.5e-3)
-    assert rel.shape == (2, 10) and rel[0, -1] == pytest.approx(10e-3) and np.all(np.diff(rel[0]) > 0)
-    two = Submitting(sh, rel.max())
-    # a kernel of 4 ms from 0 on worker 0 of rank 0: on in [0, 1), [2, 3) ... until submission ends (10 ms)
-    assert two.finish(sh.worker_thread(0, 0), 0.0, 4e-3) == pytest.approx(7e-3)
-    # one of 8 ms: 5 ms of it by 10 ms, the rest at full speed after
-    assert two.finish(sh.worker_thread(0, 0), 0.0, 8e-3) == pytest.approx(13e-3)
+def test_main_threads_share_their_ranks_slots():
+    # 2 ranks of 1 thread (the progress thread runs worker 0) and 2 other threads on 2 cores, slices of 1 ms:
+    # a period of 2 ms, rank 0's thread on in [0, 1), [2, 3) ... While rank 0's main thread submits, it and
+    # that thread share those slots half and half
+    sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=2, slice_s=1e-3)
+    assert sh.on_time(0, 0.0, 10e-3) == pytest.approx(5e-3) and sh.on_time(0, 0.5e-3, 2.5e-3) == pytest.approx(1e-3)
+    # 10 tasks of 0.25 ms of CPU each: 2.5 ms of CPU at half of 1 ms in 2 ms, all submitted at 9 ms
+    rel = release_times(sh, 10, 0.25e-3)
+    assert rel.shape == (2, 10) and rel[0, 0] == pytest.approx(0.5e-3) and rel[0, -1] == pytest.approx(9e-3)
+    assert np.all(np.diff(rel[0]) > 0)
+    two = Submitting(sh, rel[:, -1])
+    th = sh.worker_thread(0, 0)
+    # a kernel of 2 ms from 0: 0.5 ms in each of its slots until 9 ms, so 4 slots: [6, 7) ends it
+    assert two.finish(th, 0.0, 2e-3) == pytest.approx(7e-3)
+    # one of 3 ms: 2.5 ms by 9 ms (5 slots), the last 0.5 ms at full speed in [10, 11)
+    assert two.finish(th, 0.0, 3e-3) == pytest.approx(10.5e-3)
+    assert two.finish(sh.progress_thread(0), 20e-3, 1e-3) == sh.finish(th, 20e-3, 1e-3)  # after: as before
     assert two.step_end([1e-3, 2e-3]) >= rel.max()  # the step ends after the last task is submitted
+    # every thread, the main threads included, on a core of its own: nothing shared, submission at full rate
+    free = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=True)
+    assert release_times(free, 4, 1e-3)[1, -1] == pytest.approx(4e-3)
+    assert Submitting(free, [4e-3, 4e-3]).finish(0, 0.0, 1e-3) == pytest.approx(1e-3)
 
 
 def test_submission_delays_and_slows_the_step():
@@ -46,8 +47,9 @@ def test_submission_delays_and_slows_the_step():
     free = simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sh, nic="node")
     sub = simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sh, nic="node",
                          submit_cpu_task_s=2e-3)
-    # rank 1's main thread submits task i at 2 x (i + 1) x 2 ms (half a core): the last at 32 ms; the tasks
-    # run as they are submitted (each 1 ms, stretched to 2 ms during submission), the step ends after it
+    # 2 threads and 2 main threads on 2 cores: each main thread has half a core, so submits task i at
+    # 2 x (i + 1) x 2 ms, the last at 32 ms; rank 1 runs its tasks as they come (each 1 ms of CPU at half
+    # speed), and the step cannot end before the last is submitted
     assert sub.summary["threads"]["submit_end_s"] == pytest.approx(32e-3)
     assert free.makespan < 12e-3 and sub.makespan > 32e-3
     assert np.all(sub.start >= np.sort(release_times(sh, k, 2e-3)[1]) - 1e-12)

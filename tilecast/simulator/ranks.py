@@ -200,7 +200,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         by_rank[is_task], turn[is_task] = p.task_rank[task_ids], task_ids
         by_rank[~is_task], turn[~is_task] = tr.src[msg_ids], tr.task[msg_ids]  # the sender's main thread posts it
         release = rel[by_rank, turn].tolist()
-        sharing = Submitting(sharing, float(rel[:, -1].max()) if graph.n_tasks else 0.0)
+        sharing = Submitting(sharing, rel[:, -1] if graph.n_tasks else np.zeros(ranks))
     elif submit_task_s > 0:
         if not np.isfinite(submit_task_s):
             raise ValueError(f"submit_task_s must be a finite number >= 0, got {submit_task_s!r}")
@@ -248,7 +248,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         summary["threads"] = {"cores": sharing.cores, "threads": sharing.threads, "background": sharing.background,
                               "slice_s": sharing.slice_s, "period_s": sharing.period,
                               "progress_drives_worker": sharing.progress_drives_worker,
-                              "submit_end_s": getattr(sharing, "until", None)}
+                              "submit_end_s": getattr(sharing, "submit_end", None)}
     return RankSimResult(t_start, t_end, t_worker, p.task_rank.copy(), messages, summary)
 
 

@@ -50,7 +50,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tilecast.simulator.engine import Engine
 
@@ -99,7 +99,6 @@ class CoreSharing:
     progress_drives_worker: bool
     background: float = 0.0
     slice_s: float = 1.5e-3
-    main_threads: bool = False  # each rank's main thread runnable too (while it submits, :class:`Submitting`)
 
     def __post_init__(self):
         if self.cores < 1:
@@ -111,7 +110,7 @@ class CoreSharing:
 
     @property
     def threads_per_rank(self) -> int:
-        return self.workers_per_rank + (0 if self.progress_drives_worker else 1) + (1 if self.main_threads else 0)
+        return self.workers_per_rank + (0 if self.progress_drives_worker else 1)
 
     @property
     def threads(self) -> int:
@@ -140,23 +139,6 @@ class CoreSharing:
 
     def progress_thread(self, rank: int) -> int:
         return rank * self.threads_per_rank + (0 if self.progress_drives_worker else self.workers_per_rank)
-
-    def main_thread(self, rank: int) -> int:
-        """The rank's main thread (the last of its threads; only with ``main_threads``)."""
-        if not self.main_threads:
-            raise ValueError("main_thread: this sharing has no main threads")
-        return (rank + 1) * self.threads_per_rank - 1
-
-    def with_main_threads(self) -> "CoreSharing":
-        """The sharing while every rank's main thread submits: one more runnable thread per rank, in the ranks'
-        session. Linux shares the CPU between sessions before threads (autogroups, ``kernel/sched/autogroup.c``;
-        ``run --ranks`` starts its ranks in a session of their own), so the ranks' threads together keep the
-        share of the cores they had, now split over more threads: the other work's threads are scaled by the
-        same factor (with none, the extra threads only share the cores among themselves)."""
-        if self.main_threads:
-            return self
-        more = self.ranks * (self.threads_per_rank + 1)
-        return replace(self, main_threads=True, background=self.background * more / self.threads)
 
     def on_time(self, thread: int, t0: float, t1: float) -> float:
         """Seconds ``thread`` is on a core between ``t0`` and ``t1``."""
