@@ -89,3 +89,28 @@ def test_fit_gives_each_protocol_its_intercept():
     assert net.protocol_extra_s(65536) == pytest.approx(8e-6) and net.protocol_extra_s(8) == 0.0
     with pytest.raises(ValueError, match="submit_cpu_task_s"):
         Network(latency_s=0.0, bandwidth_Bps=1.0, submit_cpu_task_s=-1.0)
+
+
+def test_forecast_rules_are_switches():
+    # the forecast as simulate --ranks gives it: the main threads' rule on, the pipelined rendezvous' turns off
+    from dataclasses import replace
+
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.ranks_forecast import forecast_ranks
+
+    cfg = load_model('{"n_layer":2,"n_embd":128,"n_head":2,"vocab_size":256,"n_positions":128}')
+    m = cpu_machine(1)
+    m = replace(m, meta={**m.meta, "hardware": {"cores": 2}})
+    net = Network(latency_s=1e-6, bandwidth_Bps=1e10, message_s=1e-5, transport=SHM, submit_task_s=1e-6,
+                  submit_cpu_task_s=20e-6)
+
+    def step(**kw):
+        return forecast_ranks(cfg, 2, 128, Tiling.parse("128,batch=1"), "lws", 2, "data", m, None, None, net,
+                              background=4, **kw)
+
+    default, f = step(), step(pipeline_turns=False)
+    assert default.step_s == f.step_s and default.bytes_moved == f.bytes_moved
+    assert default.summary["threads"]["submit_end_s"] > 0
+    assert step(pipeline_turns=True).step_s > default.step_s  # 64 KB tiles: every message pipelined
+    assert step(main_threads=False).summary["threads"]["submit_end_s"] is None
