@@ -103,8 +103,9 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     tasks join their queues at ``submit_task_s`` of wall time per task, the earlier rule).
     ``pipeline_turns``: a message above the rendezvous' first fragment (``Network.rendezvous_limit``) waits
     for a turn of the sender and then of the receiver after the receiver matched it, as Open MPI's protocol
-    says (off by default: on the measured steps it made the forecasts of tilings with such messages 40-90%
-    too long, docs/mpi.md); without it such a message is received at the receiver's first turn.
+    says (off by default: on the measured steps it turned the forecasts of tilings with such messages from
+    10-43% short to 22-68% long, docs/mpi.md); without it such a message is received at the receiver's first
+    turn.
     The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step

@@ -10,7 +10,10 @@ A message of ``b`` bytes from one rank to another takes
 the StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
 (:mod:`tilecast.executor.mpi_pingpong`); they are stored under
 ``$TILECAST_HOME/calibration/network-<machine>-<fingerprint>.json``, keyed by rank count, workers per
-rank and MPI transport.
+rank and MPI transport. Open MPI's eager and rendezvous limits (``eager_bytes``, ``rndv_bytes``, from
+``ompi_info``) say which protocol a message takes (:meth:`Network.protocol`); the ping-pong's extra time
+per protocol is ``protocol_s``; ``submit_task_s`` and ``submit_cpu_task_s`` are a rank's main-thread wall
+and CPU time per task it submits (a probe step, :mod:`tilecast.loop.ranks_probe`).
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@
   gradients), they go 10 at a time, each ten waiting for a receiver's and a sender's turn.
 - **The step's end** is timed after a barrier that the ranks' main threads must wake for
   (:meth:`CoreSharing.step_end`).
+- **A pipelined rendezvous** (above the first fragment, ``Network.protocol`` = ``pipeline``): received at the
+  receiver's turn after the sender's turn after the receiver matched it (:meth:`ThreadedRankEngine._matched`);
+  :func:`tilecast.loop.ranks_forecast.forecast_ranks` turns it off unless ``pipeline_turns``. Each message
+  also pays its protocol's ping-pong cost in flight (``Network.protocol_extra_s``).
+- **The main threads** while they submit: :mod:`tilecast.simulator.ranks_submission`.
 """
 
 from __future__ import annotations
