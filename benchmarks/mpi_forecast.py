@@ -18,7 +18,11 @@ a session of their own, and Linux shares the CPU between sessions before threads
 background threads that leave the ranks' threads that share. ``--count groups`` counts the runnable
 threads of every other session instead (:func:`tilecast.loop.ranks_load.background_now`), ``--count
 threads`` all runnable threads (``procs_running``, the earlier way); all three are in the JSON
-(``other_work``), and the forecast without other work is printed beside it.
+(``other_work``), and the forecast without other work is printed beside it; so are the forecast of the model
+before the ranks' main threads and the ping-pong's per-protocol costs were modelled (``before``,
+``pred_step_before_s``, ``error_before``: ``forecast_ranks(..., main_threads=False)`` on the network without
+``protocol_s``) and the forecast with Open MPI's pipelined rendezvous turns (``+pipe``,
+``pred_step_pipeline_turns_s``: ``pipeline_turns=True``).
 
     python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -73,8 +78,9 @@ def main() -> None:
     print(f"model {MODEL}, batch {BATCH} x {SEQ}, {args.sched}, {args.ranks} ranks of 1 worker, "
           f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
-    print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'meas ms':>9}{'min-max ms':>17}"
-          f"{'err %':>7}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
+    print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
+          f"{'meas ms':>9}"
+          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
     for dist in args.distributions.split(","):
         for tile in args.tiles.split(";"):
@@ -103,7 +109,14 @@ def main() -> None:
                 tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
-            runs, moved, busy, submit, drives = [], None, [], [], None
+            # the model before the main threads' submission and the ping-pong's per-protocol costs were
+            # modelled; and the model with the pipelined rendezvous' turns (pipeline_turns)
+            fb = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, replace(net, protocol_s=None), 1, progress=args.progress, background=bg,
+                                main_threads=False)
+            fp = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress, background=bg, pipeline_turns=True)
+            runs, moved, busy, submit, submit_cpu, drives = [], None, [], [], [], None
             for _ in range(0 if args.predict_only else args.repeats):
                 r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
                             progress=args.progress)
@@ -114,24 +127,31 @@ def main() -> None:
                 busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
                                         minlength=args.ranks).tolist())
                 submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+                if r.submit_cpu_s is not None:
+                    c = r.submit_cpu_s
+                    submit_cpu.append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
             if args.traces and runs:
                 from tilecast.executor.mpi_trace import merged_trace, save_merged
 
                 save_merged(merged_trace(r), stem + "-real.parquet", r)
             med = float(np.median(runs)) if runs else float("nan")
             err = (f.step_s - med) / med if runs else float("nan")
+            err_before = (fb.step_s - med) / med if runs else float("nan")
             row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
-                       pred_step_no_background_s=f0.step_s, progress_drives_worker=drives,
+                       pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
+                       pred_step_pipeline_turns_s=fp.step_s,
+                       submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
+                       progress_drives_worker=drives,
                        threads=f.summary.get("threads"), step_s=med, runs_s=runs,
                        error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
                        tasks=f.tasks, core_share=f.core_share,
                        busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
                        load_average=os.getloadavg()[0],
-                       submit_s=submit)
+                       submit_s=submit, submit_cpu_s=submit_cpu)
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
-            print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}{1e3 * med:>9.1f}"
-                  f"{spread:>17}{100 * err:>7.1f}"
+            print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
+                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
@@ -139,7 +159,9 @@ def main() -> None:
                       "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
                       "count": args.count,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
-                                  "bandwidth_Bps": net.bandwidth_Bps}}))
+                                  "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
+                                  "submit_cpu_task_s": net.submit_cpu_task_s, "protocol_s": net.protocol_s,
+                                  "eager_bytes": net.eager_limit(), "rndv_bytes": net.rendezvous_limit()}}))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import sys
 from tilecast.cli import UsageError
 from tilecast.cli.common import as_flags, human, print_json
 from tilecast.errors import FieldError
+from tilecast.executor.mpi_pingpong import DEFAULT_SIZES
 
 
 def add_rank_calibration_args(p) -> None:
@@ -17,8 +18,9 @@ def add_rank_calibration_args(p) -> None:
                         "+ bytes / bandwidth and stored for simulate/tune --ranks (docs/mpi.md)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="with --ranks: CPU workers per rank, as tilecast run --ranks starts them (default: 1)")
-    p.add_argument("--sizes", default="8,1024,8192,32768,131072,524288,1048576", metavar="LIST",
-                   help="with --ranks: message sizes in bytes (default: 8 B to 1 MiB)")
+    p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), metavar="LIST",
+                   help="with --ranks: message sizes in bytes (default: 8 B to 1 MiB, on both sides of Open MPI's "
+                        "eager and rendezvous limits)")
     p.add_argument("--round-trips", type=int, default=30, metavar="N",
                    help="with --ranks: timed round trips per size (default: 30)")
     p.add_argument("--no-probe", action="store_true",
@@ -71,7 +73,9 @@ def run_rank_calibration(args) -> int:
     path = save_network(machine, net)
     out = {"machine": machine.name, "ranks": net.ranks, "workers_per_rank": net.workers_per_rank,
            "transport": net.transport, "latency_s": net.latency_s, "message_s": net.message_s,
-           "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s, "points": net.points,
+           "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
+           "submit_cpu_task_s": net.submit_cpu_task_s, "eager_bytes": net.eager_limit(),
+           "rndv_bytes": net.rendezvous_limit(), "protocol_s": net.protocol_s, "points": net.points,
            "probe": probe, "file": path,
            "source": net.source}
     if args.json:
@@ -82,9 +86,15 @@ def run_rank_calibration(args) -> int:
     print(f"  StarPU-MPI cost per message {net.message_s * 1e6:10.1f} us "
           f"(its ping-pong less MPI's latency)")
     print(f"  bandwidth                   {human(net.bandwidth_Bps, 'B/s'):>13} (StarPU-MPI ping-pong's slope)")
-    print(f"{'bytes':>10}{'StarPU-MPI us':>15}{'MPI us':>10}{'model us':>10}")
+    if net.eager_limit() is not None:
+        extra = net.protocol_s or {}
+        print(f"  eager up to {net.eager_limit()} B, rendezvous' first fragment up to {net.rendezvous_limit()} B "
+              f"(ompi_info); extra one way: rendezvous {extra.get('rendezvous', 0.0) * 1e6:.1f} us, "
+              f"pipeline {extra.get('pipeline', 0.0) * 1e6:.1f} us")
+    print(f"{'bytes':>10}{'protocol':>11}{'StarPU-MPI us':>15}{'MPI us':>10}{'model us':>10}")
     for b, a, m in net.points:
-        print(f"{b:>10}{a * 1e6:>15.1f}{m * 1e6:>10.1f}{float(net.seconds(b)) * 1e6:>10.1f}")
+        model = float(net.seconds(b)) + net.protocol_extra_s(b)
+        print(f"{b:>10}{net.protocol(b):>11}{a * 1e6:>15.1f}{m * 1e6:>10.1f}{model * 1e6:>10.1f}")
     if probe:
         print(f"probe step ({probe['model']}, {probe['distribution']}, tiling {probe['tile']}): measured "
               f"{probe['step_s'] * 1e3:.1f} ms (runs {', '.join(f'{x * 1e3:.0f}' for x in probe['runs_s'])}), "
@@ -94,5 +104,6 @@ def run_rank_calibration(args) -> int:
               f"the forecast uses the ping-pong's {probe['message_s_pingpong'] * 1e6:.1f} us)")
         print(f"  submission per task         {net.submit_task_s * 1e6:10.1f} us (each rank's main thread, "
               f"starpu_mpi_task_insert, measured on the probe)")
+        print(f"  of which CPU                {net.submit_cpu_task_s * 1e6:10.1f} us (time.thread_time)")
     print(f"stored in {path}")
     return 0

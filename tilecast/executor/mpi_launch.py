@@ -59,6 +59,7 @@ class MPIRunResult:
     check: dict | None = None
     launcher: list[str] = field(default_factory=list)
     submit_s: np.ndarray | None = None  # (ranks, steps) seconds each rank spent submitting the graph
+    submit_cpu_s: np.ndarray | None = None  # (ranks, steps) CPU seconds of each rank's main thread while submitting
     progress_drives_worker: bool = False  # StarPU-MPI's progress thread ran worker 0 (executor/mpi_threads.py)
 
     @property
@@ -154,6 +155,7 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
     files = [np.load(run_dir / RESULT.format(r)) for r in range(ranks)]
     rank_step_s = np.stack([f["step_s"] for f in files])
     submit_s = np.stack([f["submit_s"] for f in files])
+    submit_cpu_s = np.stack([f["submit_cpu_s"] for f in files]) if all("submit_cpu_s" in f for f in files) else None
     sent = np.stack([f["sent"] for f in files], axis=1)  # (steps, src, dst)
     executed = np.stack([f["executed"] for f in files])
     loss_rank = int(owner[graph.tensor("loss").first_tile])
@@ -181,7 +183,7 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
     drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
-    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
@@ -303,7 +305,7 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
-        progress_drives_worker=got["drives"])
+        submit_cpu_s=got["submit_cpu_s"], progress_drives_worker=got["drives"])
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

@@ -192,6 +192,7 @@ def run_rank(spec: dict, bottom=None) -> None:
         prio = np.ascontiguousarray(starpu_priorities(bottom, lo[0], hi[0]), dtype=np.int32)
     n = graph.n_tasks
     step_s, sent, executed, losses, snapshot, submit_s = [], [], [], [], None, []
+    submit_cpu_s = []  # the main thread's CPU time while it submits (time.thread_time): what it asks of a core
     amounts = ffi.new("size_t[]", size)
     loss_tile = graph.tensor("loss").first_tile
     start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int32)
@@ -206,13 +207,14 @@ def run_rank(spec: dict, bottom=None) -> None:
         before, done_before = list(amounts), lib.tcsm_executed()
         t0 = lib.tcsm_barrier()
         t0_first = t0 if t0_first is None else t0_first
-        s0 = time.perf_counter()
+        s0, c0 = time.perf_counter(), time.thread_time()
         submitted = lib.tcsm_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
             f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]),
             handles, ffi.NULL if prio is None else f("int32_t[]", prio), f("double[]", start),
             f("double[]", end), f("int32_t[]", worker), err)
         submit_s.append(time.perf_counter() - s0)
+        submit_cpu_s.append(time.thread_time() - c0)
         t1 = lib.tcsm_wait_all()
         if err[0] != 0:
             raise RuntimeError(f"StarPU-MPI refused task {submitted} "
@@ -230,7 +232,7 @@ def run_rank(spec: dict, bottom=None) -> None:
             mine = np.flatnonzero(owner == me)
             snapshot = (mine, np.concatenate([store.buffers[i].astype(np.float64) for i in mine]))
     ran = np.flatnonzero(worker >= 0)
-    out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), sent=np.array(sent, dtype=np.int64),
+    out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), submit_cpu_s=np.array(submit_cpu_s), sent=np.array(sent, dtype=np.int64),
                executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
                end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]),
                drives=np.array([drives]))

@@ -93,11 +93,20 @@ def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "au
 def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, distribution: str, machine,
                    calibration, host_costs, network, workers_per_rank: int = 1, recompute: str = "none",
                    built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
-                   nic: str = "node", slice_s: float | None = None) -> RankForecast:
+                   nic: str = "node", slice_s: float | None = None, main_threads: bool = True,
+                   pipeline_turns: bool = False) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
     when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
     on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
-    (:mod:`tilecast.simulator.ranks_threads`)."""
+    (:mod:`tilecast.simulator.ranks_threads`). ``main_threads``: the ranks' main threads share the cores while
+    they submit, from the network's ``submit_cpu_task_s`` (:mod:`tilecast.simulator.ranks_submission`; False:
+    tasks join their queues at ``submit_task_s`` of wall time per task, the earlier rule).
+    ``pipeline_turns``: a message above the rendezvous' first fragment (``Network.rendezvous_limit``) waits
+    for a turn of the sender and then of the receiver after the receiver matched it, as Open MPI's protocol
+    says (off by default: on the measured steps it turned the forecasts of tilings with such messages from
+    10-43% short to 22-68% long, docs/mpi.md); without it such a message is received at the receiver's first
+    turn.
+    The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -108,8 +117,14 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     m = rank_machine_costs(machine, host_costs, workers_per_rank, sched)
     sharing = core_sharing(machine, ranks, workers_per_rank, progress, background, slice_s)
     durations = DurationModel(m, calibration).durations(graph)
+    if not pipeline_turns:
+        from dataclasses import replace
+
+        network = replace(network, rndv_bytes=1 << 62)
+    cpu = network.submit_cpu_task_s if main_threads else 0.0
     res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations, sharing=sharing,
-                         nic=nic, submit_task_s=network.submit_task_s)
+                         nic=nic, submit_task_s=0.0 if cpu > 0 and sharing is not None else network.submit_task_s,
+                         submit_cpu_task_s=cpu)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,

@@ -3,8 +3,9 @@ cost per message falls short inside a step.
 
 ``calibrate --ranks`` runs a probe step (:data:`PROBE`: another model, tiling and distribution than
 those usually forecast) with ``tilecast run --ranks``. Its runs give the time each rank's main thread
-takes per task it submits (``submit_task_s``), which the forecast charges as the order in which tasks
-join their rank's queues. The cost per message stays the ping-pong's: the probe also reports, by
+takes per task it submits, in wall time (``submit_task_s``) and in CPU time (``submit_cpu_task_s``,
+``time.thread_time``), which the forecast charges on the cores the main thread shares with the rank's
+other threads (:mod:`tilecast.simulator.ranks_submission`). The cost per message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
 probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
 a cost fitted on one step stands for whatever the model misses there, and misprices steps of another
@@ -65,7 +66,12 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     # the main thread's time per task it submits: each rank's median over the steps after the first
     submit = [float(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s)) / r.n_tasks
               for r in results if r.submit_s is not None]
-    net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0)
+    # and its CPU time per task (time.thread_time): what it asks of the cores it shares, which the forecast
+    # charges on them (tilecast.simulator.ranks_submission); the wall time above already holds the waits
+    cpu = [float(np.median(r.submit_cpu_s[:, 1:] if r.submit_cpu_s.shape[1] > 1 else r.submit_cpu_s)) / r.n_tasks
+           for r in results if r.submit_cpu_s is not None]
+    net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
+                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0)
     machine = load_machine("local")
     calibration, host_costs = stored_models(machine)
     built = build_step(cfg, p["batch"], p["seq"], tiling)
@@ -80,6 +86,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     probe = {**p, "ranks": ranks, "workers_per_rank": workers, "steps": steps, "runs_s": runs,
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
+             "submit_cpu_task_s": net.submit_cpu_task_s,
              "background_threads": background}
     src = (f"{net.source}; submission per task measured on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "

@@ -10,7 +10,10 @@ A message of ``b`` bytes from one rank to another takes
 the StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
 (:mod:`tilecast.executor.mpi_pingpong`); they are stored under
 ``$TILECAST_HOME/calibration/network-<machine>-<fingerprint>.json``, keyed by rank count, workers per
-rank and MPI transport.
+rank and MPI transport. Open MPI's eager and rendezvous limits (``eager_bytes``, ``rndv_bytes``, from
+``ompi_info``) say which protocol a message takes (:meth:`Network.protocol`); the ping-pong's extra time
+per protocol is ``protocol_s``; ``submit_task_s`` and ``submit_cpu_task_s`` are a rank's main-thread wall
+and CPU time per task it submits (a probe step, :mod:`tilecast.loop.ranks_probe`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,15 @@ class Network:
     submit_task_s: float = 0.0  # s of a rank's main thread per task it submits, measured on the probe step
     eager_bytes: int | None = None  # payload up to which a send completes as it leaves (None: the transport's,
     # eager_for; above it, once the receiver has matched it and the sender has seen that)
+    rndv_bytes: int | None = None  # payload the rendezvous' first fragment carries (None: the transport's,
+    # rendezvous_for); above it the rest leaves only at the sender's next turn after the receiver matched it
+    protocol_s: dict | None = None  # extra one-way seconds of the ping-pong per protocol over an eager
+    # message's ({"rendezvous": s, "pipeline": s}, fit_network), in flight like the latency
+    submit_cpu_task_s: float = 0.0  # CPU s of a rank's main thread per task it submits (the probe step), which
+    # it asks of the cores it shares with the workers and progress threads
 
     def __post_init__(self):
-        for name in ("latency_s", "message_s", "submit_task_s"):
+        for name in ("latency_s", "message_s", "submit_task_s", "submit_cpu_task_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 raise FieldError(f"network {name} must be a number >= 0, got {v!r}")
@@ -59,6 +68,25 @@ class Network:
         send completes as it leaves)."""
         return eager_for(self.transport) if self.eager_bytes is None else int(self.eager_bytes)
 
+    def rendezvous_limit(self) -> int | None:
+        """``rndv_bytes``, or where it is None what :func:`rendezvous_for` says of the transport (None: no
+        message needs more than the first fragment)."""
+        return rendezvous_for(self.transport) if self.rndv_bytes is None else int(self.rndv_bytes)
+
+    def protocol(self, nbytes: int) -> str:
+        """How a message of ``nbytes`` goes: ``eager`` (complete as it leaves), ``rendezvous`` (its first
+        fragment carries it all; the sender completes once the receiver has matched it) or ``pipeline`` (the
+        rest follows the receiver's acknowledgement, at the sender's next turn)."""
+        eager, rndv = self.eager_limit(), self.rendezvous_limit()
+        if eager is None or nbytes <= eager:
+            return "eager"
+        return "pipeline" if rndv is not None and nbytes > rndv else "rendezvous"
+
+    def protocol_extra_s(self, nbytes: int) -> float:
+        """The ping-pong's extra one-way time of ``nbytes``' protocol over an eager message's (0 if not
+        measured)."""
+        return float((self.protocol_s or {}).get(self.protocol(nbytes), 0.0))
+
     def key(self) -> str:
         return network_key(self.ranks, self.workers_per_rank, self.transport)
 
@@ -70,7 +98,13 @@ def network_key(ranks: int, workers_per_rank: int, transport: str) -> str:
 def fit_network(sizes, starpu_s, mpi_s, **kw) -> Network:
     """Robust line (Siegel's repeated medians, scipy) of one-way times on message size: StarPU-MPI's
     intercept and slope, MPI's intercept (``sizes`` bytes; ``starpu_s``, ``mpi_s`` one-way seconds, one
-    figure per size). A size timed during a burst of other work does not move the line."""
+    figure per size). A size timed during a burst of other work does not move the line.
+
+    Where the transport has an eager limit (``eager_bytes``/``rndv_bytes`` in ``kw``, or the transport's own)
+    and some sizes are eager, the protocols are fitted apart: the slope is the median slope of pairs of sizes
+    within one protocol, ``message_s`` the eager sizes' intercept (median residual) less MPI's latency, and
+    ``protocol_s`` each other protocol's intercept over the eager one (>= 0): the round trips a rendezvous'
+    acknowledgement and a pipeline's second fragment add."""
     from scipy.stats import siegelslopes
 
     sizes = np.asarray(sizes, dtype=np.float64)
@@ -85,7 +119,24 @@ def fit_network(sizes, starpu_s, mpi_s, **kw) -> Network:
     latency = max(float(mpi_intercept), 0.0)
     message = max(float(intercept) - latency, 0.0)
     pts = [[int(b), float(a), float(m)] for b, a, m in zip(sizes, starpu_s, mpi_s)]
-    return Network(latency_s=latency, bandwidth_Bps=1.0 / slope, message_s=message, points=pts, **kw)
+    net = Network(latency_s=latency, bandwidth_Bps=1.0 / slope, message_s=message, points=pts, **kw)
+    # each protocol's own intercept over the common slope (the median of its sizes' residuals): an eager
+    # message's gives the cost per message, the others' their extra over it (a rendezvous' acknowledgement,
+    # a pipeline's second fragment: round trips the line through every size would spread over all sizes)
+    kinds = np.array([net.protocol(int(b)) for b in sizes])
+    if net.eager_limit() is not None and (kinds == "eager").any():
+        # the slope of pairs of sizes within one protocol (Theil-Sen's median, less the protocols' steps)
+        pairs = [(starpu_s[j] - starpu_s[i]) / (sizes[j] - sizes[i]) for i in range(len(sizes))
+                 for j in range(i + 1, len(sizes)) if kinds[i] == kinds[j] and sizes[j] != sizes[i]]
+        if pairs and np.median(pairs) > 0:
+            slope = float(np.median(pairs))
+            net.bandwidth_Bps = 1.0 / slope
+        resid = starpu_s - sizes * slope
+        base = float(np.median(resid[kinds == "eager"]))
+        net.message_s = max(base - latency, 0.0)
+        net.protocol_s = {k: max(float(np.median(resid[kinds == k])) - base, 0.0)
+                          for k in ("rendezvous", "pipeline") if (kinds == k).any()}
+    return net
 
 
 def _path(machine) -> str:
@@ -133,6 +184,18 @@ def load_network(machine, ranks: int, workers_per_rank: int, transport: str | No
 # ob1's rendezvous: the send request completes only once the receiver has matched it and acknowledged it.
 VADER_EAGER_LIMIT = 4096
 OB1_HEADER = 32  # bytes of ob1's match/rendezvous header, rounded up
+
+
+VADER_RNDV_EAGER_LIMIT = 32768  # btl_vader_rndv_eager_limit: the rendezvous' first fragment, header included
+OB1_RNDV_HEADER = 48  # bytes of ob1's rendezvous header (match header, length, request pointer), rounded up
+
+
+def rendezvous_for(transport: str) -> int | None:
+    """The payload the first fragment of a rendezvous carries, for a stored ``transport`` (Open MPI's shared
+    memory: ``btl_vader_rndv_eager_limit`` less ob1's header); None for anything else."""
+    if transport.startswith("Open MPI") and "shared memory" in transport:
+        return VADER_RNDV_EAGER_LIMIT - OB1_RNDV_HEADER
+    return None
 
 
 def eager_for(transport: str) -> int | None:

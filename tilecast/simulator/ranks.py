@@ -112,13 +112,17 @@ def augmented_accesses(graph, task_rank: np.ndarray, transfers, ranks: int):
 def simulate_ranks(graph, distribution, machine: Machine, network: Network, sched: str = "dmda",
                    workers_per_rank: int = 1, durations: np.ndarray | None = None, calibration=None,
                    priority: np.ndarray | None = None, seed: int = 0, sharing=None,
-                   nic: str = "pair", submit_task_s: float = 0.0) -> RankSimResult:
+                   nic: str = "pair", submit_task_s: float = 0.0, submit_cpu_task_s: float = 0.0) -> RankSimResult:
     """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
     ``workers_per_rank`` workers of ``machine`` joined by ``network``.
 
     durations: (kinds of ``machine``, tasks) seconds, by default from the duration model with
     ``calibration``; priority: per task (higher first), by default the bottom levels for the policies
     that use them. The per-task cost, decision and submission costs are ``machine``'s.
+
+    submit_task_s: s of a rank's main thread per task (wall), the order in which tasks join their ranks'
+    queues; submit_cpu_task_s (with ``sharing``): its CPU time per task instead, the main threads then
+    sharing the cores until they have submitted the step (:mod:`tilecast.simulator.ranks_submission`).
     """
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import POLICIES, USES_ESTIMATES, USES_PRIORITIES, task_priorities
@@ -185,7 +189,19 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     task_link[~is_task] = [link_worker[(int(s), int(d))] for s, d in zip(tr.src[msg_ids], tr.dst[msg_ids])]
     kind_index = {k: i for i, k in enumerate(kinds)}
     release = None
-    if submit_task_s > 0:
+    if sharing is not None and submit_cpu_task_s > 0:
+        from tilecast.simulator.ranks_submission import Submitting, release_times
+
+        if not np.isfinite(submit_cpu_task_s):
+            raise ValueError(f"submit_cpu_task_s must be a finite number >= 0, got {submit_cpu_task_s!r}")
+        rel = release_times(sharing, graph.n_tasks, submit_cpu_task_s)
+        by_rank = np.empty(n_aug, dtype=np.int64)
+        turn = np.empty(n_aug, dtype=np.int64)
+        by_rank[is_task], turn[is_task] = p.task_rank[task_ids], task_ids
+        by_rank[~is_task], turn[~is_task] = tr.src[msg_ids], tr.task[msg_ids]  # the sender's main thread posts it
+        release = rel[by_rank, turn].tolist()
+        sharing = Submitting(sharing, rel[:, -1] if graph.n_tasks else np.zeros(ranks))
+    elif submit_task_s > 0:
         if not np.isfinite(submit_task_s):
             raise ValueError(f"submit_task_s must be a finite number >= 0, got {submit_task_s!r}")
         turn = np.empty(n_aug)
@@ -231,7 +247,8 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     if sharing is not None:
         summary["threads"] = {"cores": sharing.cores, "threads": sharing.threads, "background": sharing.background,
                               "slice_s": sharing.slice_s, "period_s": sharing.period,
-                              "progress_drives_worker": sharing.progress_drives_worker}
+                              "progress_drives_worker": sharing.progress_drives_worker,
+                              "submit_end_s": getattr(sharing, "submit_end", None)}
     return RankSimResult(t_start, t_end, t_worker, p.task_rank.copy(), messages, summary)
 
 

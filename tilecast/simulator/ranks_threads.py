@@ -45,6 +45,11 @@
   gradients), they go 10 at a time, each ten waiting for a receiver's and a sender's turn.
 - **The step's end** is timed after a barrier that the ranks' main threads must wake for
   (:meth:`CoreSharing.step_end`).
+- **A pipelined rendezvous** (above the first fragment, ``Network.protocol`` = ``pipeline``): received at the
+  receiver's turn after the sender's turn after the receiver matched it (:meth:`ThreadedRankEngine._matched`);
+  :func:`tilecast.loop.ranks_forecast.forecast_ranks` turns it off unless ``pipeline_turns``. Each message
+  also pays its protocol's ping-pong cost in flight (``Network.protocol_extra_s``).
+- **The main threads** while they submit: :mod:`tilecast.simulator.ranks_submission`.
 """
 
 from __future__ import annotations
@@ -139,6 +144,20 @@ class CoreSharing:
 
     def progress_thread(self, rank: int) -> int:
         return rank * self.threads_per_rank + (0 if self.progress_drives_worker else self.workers_per_rank)
+
+    def on_time(self, thread: int, t0: float, t1: float) -> float:
+        """Seconds ``thread`` is on a core between ``t0`` and ``t1``."""
+        if t1 <= t0:
+            return 0.0
+        if not self.shared:
+            return t1 - t0
+        p, s, ph = self.period, self.slice_s, self.phase(thread)
+
+        def upto(t):  # on-core time from the phase's origin to t (may be negative)
+            k = math.floor((t - ph) / p)
+            return k * s + min(t - ph - k * p, s)
+
+        return upto(t1) - upto(t0)
 
     def phase(self, thread: int) -> float:
         """When ``thread``'s slice starts in each period: the ranks' threads fill the slots of one core after
@@ -316,6 +335,8 @@ class ThreadedRankEngine(Engine):
             wire = max(leave, self.pair_free.get((src, dst), 0.0))
             self.pair_free[(src, dst)] = wire + hold
         arrive = wire + hold + net.message_s + net.latency_s
+        if self.eager is not None and hasattr(net, "protocol_extra_s"):
+            arrive += net.protocol_extra_s(self.msg_bytes[k])  # the protocol's handshakes, as the ping-pong saw
         if self.eager is not None:
             self.in_flight[src] += 1
             if self.msg_bytes[k] <= self.eager:  # buffered: complete at the sender's next test
@@ -328,15 +349,43 @@ class ThreadedRankEngine(Engine):
         env.timeout(wire + hold - now).callbacks.append(lambda ev, w=w: self._link_free(w))
 
     def _arrived(self, ev) -> None:
-        """The message is there: it is received when the receiver's progress thread next polls."""
+        """The message is there: it is received when the receiver's progress thread next polls (a pipelined
+        rendezvous: :meth:`_matched` first)."""
         t = ev._value
         now = self.env._now
-        done = self._poll(self.msg_dst[self.msg[t]], now)
+        k = self.msg[t]
+        done = self._poll(self.msg_dst[k], now)
         self.end[t] = done
+        then = self._matched if self._pipelined(k) else self._received
         if done > now:
-            self.env.timeout(done - now, t).callbacks.append(self._received)
+            self.env.timeout(done - now, t).callbacks.append(then)
         else:
-            self._received(ev)
+            then(ev)
+
+    def _pipelined(self, k: int) -> bool:
+        return self.eager is not None and hasattr(self.net, "protocol") and \
+            self.net.protocol(self.msg_bytes[k]) == "pipeline"
+
+    def _matched(self, ev) -> None:
+        """A pipelined rendezvous (above the transport's first fragment, ``Network.rendezvous_limit``): the
+        receiver's poll has matched the first fragment and sent the acknowledgement (ob1's rendezvous
+        protocol, Open MPI ``ompi/mca/pml/ob1``: the receive posted by ``_starpu_mpi_handle_ready_request``
+        matches it); the sender sends the rest when its progress thread next tests its request
+        (``MPI_Test`` in ``_starpu_mpi_test_detached_requests`` drives Open MPI's progress), and the receiver
+        has it at its own next poll after that."""
+        t = ev._value
+        now = self.env._now
+        k = self.msg[t]
+        sent = self._poll(self.msg_src[k], now + self.net.latency_s)
+        self.end[t] = sent
+        self.env.timeout(sent - now, t).callbacks.append(self._rest_sent)
+
+    def _rest_sent(self, ev) -> None:
+        t = ev._value
+        now = self.env._now
+        done = self._poll(self.msg_dst[self.msg[t]], now + self.net.latency_s)
+        self.end[t] = done
+        self.env.timeout(done - now, t).callbacks.append(self._received)
 
     def _link_free(self, w: int) -> None:
         self.busy[w] = False
