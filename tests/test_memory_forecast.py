@@ -55,6 +55,21 @@ def test_eviction_by_hand():
     assert s["bytes_per_link"] == {"disk-write:host->disk": 2 * S, "disk-read:disk->host": 3 * S}
 
 
+def test_starpu_cost_grows_with_the_tiles_in_memory():
+    """The same steps as test_eviction_by_hand with StarPU's cost per disk transfer and tile held in main memory
+    (walk_s): the transfers see 2, 1 (write-backs of t2 then t3), 1 (t0 read), 2 and 2 (t2, t3 read) tiles held,
+    so the serial step is 8 walk_s longer, and the counters do not change."""
+    d, walk = 1e-3, 1e-4
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
+                                    warmup=False, throttle=None)
+    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_s=walk), "eager",
+                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
+    assert res.makespan == pytest.approx(plain.makespan + 8 * walk, rel=1e-12)
+    assert res.summary["resident_per_transfer"] == pytest.approx(8 / 5)
+    for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes"):
+        assert res.summary[k] == plain.summary[k]
+
+
 def test_no_eviction_when_everything_fits_and_too_small_is_an_error():
     res = simulate_memory_limited(two_axpys(), cpu_machine(1), 4 * S, DISK, "eager", durations=np.full((1, 2), 1e-3))
     assert res.summary["evictions"] == 0 and res.summary["disk_read_bytes"] == 0
@@ -102,9 +117,10 @@ def test_disk_measured_stored_and_loaded(tmp_path, monkeypatch):
     machine = cpu_machine(2)
     path = save_disk(machine, disk)
     assert path == disk_path(machine) and load_disk(path) == disk == stored_disk(machine)
-    save_disk(machine, replace(disk, runtime_latency=1e-3, runtime_source="fitted on a run"))
+    save_disk(machine, replace(disk, runtime_latency=1e-3, walk_s=1e-7, runtime_source="fitted on a run"))
     again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
     assert again.runtime_latency == 1e-3 == stored_disk(machine).runtime_latency  # a re-measurement keeps the fit
+    assert again.walk_s == 1e-7 == stored_disk(machine).walk_s and "100 ns x tiles in memory" in again.describe()
     assert again.write_s(S) == pytest.approx(1e-3 + again.write_latency + S / again.write_bandwidth)
 
 

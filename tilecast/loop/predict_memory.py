@@ -37,7 +37,9 @@ def predicted_fields(p) -> dict:
     return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s,
             "disk_written_bytes": s.get("disk_written_bytes", 0), "disk_read_bytes": s.get("disk_read_bytes", 0),
             "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
-            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0)}
+            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0),
+            "disk_writes": s.get("disk_writes", 0), "disk_reads": s.get("disk_reads", 0),
+            "resident_per_transfer": s.get("resident_per_transfer", 0.0)}
 
 
 def predicted_fields_apart(*args, **kwargs) -> dict:
