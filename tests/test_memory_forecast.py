@@ -2,6 +2,7 @@
 to a disk node, the disk node's measured speed, and simulate/tune --memory-limit."""
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -186,3 +187,20 @@ def test_tune_ranks_only_settings_that_fit(machine_file, tmp_path, capsys):
     assert all("smallest working set" in s["reason"] for s in doc["skipped"])
     steps = [r["pred_step_s"] for r in doc["ranking"]]
     assert steps == sorted(steps)
+
+
+def test_no_prefetch_under_a_limit_unless_asked(monkeypatch):
+    """A memory-limited StarPU starts with STARPU_PREFETCH=0 (its failed prefetches walk every tile in memory),
+    the environment's choice wins, and the forecast counts the walks' cost only for a prefetching run."""
+    from tilecast.executor.memory_limit import MemoryLimit, limit_prefetches
+    from tilecast.executor.starpu_session import limit_environment
+
+    monkeypatch.delenv("STARPU_PREFETCH", raising=False)
+    assert not limit_prefetches()
+    env = limit_environment(MemoryLimit(64 << 20, None), 2)
+    with env:
+        assert os.environ["STARPU_PREFETCH"] == "0" and os.environ["STARPU_LIMIT_CPU_MEM"] == "64"
+    assert "STARPU_PREFETCH" not in os.environ  # restored
+    monkeypatch.setenv("STARPU_PREFETCH", "1")
+    assert limit_prefetches() and limit_environment(MemoryLimit(64 << 20, None), 2).env["STARPU_PREFETCH"] == "1"
+    assert limit_environment(None, 2).env == {}
