@@ -87,18 +87,24 @@ def fit_runtime_costs(docs: list[dict], configs) -> tuple[float, float]:
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.disk_node import save_disk, stored_disk
 
+    from tilecast.executor.memory_limit import limit_prefetches
+
     machine = load_machine("local")
     disk = stored_disk(machine)
+    prefetch = limit_prefetches()  # without prefetches the walks cost nothing: only the cost per transfer is fitted
     n = np.array([d["predicted_disk_writes"] + d["predicted_disk_reads"] for d in docs], float)
-    w = n * np.array([d["predicted_resident_per_transfer"] for d in docs], float)
+    w = n * np.array([d["predicted_resident_per_transfer"] for d in docs], float) * prefetch
     base = np.array([d["predicted_step_s"] for d in docs]) - disk.runtime_latency * n - disk.walk_s * w
     rel = np.array([d["step_s"] for d in docs])  # relative errors weigh each configuration alike
-    (latency, walk), _ = nnls(np.stack([n, w], axis=1) / rel[:, None], (rel - base) / rel)
+    cols = [n, w] if prefetch else [n]
+    x, _ = nnls(np.stack(cols, axis=1) / rel[:, None], (rel - base) / rel)
+    latency, walk = float(x[0]), float(x[1]) if prefetch else disk.walk_s
     names = ", ".join(f"{c[0]}:{c[1]}" + (f":{c[2]}" if c[2] != "none" else "") for c in configs)
-    save_disk(machine, replace(disk, runtime_latency=float(latency), walk_s=float(walk), runtime_source=(
-        f"fitted: out_of_core.py {docs[0]['model']} {docs[0]['batch']}x{docs[0]['seq']} on {names} "
-        f"(per transfer, and per transfer and tile in memory)")))
-    return float(latency), float(walk)
+    save_disk(machine, replace(disk, runtime_latency=latency, walk_s=walk, runtime_source=(
+        f"fitted: out_of_core.py {docs[0]['model']} {docs[0]['batch']}x{docs[0]['seq']} on {names}, "
+        + ("with StarPU's prefetches (per transfer, and per transfer and tile in memory)" if prefetch else
+           f"without prefetches (per transfer; walk_s kept from: {disk.runtime_source})"))))
+    return latency, walk
 
 
 def main() -> int:

@@ -204,3 +204,14 @@ def test_no_prefetch_under_a_limit_unless_asked(monkeypatch):
     monkeypatch.setenv("STARPU_PREFETCH", "1")
     assert limit_prefetches() and limit_environment(MemoryLimit(64 << 20, None), 2).env["STARPU_PREFETCH"] == "1"
     assert limit_environment(None, 2).env == {}
+
+
+def test_initial_parameters_drawn_in_chunks_are_the_same(monkeypatch):
+    """normal32 draws a tensor a chunk at a time (no float64 copy of a whole tensor while a limited run loads
+    it): the values are those of one draw of the whole tensor, for chunks that do not divide it."""
+    from tilecast.reference import step
+
+    whole = np.random.default_rng(7).normal(0.0, 0.02, (37, 29)).astype(np.float32)
+    monkeypatch.setattr(step, "DRAW_CHUNK", 100)
+    got = step.normal32(np.random.default_rng(7), 0.02, (37, 29))
+    assert got.dtype == np.float32 and np.array_equal(got, whole)

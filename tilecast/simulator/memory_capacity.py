@@ -31,8 +31,15 @@ with the StarPU 1.3.10 code each follows:
   write-backs.
 - **Prefetches do not evict** (``_starpu_allocate_interface`` with
   ``is_prefetch``: it gives up when the cache and ``try_to_reuse_potentially_in_use_mc``
-  free nothing, which skips tiles not marked ``wontuse``): a dmda prefetch to a
-  full main memory is dropped and the data is fetched when the task starts.
+  free nothing, which skips tiles not marked ``wontuse``): a prefetch to a
+  full main memory brings nothing and the data is fetched when the task starts.
+  Memory-limited runs start StarPU without prefetches (``STARPU_PREFETCH=0``,
+  :data:`tilecast.executor.memory_limit.LIMIT_PREFETCH`); with them, a failed
+  prefetch is put back (``data_request.c``, ``-ENOMEM``) and tried again at
+  every turn of every worker's progress loop, each try walking the whole
+  ``mc_list`` three times under ``mc_lock``: that cost, which grows with the
+  tiles main memory holds, is charged to each disk transfer as ``walk_s`` per
+  tile held (:meth:`CappedMemory._disk_transfer`; fitted, docs/memory.md).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
   copy (the coherency protocol, ``src/datawizard/coherency.c``).
@@ -59,7 +66,7 @@ with the StarPU 1.3.10 code each follows:
   these write-backs, but they hold the disk.
 
 Not modelled: host-side acquires between steps (loss, batch), and the time
-StarPU spends walking its lists.
+StarPU spends walking its lists other than for failed prefetches.
 
 The Python engine's general loop runs it (the fused and C loops model
 device memory only: :meth:`DequeModel.fused_run` leaves a Memory subclass to
