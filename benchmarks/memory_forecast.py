@@ -14,10 +14,18 @@ forecast, over the forecast's disk transfers, added to the stored disk node
 (``runtime_latency``); every later run is forecast with it, so the other
 configurations test the model out of sample.
 
-Last line: one JSON object: ``rows`` (one per configuration: ``tiling``, ``limit``, ``recompute``,
+With ``--fit N``, StarPU's costs are fitted on the first N configurations' first
+runs instead (least squares on relative errors): the cost per disk transfer and,
+for runs that prefetch (``STARPU_PREFETCH=1``; memory-limited runs do not by
+default), the cost per transfer and tile held in main memory (``walk_s``: the
+failed prefetches' walks of StarPU's list of tiles, docs/memory.md).
+
+Last line: one JSON object: ``fitted_runtime_latency_s``, ``fitted_walk_s`` (s, or null), ``fitted_on``,
+``rows`` (one per configuration: ``tiling``, ``limit``, ``recompute``,
 ``predicted_step_s``, ``measured_step_s`` (median over repeats of each repeat's median step),
 ``repeats_step_s``, ``predicted_disk_bytes`` and ``disk_bytes`` (``written``, ``read``, bytes per
-step), ``predicted_evictions``) and the run conditions.
+step), ``predicted_evictions``, ``fitted``: whether the row was fitted on, and so is no validation figure) and
+the run conditions.
 
     python3 benchmarks/memory_forecast.py --configs 32:2MiB,32:4MiB,32:8MiB,64:4MiB,64:6MiB,64:12MiB
 """
@@ -126,7 +134,8 @@ def main() -> int:
                          "N configurations' first runs (N >= 2; the others are forecast out of sample)")
     args = ap.parse_args()
     if args.fit and (args.fit < 2 or args.fit_first):
-        raise SystemExit("memory_forecast: --fit: N must be >= 2, and --fit excludes --fit-first")
+        print("memory_forecast: --fit: N must be >= 2, and --fit excludes --fit-first", file=sys.stderr)
+        return 2
     configs = parse_configs(args.configs)
     runs: dict = {c: [] for c in configs}
     fitted = None
