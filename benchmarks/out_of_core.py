@@ -23,7 +23,8 @@ Last line: one JSON object with ``step_s`` (median measured step, seconds),
 ``predicted_step_s`` (the forecast, seconds), ``disk_bytes`` (median per step:
 ``written``, ``read``, bytes), ``predicted_disk_bytes`` (``written``,
 ``read``, bytes per step), ``predicted_evictions``, ``predicted_writebacks`` and
-``predicted_disk_transfers`` (per step), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
+``predicted_disk_transfers``, ``predicted_disk_writes``, ``predicted_disk_reads`` (tiles per step) and
+``predicted_resident_per_transfer`` (tiles main memory holds, mean over the disk transfers), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
 (peak RSS less the limit), ``expected_overhead_bytes`` (the formula's), ``rss_before_start_bytes``, ``tiles``,
 the per-step lists and the run conditions.
 
@@ -138,7 +139,9 @@ def main() -> int:
         "disk_bytes": {"written": float(np.median(written)), "read": float(np.median(read))},
         "predicted_disk_bytes": {"written": forecast["disk_written_bytes"], "read": forecast["disk_read_bytes"]},
         "predicted_evictions": forecast["evictions"], "predicted_writebacks": forecast["writebacks"],
-        "predicted_disk_transfers": forecast["disk_transfers"],
+        "predicted_disk_transfers": forecast["disk_transfers"], 
+        "predicted_disk_writes": forecast["disk_writes"], "predicted_disk_reads": forecast["disk_reads"],
+        "predicted_resident_per_transfer": forecast["resident_per_transfer"],
         "peak_rss_bytes": res.peak_rss_bytes, "overhead_bytes": over, "expected_overhead_bytes": expected,
         "rss_before_start_bytes": before_start, "tiles": tiles, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,

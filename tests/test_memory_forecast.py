@@ -2,6 +2,7 @@
 to a disk node, the disk node's measured speed, and simulate/tune --memory-limit."""
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -55,6 +56,21 @@ def test_eviction_by_hand():
     assert s["bytes_per_link"] == {"disk-write:host->disk": 2 * S, "disk-read:disk->host": 3 * S}
 
 
+def test_starpu_cost_grows_with_the_tiles_in_memory():
+    """The same steps as test_eviction_by_hand with StarPU's cost per disk transfer and tile held in main memory
+    (walk_s): the transfers see 2, 1 (write-backs of t2 then t3), 1 (t0 read), 2 and 2 (t2, t3 read) tiles held,
+    so the serial step is 8 walk_s longer, and the counters do not change."""
+    d, walk = 1e-3, 1e-4
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
+                                    warmup=False, throttle=None)
+    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_s=walk), "eager",
+                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
+    assert res.makespan == pytest.approx(plain.makespan + 8 * walk, rel=1e-12)
+    assert res.summary["resident_per_transfer"] == pytest.approx(8 / 5)
+    for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes"):
+        assert res.summary[k] == plain.summary[k]
+
+
 def test_no_eviction_when_everything_fits_and_too_small_is_an_error():
     res = simulate_memory_limited(two_axpys(), cpu_machine(1), 4 * S, DISK, "eager", durations=np.full((1, 2), 1e-3))
     assert res.summary["evictions"] == 0 and res.summary["disk_read_bytes"] == 0
@@ -102,9 +118,10 @@ def test_disk_measured_stored_and_loaded(tmp_path, monkeypatch):
     machine = cpu_machine(2)
     path = save_disk(machine, disk)
     assert path == disk_path(machine) and load_disk(path) == disk == stored_disk(machine)
-    save_disk(machine, replace(disk, runtime_latency=1e-3, runtime_source="fitted on a run"))
+    save_disk(machine, replace(disk, runtime_latency=1e-3, walk_s=1e-7, runtime_source="fitted on a run"))
     again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
     assert again.runtime_latency == 1e-3 == stored_disk(machine).runtime_latency  # a re-measurement keeps the fit
+    assert again.walk_s == 1e-7 == stored_disk(machine).walk_s and "100 ns x tiles in memory" in again.describe()
     assert again.write_s(S) == pytest.approx(1e-3 + again.write_latency + S / again.write_bandwidth)
 
 
@@ -170,3 +187,31 @@ def test_tune_ranks_only_settings_that_fit(machine_file, tmp_path, capsys):
     assert all("smallest working set" in s["reason"] for s in doc["skipped"])
     steps = [r["pred_step_s"] for r in doc["ranking"]]
     assert steps == sorted(steps)
+
+
+def test_no_prefetch_under_a_limit_unless_asked(monkeypatch):
+    """A memory-limited StarPU starts with STARPU_PREFETCH=0 (its failed prefetches walk every tile in memory),
+    the environment's choice wins, and the forecast counts the walks' cost only for a prefetching run."""
+    from tilecast.executor.memory_limit import MemoryLimit, limit_prefetches
+    from tilecast.executor.starpu_session import limit_environment
+
+    monkeypatch.delenv("STARPU_PREFETCH", raising=False)
+    assert not limit_prefetches()
+    env = limit_environment(MemoryLimit(64 << 20, None), 2)
+    with env:
+        assert os.environ["STARPU_PREFETCH"] == "0" and os.environ["STARPU_LIMIT_CPU_MEM"] == "64"
+    assert "STARPU_PREFETCH" not in os.environ  # restored
+    monkeypatch.setenv("STARPU_PREFETCH", "1")
+    assert limit_prefetches() and limit_environment(MemoryLimit(64 << 20, None), 2).env["STARPU_PREFETCH"] == "1"
+    assert limit_environment(None, 2).env == {}
+
+
+def test_initial_parameters_drawn_in_chunks_are_the_same(monkeypatch):
+    """normal32 draws a tensor a chunk at a time (no float64 copy of a whole tensor while a limited run loads
+    it): the values are those of one draw of the whole tensor, for chunks that do not divide it."""
+    from tilecast.reference import step
+
+    whole = np.random.default_rng(7).normal(0.0, 0.02, (37, 29)).astype(np.float32)
+    monkeypatch.setattr(step, "DRAW_CHUNK", 100)
+    got = step.normal32(np.random.default_rng(7), 0.02, (37, 29))
+    assert got.dtype == np.float32 and np.array_equal(got, whole)

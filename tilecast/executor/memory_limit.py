@@ -197,3 +197,16 @@ def map_tile_buffers() -> bool:
     libc = ctypes.CDLL(None)
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         libc.mallopt(_M_MMAP_MAX, max(max_maps - MAP_COUNT_MARGIN, 1024)))
+
+
+# No prefetch under a memory limit, unless the environment asks for it: a prefetch to a full main memory evicts
+# nothing, fails and is retried at every turn of every worker's progress loop, and each try walks the node's
+# whole list of tiles three times under its lock (StarPU 1.3.10, src/datawizard/memalloc.c,
+# _starpu_allocate_interface, try_to_reuse_potentially_in_use_mc; data_request.c puts it back on -ENOMEM):
+# the walks grow with the tiles the limit holds and slowed memory-limited steps several times (docs/memory.md).
+LIMIT_PREFETCH = "0"
+
+
+def limit_prefetches() -> bool:
+    """Whether StarPU prefetches under a memory limit started from this environment (``STARPU_PREFETCH``)."""
+    return os.environ.get("STARPU_PREFETCH", LIMIT_PREFETCH).strip() not in ("0", "")

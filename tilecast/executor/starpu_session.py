@@ -239,12 +239,15 @@ class limit_environment:
     """StarPU's environment for a memory limit, set while StarPU starts (it reads it then) and restored."""
 
     def __init__(self, memory, workers: int):
+        from tilecast.executor.memory_limit import limit_prefetches
+
         self.env = {}
         if memory is not None:
             hi, lo = THROTTLE_PER_WORKER
             self.env = {"STARPU_LIMIT_CPU_MEM": str(memory.limit_mib),
                         "STARPU_LIMIT_MAX_SUBMITTED_TASKS": str(hi * workers),
-                        "STARPU_LIMIT_MIN_SUBMITTED_TASKS": str(lo * workers)}
+                        "STARPU_LIMIT_MIN_SUBMITTED_TASKS": str(lo * workers),
+                        "STARPU_PREFETCH": "1" if limit_prefetches() else "0"}
 
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in self.env}

@@ -10,9 +10,13 @@ def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int,
     """The :class:`~tilecast.loop.predict.Prediction` of one step of the configuration under a main-memory
     limit of ``limit_bytes`` with a disk node in ``offload_dir`` (None: no disk node), on the local machine
     with its stored models (kernel calibration, host costs, the disk node measured by ``tilecast calibrate``
-    there or now). Its ``summary`` holds the predicted ``evictions``, ``writebacks``, ``dropped``,
+    there or now; StarPU's cost of walking its list of tiles, ``walk_s``, only if the run prefetches,
+    :func:`~tilecast.executor.memory_limit.limit_prefetches`). Its ``summary`` holds the predicted
+    ``evictions``, ``writebacks``, ``dropped``,
     ``disk_written_bytes`` and ``disk_read_bytes`` of a step after a warm-up step."""
-    from tilecast.executor.memory_limit import MemoryLimitError
+    from dataclasses import replace
+
+    from tilecast.executor.memory_limit import MemoryLimitError, limit_prefetches
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import predict, stored_models
     from tilecast.perfmodel import load_machine
@@ -24,6 +28,8 @@ def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int,
     graph = graph if graph is not None else config.build()
     calibration, host_costs = stored_models(machine)
     disk = ensure_disk(machine, offload_dir) if offload_dir is not None else None
+    if disk is not None and not limit_prefetches():  # the list walks of failed prefetches: none to forecast
+        disk = replace(disk, walk_s=0.0)
     forecast = MemoryForecast(limit_bytes, disk)
     refused = forecast.refusal([graph], workers)
     if refused:
@@ -37,7 +43,9 @@ def predicted_fields(p) -> dict:
     return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s,
             "disk_written_bytes": s.get("disk_written_bytes", 0), "disk_read_bytes": s.get("disk_read_bytes", 0),
             "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
-            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0)}
+            "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0),
+            "disk_writes": s.get("disk_writes", 0), "disk_reads": s.get("disk_reads", 0),
+            "resident_per_transfer": s.get("resident_per_transfer", 0.0)}
 
 
 def predicted_fields_apart(*args, **kwargs) -> dict:

@@ -60,6 +60,10 @@ class DiskNode:
     #: (benchmarks/memory_forecast.py --fit-first); 0 until then
     runtime_latency: float = 0.0
     runtime_source: str = ""
+    #: StarPU's time per disk transfer and per tile held in main memory (s): its walks of the node's list of
+    #: tiles (memalloc.c, mc_list, under mc_lock) grow with the tiles the limit holds; fitted with
+    #: runtime_latency (benchmarks/memory_forecast.py --fit); 0 until then
+    walk_s: float = 0.0
 
     def write_s(self, nbytes: float) -> float:
         return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
@@ -69,8 +73,9 @@ class DiskNode:
 
     def describe(self) -> str:
         rt = f" + StarPU {self.runtime_latency * 1e6:.0f} us" if self.runtime_latency else ""
+        walk = f" + {self.walk_s * 1e9:.0f} ns x tiles in memory" if self.walk_s else ""
         return (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
-                f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer")
+                f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer{walk}")
 
 
 def _fit(sizes, seconds) -> tuple[float, float]:
@@ -188,6 +193,7 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         old = stored_disk(machine)
     except DiskNodeError:
         old = None
-    if old is not None and old.runtime_latency:
-        disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source)
+    if old is not None and (old.runtime_latency or old.walk_s):
+        disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
+                       walk_s=old.walk_s)
     return disk, save_disk(machine, disk)

@@ -45,6 +45,20 @@ def init_gpt2_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return dict(iter_gpt2_params(cfg, seed))
 
 
+#: elements drawn at a time by :func:`normal32` (its float64 draw: 8 MiB)
+DRAW_CHUNK = 1 << 20
+
+
+def normal32(rng, std: float, shape) -> np.ndarray:
+    """``rng.normal(0, std, shape).astype(np.float32)``, the same values, drawn a chunk at a time: the float64
+    draw of a whole tensor (8 bytes per element, beside the 4 of the result) is what a memory-limited run held
+    beyond its limit while it loaded its largest tensors (docs/memory.md)."""
+    out = np.empty(int(np.prod(shape)), dtype=np.float32)
+    for i in range(0, out.size, DRAW_CHUNK):
+        out[i:i + DRAW_CHUNK] = rng.normal(0.0, std, min(DRAW_CHUNK, out.size - i))
+    return out.reshape(shape)
+
+
 def iter_gpt2_params(cfg: ModelConfig, seed: int = 0):
     """(name, array) of :func:`init_gpt2_params`, one parameter at a time (the same values)."""
     rng = np.random.default_rng(seed)
@@ -52,14 +66,12 @@ def iter_gpt2_params(cfg: ModelConfig, seed: int = 0):
     for name, (shape, _) in gpt2_parameters(cfg).items():
         leaf = name.rsplit(".", 1)[-1]
         if name.endswith(("ln_1.g", "ln_2.g", "ln_f.g")):
-            a = np.ones(shape)
+            a = np.ones(shape, dtype=np.float32)
         elif leaf in ("b", "bq", "bk", "bv", "bo", "bfc", "bproj"):
-            a = np.zeros(shape)
-        elif leaf in ("wo", "wproj"):
-            a = rng.normal(0.0, residual_std, shape)
+            a = np.zeros(shape, dtype=np.float32)
         else:
-            a = rng.normal(0.0, 0.02, shape)
-        yield name, a.astype(np.float32)
+            a = normal32(rng, residual_std if leaf in ("wo", "wproj") else 0.02, shape)
+        yield name, a
 
 
 def init_llama_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
@@ -73,7 +85,7 @@ def iter_llama_params(cfg: ModelConfig, seed: int = 0):
 
     rng = np.random.default_rng(seed)
     for name, (shape, _) in llama_parameters(cfg).items():
-        yield name, (np.ones(shape) if name.endswith("norm.g") else rng.normal(0.0, 0.02, shape)).astype(np.float32)
+        yield name, np.ones(shape, dtype=np.float32) if name.endswith("norm.g") else normal32(rng, 0.02, shape)
 
 
 def init_params(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:

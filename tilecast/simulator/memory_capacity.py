@@ -31,8 +31,15 @@ with the StarPU 1.3.10 code each follows:
   write-backs.
 - **Prefetches do not evict** (``_starpu_allocate_interface`` with
   ``is_prefetch``: it gives up when the cache and ``try_to_reuse_potentially_in_use_mc``
-  free nothing, which skips tiles not marked ``wontuse``): a dmda prefetch to a
-  full main memory is dropped and the data is fetched when the task starts.
+  free nothing, which skips tiles not marked ``wontuse``): a prefetch to a
+  full main memory brings nothing and the data is fetched when the task starts.
+  Memory-limited runs start StarPU without prefetches (``STARPU_PREFETCH=0``,
+  :data:`tilecast.executor.memory_limit.LIMIT_PREFETCH`); with them, a failed
+  prefetch is put back (``data_request.c``, ``-ENOMEM``) and tried again at
+  every turn of every worker's progress loop, each try walking the whole
+  ``mc_list`` three times under ``mc_lock``: that cost, which grows with the
+  tiles main memory holds, is charged to each disk transfer as ``walk_s`` per
+  tile held (:meth:`CappedMemory._disk_transfer`; fitted, docs/memory.md).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
   copy (the coherency protocol, ``src/datawizard/coherency.c``).
@@ -59,7 +66,7 @@ with the StarPU 1.3.10 code each follows:
   these write-backs, but they hold the disk.
 
 Not modelled: host-side acquires between steps (loss, batch), and the time
-StarPU spends walking its lists.
+StarPU spends walking its lists other than for failed prefetches.
 
 The Python engine's general loop runs it (the fused and C loops model
 device memory only: :meth:`DequeModel.fused_run` leaves a Memory subclass to
@@ -141,6 +148,7 @@ class DiskLinks(Links):
         self.timeline = list(range(len(names)))
         for i in disk:
             self.timeline[i] = disk[0]
+        self.extra = 0.0  # seconds added to the next transfer (StarPU's cost that CappedMemory sets)
 
     def transfer(self, src: int, dst: int, nbytes: int, not_before: float) -> float:
         route = self.route[src][dst]
@@ -149,7 +157,7 @@ class DiskLinks(Links):
         for i in route:
             if free_at[tl[i]] > start:
                 start = free_at[tl[i]]
-        end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst]
+        end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
         for i in route:
             free_at[tl[i]] = end
         self.flat_log.extend((src, dst, nbytes, start, end))
@@ -170,6 +178,8 @@ class CappedMemory(Memory):
         self.n_dropped = 0  # clean tiles evicted without a write
         self.n_tidied = 0  # dirty tiles written back ahead of need
         self.n_disk_reads = 0  # tiles read back from the disk node
+        self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
+        self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
         # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
         # earlier ones evicted first, in LRU order), the others on disk
         held, disk_bit = self.avail[0], 1 << self.disk
@@ -198,6 +208,7 @@ class CappedMemory(Memory):
         self._cost.clear()
         self.peak = list(self.used)
         self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
+        self.resident_sum = 0
         self.disk_written = self.disk_read = 0
 
     def _make_room(self, node: int, nbytes: int, now: float) -> float:
@@ -243,7 +254,7 @@ class CappedMemory(Memory):
             self.used[node] -= sz
             self.n_evictions += 1
             if self.valid[tile] == bit:  # the only valid copy (STARPU_OWNER): written to the disk, waited for
-                end = self.links.transfer(node, disk, sz, ready if ready > now else now)
+                end = self._disk_transfer(node, disk, sz, ready if ready > now else now)
                 self.valid[tile] = 1 << disk
                 self.avail[disk][tile] = end
                 self.used[disk] += sz
@@ -256,6 +267,16 @@ class CappedMemory(Memory):
                 self.n_dropped += 1
         return free_at
 
+    def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float) -> float:
+        """A transfer to or from the disk node, with StarPU's cost that grows with the tiles main memory holds
+        (``walk_s`` per tile: its walks of ``mc_list``, docs/memory.md)."""
+        n = len(self.avail[0])
+        self.resident_sum += n
+        self.links.extra = self.walk_s * n
+        end = self.links.transfer(src, dst, nbytes, start)
+        self.links.extra = 0.0
+        return end
+
     def _bring(self, tile: int, node: int, now: float, fetch: int = 1) -> float:
         size = self.size[tile]
         room = now
@@ -266,10 +287,12 @@ class CappedMemory(Memory):
             src = v.bit_length() - 1 if v & (v - 1) == 0 else self._source(v, node, size)
             since = self.avail[src][tile]
             start = since if since > room else room
-            ready = self.links.transfer(src, node, size, start)
             if src == self.disk:
+                ready = self._disk_transfer(src, node, size, start)
                 self.disk_read += size
                 self.n_disk_reads += 1
+            else:
+                ready = self.links.transfer(src, node, size, start)
         else:
             ready = room  # a write-only access: allocated, nothing copied
         self.avail[node][tile] = ready
@@ -312,7 +335,7 @@ class CappedMemory(Memory):
             if tile not in dirty or tile in in_use:
                 continue
             sz = size[tile]
-            end = self.links.transfer(0, disk, sz, ready if ready > now else now)
+            end = self._disk_transfer(0, disk, sz, ready if ready > now else now)
             valid[tile] |= 1 << disk
             self.avail[disk][tile] = end
             self.used[disk] += sz
@@ -406,6 +429,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     worker_node = [w.node for w in m.workers]
     links = DiskLinks(m)
     memory = CappedMemory(graph, m, links, limit_bytes, tidy)
+    memory.walk_s = float(getattr(disk, "walk_s", 0.0))
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -435,7 +459,8 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     summary = summarize(graph, m, durations, worker_kind, start, end, worker, links, tr, memory, sched)
     summary.update({"memory_limit_bytes": int(limit_bytes), "disk_written_bytes": int(memory.disk_written),
                     "disk_read_bytes": int(memory.disk_read), "dropped": int(memory.n_dropped),
-                    "tidied": int(memory.n_tidied),
+                    "tidied": int(memory.n_tidied), "resident_per_transfer": (
+                        memory.resident_sum / max(memory.n_writebacks + memory.n_tidied + memory.n_disk_reads, 1)),
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
     return LimitedSimResult(start, end, worker, summary, tr, graph, m)
