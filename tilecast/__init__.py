@@ -10,7 +10,8 @@ import types
 
 __version__ = "0.1.0"
 
-ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference")
+ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
+                "validate_inference")
 
 
 class EntryPointPackage(types.ModuleType):

@@ -15,107 +15,18 @@ See docs/api.md.
 
 from __future__ import annotations
 
-import dataclasses
-import html
 from dataclasses import dataclass, field
 
 from tilecast.errors import FieldError
 
 __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate",
            "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
-           "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult"]
+           "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult",
+           "validate_inference", "InferenceValidateResult"]
 
 
-class _Result:
-    """What every result offers: ``to_frame()`` (subclasses), ``to_dict()`` and an HTML view."""
-
-    _title = ""
-
-    def to_frame(self):  # pragma: no cover - every result defines it
-        raise NotImplementedError
-
-    def to_dict(self) -> dict:
-        """The typed fields as JSON-ready values (objects such as graphs and traces left out)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}
-
-    def _headline(self) -> str:
-        return self._title
-
-    def _repr_html_(self) -> str:
-        frame = self.to_frame()
-        table = frame.to_html(max_rows=30, float_format=lambda x: f"{x:.6g}", index=False)
-        return f"<p><b>{html.escape(self._headline())}</b></p>{table}"
-
-
-def _config(spec):
-    """A ModelConfig from a preset name, JSON object/file, ModelConfig or ModelResult."""
-    from tilecast.graph.model_config import ModelConfig, load_model
-
-    if isinstance(spec, ModelResult):
-        return spec.config
-    if isinstance(spec, ModelConfig):
-        return spec
-    if isinstance(spec, dict):
-        import json
-
-        spec = json.dumps(spec)
-    return load_model(spec)
-
-
-def _tiling(tile):
-    """A Tiling from ``"256"``, ``"seq=128,embd=256"``, an int, a {dim: size} dict, a Tiling or None (untiled)."""
-    from tilecast.graph import Tiling
-
-    if isinstance(tile, Tiling):
-        return tile
-    if isinstance(tile, dict):
-        return Tiling(dict(tile))
-    return Tiling.parse(None if tile is None else str(tile))
-
-
-def _positive(name: str, value, low: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise FieldError(f"{name} must be a whole number of at least {low}, got {value!r}")
-    return value
-
-
-def _shape(cfg, batch, seq) -> None:
-    _positive("batch", batch)
-    _positive("seq", seq)
-    if seq > cfg.n_positions:
-        raise FieldError(f"seq {seq} exceeds the model's n_positions ({cfg.n_positions})")
-
-
-# --- model -------------------------------------------------------------------------------------------------
-@dataclass
-class ModelResult(_Result):
-    """A GPT model's shape (``config`` is the :class:`tilecast.graph.model_config.ModelConfig`)."""
-
-    name: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    vocab_size: int
-    n_positions: int
-    params: int
-    config: object = field(repr=False, default=None)
-    _title = "model"
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([self.to_dict()])
-
-    def _headline(self) -> str:
-        return f"{self.name}: {self.params / 1e6:.1f} M parameters"
-
-
-def model(spec="gpt2") -> ModelResult:
-    """A model shape: a preset (``gpt2-tiny``, ``gpt2``, ... ``gpt2-xl``), a JSON file, or a JSON object/dict of
-    ``n_layer``, ``n_embd``, ``n_head``, ``vocab_size``, ``n_positions``."""
-    cfg = _config(spec)
-    return ModelResult(cfg.name, cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.n_positions,
-                       int(cfg.n_params()), cfg)
+from tilecast.api_base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
+from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
 
 
 # --- graph -------------------------------------------------------------------------------------------------
@@ -566,52 +477,6 @@ def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048
                         best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
                         best.timeline, best.hfu)
 
-
-# --- validate ----------------------------------------------------------------------------------------------
-@dataclass
-class ValidateResult(_Result):
-    """The cluster model against published training runs (``tilecast validate``); ``to_frame()`` has one row
-    per run: published, predicted, error (and ``lopo_error``, the leave-one-publication-out prediction's).
-    Only held-out rows (never fitted) decide ``ok``; errors are fractions."""
-
-    median_abs_error_heldout: float
-    median_abs_error_fitted: float
-    median_abs_error_lopo: float | None
-    target: float
-    lopo_target: float | None
-    ok: bool
-    sources: list
-    scorecard: dict = field(repr=False, default_factory=dict)  # every figure of validate --json
-    runs: object = field(repr=False, default=None)  # DataFrame
-
-    def to_frame(self):
-        return self.runs.copy()
-
-    def _headline(self) -> str:
-        lopo = ("" if self.median_abs_error_lopo is None
-                else f", leave-one-publication-out {100 * self.median_abs_error_lopo:.1f}%")
-        return (f"median |error| {100 * self.median_abs_error_heldout:.1f}% over held-out runs{lopo}; "
-                f"{'met' if self.ok else 'NOT met'}")
-
-
-def validate(table: str | None = None, target: float = 0.08, lopo_target: float | None = None,
-             max_error: float | None = None, refit_lopo: bool = False) -> ValidateResult:
-    """Predict the published runs of ``table`` (default: the shipped one) and compare (``tilecast validate``).
-    The leave-one-publication-out folds are the stored ones for the shipped table, refitted with
-    ``refit_lopo`` (minutes), absent otherwise."""
-    from tilecast.cluster.lopo import lopo_errors
-    from tilecast.cluster.validation import RUNS, compare as compare_runs, load_runs, scorecard
-
-    runs = load_runs(table or RUNS)
-    if not runs:
-        raise FieldError(f"table: no rows in {table or RUNS}")
-    df = compare_runs(runs)
-    lopo = lopo_errors(runs, "refit" if refit_lopo else None) if (table is None or refit_lopo) else None
-    card = scorecard(df, lopo, target, lopo_target, max_error)
-    if lopo is not None:
-        df = df.merge(lopo[["id", "error"]].rename(columns={"error": "lopo_error"}), on="id")
-    return ValidateResult(card["median_abs_error_heldout"], card["median_abs_error_fitted"],
-                          card["median_abs_error_lopo"], target, lopo_target, card["ok"], card["sources"], card, df)
 
 # --- whatif --inference ------------------------------------------------------------------------------------
 @dataclass
