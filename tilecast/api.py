@@ -22,10 +22,12 @@ from tilecast.errors import FieldError
 __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate",
            "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
            "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult",
-           "validate_inference", "InferenceValidateResult"]
+           "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult"]
 
 
 from tilecast.api_base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
+from tilecast.api_whatif import (InferenceWhatifResult, WhatifResult, WhatifSearchResult, whatif,  # noqa: F401
+                                 whatif_inference, whatif_search)
 from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
 
 
@@ -404,133 +406,3 @@ def compare(pred, real, before=None, check_sources: bool = True) -> CompareResul
     return CompareResult(s["step"]["error"], s["makespan"]["error"], s["step"]["pred_s"], s["step"]["real_s"],
                          s["makespan"]["pred_s"], s["makespan"]["real_s"], s["task_duration_error"]["median_error"],
                          s["tasks"]["matched"], s, c)
-
-
-# --- whatif ------------------------------------------------------------------------------------------------
-@dataclass
-class WhatifResult(_Result):
-    """Distributed training at cluster scale (``tilecast whatif``): one layout's step time, breakdown,
-    throughput, MFU and memory per GPU; with ``search``, the fastest layouts (``top``), best first."""
-
-    model: str
-    cluster: str
-    gpus: int
-    step_s: float
-    tokens_per_s: float
-    tflops_per_gpu: float
-    mfu: float
-    fits: bool
-    strategy: dict
-    breakdown: dict
-    memory: dict
-    searched: dict | None = None  # with search: candidates, fitting, evaluated
-    top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
-    timeline: object = field(repr=False, default=None)
-    hfu: float = 0.0  # hardware flops utilisation: MFU plus the recomputed forward work
-
-    def to_frame(self):
-        import pandas as pd
-
-        rows = []
-        for r in self.top:
-            row = {"model": r.model, "cluster": r.cluster, "gpus": r.gpus, **r.strategy, "step_s": r.step_s,
-                   "tokens_per_s": r.tokens_per_s, "tflops_per_gpu": r.tflops_per_gpu, "mfu": r.mfu, "hfu": r.hfu, "fits": r.fits,
-                   **r.breakdown, "memory_per_gpu_bytes": r.memory_per_gpu_bytes}
-            rows.append(row)
-        return pd.DataFrame(rows)
-
-    def _headline(self) -> str:
-        return (f"{self.model} on {self.gpus} x {self.cluster}: step {self.step_s:.4g} s, "
-                f"{self.tokens_per_s:,.0f} tokens/s, MFU {100 * self.mfu:.1f}%")
-
-
-def whatif(model="gpt3-175b", cluster="dgx-a100", gpus: int = 0, seq: int = 2048, global_batch: int = 0,
-           micro_batch: int = 1, tp: int = 1, pp: int = 1, dp: int = 0, search: bool = False, top: int = 10,
-           max_configs: int = 1000, **recipe) -> WhatifResult:
-    """Predict a distributed training step (``tilecast whatif``). Counts left at 0 take the command's defaults
-    (:func:`tilecast.cluster.strategy.layout`); ``recipe``: other Strategy fields (``zero``, ``schedule``,
-    ``recompute``, ``dtype``, ...). ``search``: the ``top`` fastest layouts that fit on ``gpus`` GPUs.
-    ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster` (e.g. a what-if
-    copy, ``load_cluster("dgx-h100").scaled(network_bandwidth=2)``)."""
-    from tilecast.cluster.evaluate import evaluate
-    from tilecast.cluster.hardware import Cluster, load_cluster
-    from tilecast.cluster.search import search as search_layouts
-    from tilecast.cluster.strategy import layout
-    from tilecast.graph.model_config import load_model
-
-    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_model(model)
-    if search:
-        _positive("gpus", gpus)
-        res = search_layouts(shape, c, gpus, seq, global_batch or gpus, top=top, max_configs=max_configs,
-                             progress=False, **recipe)
-        if not res["top"]:
-            raise FieldError(f"gpus: no layout of {shape.name} on {gpus} GPUs of {c.name} fits in memory")
-        best = res["top"][0]
-        searched = {k: res[k] for k in ("candidates", "fitting", "evaluated")}
-        results = res["top"]
-    else:
-        st = layout(gpus=gpus, tp=tp, pp=pp, dp=dp, global_batch=global_batch, micro_batch=micro_batch, seq=seq,
-                    **recipe)
-        best, searched = evaluate(shape, st, c), None
-        results = [best]
-    return WhatifResult(best.model, best.cluster, best.gpus, best.step_s, best.tokens_per_s, best.tflops_per_gpu,
-                        best.mfu, best.fits, best.strategy, best.breakdown, best.memory, searched, results,
-                        best.timeline, best.hfu)
-
-
-# --- whatif --inference ------------------------------------------------------------------------------------
-@dataclass
-class InferenceWhatifResult(_Result):
-    """Serving a model on a cluster (``tilecast whatif --inference``): throughput, time to first token, time
-    per output token, breakdown and memory per GPU; ``to_frame()`` has one row."""
-
-    model: str
-    cluster: str
-    engine: str
-    mode: str
-    gpus: int
-    tokens_per_s: float
-    ttft_s: float
-    tpot_s: float
-    batch: float
-    max_batch: int
-    fits: bool
-    overloaded: bool
-    breakdown: dict
-    memory: dict
-    result: object = field(repr=False, default=None)  # cluster.inference.InferenceResult
-
-    def to_frame(self):
-        import pandas as pd
-
-        d = self.result.to_dict()
-        flat = {k: v for k, v in d.items() if not isinstance(v, dict)}
-        return pd.DataFrame([{"engine": self.engine, **d["config"], **flat, **self.breakdown}])
-
-    def _headline(self) -> str:
-        ttft = "unbounded" if self.overloaded and self.mode == "continuous" else f"{1e3 * self.ttft_s:.1f} ms"
-        return (f"{self.model} served on {self.gpus} x {self.cluster}: {self.tokens_per_s:,.0f} output tokens/s, "
-                f"TTFT {ttft}, TPOT {1e3 * self.tpot_s:.2f} ms")
-
-
-def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: int = 1, dp: int = 1, batch: int = 1,
-                     input_len: int = 128, output_len: int = 128, dtype: str = "bf16", kv_dtype: str | None = None,
-                     request_rate: float = 0.0, max_batch: int = 0, engine=None) -> InferenceWhatifResult:
-    """Predict serving a model (``tilecast whatif --inference``): ``batch`` requests together (0: the largest
-    batch that fits), or continuous batching at ``request_rate`` requests/s. ``dtype``: the weights'
-    (bf16, fp16, fp8); ``kv_dtype``: the KV cache's (default ``dtype``); ``engine``: a serving-engine profile
-    name (default the shipped default) or a :class:`tilecast.cluster.inference_costs.InferenceEfficiency`;
-    ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster`."""
-    from tilecast.cluster.hardware import Cluster, load_cluster
-    from tilecast.cluster.inference import InferenceConfig, evaluate_inference
-    from tilecast.cluster.inference_costs import DEFAULT_ENGINE, engine_efficiency
-    from tilecast.graph.model_config import load_model
-
-    c, shape = cluster if isinstance(cluster, Cluster) else load_cluster(cluster), load_model(model)
-    eff = engine_efficiency(engine or DEFAULT_ENGINE)
-    cfg = InferenceConfig(tp=tp, pp=pp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
-                          weight_dtype=dtype, kv_dtype=kv_dtype or dtype, request_rate=request_rate,
-                          max_batch=max_batch)
-    r = evaluate_inference(shape, cfg, c, eff)
-    return InferenceWhatifResult(r.model, r.cluster, eff.name, r.mode, r.gpus, r.tokens_per_s, r.ttft_s, r.tpot_s,
-                                 r.batch, r.max_batch, r.fits, r.overloaded, r.breakdown, r.memory, r)
