@@ -32,10 +32,18 @@ from tilecast.api_validate import InferenceValidateResult, ValidateResult, valid
 
 
 # --- graph -------------------------------------------------------------------------------------------------
+# The recompute settings are compared by default up to this many tasks: beyond, building the step twice more
+# would double a call that must stay interactive on steps of millions of tasks.
+COMPARE_MAX_TASKS = 500_000
+
+
 @dataclass
 class GraphResult(_Result):
     """One training step's task graph, summarised as ``tilecast graph`` summarises it; ``to_frame()`` is the
-    table per kernel, ``graph`` the :class:`tilecast.graph.graph.Graph` itself."""
+    table per kernel, ``graph`` the :class:`tilecast.graph.graph.Graph` itself, ``summary`` every figure of
+    ``tilecast graph --json`` (keys and units in docs/cli.md); ``recompute_settings``: tasks, flops and live
+    memory of the same step under each recompute setting compared; ``ranks``: the per-rank figures when the
+    step was spread over ranks (docs/mpi.md)."""
 
     model: str
     batch: int
@@ -50,29 +58,75 @@ class GraphResult(_Result):
     kernels: dict
     graph: object = field(repr=False, default=None)
     recompute: str = "none"
+    recompute_settings: dict = field(default_factory=dict)
+    ranks: dict | None = field(repr=False, default=None)
+    summary: dict = field(repr=False, default_factory=dict)
 
     def to_frame(self):
         from tilecast.graph.analysis import kernel_table
 
         return kernel_table(self.graph)
 
+    def recompute_frame(self):
+        """One row per recompute setting compared: tasks, flops, live_bytes, live_activation_bytes."""
+        import pandas as pd
+
+        return pd.DataFrame([{"recompute": k, **v} for k, v in self.recompute_settings.items()])
+
     def _headline(self) -> str:
         return (f"{self.model}, batch {self.batch} x {self.seq}, tiling {self.tiling}: {self.tasks} tasks, "
                 f"{self.tiles} tiles, {self.flops:.4g} flops")
 
 
-def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: str = "none") -> GraphResult:
+def recompute_figures(graph) -> dict:
+    """What the comparison of recompute settings shows for one step's graph."""
+    from tilecast.graph.analysis import live_memory
+
+    live = live_memory(graph)
+    return {"tasks": int(graph.n_tasks), "flops": float(graph.flops.sum()), "live_bytes": live["peak_bytes"],
+            "live_activation_bytes": live["activation_peak_bytes"]}
+
+
+def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: str = "none",
+          compare_recompute: bool | None = False, ranks: int | None = None, distribution: str = "data",
+          progress=None, compare_max_tasks: int = COMPARE_MAX_TASKS) -> GraphResult:
     """Build the task graph of one training step (``tilecast graph``); ``recompute``: none, selective or full
-    (:mod:`tilecast.graph.recompute`)."""
+    (:mod:`tilecast.graph.recompute`). ``compare_recompute``: also build the step under every recompute
+    setting (None: only for steps of at most ``compare_max_tasks`` tasks); ``ranks``, ``distribution``: spread
+    the step over that many StarPU-MPI ranks and add the per-rank figures; ``progress``: called with (tasks
+    swept since its last call, tasks in all) as the critical path is swept."""
     from tilecast.graph.analysis import summary
     from tilecast.graph.models import build_step
+    from tilecast.graph.recompute import RECOMPUTE, check_recompute
+    from tilecast.simulator.native import longest_path_end  # compiled; None where it cannot be built
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
+    recompute = check_recompute(recompute)
+    if ranks is not None:
+        _positive("ranks", ranks)
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    s = summary(g)
+    rank_figs = None
+    if ranks is not None:
+        from tilecast.graph.distribution import prepare
+        from tilecast.graph.owner_computes import rank_figures
+
+        rank_figs = rank_figures(*prepare(g, ranks, distribution))
+    s = summary(g, progress=None if progress is None else lambda n: progress(n, g.n_tasks),
+                sweep=longest_path_end)
+    s["recompute"] = recompute
+    s["recompute_settings"] = {}
+    if compare_recompute is None:
+        compare_recompute = g.n_tasks <= compare_max_tasks
+    for setting in RECOMPUTE if compare_recompute else [recompute]:
+        other = g if setting == recompute else build_step(cfg, batch, seq, tiling, recompute=setting)
+        s["recompute_settings"][setting] = recompute_figures(other)
+        del other
+    if rank_figs is not None:
+        s["ranks"] = rank_figs
     return GraphResult(cfg.name, batch, seq, tiling.describe(), s["tasks"], s["tiles"], s["flops"], s["bytes"],
-                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g, recompute)
+                       s["live_bytes"], s["critical_path_flops"], s["kernels"], g, recompute,
+                       s["recompute_settings"], rank_figs, s)
 
 
 # --- simulate ----------------------------------------------------------------------------------------------
