@@ -11,7 +11,8 @@ import types
 __version__ = "0.1.0"
 
 ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
-                "validate_inference", "whatif_search")
+                "validate_inference", "whatif_search",
+                "simulate_policies")
 
 
 class EntryPointPackage(types.ModuleType):
