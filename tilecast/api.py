@@ -23,12 +23,14 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "ModelResult", "GraphResult", "SimulateResult", "TuneResult", "RunResult", "CompareResult",
            "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult",
            "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult",
-           "simulate_policies", "PoliciesResult"]
+           "simulate_policies", "PoliciesResult", "verify", "VerifyResult", "accuracy", "AccuracyResult",
+           "demo", "DemoResult"]
 
 
 from tilecast.api_base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
 from tilecast.api_whatif import (InferenceWhatifResult, WhatifResult, WhatifSearchResult, whatif,  # noqa: F401
                                  whatif_inference, whatif_search)
+from tilecast.api_checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api_policies import PoliciesResult, simulate_policies  # noqa: F401
 from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
 
