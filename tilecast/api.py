@@ -32,6 +32,7 @@ from tilecast.api_whatif import (InferenceWhatifResult, WhatifResult, WhatifSear
                                  whatif_inference, whatif_search)
 from tilecast.api_checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api_policies import PoliciesResult, simulate_policies  # noqa: F401
+from tilecast.api_tune import TuneResult, tune  # noqa: F401
 from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
 
 
@@ -253,88 +254,6 @@ def _memory_forecast(limit, machine, g, workers):
         raise MemoryLimitError(f"memory_limit: {why}")
     disk = ensure_disk(machine, limit.offload_dir) if limit.offload_dir is not None else None
     return MemoryForecast(limit.limit_bytes, disk)
-
-
-# --- tune --------------------------------------------------------------------------------------------------
-@dataclass
-class TuneResult(_Result):
-    """Configurations ranked by predicted step time (``tilecast tune``); ``to_frame()`` is the ranking, one row
-    per configuration, best first; ``executed`` the measured rows when ``execute`` asked for them."""
-
-    model: str
-    batch: int
-    seq: int
-    machine: str
-    configurations: int
-    skipped: list
-    host_cost: bool
-    best: dict
-    executed: list = field(default_factory=list)
-    ranking: list = field(repr=False, default_factory=list)  # Predictions, best first
-    result: object = field(repr=False, default=None)  # tilecast.loop.tune.TuneResult
-    execution: object = field(repr=False, default=None)  # tilecast.loop.execute.Execution
-
-    def to_frame(self):
-        import pandas as pd
-
-        rows = [p.row() for p in self.ranking]
-        for r in rows:
-            r["peak_memory_bytes"] = sum(r["peak_memory_bytes"].values())
-        return pd.DataFrame(rows)
-
-    def executed_frame(self):
-        """The executed configurations, predicted beside measured (empty without ``execute``)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.executed)
-
-    def _headline(self) -> str:
-        return (f"{self.model} {self.batch}x{self.seq} on {self.machine}: {self.configurations} configurations, "
-                f"best {self.best.get('tiling')} {self.best.get('sched')} w{self.best.get('workers')}")
-
-
-def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", scheds=None, workers=None,
-         tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
-         warmup: int = 2, recalibrate: bool = False, progress: bool = False, recompute: str = "none") -> TuneResult:
-    """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
-    search (default: the candidates); ``workers``: a count or a list of counts to search; ``execute`` K: run
-    the K best (and ``others`` from the rest) on StarPU, local machine only; ``recalibrate``: learn from those
-    runs and store the models."""
-    from tilecast.loop import execute as run_configs
-    from tilecast.loop import pick_for_execution
-    from tilecast.loop import tune as tune_configs
-    from tilecast.loop.candidates import DEFAULT_SCHEDS
-    from tilecast.loop.tune import DEFAULT_MAX_TASKS
-    from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.machine import Machine
-
-    cfg = _config(model)
-    _shape(cfg, batch, seq)
-    for name, v, low in (("execute", execute, 0), ("others", others, 0), ("steps", steps, 1),
-                         ("warmup", warmup, 0)):
-        _positive(name, v, low)
-    if max_tasks is not None:
-        _positive("max_tasks", max_tasks)
-    tilings = None
-    if tiles is not None:
-        tilings = [_tiling(t) for t in ([tiles] if isinstance(tiles, (str, int)) else tiles)]
-    m = machine if isinstance(machine, Machine) else load_machine(machine)
-    if execute and m.name != "local":
-        raise FieldError("execute: only the local machine can be run")
-    res = tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS,
-                       workers=[workers] if isinstance(workers, int) else list(workers) if workers else None,
-                       tilings=tilings,
-                       max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress, recompute=recompute)
-    out = TuneResult(cfg.name, batch, seq, m.name, len(res.ranking), res.skipped, bool(res.host_costs),
-                     res.ranking[0].row() if res.ranking else {}, ranking=res.ranking, result=res)
-    if execute:
-        chosen = pick_for_execution(res.ranking, execute, others)
-        ex = run_configs(chosen, res.ranking, m, res.calibration, res.host_costs, steps=steps, warmup=warmup,
-                         recalibrate=recalibrate, progress=progress)
-        if recalibrate:
-            ex.save_models(m)
-        out.executed, out.execution = ex.rows(), ex
-    return out
 
 
 # --- run ---------------------------------------------------------------------------------------------------

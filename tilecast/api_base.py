@@ -62,6 +62,12 @@ def _positive(name: str, value, low: int = 1) -> int:
     return value
 
 
+def _at_least(name: str, value, low: int) -> None:
+    """FieldError "name must be at least low, got value" unless ``value`` is a whole number >= ``low``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise FieldError(f"{name} must be at least {low}, got {value!r}")
+
+
 def _shape(cfg, batch, seq) -> None:
     _positive("batch", batch)
     _positive("seq", seq)

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _config, _Result, _shape, _tiling
+from tilecast.api_base import _at_least, _config, _Result, _shape, _tiling
 from tilecast.errors import FieldError
 
 # float32 weights, gradients, two AdamW moments, and the reference's copies, in float64 for the parameters:
 # a model past this many bytes (16 per parameter, 6 copies) is too large for a numpy reference check
 VERIFY_MAX_BYTES = 8e9
-
-
-def _at_least(name: str, value, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise FieldError(f"{name} must be at least {low}, got {value!r}")
 
 
 # --- verify ------------------------------------------------------------------------------------------------
