@@ -112,7 +112,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
     if limit is not None and execute:
         for name, on in (("recalibrate", recalibrate), ("quiet_check", quiet_check)):
             if on:
-                raise FieldError(f"{name}: not available under a memory limit")
+                raise FieldError(f"{name}/memory_limit: not available together (drop one of them)")
     forecast = None
     if limit is not None:
         from tilecast.perfmodel.disk_node import ensure_disk

@@ -126,7 +126,8 @@ def run(args) -> int:
         return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute or "none")
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")
-    with library_errors({**flags, "recalibrate": "--recalibrate", "quiet_check": "--quiet-check"}):
+    with library_errors({**flags, "recalibrate": "--recalibrate", "quiet_check": "--quiet-check",
+                         "memory_limit": "--memory-limit"}):
         res = tc.tune(cfg, batch, seq, args.machine, scheds=scheds, workers=workers, tiles=tilings,
                       max_tasks=args.max_tasks, execute=args.execute, others=args.others, steps=args.steps,
                       warmup=args.warmup, recalibrate=args.recalibrate, progress=True, recompute=recompute,
