@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
                 "validate_inference", "whatif_search",
-                "simulate_policies", "verify", "accuracy", "demo")
+                "simulate_policies", "verify", "accuracy", "demo", "train")
 
 
 class EntryPointPackage(types.ModuleType):

@@ -24,7 +24,7 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult",
            "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult",
            "simulate_policies", "PoliciesResult", "verify", "VerifyResult", "accuracy", "AccuracyResult",
-           "demo", "DemoResult"]
+           "demo", "DemoResult", "train", "TrainResult"]
 
 
 from tilecast.api_base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
@@ -32,6 +32,7 @@ from tilecast.api_whatif import (InferenceWhatifResult, WhatifResult, WhatifSear
                                  whatif_inference, whatif_search)
 from tilecast.api_checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api_policies import PoliciesResult, simulate_policies  # noqa: F401
+from tilecast.api_train import TrainResult, train  # noqa: F401
 from tilecast.api_tune import TuneResult, tune  # noqa: F401
 from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
 

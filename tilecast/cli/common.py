@@ -46,19 +46,23 @@ def as_flags(message: str, flags: dict | None = None) -> str:
 
 
 def input_error_types() -> tuple:
-    """The exceptions that mean bad input (each a ValueError whose message starts with the field at fault):
-    FieldError and the packages' own. Imported on first use so that parsing flags stays fast."""
+    """The exceptions that mean bad input (each a ValueError, or CheckpointError, whose message starts with the
+    field at fault): FieldError and the packages' own. Imported on first use so that parsing flags stays fast.
+    (CalibrationError is not among them: its messages start with the file, and the commands name the flag.)"""
     from tilecast.cluster.hardware import ClusterError
     from tilecast.cluster.inference import InferenceError
     from tilecast.cluster.strategy import StrategyError
     from tilecast.executor.memory_limit import MemoryLimitError
-    from tilecast.perfmodel.calibration import CalibrationError
     from tilecast.perfmodel.disk_node import DiskNodeError
     from tilecast.perfmodel.machine import MachineError
+    from tilecast.data.checkpoint import CheckpointError
+    from tilecast.data.corpus import DataError
     from tilecast.trace import TraceError
+    from tilecast.training.loop import TrainingError
 
-    return (FieldError, ModelConfigError, TilingError, MachineError, CalibrationError, MemoryLimitError,
-            DiskNodeError, ClusterError, StrategyError, InferenceError, TraceError)
+    return (FieldError, ModelConfigError, TilingError, MachineError, MemoryLimitError,
+            DiskNodeError, ClusterError, StrategyError, InferenceError, TraceError, TrainingError, DataError,
+            CheckpointError)
 
 
 @contextlib.contextmanager

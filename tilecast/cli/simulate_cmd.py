@@ -7,7 +7,7 @@ import sys
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_out_arg, add_recompute_arg,
-                                 add_workers_arg, as_flags, human,
+                                 add_workers_arg, human,
                                  memory_args, model_args, print_json,
                                  recompute_arg)
 from tilecast.api_policies import prediction_row
@@ -111,10 +111,8 @@ def run(args) -> int:
 def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit) -> int:
     """One policy: ``tc.simulate``, its figures printed and its trace written."""
     import tilecast as tc
-    from tilecast.errors import FieldError
-    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.cli.common import library_errors
     from tilecast.perfmodel.calibration import CalibrationError
-    from tilecast.perfmodel.disk_node import DiskNodeError
     from tilecast.simulator import SimulationError
     from tilecast.trace import save
 
@@ -122,14 +120,13 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; simulating on "
           f"{machine.name} ({workers} workers) with {args.sched}", file=sys.stderr)
     try:
-        res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
-                          transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
-                          memory_limit=limit.limit_bytes if limit else None,
-                          offload_dir=limit.offload_dir if limit else None)
+        with library_errors():  # a limit below the step's smallest working set names the minimum
+            res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
+                              transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
+                              memory_limit=limit.limit_bytes if limit else None,
+                              offload_dir=limit.offload_dir if limit else None)
     except CalibrationError as e:
         raise UsageError(f"--calibration: {e}") from None
-    except (FieldError, MemoryLimitError, DiskNodeError) as e:  # named by its field; a limit below the
-        raise UsageError(as_flags(str(e))) from None  # step's smallest working set names the minimum
     except SimulationError as e:
         print(f"tilecast simulate: {e}", file=sys.stderr)
         return 1
