@@ -188,7 +188,7 @@ class InferenceWhatifResult(_Result):
                 f"TTFT {ttft}, TPOT {1e3 * self.tpot_s:.2f} ms")
 
 
-def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: int = 1, dp: int = 1, batch: int = 1,
+def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: int = 1, dp: int = 0, batch: int = 1,
                      input_len: int = 128, output_len: int = 128, dtype: str = "bf16", kv_dtype: str | None = None,
                      request_rate: float = 0.0, max_batch: int = 0, engine=None, gpus: int = 0, ep: int = 1,
                      cp: int = 1, capacity_factor: float = 0.0, expert_imbalance: float = 1.0) -> InferenceWhatifResult:
@@ -197,7 +197,7 @@ def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: in
     (bf16, fp16, fp8); ``kv_dtype``: the KV cache's (default ``dtype``); ``engine``: a serving-engine profile
     name (default the shipped default) or a :class:`tilecast.cluster.inference_costs.InferenceEfficiency`;
     ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster`. ``gpus`` with
-    ``dp`` 0: dp = gpus / (tp cp pp); ``ep``, ``cp``: expert and context parallelism inside the ``tp`` GPUs and
+    ``dp`` 0 (the default): dp = gpus / (tp cp pp), 1 without ``gpus``; ``ep``, ``cp``: expert and context parallelism inside the ``tp`` GPUs and
     over the prompt; ``capacity_factor``, ``expert_imbalance``: a mixture of experts' routing."""
     from tilecast.cluster.inference import InferenceConfig, evaluate_inference
     from tilecast.cluster.inference_costs import DEFAULT_ENGINE, InferenceEfficiency, engine_efficiency, load_engines
