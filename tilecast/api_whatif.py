@@ -197,8 +197,9 @@ def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: in
     (bf16, fp16, fp8); ``kv_dtype``: the KV cache's (default ``dtype``); ``engine``: a serving-engine profile
     name (default the shipped default) or a :class:`tilecast.cluster.inference_costs.InferenceEfficiency`;
     ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster`. ``gpus`` with
-    ``dp`` 0 (the default): dp = gpus / (tp cp pp), 1 without ``gpus``; ``ep``, ``cp``: expert and context parallelism inside the ``tp`` GPUs and
-    over the prompt; ``capacity_factor``, ``expert_imbalance``: a mixture of experts' routing."""
+    ``dp`` 0 (the default): dp = gpus / (tp cp pp), 1 without ``gpus``; ``ep``, ``cp``: expert and context
+    parallelism inside the ``tp`` GPUs and over the prompt; ``capacity_factor``, ``expert_imbalance``: a
+    mixture of experts' routing."""
     from tilecast.cluster.inference import InferenceConfig, evaluate_inference
     from tilecast.cluster.inference_costs import DEFAULT_ENGINE, InferenceEfficiency, engine_efficiency, load_engines
 
