@@ -10,7 +10,7 @@ from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, 
                                  add_workers_arg, human,
                                  memory_args, model_args, print_json,
                                  recompute_arg)
-from tilecast.api_policies import prediction_row
+from tilecast.api.policies import prediction_row
 from tilecast.cli.ranks_table import add_rank_args
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 

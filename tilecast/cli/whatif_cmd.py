@@ -105,7 +105,7 @@ def add_parallelism_arguments(p) -> None:
 
 def _inputs(args):
     """The cluster and model of --cluster and --model (ClusterError, ModelConfigError: the flag in one line)."""
-    from tilecast.api_whatif import cluster_of
+    from tilecast.api.cluster_calls import cluster_of
     from tilecast.cli.common import library_errors
     from tilecast.graph.model_config import load_model
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _at_least, _config, _Result, _shape, _tiling
+from tilecast.api.base import _at_least, _config, _Result, _shape, _tiling
 from tilecast.errors import FieldError
 
 # float32 weights, gradients, two AdamW moments, and the reference's copies, in float64 for the parameters:

@@ -9,7 +9,11 @@ simulate`` and :func:`simulate` both predict through
 :func:`tilecast.loop.predict.predict`), so a figure here equals the command's
 ``--json`` figure for the same configuration. Results are dataclasses with
 typed fields, a pandas ``to_frame()``, ``to_dict()`` (JSON-ready) and an HTML
-view in notebooks. Bad input raises ``ValueError`` naming the argument.
+view in notebooks. Bad input raises ``ValueError`` (:class:`tilecast.errors.FieldError` or a package's
+own) whose message starts with the argument at fault; the commands map it to their flag. The calls live
+in this package's modules by concept: ``base`` (what results share, ``model``), ``cluster_calls``
+(``whatif*``), ``validation``, ``policies`` (``simulate_policies``), ``tuning``, ``training``, ``checks``
+(``verify``, ``accuracy``, ``demo``); ``graph``, ``simulate``, ``run`` and ``compare`` are here.
 See docs/api.md.
 """
 
@@ -27,14 +31,15 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "demo", "DemoResult", "train", "TrainResult"]
 
 
-from tilecast.api_base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
-from tilecast.api_whatif import (InferenceWhatifResult, WhatifResult, WhatifSearchResult, whatif,  # noqa: F401
-                                 whatif_inference, whatif_search)
-from tilecast.api_checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
-from tilecast.api_policies import PoliciesResult, simulate_policies  # noqa: F401
-from tilecast.api_train import TrainResult, train  # noqa: F401
-from tilecast.api_tune import TuneResult, tune  # noqa: F401
-from tilecast.api_validate import InferenceValidateResult, ValidateResult, validate, validate_inference  # noqa: F401
+from tilecast.api.base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
+from tilecast.api.checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
+from tilecast.api.cluster_calls import (InferenceWhatifResult, WhatifResult, WhatifSearchResult,  # noqa: F401
+                                        whatif, whatif_inference, whatif_search)
+from tilecast.api.policies import PoliciesResult, simulate_policies  # noqa: F401
+from tilecast.api.training import TrainResult, train  # noqa: F401
+from tilecast.api.tuning import TuneResult, tune  # noqa: F401
+from tilecast.api.validation import (InferenceValidateResult, ValidateResult, validate,  # noqa: F401
+                                     validate_inference)
 
 
 # --- graph -------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _config, _positive, _Result
+from tilecast.api.base import _config, _positive, _Result
 from tilecast.errors import FieldError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _at_least, _config, _Result, _shape, _tiling
+from tilecast.api.base import _at_least, _config, _Result, _shape, _tiling
 from tilecast.errors import FieldError
 
 

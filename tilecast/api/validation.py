@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _Result
+from tilecast.api.base import _Result
 from tilecast.errors import FieldError
 
 

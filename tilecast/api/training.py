@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _config, _Result, _shape, _tiling
+from tilecast.api.base import _config, _Result, _shape, _tiling
 from tilecast.errors import FieldError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from tilecast.api_base import _config, _Result, _shape, _tiling
+from tilecast.api.base import _config, _Result, _shape, _tiling
 
 
 def prediction_row(p, machine, simulation_s: float) -> dict:
