@@ -1,8 +1,10 @@
 """tilecast: forecast, then run, tiled training of GPT language models.
 
 The Python API (docs/api.md): ``import tilecast as tc`` then ``tc.model``,
-``tc.graph``, ``tc.simulate``, ``tc.tune``, ``tc.run``, ``tc.compare``,
-``tc.whatif``, ``tc.validate``, ``tc.whatif_inference``, defined in :mod:`tilecast.api` and loaded on
+``tc.graph``, ``tc.simulate``, ``tc.simulate_policies``, ``tc.tune``, ``tc.run``,
+``tc.train``, ``tc.compare``, ``tc.verify``, ``tc.accuracy``, ``tc.demo``,
+``tc.whatif``, ``tc.whatif_search``, ``tc.whatif_inference``, ``tc.validate``,
+``tc.validate_inference``, defined in :mod:`tilecast.api` and loaded on
 first use, so that importing tilecast stays fast (no pandas, no simulator).
 """
 
@@ -10,7 +12,9 @@ import types
 
 __version__ = "0.1.0"
 
-ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference")
+ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
+                "validate_inference", "whatif_search",
+                "simulate_policies", "verify", "accuracy", "demo", "train")
 
 
 class EntryPointPackage(types.ModuleType):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_scheds_arg, add_steps_arg, add_worker_counts_arg, as_flags,
-                                 blas_summary, parse_list, print_json, quiet_check_line)
-from tilecast.errors import FieldError
+from tilecast.cli.common import (add_json_arg, add_scheds_arg, add_steps_arg, add_worker_counts_arg, blas_summary,
+                                 library_errors, parse_list, print_json, quiet_check_line)
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -49,34 +47,21 @@ def add_parser(sub):
     return p
 
 
+FLAGS = {"workers": "--worker-counts", "policies": "--scheds", "max_wait": "--max-wait"}
+
+
 @with_starpu_errors("accuracy")
 def run(args) -> int:
-    from tilecast.loop.accuracy import run_suite
-    from tilecast.loop.accuracy_suite import suite_configs
+    import tilecast as tc
 
-    if args.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {args.steps}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be at least 0, got {args.warmup}")
-    if args.max_wait is not None and not 0 <= args.max_wait <= 3600:
-        raise UsageError(f"--max-wait must be between 0 and 3600 seconds, got {args.max_wait}")
     workers = parse_list(args.worker_counts, "--worker-counts", int) if args.worker_counts else None
     policies = parse_list(args.scheds, "--scheds") if args.scheds else None
-    if policies is not None:
-        from tilecast.loop.accuracy_suite import suite_policies
-
-        offered = suite_policies()
-        bad = [s for s in policies if s not in offered]
-        if bad:
-            raise UsageError(f"--scheds: {', '.join(bad)} not both simulated and offered by StarPU here "
-                             f"(known: {', '.join(offered)})")
-    try:
-        suite_configs(args.suite, workers, policies)  # told before anything is calibrated or measured
-    except FieldError as e:
-        raise UsageError(as_flags(str(e), {"workers": "--worker-counts", "policies": "--scheds"})) from None
     blas_summary()  # warns before anything is measured when the BLAS runs a fallback core
-    res = run_suite(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
-                    workers=workers, quiet_check=args.quiet_check, max_wait_s=args.max_wait, policies=policies)
+    with library_errors(FLAGS):
+        out = tc.accuracy(args.suite, steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate,
+                          workers=workers, policies=policies, quiet_check=args.quiet_check,
+                          max_wait_s=args.max_wait, progress=True)
+    res = out.result
     if args.json:
         print_json(res.to_dict())
         return 0 if res.ok else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -24,8 +25,11 @@ FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir",
     "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group", "lr", "checkpoint", "checkpoint_every",
     "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks",
-    "ranks", "distribution", "network", "sizes", "before")}
+    "ranks", "distribution", "network", "sizes", "before", "table", "target", "lopo_target", "max_error",
+    "inference_table", "inference_target", "inference_max_error", "max_configs", "input_len", "output_len",
+    "kv_dtype", "request_rate", "max_batch", "params_dtype", "max_wait", "role")}
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
+FIELD_FLAGS["weight_dtype"] = "--dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")
 
 
@@ -39,6 +43,37 @@ def as_flags(message: str, flags: dict | None = None) -> str:
     if not names or not all(n in table for n in names):
         return message
     return "/".join(table[n] for n in names) + message[m.end():]
+
+
+def input_error_types() -> tuple:
+    """The exceptions that mean bad input (each a ValueError, or CheckpointError, whose message starts with the
+    field at fault): FieldError and the packages' own. Imported on first use so that parsing flags stays fast.
+    (CalibrationError is not among them: its messages start with the file, and the commands name the flag.)"""
+    from tilecast.cluster.hardware import ClusterError
+    from tilecast.cluster.inference import InferenceError
+    from tilecast.cluster.strategy import StrategyError
+    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.perfmodel.disk_node import DiskNodeError
+    from tilecast.perfmodel.machine import MachineError
+    from tilecast.data.checkpoint import CheckpointError
+    from tilecast.data.corpus import DataError
+    from tilecast.trace import TraceError
+    from tilecast.training.loop import TrainingError
+
+    return (FieldError, ModelConfigError, TilingError, MachineError, MemoryLimitError,
+            DiskNodeError, ClusterError, StrategyError, InferenceError, TraceError, TrainingError, DataError,
+            CheckpointError)
+
+
+@contextlib.contextmanager
+def library_errors(flags: dict | None = None):
+    """Bad input from a library call (``tc.*``) as a UsageError worded with flags: the one place where a
+    library error's field becomes the command line's flag (:func:`as_flags`; ``flags``: a command's own
+    field -> flag names). Other exceptions pass: they are faults, not bad input."""
+    try:
+        yield
+    except input_error_types() as e:
+        raise UsageError(as_flags(str(e), flags)) from None
 
 
 def add_model_args(p, model=DEFAULT_MODEL, batch=DEFAULT_BATCH, seq=DEFAULT_SEQ, tile=DEFAULT_TILE,

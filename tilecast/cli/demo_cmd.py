@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, add_out_arg, add_steps_arg, check_model, print_json
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
@@ -32,14 +31,14 @@ def add_parser(sub):
 
 @with_starpu_errors("demo")
 def run(args) -> int:
-    from tilecast.loop.demo import default_model, run_demo
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.loop.demo import default_model
 
     cfg = check_model(args.model if args.model is not None else default_model(), args.batch, args.seq)
-    for flag, v in (("--execute", args.execute), ("--steps", args.steps)):
-        if v < 1:
-            raise UsageError(f"{flag} must be at least 1, got {v}")
-    res = run_demo(args.out, cfg, args.batch, args.seq, top=args.execute, steps=args.steps)
-    s = res.summary()
+    with library_errors():
+        out = tc.demo(args.out, cfg, args.batch, args.seq, execute=args.execute, steps=args.steps, progress=True)
+    res, s = out.result, out.summary
     if args.json:
         print_json(s)
         return 0

@@ -8,11 +8,9 @@ from tqdm import tqdm
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, human, model_args, print_json, recompute_arg
-from tilecast.cli.ranks_table import add_rank_args, distribute_args, print_rank_table
+from tilecast.cli.ranks_table import add_rank_args, print_rank_table
 
-# The recompute settings are compared by default up to this many tasks: beyond, building the step twice more
-# would double a command that must stay interactive on steps of millions of tasks.
-COMPARE_MAX_TASKS = 500_000
+from tilecast.api import COMPARE_MAX_TASKS  # the recompute settings compared by default up to this many tasks
 
 
 def add_parser(sub):
@@ -46,37 +44,39 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from tilecast.graph.analysis import kernel_table, summary
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.graph.analysis import kernel_table
     from tilecast.graph.dot import MAX_DOT_TASKS, to_dot
-    from tilecast.graph.models import build_step
-
-    from tilecast.graph.recompute import RECOMPUTE
-    from tilecast.simulator.native import longest_path_end  # compiled; None where it cannot be built
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
-    graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    ranks = None
-    if args.ranks is not None:
-        from tilecast.graph.owner_computes import rank_figures
+    if args.ranks is not None and args.ranks < 1:
+        raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
+    compare = True if args.compare else False if args.no_compare else None
+    bars = []
 
-        ranks = rank_figures(*distribute_args(graph, args))
+    def progress(n, total):
+        if not bars:
+            bars.append(tqdm(total=total, desc="critical path", unit="task", file=sys.stderr,
+                             disable=total < 200_000, leave=False))
+        bars[0].update(n)
+
+    try:
+        with library_errors():
+            res = tc.graph(cfg, batch, seq, tiling, recompute, compare_recompute=compare, ranks=args.ranks,
+                           distribution=args.distribution, progress=progress,
+                           compare_max_tasks=COMPARE_MAX_TASKS)
+    finally:
+        for bar in bars:
+            bar.close()
+    graph, s, ranks = res.graph, res.summary, res.ranks
     if args.dot and graph.n_tasks > MAX_DOT_TASKS:
         raise UsageError(f"--dot: the graph has {graph.n_tasks} tasks; pictures are drawn for at most "
                          f"{MAX_DOT_TASKS} (use a smaller --model/--batch/--seq or larger --tile)")
-    with tqdm(total=graph.n_tasks, desc="critical path", unit="task", file=sys.stderr,
-              disable=graph.n_tasks < 200_000, leave=False) as bar:
-        s = summary(graph, progress=bar.update, sweep=longest_path_end)
-    s["recompute"] = recompute
-    s["recompute_settings"] = {}
-    compare = args.compare or (not args.no_compare and graph.n_tasks <= COMPARE_MAX_TASKS)
-    if not compare and not args.no_compare:
+    if compare is None and graph.n_tasks > COMPARE_MAX_TASKS:
         print(f"the other --recompute settings are not compared on a step of {graph.n_tasks:,} tasks "
               "(--compare builds them)", file=sys.stderr)
-    for setting in RECOMPUTE if compare else [recompute]:
-        g = graph if setting == recompute else build_step(cfg, batch, seq, tiling, recompute=setting)
-        s["recompute_settings"][setting] = recompute_figures(g)
-        del g
     if args.dot:
         dot = to_dot(graph)
         if args.dot == "-":
@@ -84,8 +84,6 @@ def run(args) -> int:
             return 0
         with open(args.dot, "w") as f:
             f.write(dot)
-    if ranks is not None:
-        s["ranks"] = ranks
     if args.json:
         print_json(s)
         return 0
@@ -119,12 +117,3 @@ def run(args) -> int:
         print(f"{setting:<11}{r['tasks']:>10}{human(r['flops']):>14}{human(r['live_bytes'], 'B'):>14}"
               f"{human(r['live_activation_bytes'], 'B'):>14}{mark}")
     return 0
-
-
-def recompute_figures(graph) -> dict:
-    """What the comparison of recompute settings shows for one step's graph."""
-    from tilecast.graph.analysis import live_memory
-
-    live = live_memory(graph)
-    return {"tasks": int(graph.n_tasks), "flops": float(graph.flops.sum()), "live_bytes": live["peak_bytes"],
-            "live_activation_bytes": live["activation_peak_bytes"]}

@@ -9,10 +9,8 @@ from tqdm import tqdm
 
 from tilecast.cli import UsageError
 from tilecast.errors import FieldError
-from tilecast.graph import TilingError
-from tilecast.graph.model_config import ModelConfigError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, add_steps_arg,
-                                 add_workers_arg, as_flags, blas_summary, memory_args, model_args, print_json,
+                                 add_workers_arg, blas_summary, library_errors, memory_args, model_args, print_json,
                                  recompute_arg)
 from tilecast.cli.run_mpi import add_mpi_args, run_mpi_cmd
 
@@ -62,7 +60,7 @@ def run(args) -> int:
     if args.ranks is not None:
         return run_mpi_cmd(args)
     import tilecast as tc
-    from tilecast.executor.memory_limit import MemoryLimitError, format_size
+    from tilecast.executor.memory_limit import format_size
     from tilecast.executor.starpu_session import StarPUError
     from tilecast.kernels.native_build import NativeUnavailable
     from tilecast import trace as tracefile
@@ -92,15 +90,12 @@ def run(args) -> int:
         bar.set_postfix(step_s=f"{dt:.3f}", loss=f"{loss:.4f}")
 
     try:
-        res = tc.run(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed, check=args.check,
-                     recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
-                     offload_dir=memory.offload_dir if memory else None, progress=progress)
+        with library_errors():
+            res = tc.run(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
+                         check=args.check, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
+                         offload_dir=memory.offload_dir if memory else None, progress=progress)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except MemoryLimitError as e:
-        raise UsageError(as_flags(str(e))) from None
-    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
-        raise UsageError(as_flags(str(e))) from None
     except StarPUError as e:
         print(f"tilecast run: {e}", file=sys.stderr)
         return 1

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_out_arg, add_recompute_arg,
-                                 add_workers_arg, as_flags, human,
-                                 memory_args, memory_forecast, model_args, print_json,
+                                 add_workers_arg, human,
+                                 memory_args, model_args, print_json,
                                  recompute_arg)
+from tilecast.api.policies import prediction_row
 from tilecast.cli.ranks_table import add_rank_args
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
@@ -94,31 +94,6 @@ def _models(args, machine):
     return calibration, host_costs
 
 
-def limited_forecast(args, machine, graph, workers: int):
-    """The MemoryForecast of --memory-limit/--offload-dir for ``graph`` on ``workers`` workers, or None;
-    UsageError (one line, with the minimum) for a limit below the smallest working set."""
-    from tilecast.executor.memory_limit import refusal
-
-    limit = memory_args(args)
-    if limit is None:
-        return None
-    why = refusal([graph], workers, limit.limit_bytes, limit.offload_dir is not None)
-    if why:
-        raise UsageError(f"--memory-limit: {why}")
-    return memory_forecast(limit, machine)
-
-
-def _row(p, machine, sim_s: float) -> dict:
-    """The prediction's figures: the step time first, then its parts, then the simulation's summary."""
-    from tilecast.loop.predict import host_note
-
-    s = dict(p.summary)
-    s.pop("makespan_s")
-    return {"step_s": p.step_s, "makespan_s": p.makespan_s, "host_s": p.host_s, "host_known": p.host_known,
-            "host_cost": host_note(p, machine), **s, "tiles": p.tiles, "simulation_s": sim_s,
-            "task_overhead_us": p.task_overhead_s * 1e6, "task_overhead_source": p.task_overhead_source}
-
-
 def run(args) -> int:
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
@@ -136,10 +111,8 @@ def run(args) -> int:
 def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit) -> int:
     """One policy: ``tc.simulate``, its figures printed and its trace written."""
     import tilecast as tc
-    from tilecast.errors import FieldError
-    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.cli.common import library_errors
     from tilecast.perfmodel.calibration import CalibrationError
-    from tilecast.perfmodel.disk_node import DiskNodeError
     from tilecast.simulator import SimulationError
     from tilecast.trace import save
 
@@ -147,14 +120,13 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}; simulating on "
           f"{machine.name} ({workers} workers) with {args.sched}", file=sys.stderr)
     try:
-        res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
-                          transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
-                          memory_limit=limit.limit_bytes if limit else None,
-                          offload_dir=limit.offload_dir if limit else None)
+        with library_errors():  # a limit below the step's smallest working set names the minimum
+            res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
+                              transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
+                              memory_limit=limit.limit_bytes if limit else None,
+                              offload_dir=limit.offload_dir if limit else None)
     except CalibrationError as e:
         raise UsageError(f"--calibration: {e}") from None
-    except (FieldError, MemoryLimitError, DiskNodeError) as e:  # named by its field; a limit below the
-        raise UsageError(as_flags(str(e))) from None  # step's smallest working set names the minimum
     except SimulationError as e:
         print(f"tilecast simulate: {e}", file=sys.stderr)
         return 1
@@ -163,7 +135,7 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
               "calibration": res.calibration, "duration_sources": res.duration_sources,
               "memory_limit_bytes": limit.limit_bytes if limit else None,
               "offload_dir": args.offload_dir if limit else None}
-    out = {**_row(pred, machine, res.simulation_s), **common}
+    out = {**prediction_row(pred, machine, res.simulation_s), **common}
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
         trace = res.trace()  # with the predicted step time, kept in the Parquet file for tilecast compare
@@ -182,39 +154,35 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
 
 
 def _compare_policies(args, cfg, batch, seq, tiling, recompute, machine, workers) -> int:
-    """Every policy on one graph and one set of task durations (what tc.simulate would compute once per policy)."""
-    from tilecast.graph.models import build_step
-    from tilecast.loop.config import StepConfig
-    from tilecast.loop.predict import predict
-    from tilecast.perfmodel.kernel_model import DurationModel
+    """Every policy on one graph and one set of task durations (``tc.simulate_policies``)."""
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.perfmodel.calibration import CalibrationError
     from tilecast.simulator import SimulationError
-    from tilecast.simulator.simulate import POLICIES
 
-    calibration, host_costs = _models(args, machine)
+    _models(args, machine)  # a bad --calibration in one line, and a stale stored one noted, before any work
+    limit = memory_args(args)
     print(f"building {cfg.name} step, batch {batch} x {seq}, tiling {tiling}, recompute {recompute}", file=sys.stderr)
-    graph = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    forecast = limited_forecast(args, machine, graph, workers)
-    model = DurationModel(machine, calibration)
-    durations = model.durations(graph)
-    provenance = dict(model.provenance)
-    rows = []
-    for sched in POLICIES:
-        print(f"simulating {graph.n_tasks} tasks on {machine.name} ({workers} workers) with {sched}",
-              file=sys.stderr)
-        t0 = time.perf_counter()
-        try:
-            pred = predict(StepConfig(cfg, batch, seq, tiling, sched, workers, recompute), machine, calibration,
-                           host_costs, graph=graph, durations=durations, keep_result=False,
-                           transfers=not args.no_transfers, seed=args.sched_seed, memory=forecast)
-        except SimulationError as e:
-            print(f"tilecast simulate: {e}", file=sys.stderr)
-            return 1
-        rows.append(_row(pred, machine, time.perf_counter() - t0))
+
+    def progress(sched, tasks):
+        print(f"simulating {tasks} tasks on {machine.name} ({workers} workers) with {sched}", file=sys.stderr)
+
+    try:
+        with library_errors():
+            res = tc.simulate_policies(cfg, batch, seq, tiling, machine, args.workers, args.calibration,
+                                       transfers=not args.no_transfers, sched_seed=args.sched_seed,
+                                       recompute=recompute, memory_limit=limit.limit_bytes if limit else None,
+                                       offload_dir=limit.offload_dir if limit else None, progress=progress)
+    except CalibrationError as e:
+        raise UsageError(f"--calibration: {e}") from None
+    except SimulationError as e:
+        print(f"tilecast simulate: {e}", file=sys.stderr)
+        return 1
+    rows = res.rows
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
-              "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
-              "duration_sources": provenance,
-              "memory_limit_bytes": forecast.limit_bytes if forecast else None,
-              "offload_dir": args.offload_dir if forecast else None}
+              "calibration": res.calibration, "duration_sources": res.duration_sources,
+              "memory_limit_bytes": res.memory_limit_bytes,
+              "offload_dir": args.offload_dir if limit else None}
     if args.json:
         print_json({**common, "policies": rows})
         return 0

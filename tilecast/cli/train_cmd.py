@@ -8,11 +8,8 @@ from tqdm import tqdm
 
 from tilecast.cli import UsageError
 from tilecast.cli.train_mpi import add_train_rank_args, run_train_ranks
-from tilecast.errors import FieldError
-from tilecast.graph import TilingError
-from tilecast.graph.model_config import ModelConfigError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, add_steps_arg,
-                                 add_workers_arg, as_flags, blas_summary, memory_args, model_args, print_json,
+                                 add_workers_arg, blas_summary, library_errors, memory_args, model_args, print_json,
                                  recompute_arg)
 
 # A small GPT-2 (gpt2-tiny: 2 layers, n_embd 64, vocab 256) whose validation loss falls below 2.0
@@ -60,11 +57,8 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from tilecast.data.checkpoint import CheckpointError
-    from tilecast.data.corpus import DataError
-    from tilecast.executor.memory_limit import MemoryLimitError
+    import tilecast as tc
     from tilecast.executor.starpu_session import StarPUError
-    from tilecast.training.loop import TrainOptions, TrainingError, train
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
@@ -79,10 +73,6 @@ def run(args) -> int:
         from tilecast.cli.common import check_host_memory
 
         check_host_memory(cfg)
-    opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=args.steps, lr=args.lr, sched=args.sched,
-                        workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
-                        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
-                        seed=args.seed, recompute=recompute, memory=memory)
     blas, blas_line = blas_summary()
     bars = []
 
@@ -100,21 +90,21 @@ def run(args) -> int:
         (bars[0].write if bars else print)(line, file=sys.stderr)
 
     try:
-        res = train(opts, progress=progress, log=log)
-    except MemoryLimitError as e:
-        raise UsageError(as_flags(str(e))) from None
-    except (TrainingError, DataError, CheckpointError) as e:
-        raise UsageError(as_flags(str(e))) from None
+        with library_errors():
+            out_ = tc.train(cfg, batch, seq, tiling, steps=args.steps, lr=args.lr, sched=args.sched,
+                            workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                            checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                            seed=args.seed, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
+                            offload_dir=memory.offload_dir if memory else None, progress=progress, log=log)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except StarPUError as e:
         print(f"tilecast train: {e}", file=sys.stderr)
         return 1
-    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
-        raise UsageError(as_flags(str(e))) from None
     finally:
         for bar in bars:
             bar.close()
+    res = out_.result
     out = {
         "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "sched": args.sched,
         "workers": len(res.workers), "tasks_per_step": res.n_tasks, "lr": args.lr,

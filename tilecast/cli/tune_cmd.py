@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from tilecast.cli import UsageError
 from tilecast.cli.common import (
     add_json_arg,
@@ -18,15 +16,14 @@ from tilecast.cli.common import (
     add_workers_arg,
     as_flags,
     human,
+    library_errors,
     memory_args,
-    memory_forecast,
     model_args,
     parse_list,
     print_json,
     recompute_arg,
     tilings_arg,
 )
-from tilecast.errors import FieldError
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.cli.tune_ranks import add_tune_rank_args, run_tune_ranks
 from tilecast.loop.candidates import short_label
@@ -111,16 +108,11 @@ def worker_counts(args):
 
 @with_starpu_errors("tune")
 def run(args) -> int:
-    from tilecast.loop import execute, pick_for_execution, tune
-    from tilecast.graph.recompute import RECOMPUTE
-    from tilecast.perfmodel import MachineError, load_machine
+    import tilecast as tc
 
     cfg, batch, seq, _ = model_args(args)
     limit = memory_args(args)
-    if args.recompute is not None:
-        recomputes = [recompute_arg(args)]
-    else:
-        recomputes = list(RECOMPUTE) if limit is not None else ["none"]
+    recompute = recompute_arg(args) if args.recompute is not None else None
     tilings = parse_tilings(args)
     scheds = parse_list(args.scheds, "--scheds")
     workers, flags = worker_counts(args)
@@ -131,103 +123,39 @@ def run(args) -> int:
         for flag, v, low in (("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
             if v < low:
                 raise UsageError(f"{flag} must be at least {low}, got {v}")
-        return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recomputes[0])
-    for flag, v, low in (("--execute", args.execute, 0), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
-                         ("--others", args.others, 0), ("--max-tasks", args.max_tasks, 1), ("--top", args.top, 1)):
-        if v < low:
-            raise UsageError(f"{flag} must be at least {low}, got {v}")
-    if args.machine != "local" and args.execute:
-        raise UsageError("--execute: only the local machine can be run (drop --machine or --execute)")
-    if limit is not None and args.execute:
-        for flag, on in (("--recalibrate", args.recalibrate), ("--quiet-check", args.quiet_check)):
-            if on:
-                raise UsageError(f"{flag}: not available with --memory-limit (drop one of them)")
-    try:
-        machine = load_machine(args.machine)
-    except MachineError as e:
-        raise UsageError(f"--machine: {e}") from None
-    forecast = memory_forecast(limit, machine)
-    results = []
-    for rc in recomputes:
-        try:
-            results.append(tune(cfg, batch, seq, machine, scheds=scheds, workers=workers, tilings=tilings,
-                                max_tasks=args.max_tasks, progress=True, recompute=rc, memory=forecast))
-        except FieldError as e:
-            raise UsageError(as_flags(str(e), flags)) from None
-    result = results[0]
-    if len(results) > 1:
-        from dataclasses import replace
-
-        from tilecast.loop.predict import rank
-
-        result = replace(result, ranking=rank([p for r in results for p in r.ranking]),
-                         skipped=[s for r in results for s in r.skipped])
-    out = {"model": cfg.name, "batch": batch, "seq": seq, "recompute": ",".join(recomputes),
-           "machine": machine.name, "configurations": len(result.ranking), "skipped": result.skipped,
-           "memory_limit_bytes": forecast.limit_bytes if forecast else None,
-           "offload_dir": limit.offload_dir if limit else None,
-           "host_cost": bool(result.host_costs), "ranking": [p.row() for p in result.ranking]}
-    execution = limited = None
-    if args.execute and limit is not None:
-        limited = _execute_limited(args, out, result, machine, limit, forecast)
-    elif args.execute:
-        from tilecast.loop.interference import QuietGuard
-
-        chosen = pick_for_execution(result.ranking, args.execute, args.others)
-        guard = QuietGuard(workers=max(p.config.workers for p in chosen)) if args.quiet_check else None
-        execution = execute(chosen, result.ranking, machine, result.calibration, result.host_costs,
-                            steps=args.steps, warmup=args.warmup, recalibrate=args.recalibrate, guard=guard)
-        out["executed"] = execution.rows()
-        if execution.quiet:
-            out["quiet"] = execution.quiet
-        out["load_average"] = list(execution.load_average)
-        if args.recalibrate:
-            out["calibration_files"] = execution.save_models(machine)
-        if args.out and execution.checked:
-            out["report"] = execution.checked[0].comparison().write(args.out)
+        return run_tune_ranks(args, cfg, batch, seq, tilings, scheds, recompute or "none")
+    if args.top < 1:
+        raise UsageError(f"--top must be at least 1, got {args.top}")
+    with library_errors({**flags, "recalibrate": "--recalibrate", "quiet_check": "--quiet-check",
+                         "memory_limit": "--memory-limit"}):
+        res = tc.tune(cfg, batch, seq, args.machine, scheds=scheds, workers=workers, tiles=tilings,
+                      max_tasks=args.max_tasks, execute=args.execute, others=args.others, steps=args.steps,
+                      warmup=args.warmup, recalibrate=args.recalibrate, progress=True, recompute=recompute,
+                      memory_limit=limit.limit_bytes if limit else None,
+                      offload_dir=limit.offload_dir if limit else None, quiet_check=args.quiet_check,
+                      report=args.out)
+    out, result = res.summary, res.result
     if args.json:
         print_json(out)
         return 0
     print_ranking(out, result, args.top)
-    if limited is not None:
+    if res.limited:
         from tilecast.loop.execute_memory import print_limited
 
         print()
-        print_limited(limited)
+        print_limited(res.limited)
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
-    if execution is not None:
+    if res.execution is not None:
         print()
         from tilecast.cli.tables import print_executed
 
-        print_executed(execution)
+        print_executed(res.execution)
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
         if args.recalibrate:
             print(f"models updated from the measured runs: {', '.join(out['calibration_files'])}")
     return 0
-
-
-def _execute_limited(args, out, result, machine, limit, forecast) -> list:
-    """``--execute`` under ``--memory-limit``: the chosen configurations run under the limit; fills ``out``."""
-    from tilecast.loop import pick_for_execution
-    from tilecast.loop.execute_memory import execute_limited
-
-    from tilecast.cli.common import as_flags
-    from tilecast.executor.memory_limit import MemoryLimitError
-
-    chosen = pick_for_execution(result.ranking, args.execute, args.others)
-    load_before = os.getloadavg()[0]
-    try:
-        runs = execute_limited(chosen, result.ranking, limit, steps=args.steps, warmup=args.warmup)
-    except MemoryLimitError as e:
-        raise UsageError(as_flags(str(e))) from None
-    out["executed"] = [r.row() for r in runs]
-    out["load_average"] = [load_before, os.getloadavg()[0]]
-    if args.out and runs:
-        out["report"] = runs[0].comparison(machine, result.calibration, result.host_costs,
-                                           forecast).write(args.out)
-    return runs
 
 
 def print_ranking(out, result, top) -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import (add_json_arg, add_model_args, add_recompute_arg, as_flags, model_args, print_json,
-                                 recompute_arg)
+from tilecast.cli.common import add_json_arg, add_model_args, add_recompute_arg, model_args, print_json, recompute_arg
 
 
 def add_parser(sub):
@@ -29,19 +28,18 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from tilecast.errors import FieldError
-    from tilecast.reference.verify import TOLERANCES, ReferenceUnavailable, verify
-    from tilecast.graph import TilingError
-    from tilecast.graph.model_config import ModelConfigError
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.reference.verify import TOLERANCES, ReferenceUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
-    if cfg.n_params() * 16 * 6 > 8e9:
-        raise UsageError(f"--model: {cfg.name} is too large for a numpy reference check; use a small shape")
     try:
-        res = verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype, recompute=recompute)
-    except (ReferenceUnavailable, FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
-        raise UsageError(as_flags(str(e))) from None
+        with library_errors():
+            out = tc.verify(cfg, batch, seq, tiling, params_dtype=args.params_dtype, recompute=recompute)
+    except ReferenceUnavailable as e:  # torch or transformers missing: what to install
+        raise UsageError(str(e)) from None
+    res = out.result
     if args.json:
         print_json(res.to_dict())
         return 0 if res.ok else 1

@@ -103,24 +103,14 @@ def add_parallelism_arguments(p) -> None:
                         "all --dp ranks (default)")
 
 
-def _fail(e):
-    from tilecast.cli.common import as_flags
-
-    raise UsageError(as_flags(str(e))) from None
-
-
 def _inputs(args):
-    from tilecast.cluster.hardware import ClusterError, load_cluster
-    from tilecast.graph.model_config import ModelConfigError, load_model
+    """The cluster and model of --cluster and --model (ClusterError, ModelConfigError: the flag in one line)."""
+    from tilecast.api.cluster_calls import cluster_of
+    from tilecast.cli.common import library_errors
+    from tilecast.graph.model_config import load_model
 
-    try:
-        cluster = load_cluster(args.cluster)
-    except ClusterError as e:
-        _fail(e)
-    try:
-        shape = load_model(args.model)
-    except (ModelConfigError, OSError, ValueError) as e:
-        _fail(e)
+    with library_errors():
+        cluster, shape = cluster_of(args.cluster), load_model(args.model)
     for flag in ("gpus", "seq", "global_batch", "micro_batch", "tp", "pp", "dp", "virtual_stages", "top", "max_configs",
                  "shard_group"):
         if getattr(args, flag) < 0:
@@ -128,28 +118,20 @@ def _inputs(args):
     return cluster, shape
 
 
-def _strategy(args, shape, cluster):
-    from tilecast.cluster.strategy import StrategyError, layout
-
+def recipe(args) -> dict:
+    """The Strategy fields of the layout flags other than the counts (tp, pp, dp, gpus, batches, seq)."""
     try:
         stage_layers = tuple(int(x) for x in args.stage_layers.split(",") if x.strip())
     except ValueError:
         raise UsageError(f"--stage-layers: expected whole numbers separated by commas, got {args.stage_layers!r}") from None
-    try:
-        st = layout(gpus=args.gpus, tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, ep=args.ep,
-                    capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
-                    shard_group=args.shard_group, global_batch=args.global_batch,
-                    micro_batch=args.micro_batch, schedule=args.schedule, virtual_stages=args.virtual_stages,
-                    seq=args.seq, zero=args.zero, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-                    dtype=args.dtype, attention=args.attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    tp_comm_overlap=args.tp_comm_overlap, collective_algo=args.collective_algo,
-                    overlap_param_gather=args.overlap_param_gather,
-                    grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2,
-                    pipeline_split=args.pipeline_split, stage_layers=stage_layers)
-        st.check(shape, cluster)
-    except StrategyError as e:
-        _fail(e)
-    return st
+    return dict(cp=args.cp, ep=args.ep, capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance,
+                shard_group=args.shard_group, schedule=args.schedule, virtual_stages=args.virtual_stages,
+                zero=args.zero, recompute=args.recompute, sequence_parallel=args.sequence_parallel, dtype=args.dtype,
+                attention=args.attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                tp_comm_overlap=args.tp_comm_overlap, collective_algo=args.collective_algo,
+                overlap_param_gather=args.overlap_param_gather,
+                grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2, pipeline_split=args.pipeline_split,
+                stage_layers=stage_layers)
 
 
 def _gb(x):
@@ -200,7 +182,8 @@ def _run_sweeps(args, shape, st, cluster):
 
 
 def run(args):
-    from tilecast.cluster.evaluate import evaluate
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
 
     cluster, shape = _inputs(args)
     if args.inference:
@@ -213,8 +196,10 @@ def run(args):
         return run_search(args, shape, cluster)
     if args.baseline is not None:
         raise UsageError("--baseline: only with --search")
-    st = _strategy(args, shape, cluster)
-    base = evaluate(shape, st, cluster)
+    with library_errors():
+        res = tc.whatif(shape, cluster, gpus=args.gpus, seq=args.seq, global_batch=args.global_batch,
+                        micro_batch=args.micro_batch, tp=args.tp, pp=args.pp, dp=args.dp, **recipe(args))
+    base, st = res.top[0], res.layout
     if args.trace:
         from tilecast.cluster.timeline import to_trace
         from tilecast.trace import TraceError, save

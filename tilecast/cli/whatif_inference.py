@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 from tilecast.cli import UsageError
 
@@ -56,16 +55,8 @@ def add_arguments(p) -> None:
                         "tilecast/cluster/inference_engines.yaml")
 
 
-def _flags(message: str) -> str:
-    m = re.match(r"^([a-z_]+)(?=[: ])", message)
-    if m and m.group(1) in INFERENCE_FLAGS:
-        return INFERENCE_FLAGS[m.group(1)] + message[m.end():]
-    return message
-
-
-def _config(args, shape, cluster):
-    from tilecast.cluster.inference import InferenceConfig, InferenceError
-
+def _check_flags(args) -> None:
+    """The flags --inference does not take, and negative counts, in one line naming the flag."""
     for flag in TRAINING_ONLY:
         if getattr(args, flag):
             raise UsageError(f"--{flag}: not available with --inference")
@@ -76,24 +67,6 @@ def _config(args, shape, cluster):
         raise UsageError("--shard-group: not available with --inference (no optimizer states to shard)")
     if args.cp < 1:
         raise UsageError(f"--cp: must be a whole number >= 1, got {args.cp}")
-    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp
-    dp = args.dp
-    what = "tp x pp" if cp == 1 else "tp x cp x pp"
-    if not dp:
-        if args.gpus and args.gpus % (tp * pp * cp):
-            raise UsageError(f"--gpus: {args.gpus} is not a multiple of {what} = {tp * pp * cp}")
-        dp = args.gpus // (tp * pp * cp) if args.gpus else 1
-    elif args.gpus and args.gpus != tp * pp * dp * cp:
-        raise UsageError(f"--gpus: {args.gpus} differs from {what} x dp = {tp * pp * dp * cp}")
-    cfg = InferenceConfig(tp=tp, pp=pp, dp=dp, batch=args.batch, input_len=args.input_len,
-                          output_len=args.output_len, weight_dtype=args.dtype, kv_dtype=args.kv_dtype or args.dtype,
-                          request_rate=args.request_rate, max_batch=args.max_batch, ep=args.ep, cp=cp,
-                          capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance)
-    try:
-        cfg.check(shape, cluster)
-    except InferenceError as e:
-        raise UsageError(_flags(str(e))) from None
-    return cfg
 
 
 def _gb(x):
@@ -149,16 +122,17 @@ def _sweeps(args, shape, cfg, cluster, eff) -> list:
 
 def run_inference(args, cluster, shape) -> int:
     """Exit 0, or 1 when the configuration does not fit in memory or the server is overloaded."""
-    from tilecast.cluster.inference import InferenceError, evaluate_inference
-    from tilecast.cluster.inference_costs import DEFAULT_ENGINE, engine_efficiency
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
 
-    cfg = _config(args, shape, cluster)
-    engine = args.engine or DEFAULT_ENGINE
-    try:
-        eff = engine_efficiency(engine)
-        res = evaluate_inference(shape, cfg, cluster, eff)
-    except (InferenceError, ValueError) as e:
-        raise UsageError(_flags(str(e))) from None
+    _check_flags(args)
+    with library_errors(INFERENCE_FLAGS):
+        out = tc.whatif_inference(shape, cluster, tp=args.tp, pp=args.pp, dp=args.dp, batch=args.batch,
+                                  input_len=args.input_len, output_len=args.output_len, dtype=args.dtype,
+                                  kv_dtype=args.kv_dtype, request_rate=args.request_rate, max_batch=args.max_batch,
+                                  engine=args.engine, gpus=args.gpus, ep=args.ep, cp=args.cp,
+                                  capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance)
+    res, cfg, eff, engine = out.result, out.config, out.efficiency, out.engine
     if args.search:
         from tilecast.cli.whatif_inference_search import run_inference_search
 

@@ -51,26 +51,25 @@ def _share(r) -> float:
 
 
 def run_search(args, shape, cluster) -> int:
-    from tilecast.cluster.search import layout_label, search, search_sweep, search_sweep_table
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.cluster.search import layout_label, search_sweep, search_sweep_table
 
     if not args.gpus:
         raise UsageError("--search: needs --gpus")
-    if args.gpus > cluster.n_gpus:
-        raise UsageError(f"--gpus: {args.gpus} exceeds the {cluster.n_gpus} GPUs of {cluster.name}")
-    if args.dtype not in cluster.gpu.peak_flops:
-        raise UsageError(f"--dtype: {cluster.gpu.name} has no {args.dtype} peak in {cluster.name}")
-    if args.attention not in ("flash", "cudnn", "unfused"):
-        raise UsageError(f"--attention: must be flash, cudnn or unfused, got {args.attention!r}")
     if args.plot:
         raise UsageError("--plot: not available with --search (plot a --sweep of one layout)")
     gb = args.global_batch or args.gpus
-    base = baseline_strategy(args, shape, cluster, gb)
-    specs = _hardware_sweeps(args)
     # the recipe every candidate shares; EP is searched (mixtures of experts), --ep only sets the baseline's
     kw = dict(dtype=args.dtype, attention=args.attention, capacity_factor=args.capacity_factor,
               expert_imbalance=args.expert_imbalance, grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2)
-    res = search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
-                 progress=not args.json, baseline=base, **kw)
+    base = baseline_strategy(args, shape, cluster, gb)
+    specs = _hardware_sweeps(args)
+    with library_errors():
+        found = tc.whatif_search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
+                                 baseline=base, progress=not args.json, **kw)
+    res = {"candidates": found.candidates, "fitting": found.fitting, "evaluated": found.evaluated,
+           "top": found.top, "baseline": found.baseline, "gain": found.gain}
     sweeps = [(p, search_sweep_table(p, search_sweep(shape, cluster, args.gpus, args.seq, gb, p, values,
                                                      baseline=base, max_configs=args.max_configs, **kw)))
               for p, values in specs]
