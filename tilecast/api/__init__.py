@@ -200,19 +200,55 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     docs/memory.md); a limit below the step's smallest working set raises an error with the minimum."""
     import time
 
-    from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
-    from tilecast.loop.predict import host_note, predict, stored_models
-    from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.calibration import Calibration
-    from tilecast.perfmodel.kernel_model import DurationModel
-    from tilecast.perfmodel.machine import Machine
+    from tilecast.loop.predict import host_note, predict
     from tilecast.simulator.simulate import POLICIES
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
     if sched not in POLICIES:
         raise FieldError(f"sched must be one of {', '.join(POLICIES)}, got {sched!r}")
+    st = _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit, offload_dir)
+    m, n, cal, g = st.machine, st.workers, st.calibration, st.graph
+    t0 = time.perf_counter()
+    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, st.host_costs, graph=g,
+                durations=st.durations, keep_result=True, transfers=transfers, seed=sched_seed, memory=st.forecast)
+    sim_s = time.perf_counter() - t0
+    s = p.summary
+    return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
+                          p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
+                          s["critical_path_s"], s["work_bound_s"], p.tokens_per_s, p.task_overhead_s * 1e6,
+                          "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g,
+                          dict(st.provenance), sim_s)
+
+
+@dataclass
+class _PreparedStep:
+    """What every prediction of one step shares whatever its policy: the machine, its worker count, the stored
+    models, the graph, the memory forecast and the task durations (with where each came from)."""
+
+    machine: object
+    workers: int
+    calibration: object
+    host_costs: object
+    limit: object
+    graph: object
+    forecast: object
+    durations: object
+    provenance: dict
+
+
+def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit,
+                   offload_dir) -> _PreparedStep:
+    """Load the machine and its stored models (or ``calibration``'s file), check the memory limit, build the
+    step's graph and compute its task durations on the machine as described, as the commands do."""
+    from tilecast.graph.models import build_step
+    from tilecast.loop.predict import stored_models
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import Calibration
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.perfmodel.machine import Machine
+
     m = machine if isinstance(machine, Machine) else load_machine(machine)
     n = len(m.workers) if workers is None else len(m.with_workers(workers).workers)
     cal, host_costs = stored_models(m)
@@ -224,17 +260,7 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
     model_ = DurationModel(m, cal)
-    durations = model_.durations(g)  # on the machine as described, as the command computes them
-    t0 = time.perf_counter()
-    p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
-                durations=durations, keep_result=True, transfers=transfers, seed=sched_seed, memory=forecast)
-    sim_s = time.perf_counter() - t0
-    s = p.summary
-    return SimulateResult(cfg.name, batch, seq, tiling.describe(), m.name, sched, n, p.step_s, p.makespan_s,
-                          p.host_s, p.host_known, host_note(p, m), p.tasks, p.tiles, s["utilization"],
-                          s["critical_path_s"], s["work_bound_s"], p.tokens_per_s, p.task_overhead_s * 1e6,
-                          "stored" if cal is not None else "none (machine roofline figures)", dict(s), p, g,
-                          dict(model_.provenance), sim_s)
+    return _PreparedStep(m, n, cal, host_costs, limit, g, forecast, model_.durations(g), dict(model_.provenance))
 
 
 def _memory_limit(memory_limit, offload_dir):

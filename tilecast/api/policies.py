@@ -57,15 +57,10 @@ def simulate_policies(model="gpt2", batch: int = 4, seq: int = 256, tile="256", 
     :func:`tilecast.api.simulate` predicts it under one, building the graph and computing the task durations
     once. Arguments as :func:`tilecast.api.simulate`'s; ``progress``: called with each policy's name and the step's
     task count before the policy is simulated."""
-    from tilecast.api import _memory_forecast, _memory_limit
+    from tilecast.api import _prepared_step
     from tilecast.errors import FieldError
-    from tilecast.graph.models import build_step
     from tilecast.loop.config import StepConfig
-    from tilecast.loop.predict import predict, stored_models
-    from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.calibration import Calibration
-    from tilecast.perfmodel.kernel_model import DurationModel
-    from tilecast.perfmodel.machine import Machine
+    from tilecast.loop.predict import predict
     from tilecast.simulator.simulate import POLICIES
 
     cfg, tiling = _config(model), _tiling(tile)
@@ -74,26 +69,18 @@ def simulate_policies(model="gpt2", batch: int = 4, seq: int = 256, tile="256", 
     bad = [p for p in policies if p not in POLICIES]
     if bad or not policies:
         raise FieldError(f"policies: must be among {', '.join(POLICIES)}, got {', '.join(bad) or 'none'}")
-    m = machine if isinstance(machine, Machine) else load_machine(machine)
-    n = len(m.workers) if workers is None else len(m.with_workers(workers).workers)
-    cal, host_costs = stored_models(m)
-    if calibration is not None:
-        cal = Calibration.load(calibration, m.fingerprint())
-    if offload_dir is not None and memory_limit is None:
-        raise FieldError("offload_dir needs memory_limit")
-    limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
-    g = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    forecast = None if limit is None else _memory_forecast(limit, m, g, n)
-    durations_model = DurationModel(m, cal)
-    durations = durations_model.durations(g)
+    st = _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit,
+                        offload_dir)
+    m, n, cal, g = st.machine, st.workers, st.calibration, st.graph
     rows = []
     for sched in policies:
         if progress is not None:
             progress(sched, g.n_tasks)
         t0 = time.perf_counter()
-        p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, host_costs, graph=g,
-                    durations=durations, keep_result=False, transfers=transfers, seed=sched_seed, memory=forecast)
+        p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, st.host_costs, graph=g,
+                    durations=st.durations, keep_result=False, transfers=transfers, seed=sched_seed,
+                    memory=st.forecast)
         rows.append(prediction_row(p, m, time.perf_counter() - t0))
     return PoliciesResult(cfg.name, batch, seq, tiling.describe(), recompute, m.name, n,
                           "stored" if cal is not None else "none (machine roofline figures)",
-                          dict(durations_model.provenance), None if limit is None else limit.limit_bytes, rows)
+                          dict(st.provenance), None if st.limit is None else st.limit.limit_bytes, rows)
