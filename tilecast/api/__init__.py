@@ -259,6 +259,8 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
+    if limit is not None:
+        _one_memory_node(m)
     model_ = DurationModel(m, cal)
     return _PreparedStep(m, n, cal, host_costs, limit, g, forecast, model_.durations(g), dict(model_.provenance))
 
@@ -272,6 +274,14 @@ def _memory_limit(memory_limit, offload_dir):
     if offload_dir is not None:
         check_offload_dir(offload_dir, 0)
     return limit
+
+
+def _one_memory_node(machine) -> None:
+    """A memory limit is StarPU's limit on the CPU executor's main memory: refused, naming the field, for a
+    machine of several memory nodes (a GPU server's description), which the limited simulation does not model."""
+    if len(machine.nodes) != 1:
+        raise FieldError(f"memory_limit: applies to a machine of one memory node (the CPU executor); {machine.name} "
+                         f"has {len(machine.nodes)}")
 
 
 def _memory_forecast(limit, machine, g, workers):

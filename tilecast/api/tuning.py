@@ -107,6 +107,10 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
     if tiles is not None:
         tilings = [_tiling(t) for t in ([tiles] if isinstance(tiles, (str, int)) else tiles)] or None
     m = _machine(machine)
+    if limit is not None:
+        from tilecast.api import _one_memory_node
+
+        _one_memory_node(m)
     if execute and m.name != "local":
         raise FieldError("execute: only the local machine can be run")
     if limit is not None and execute:
