@@ -259,8 +259,6 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
-    if limit is not None:
-        _one_memory_node(m)
     model_ = DurationModel(m, cal)
     return _PreparedStep(m, n, cal, host_costs, limit, g, forecast, model_.durations(g), dict(model_.provenance))
 
@@ -294,6 +292,7 @@ def _memory_forecast(limit, machine, g, workers):
     why = refusal([g], workers, limit.limit_bytes, limit.offload_dir is not None)
     if why:
         raise MemoryLimitError(f"memory_limit: {why}")
+    _one_memory_node(machine)
     disk = ensure_disk(machine, limit.offload_dir) if limit.offload_dir is not None else None
     return MemoryForecast(limit.limit_bytes, disk)
 
