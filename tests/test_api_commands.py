@@ -77,6 +77,21 @@ def test_validate_inference_equals_the_command(capsys):
     assert v.summary == doc["inference"] and v.ok == doc["inference"]["ok"]
 
 
+def test_run_forecast_under_a_memory_limit_equals_the_command(capsys, tmp_path):
+    from tilecast.kernels.native_build import NativeUnavailable
+
+    step = dict(model="gpt2-tiny", batch=1, seq=16, tile="16", sched="eager", workers=1, steps=1)
+    try:
+        r = tc.run(**step, memory_limit="4MiB", offload_dir=str(tmp_path), forecast=True)
+    except NativeUnavailable as e:
+        pytest.skip(f"StarPU or the C kernels are not available: {e}")
+    rc, doc = cli_json(capsys, ["run", "--model", "gpt2-tiny", "--batch", "1", "--seq", "16", "--tile", "16", "--sched",
+                                "eager", "--workers", "1", "--steps", "1", "--memory-limit", "4MiB", "--offload-dir",
+                                str(tmp_path), "--json"])
+    assert rc == 0 and r.predicted == doc["predicted"] and r.predicted["step_s"] > 0  # one forecast, simulated
+    assert tc.run(**step).predicted is None  # no limit, nothing forecast
+
+
 def test_verify_frame_has_a_row_per_tensor():
     pytest.importorskip("torch", reason="torch is the numeric reference; install tilecast[test]")
     pytest.importorskip("transformers", reason="transformers is the numeric reference; install tilecast[test]")
