@@ -47,7 +47,8 @@ from scipy.optimize import least_squares, minimize_scalar
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
 DECIDING = {"dmdasd": "dmdas"}
-#: policies whose sorted insertions the simulator charges (Engine.walk), and the policy measured beside each
+#: policies whose search through a sorted queue the simulator charges (Engine.walk; a task walked past, a level
+#: of prio's tree), and the policy measured beside each
 #: for its per-task cost without them
 WALKING = {"dmdas": "dmda", "prio": "eager"}
 #: the walk's costs first tried (s per queued task walked past): none, then 1 ns to 1 us evenly in log; the fit
