@@ -14,7 +14,8 @@ Prints a table per shape (predicted and measured, tune's rank), then one
 JSON line with ``regret`` per shape, ``max_regret``, ``sample`` and the
 conditions (CPU, the kernels' BLAS and its core).
 
-    python3 benchmarks/tune_regret.py [--top 4] [--others 8] [--steps 5] [--warmup 2]
+    python3 benchmarks/tune_regret.py [--top 4] [--others 8] [--steps 5] [--warmup 2] [--shapes 2x128,3x96]
+    python3 benchmarks/tune_regret.py --home DIR ...   (a calibrated home: checks the script, not a first use)
 """
 
 from __future__ import annotations
@@ -40,8 +41,17 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--shapes", default=",".join(s[0] for s in SHAPES), help="which shapes (comma-separated)")
+    ap.add_argument("--home", metavar="DIR",
+                    help="use this $TILECAST_HOME (its calibration, and whatever ran there) instead of a fresh one: "
+                         "not a first-use figure; for checking the script without calibrating")
     args = ap.parse_args()
-    os.environ["TILECAST_HOME"] = tempfile.mkdtemp(prefix="tilecast-regret-")  # nothing has run here
+    unknown = set(args.shapes.split(",")) - {s[0] for s in SHAPES}
+    if unknown:
+        ap.error(f"--shapes: unknown shape {sorted(unknown)[0]!r} (known: {', '.join(s[0] for s in SHAPES)})")
+    if args.home and not os.path.isdir(args.home):
+        ap.error(f"--home: {args.home} is not a directory")
+    # nothing has run in a fresh home: tune calibrates the machine first
+    os.environ["TILECAST_HOME"] = args.home or tempfile.mkdtemp(prefix="tilecast-regret-")
     import tilecast as tc
     from tilecast.graph import Tiling
     from tilecast.loop.candidates import short_label
@@ -71,7 +81,7 @@ def main() -> int:
                      "candidates": res.configurations, "run": len(rows),
                      "rows": [{k: r[k] for k in ("rank", "tiling", "sched", "workers", "pred_step_s", "real_step_s",
                                                  "error")} for r in rows]}
-    summary = {"regret": {k: v["regret"] for k, v in out.items()},
+    summary = {"regret": {k: v["regret"] for k, v in out.items()}, "first_use": not args.home,
                "max_regret": max(v["regret"] for v in out.values()),
                "sample": f"tune's {args.top} best and {args.others} spread over the rest of its ranking, per shape",
                "wall_s": time.perf_counter() - t0, "shapes": out, "conditions": conditions}

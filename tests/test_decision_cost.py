@@ -96,7 +96,7 @@ def test_predict_charges_the_walks_of_the_sorted_policies_only(local):
     probe = HostCost.fit(2, [[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]], overheads=[[1000, 9e-6]])
     walking = HostCost(**{**probe.__dict__, "push_walk_s": 1e-6})
     cfg = dict(model=load_model("gpt2-tiny"), batch=2, seq=32, tiling=Tiling.parse("32"), workers=2)
-    for sched, charged in (("dmdas", True), ("dmdasd", True), ("dmda", False), ("prio", False)):
+    for sched, charged in (("dmdas", True), ("dmdasd", True), ("prio", True), ("dmda", False), ("eager", False)):
         with_walk = predict(StepConfig(sched=sched, **cfg), local, None, {2: probe, f"2:{sched}": walking})
         without = predict(StepConfig(sched=sched, **cfg), local, None, {2: probe})
         assert (with_walk.makespan_s > without.makespan_s) == charged, sched

@@ -33,6 +33,10 @@ cost per task walked past (``Machine.push_walk``; charged by
 :meth:`tilecast.simulator.engine.Engine.walk`) so that the simulated ratio of
 dmdas's probe makespans to dmda's matches the measured one, the per-task cost
 being dmda's on the same probes.
+
+prio searches its red-black tree of priority stages on every push and pop
+(:mod:`tilecast.simulator.queue_costs`): the same fit, beside eager (the
+same central queue without priorities), gives its cost per tree level.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from scipy.optimize import least_squares, minimize_scalar
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
 DECIDING = {"dmdasd": "dmdas"}
-#: policies whose sorted insertions the simulator charges (Engine.walk), and the policy measured beside each
+#: policies whose search through a sorted queue the simulator charges (Engine.walk; a task walked past, a level
+#: of prio's tree), and the policy measured beside each
 #: for its per-task cost without them
-WALKING = {"dmdas": "dmda"}
+WALKING = {"dmdas": "dmda", "prio": "eager"}
 #: the walk's costs first tried (s per queued task walked past): none, then 1 ns to 1 us evenly in log; the fit
 #: refines around the best of them (the makespans move in steps with it: a gradient from the start can stall)
 WALK_GRID = (0.0,) + tuple(np.geomspace(1e-9, 1e-6, 13).tolist())

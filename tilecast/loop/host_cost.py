@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +32,10 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 8  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 9  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
-# 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant
+# 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
+# 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -78,8 +79,9 @@ class HostCost:
     decision_lock_s: float = 0.0
     # the submitting thread's seconds per task, measured on the probes with this many workers (0: unknown)
     submit_task_s: float = 0.0
-    # dmdas, dmdasd: seconds per queued task that inserting a task into a sorted queue walks past
-    # (tilecast.loop.decision_cost.fit_push_walk); 0: not charged
+    # dmdas, dmdasd: seconds per queued task that inserting a task into a sorted queue walks past; prio: per
+    # level of its priority tree searched on a push or a pop (tilecast.loop.decision_cost.fit_push_walk,
+    # tilecast.simulator.queue_costs); 0: not charged
     push_walk_s: float = 0.0
     # the runtime's cost between a worker's tasks beyond task_overhead_s (tilecast.simulator.gap_cost), fitted
     # on the probes' start delays (tilecast.loop.runtime_overhead.fit_gap_model): seconds per buffer of the
@@ -388,6 +390,17 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
         probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = own_gaps
 
 
+def sched_probe_fit(fits: dict, workers: int, sched: str) -> HostCost | None:
+    """``sched``'s fit on the scheduler probes (:data:`SCHED_PROBES`): its own, or for the probe scheduler
+    (eager, measured on every probe) the worker count's fit restricted to those probes' points."""
+    own = fits.get(probe_key(workers, sched))
+    base = fits.get(workers)
+    if own is not None or sched != PROBE_SCHED or base is None or len(base.points) < len(PROBES):
+        return own
+    picked = [base.points[PROBES.index(p)] for p in SCHED_PROBES]
+    return replace(base, points=picked, probe_points=len(picked))
+
+
 def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
     """Host cost fits for every worker count, and every scheduler of ``scheds``, measured (and stored) for
     those not stored yet.
@@ -433,7 +446,7 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
             probe.probe_points = len(points)
             probe.submit_task_s = submit
             if sched in WALKING:
-                fit_walks(probe, machine.with_workers(w), cal, fits.get(probe_key(w, WALKING[sched])), sched,
+                fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           [g for g, _ in traced])
             if sched in DECIDING:
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,

@@ -137,7 +137,8 @@ class Machine:
     submit_task: float = 0.0
     submit_stretch: float = 1.0
     #: dmdas and dmdasd: seconds per queued task that inserting a task into a worker's sorted queue walks past,
-    #: paid by the pushing worker (see tilecast.simulator.engine)
+    #: paid by the pushing worker; prio: seconds per level of its priority tree searched on each push and pop
+    #: (see tilecast.simulator.engine, tilecast.simulator.queue_costs)
     push_walk: float = 0.0
     #: the runtime's cost between a worker's tasks beyond ``task_overhead`` (see tilecast.simulator.gap_cost):
     #: seconds per buffer of the task starting, and per buffer and per successor of the worker's ended task

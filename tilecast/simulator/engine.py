@@ -59,8 +59,9 @@ class Engine:
         the workers (when they have no core to spare): a task that starts before
         then takes ``submit_stretch`` times its duration.
     push_walk:
-        seconds per queued task that inserting a task into a sorted queue walks
-        past (dmdas, dmdasd; :meth:`walk`). The worker that pushes pays it before
+        seconds per step of a search through a sorted queue: a queued task that
+        inserting a task walks past (dmdas, dmdasd), a level of prio's tree on
+        each push and pop (:meth:`walk`; :mod:`tilecast.simulator.queue_costs`). The worker that pushes pays it before
         its next task, and pops that task only once it has pushed every task its
         ended one released (``pushing``), as a StarPU worker does.
     gap_before, release:
@@ -143,8 +144,8 @@ class Engine:
             self.sched_free = (now if now >= self.sched_free else self.sched_free) + cost
 
     def walk(self, by: int, walked: int) -> None:
-        """Worker ``by`` inserted a task into a sorted queue past ``walked`` queued tasks: its next task starts
-        no earlier than when that ends. The thread submitting the graph (``by`` -1) is not a worker: its own
+        """Worker ``by`` inserted a task into a sorted queue past ``walked`` queued tasks (or searched ``walked``
+        levels of prio's tree, pushing or popping): its next task starts no earlier than when that ends. The thread submitting the graph (``by`` -1) is not a worker: its own
         time per task is measured as a whole (``submit_end``).
 
         StarPU 1.3.10: ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c) walks the

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tilecast.kernels.native_build import NativeUnavailable, build_extension
+from tilecast.simulator.queue_costs import SEARCHING, priority_stages
 
 C_DIR = Path(__file__).parent / "c"
 NAME = "_tilecast_sim"
@@ -158,7 +159,7 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.overhead = float(machine.task_overhead)
     s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
     s.submit_end, s.submit_stretch = n * float(machine.submit_task), float(machine.submit_stretch)
-    s.push_walk = float(machine.push_walk) if sched in ("dmdas", "dmdasd") else 0.0  # simulate.SORTED_PUSH
+    s.push_walk = float(machine.push_walk) if sched in SEARCHING else 0.0  # simulate.SORTED_PUSH
     gap_before, release = gap_charges if gap_charges is not None else (None, None)
     s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)
     s.gap_ready = float(machine.gap_ready)
@@ -168,6 +169,8 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
         prio = np.asarray(priority, dtype=np.float64)
         s.neg = p(-prio, np.float64)
         s.front = p(prio != 0.0, np.uint8)
+    if sched == "prio" and s.push_walk > 0.0:  # its tree's stages (Prio.stages)
+        s.stage = p(priority_stages(priority), np.int32)
     if choice is not None:
         s.choice = p(choice, np.int64)
     if proximity is not None:

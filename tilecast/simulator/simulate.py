@@ -28,6 +28,7 @@ from tilecast.simulator.policies.central import Eager, Prio
 from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
                                                      DequeModelDataAwareSortedDecision)
 from tilecast.simulator.policies.random_policy import Random, draw_workers
+from tilecast.simulator.queue_costs import SEARCHING
 from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing, proximity_lists
 from tilecast.trace import make_trace
 
@@ -45,8 +46,9 @@ POLICIES = {  # name -> (priority, seed, estimate) -> policy
 #: policies that decide with StarPU's performance-model estimates (per-footprint means), not exact durations
 USES_ESTIMATES = ("dm", "dmda", "dmdas", "dmdasd")
 USES_PRIORITIES = _prio.USES_PRIORITIES
-#: policies that insert into sorted queues, and are charged the walk (Machine.push_walk; Engine.walk)
-SORTED_PUSH = ("dmdas", "dmdasd")
+#: policies whose search through a sorted queue is charged (Machine.push_walk a step; Engine.walk): a task
+#: walked past (dmdas, dmdasd), a level of prio's tree (tilecast.simulator.queue_costs)
+SORTED_PUSH = SEARCHING
 
 
 @dataclass

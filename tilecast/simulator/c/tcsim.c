@@ -48,6 +48,8 @@ typedef struct {
     int use_sq;         /* the sorted queues are sq_t arrays (dmdasd; dmdas with push_walk) */
     double *hold;       /* per worker, when its sorted insertions end (Engine.hold) */
     int pushing;        /* the worker pushing what its ended task released (Engine.pushing), else -1 */
+    int64_t *stage_count; /* prio: tasks queued per priority stage (queue_costs.StageCount) */
+    int64_t stages;       /* prio: stages with tasks queued */
     heap_t events, central;
     heap_t *hq;  /* dmdas: per worker, a heap as the Python policy's */
     dq_t cdq;
@@ -497,6 +499,35 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
 
 static int64_t policy_pop(tcsim_t *s, priv_t *p, int w);
 
+/* Engine.walk: worker `by` searched `steps` steps through a queue; the submitting thread (-1) is not charged */
+static void walk(tcsim_t *s, priv_t *p, int by, int64_t steps) {
+    if (by >= 0 && steps) {
+        double h = p->hold[by], now = p->now;
+        p->hold[by] = (now >= h ? now : h) + (double)steps * s->push_walk;
+    }
+}
+
+static inline int64_t tree_levels(int64_t n) {  /* queue_costs.tree_levels: n.bit_length() */
+    int64_t l = 0;
+    while (n) {
+        l++;
+        n >>= 1;
+    }
+    return l;
+}
+
+static int64_t stage_add(tcsim_t *s, priv_t *p, int64_t t) {  /* StageCount.add */
+    int64_t levels = tree_levels(p->stages);
+    if (p->stage_count[s->stage[t]]++ == 0) p->stages++;
+    return levels;
+}
+
+static int64_t stage_remove(tcsim_t *s, priv_t *p, int64_t t) {  /* StageCount.remove */
+    int64_t levels = tree_levels(p->stages);
+    if (--p->stage_count[s->stage[t]] == 0) p->stages--;
+    return levels;
+}
+
 static void wake(tcsim_t *s, priv_t *p, int w) {  /* Engine.wake */
     if (p->busy[w] || w == p->pushing) return;
     int64_t t = policy_pop(s, p, w);
@@ -534,8 +565,12 @@ static int64_t policy_pop(tcsim_t *s, priv_t *p, int w) {
     switch (s->policy) {
     case TCSIM_EAGER:
         return p->cdq.n ? dq_popleft(&p->cdq) : -1;
-    case TCSIM_PRIO:
-        return p->central.n ? h_pop(&p->central).v : -1;
+    case TCSIM_PRIO: {  /* Prio.pop */
+        if (!p->central.n) return -1;
+        int64_t t = h_pop(&p->central).v;
+        if (s->stage) walk(s, p, w, stage_remove(s, p, t));
+        return t;
+    }
     case TCSIM_WS:
     case TCSIM_LWS: {
         if (p->dq[w].n) return dq_popleft(&p->dq[w]);
@@ -645,6 +680,7 @@ static void policy_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
         if ((w = first_idle(s, p)) >= 0) wake(s, p, w);
         return;
     case TCSIM_PRIO:
+        if (s->stage) walk(s, p, by, stage_add(s, p, task));
         p->pushed++;
         h_push(s, &p->central, s->neg[task], p->pushed, task);
         if ((w = first_idle(s, p)) >= 0) wake(s, p, w);
@@ -732,6 +768,12 @@ int tcsim_run(tcsim_t *s) {
     p->sorted_decision = pol == TCSIM_DMDASD;
     p->use_sq = p->sorted_decision || (p->sorted_q && s->push_walk > 0.0);
     p->pushing = -1;
+    if (s->stage) {
+        int64_t most = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (s->stage[i] > most) most = s->stage[i];
+        p->stage_count = xalloc(s, most + 1, sizeof(int64_t));
+    }
     transpose(s, n, s->pred_ptr, s->pred, &p->succ_ptr, &p->succ);
     p->missing = xalloc(s, n, sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) p->missing[i] = (int32_t)(s->pred_ptr[i + 1] - s->pred_ptr[i]);
@@ -806,7 +848,7 @@ void tcsim_free(tcsim_t *s) {
         void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
                        p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
-                       p->stamp, p->victims, p->free_at, p->hold};
+                       p->stamp, p->victims, p->free_at, p->hold, p->stage_count};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
         free(p);
         s->priv = NULL;

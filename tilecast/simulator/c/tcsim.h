@@ -58,6 +58,9 @@ typedef struct {
     int64_t *wc_count;                  /* per worker: bytes accessed so far (in/out) */
     int32_t *wc_last_worker;            /* per tile: the worker that touched it last, -1 none (in/out) */
     int64_t *wc_last_count;             /* per tile: that worker's count before the access (in/out) */
+    /* prio with push_walk > 0: each task's stage of the priority tree (queue_costs.priority_stages); NULL:
+     * the tree's search is not charged */
+    const int32_t *stage;
 } tcsim_t;
 
 int tcsim_run(tcsim_t *s);

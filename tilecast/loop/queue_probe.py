@@ -1,0 +1,84 @@
+"""prio's cost per level of its priority tree, measured on StarPU with queues of known length.
+
+``n`` independent tiny tasks (fills of tiles of their own) are submitted
+while the workers are paused, so every task is queued before the first pop,
+and the pop that leaves ``k - 1`` tasks finds ``k`` queued. Under prio with
+distinct priorities the tree then has ``k`` stages and the pop searches
+:func:`tilecast.simulator.queue_costs.tree_levels` (k) levels; with equal
+priorities (one stage) the same graph under the same policy searches one
+level each time. The distinct priorities decrease in submission order, so
+both runs pop the tasks in the same order (a shuffled order would also
+change how the tasks' structures are reached in memory: ``shuffled``
+measures that apart). Everything else (the kernels, the runtime's cost per
+task, the central queue's lock) is the same in both runs, so the difference of
+their makespans over the difference of levels searched is the cost of a
+level, measured once per machine at the sizes the suite's steps queue
+(thousands of ready tasks). The pushes happen during the paused submission,
+outside the makespan: a push's search costs as much as a pop's (both are a
+red-black tree lookup; ``prio_list_add``, ``prio_list_erase``,
+src/common/prio_list.h).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilecast.simulator.queue_costs import tree_levels
+
+SIZES = (1024, 4096, 16384)
+ELEMS = 16  # floats per tile: a task of about a microsecond
+
+
+def fills(n: int, elems: int = ELEMS):
+    """``n`` fill tasks on tiles of their own: no dependencies, every one ready at submission."""
+    from tilecast.graph import GraphBuilder, Tiling
+
+    b = GraphBuilder(Tiling.uniform(elems))
+    for i in range(n):
+        x = b.tensor(f"x{i}", (elems,), (None,), "activation")
+        b.add("fill", [x.tile_ids(0)], dict(n=elems, value=float(i)))
+    return b.build()
+
+
+def extra_levels(n: int) -> int:
+    """Tree levels the ``n`` pops of a queue of ``n`` distinct priorities search beyond one each."""
+    return sum(tree_levels(k) for k in range(1, n + 1)) - n
+
+
+def measure(workers: int = 1, sizes=SIZES, repeats: int = 5, progress=None, shuffled: bool = False) -> list[dict]:
+    """Per size: the median makespans (s) of the fills under prio with distinct and with equal priorities,
+    run alternately ``repeats`` times each in one StarPU session, and the extra levels searched. ``shuffled``:
+    the distinct priorities in a random order of the tasks (popped in that order), instead of decreasing in
+    submission order."""
+    from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.reference.tiles import TileStore
+
+    rows = []
+    with StarPUSession("prio", workers) as session:
+        for n in sizes:
+            g = fills(n)
+            store = TileStore(g)
+            order = np.random.default_rng(n).permutation(n) if shuffled else np.arange(n)[::-1]
+            distinct = order.astype(np.float64) + 1.0  # weights: a higher one is popped first
+            equal = np.ones(n)
+            got = {"distinct": [], "equal": []}
+            session.execute(g, store, submit_paused=True, trace=False, priority=equal)  # warm-up
+            for _ in range(repeats):
+                for name, w in (("distinct", distinct), ("equal", equal)):
+                    session.execute(g, store, submit_paused=True, trace=False, priority=w)
+                    got[name].append(session.last_makespan_s)
+                    if progress:
+                        progress()
+            rows.append({"tasks": n, "workers": workers, "distinct_s": float(np.median(got["distinct"])),
+                         "equal_s": float(np.median(got["equal"])), "extra_levels": extra_levels(n)})
+    return rows
+
+
+def level_cost(rows) -> float:
+    """Seconds per tree level: the least-squares slope through 0 of the makespan differences over the extra
+    levels (0 when the differences are not positive)."""
+    x = np.array([r["extra_levels"] for r in rows], dtype=np.float64)
+    y = np.array([r["distinct_s"] - r["equal_s"] for r in rows], dtype=np.float64)
+    if not len(x) or x @ x <= 0:
+        return 0.0
+    return max(float(x @ y / (x @ x)), 0.0)
