@@ -45,8 +45,10 @@ def add_parser(sub):
     add_rank_calibration_args(p)
     p.add_argument("--offload-dir", metavar="DIR",
                    help="also time the disk node of memory-limited runs in DIR (StarPU's unistd transfers of "
-                        "tile-sized blocks, about a second) and store its bandwidth and latency with the "
-                        "calibration (default: $TILECAST_HOME/offload)")
+                        "tile-sized blocks, about a second), then run small probe steps on StarPU under a memory "
+                        "limit with the disk node in DIR (about a minute; --no-probe skips them) to fit StarPU's "
+                        "own time per task and per tile allocated, read back, written back and evicted, and store "
+                        "it all with the calibration (default: $TILECAST_HOME/offload)")
     p.add_argument("--disk-only", action="store_true",
                    help="time the disk node only (see --offload-dir), not the kernels")
     add_json_arg(p)
@@ -140,12 +142,12 @@ def run(args) -> int:
     probes = _probe_costs(machine, workers, args) if workers and args.output is None and not args.no_probe else {}
     report = holdout_errors(cal)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
-    disk, disk_file = _measure_disk(args, machine)
+    disk, disk_file, disk_probes = _measure_disk(args, machine)
     out = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
            "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
            "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,
            "cache_bytes": cal.cache_bytes, "blas": blas, "quiet": cal.quiet,
-           "disk": {**asdict(disk), "file": disk_file}, "executor_costs": probes}
+           "disk": {**asdict(disk), "file": disk_file, "probes": disk_probes}, "executor_costs": probes}
     if args.json:
         print_json(out)
         return 0
@@ -159,6 +161,7 @@ def run(args) -> int:
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk.directory}: {disk.describe()} -> {disk_file}")
+    _print_disk_probes(disk_probes)
     for w, c in probes.items():
         print(f"executor's costs, {w} worker{'s' if int(w) > 1 else ''}: {c['task_overhead_us']:.2f} us per task, "
               f"{c['host_fixed_ms']:.2f} ms per step + {c['host_per_task_us']:.2f} us per task outside the graph")
@@ -203,32 +206,58 @@ def _gap_costs_us(h) -> dict:
 
 
 def _measure_disk(args, machine):
-    """(DiskNode, file): the disk node timed in --offload-dir (default $TILECAST_HOME/offload), stored."""
+    """(DiskNode, file, probe rows): the disk node timed in --offload-dir (default $TILECAST_HOME/offload), then
+    StarPU's own costs under a limit fitted on probe steps there (unless --no-probe), stored."""
     import os
 
     from tilecast.home import home
-    from tilecast.perfmodel.disk_node import DiskNodeError, measure_and_store
+    from tilecast.perfmodel.disk_node import DiskNodeError, measure_and_store, save_disk
 
     directory = args.offload_dir
     if directory is None:
         directory = str(home("offload"))
         os.makedirs(directory, exist_ok=True)
     try:
-        return measure_and_store(machine, directory)
+        disk, path = measure_and_store(machine, directory)
     except DiskNodeError as e:
         raise UsageError(as_flags(str(e))) from None
+    if args.no_probe:
+        return disk, path, []
+    from tilecast.loop.kernel_calibration import starpu_workers
+
+    workers = starpu_workers(machine)
+    if not workers:
+        print("tilecast calibrate: StarPU cannot run here: the disk node's StarPU costs are not fitted "
+              "(the file system's figures alone are stored)", file=sys.stderr)
+        return disk, path, []
+    from tilecast.perfmodel.disk_fit import PROBES, calibrate_worker_costs
+
+    def progress(i, n, label):
+        if not args.json:
+            print(f"disk node: probe {i + 1}/{n} under a memory limit ({label})", file=sys.stderr)
+
+    disk, rows = calibrate_worker_costs(machine, disk, directory, PROBES, min(workers, 2), progress)
+    return disk, save_disk(machine, disk), rows
 
 
 def _disk(args, machine) -> int:
     """calibrate --disk-only."""
-    disk, path = _measure_disk(args, machine)
+    disk, path, rows = _measure_disk(args, machine)
     if args.json:
         print_json({"machine": machine.name, "fingerprint": machine.fingerprint(), "disk": {**asdict(disk),
-                    "file": path}})
+                    "file": path, "probes": rows}})
         return 0
     print(f"disk node in {disk.directory}: {disk.describe()} -> {path}")
     print(f"({disk.source})")
+    _print_disk_probes(rows)
     return 0
+
+
+def _print_disk_probes(rows) -> None:
+    """The probe steps the disk node's StarPU costs were fitted on: measured beside forecast."""
+    for r in rows:
+        print(f"  probe {r['probe']}: {r['measured_step_s']:.3f} s measured, {r['predicted_step_s']:.3f} s "
+              f"forecast with the fitted costs ({100 * r['error']:+.0f}%), {r['base_step_s']:.3f} s without them")
 
 
 def quiet_line(q: dict) -> str:
