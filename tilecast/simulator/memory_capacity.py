@@ -40,6 +40,15 @@ with the StarPU 1.3.10 code each follows:
   ``mc_list`` three times under ``mc_lock``: that cost, which grows with the
   tiles main memory holds, is charged to each disk transfer as ``walk_s`` per
   tile held (:meth:`CappedMemory._disk_transfer`; fitted, docs/memory.md).
+  A run without prefetches is simulated without any (``CappedMemory.prefetches``):
+  its tasks fetch every missing tile when they start, and wait for it.
+- **StarPU's time in the worker.** Before a task starts, its worker spends
+  StarPU's time on its acquisition: a cost per task and per tile allocated,
+  read back, written back and evicted clean, and per byte read and written back
+  (``DiskNode.worker_costs``, :meth:`CappedMemory._worker_cost`), fitted by
+  ``tilecast calibrate`` on probe steps from the tasks' measured delays
+  (:mod:`tilecast.perfmodel.disk_fit`); the events are counted per task
+  (:meth:`CappedMemory.task_events`).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
   copy (the coherency protocol, ``src/datawizard/coherency.c``).
@@ -454,7 +463,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                             warmup: bool = True, tidy: bool = True, prefetches: bool | None = None):
     """Simulate a step of ``graph`` under a main-memory limit with a disk node (``disk``: a
     :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
-    :class:`~tilecast.simulator.simulate.SimResult` of the step after a warm-up step (``warmup``),
+    :class:`~tilecast.simulator.simulate.SimResult` of the step after ``warmup`` warm-up steps (True: one),
     whose summary adds ``memory_limit_bytes``, ``disk_written_bytes``, ``disk_read_bytes``,
     ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need), ``disk_writes`` and
     ``disk_reads`` (transfers to and from the disk node, tiles) and ``warmup_makespan_s``; its trace records
@@ -490,7 +499,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     gc.disable()
     try:
         warm = None
-        for step in range(2 if warmup else 1):
+        for step in range(1 + int(warmup)):
             if step:
                 links = DiskLinks(m)
                 memory.next_step(links)
