@@ -88,7 +88,7 @@ def test_worker_costs_stored_and_kept(tmp_path, monkeypatch):
 
 
 def test_calibrate_fits_starpu_costs_on_a_probe_step(tmp_path, monkeypatch):
-    """A probe step of gpt2-tiny (batch 1 x 64, tile 32, 1 MiB: every step evicts) on StarPU with a disk node
+    """A probe step of gpt2-tiny (batch 1 x 64, tile 32, 2 MiB, of about 3 MiB of tiles: every step evicts) on StarPU with a disk node
     in a real directory: the costs fitted are non-negative, some positive, and the probe's forecast with them
     is far closer to its measured step than the file system's figures alone."""
     from tilecast.perfmodel import load_machine
@@ -99,7 +99,7 @@ def test_calibrate_fits_starpu_costs_on_a_probe_step(tmp_path, monkeypatch):
     offload.mkdir()
     machine = load_machine("local")
     disk = measure_disk(str(offload), total_bytes=1 << 20, repeats=1)
-    fitted, rows = calibrate_worker_costs(machine, disk, str(offload), [("gpt2-tiny", 1, 64, "32", 1 << 20)])
+    fitted, rows = calibrate_worker_costs(machine, disk, str(offload), [("gpt2-tiny", 1, 64, "32", 2 << 20)])
     c = fitted.worker_costs
     assert set(c) == {"per_task", *EVENTS} and min(c.values()) >= 0 and max(c.values()) > 0
     assert fitted.runtime_latency == 0 and "probe steps" in fitted.worker_costs_source
