@@ -79,10 +79,12 @@ def main() -> int:
     costs = fit_event_costs(real_delays, sim_delay, events)
     s = sim.summary
     timed = slice(args.warmup, None)
-    disk = {"real_writes": float(np.median(res.disk_writes[timed])), "real_reads": float(np.median(res.disk_reads[timed])),
+    disk = {"real_writes": float(np.median(res.disk_writes[timed])),
+            "real_reads": float(np.median(res.disk_reads[timed])),
             "real_written_bytes": float(np.median(res.disk_written[timed])),
             "real_read_bytes": float(np.median(res.disk_read[timed])),
-            "pred_writes": s["disk_writes"], "pred_reads": s["disk_reads"], "pred_written_bytes": s["disk_written_bytes"],
+            "pred_writes": s["disk_writes"], "pred_reads": s["disk_reads"],
+            "pred_written_bytes": s["disk_written_bytes"],
             "pred_read_bytes": s["disk_read_bytes"], "pred_evictions": s["evictions"], "pred_dropped": s["dropped"],
             "pred_allocations": s["allocations"]}
     steps = res.step_s[timed]

@@ -8,9 +8,9 @@ import pytest
 from sim_machines import cpu_machine
 from test_memory_forecast import DISK, S, two_axpys
 
+from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
-from tilecast.graph import Tiling
 from tilecast.perfmodel.disk_fit import EVENTS, calibrate_worker_costs, fit_event_costs, task_delays
 from tilecast.perfmodel.disk_node import load_disk, measure_and_store, save_disk
 from tilecast.simulator.memory_capacity import simulate_memory_limited
@@ -45,7 +45,7 @@ def test_task_events_and_the_cost_charged_for_them():
     t0; task 1 allocates and reads t2, then t3, which takes the memory of t0 (evicted clean). With StarPU's
     costs in the worker, the serial step is longer by exactly what those events cost."""
     d = 1e-3
-    run = dict(durations=np.full((1, 2), d), warmup=False, throttle=None)
+    run = {"durations": np.full((1, 2), d), "warmup": False, "throttle": None}
     plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
     ev = plain.task_events
     assert list(ev["allocs"]) == [1, 2] and list(ev["reads"]) == [1, 2]
@@ -88,8 +88,8 @@ def test_worker_costs_stored_and_kept(tmp_path, monkeypatch):
 
 
 def test_calibrate_fits_starpu_costs_on_a_probe_step(tmp_path, monkeypatch):
-    """A probe step of gpt2-tiny (batch 1 x 64, tile 32, 2 MiB, of about 3 MiB of tiles: every step evicts) on StarPU with a disk node
-    in a real directory: the costs fitted are non-negative, some positive, and the probe's forecast with them
+    """A probe step of gpt2-tiny (batch 1 x 64, tile 32, 2 MiB, of about 3 MiB of tiles: every step evicts) on
+    StarPU with a disk node in a real directory: the costs fitted are non-negative, some positive, and the probe's forecast with them
     is far closer to its measured step than the file system's figures alone."""
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.disk_node import measure_disk

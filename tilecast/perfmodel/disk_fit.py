@@ -170,6 +170,7 @@ def fit_probe_costs(machine, disk, runs: list[ProbeRun]) -> tuple[dict, list[dic
     probe: ``probe``, ``measured_step_s``, ``base_step_s`` (forecast without StarPU's costs),
     ``predicted_step_s`` (with them), ``error``)."""
     from dataclasses import replace
+
     from scipy.optimize import nnls
 
     cols, rhs = [], []
