@@ -48,9 +48,11 @@ def add_parser(sub):
                         "tile-sized blocks, about a second), then run small probe steps on StarPU under a memory "
                         "limit with the disk node in DIR (about a minute; --no-probe skips them) to fit StarPU's "
                         "own time per task and per tile allocated, read back, written back and evicted, and store "
-                        "it all with the calibration (default: $TILECAST_HOME/offload)")
+                        "it all with the calibration (default: $TILECAST_HOME/offload, where a calibration without "
+                        "--offload-dir or --disk-only times the file system only)")
     p.add_argument("--disk-only", action="store_true",
-                   help="time the disk node only (see --offload-dir), not the kernels")
+                   help="time the disk node only (see --offload-dir: the file system and StarPU's probe steps), "
+                        "not the kernels")
     add_json_arg(p)
     return p
 
@@ -206,13 +208,15 @@ def _gap_costs_us(h) -> dict:
 
 
 def _measure_disk(args, machine):
-    """(DiskNode, file, probe rows): the disk node timed in --offload-dir (default $TILECAST_HOME/offload), then
-    StarPU's own costs under a limit fitted on probe steps there (unless --no-probe), stored."""
+    """(DiskNode, file, probe rows): the disk node timed in --offload-dir (default $TILECAST_HOME/offload), then,
+    with --offload-dir or --disk-only (the disk part asked for) and not --no-probe, StarPU's own costs under a
+    limit fitted on probe steps there; stored."""
     import os
 
     from tilecast.home import home
     from tilecast.perfmodel.disk_node import DiskNodeError, measure_and_store, save_disk
 
+    asked = args.offload_dir is not None or args.disk_only
     directory = args.offload_dir
     if directory is None:
         directory = str(home("offload"))
@@ -221,7 +225,7 @@ def _measure_disk(args, machine):
         disk, path = measure_and_store(machine, directory)
     except DiskNodeError as e:
         raise UsageError(as_flags(str(e))) from None
-    if args.no_probe:
+    if args.no_probe or not asked:
         return disk, path, []
     from tilecast.loop.kernel_calibration import starpu_workers
 
