@@ -7,6 +7,10 @@ spell of a shared machine does not fall on one configuration only), and prints, 
 the predicted step and the median measured one, and the bytes written to and read from the disk
 per step, predicted and measured.
 
+Without ``--fit``/``--fit-first`` nothing is fitted here: every forecast uses the disk node as
+``tilecast calibrate --disk-only`` stored it (the file system's speed and StarPU's time in the workers,
+fitted on its own probe steps; docs/memory.md), so every row is out of sample.
+
 With ``--fit-first``, StarPU's own cost per disk transfer (the time a transfer
 takes inside StarPU beyond the file system's, which ``calibrate`` cannot see)
 is fitted on the first configuration's first run: the measured step less the
