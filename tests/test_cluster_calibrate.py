@@ -38,6 +38,15 @@ def test_no_fitted_row_cites_an_excluded_publication_and_folds_match_the_table(t
         stored_folds(table=str(changed))
 
 
+def test_a_preset_changed_under_the_table_makes_the_folds_stale(monkeypatch):
+    from tilecast.graph.presets import PRESETS
+
+    stored_folds()  # fresh as shipped
+    monkeypatch.setitem(PRESETS, "mpt-30b", {**PRESETS["mpt-30b"], "n_head": 64})  # the released checkpoint's heads
+    with pytest.raises(StaleFoldsError, match="rerun"):
+        stored_folds()
+
+
 def test_an_fp8_cudnn_row_informs_the_bf16_plateau_and_the_flash_figure():
     runs = {r.id: r for r in load_runs()}
     nemo = runs["nemo-llama2-7b-8"]  # fp8 GEMMs, cuDNN attention

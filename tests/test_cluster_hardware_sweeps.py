@@ -189,11 +189,11 @@ def test_gqa_kv_rereads_run_at_the_dies_rate_not_the_hbms():
 def test_fused_attention_pads_the_head_dimension_as_its_kernels_do():
     from tilecast.cluster.flops import fused_attention_head_padding
 
-    assert fused_attention_head_padding(112) == pytest.approx(128 / 112)  # MPT-30B
+    assert fused_attention_head_padding(112) == pytest.approx(128 / 112)  # the released MPT-30B checkpoint
     assert [fused_attention_head_padding(d) for d in (64, 128, 160, 256)] == [1.0] * 4
     assert fused_attention_head_padding(200) == pytest.approx(256 / 200)
     mpt30, mpt70 = load_shape("mpt-30b"), load_shape("mpt-70b")
-    assert mpt30.head_dim == 112 and mpt70.head_dim == 128
+    assert mpt30.head_dim == 128 and mpt70.head_dim == 128  # llm-foundry's mpt-30b.yaml: 56 heads of 128
 
 
 @pytest.mark.parametrize("inference", [False, True])

@@ -102,3 +102,12 @@ def test_cli_json(capsys):
     assert rc == 0 and out["ok"] is True
     assert set(out) >= {"ok", "loss", "logits", "grads", "params"}
     assert "model.layers.1.self_attn.k_proj.weight" in out["params"]
+
+
+def test_a_model_too_large_for_the_reference_is_refused_in_one_line(capsys):
+    """llama3-70b's two float32/float64 copies in numpy and in transformers would exhaust memory: one line."""
+    from tilecast.cli import main
+
+    assert main(["verify", "--model", "llama3-70b", "--batch", "1", "--seq", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model: llama3-70b is too large for a numpy reference check" in err[0], err

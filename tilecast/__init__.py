@@ -4,7 +4,10 @@ The Python API (docs/api.md): ``import tilecast as tc`` then ``tc.model``,
 ``tc.graph``, ``tc.simulate``, ``tc.simulate_policies``, ``tc.tune``, ``tc.run``,
 ``tc.train``, ``tc.compare``, ``tc.verify``, ``tc.accuracy``, ``tc.demo``,
 ``tc.whatif``, ``tc.whatif_search``, ``tc.whatif_inference``, ``tc.validate``,
-``tc.validate_inference``, defined in :mod:`tilecast.api` and loaded on
+``tc.validate_inference``, ``tc.calibrate``, ``tc.calibrate_network``,
+``tc.whatif_sweep``, ``tc.whatif_inference_search`` and the ``--ranks``
+calls ``tc.run_ranks``, ``tc.train_ranks``, ``tc.simulate_ranks``,
+``tc.tune_ranks``, defined in :mod:`tilecast.api` and loaded on
 first use, so that importing tilecast stays fast (no pandas, no simulator).
 """
 
@@ -14,7 +17,9 @@ __version__ = "0.1.0"
 
 ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
                 "validate_inference", "whatif_search",
-                "simulate_policies", "verify", "accuracy", "demo", "train")
+                "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network",
+                "whatif_sweep", "whatif_inference_search", "run_ranks", "train_ranks", "simulate_ranks",
+                "tune_ranks")
 
 
 class EntryPointPackage(types.ModuleType):

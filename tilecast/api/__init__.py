@@ -13,7 +13,10 @@ view in notebooks. Bad input raises ``ValueError`` (:class:`tilecast.errors.Fiel
 own) whose message starts with the argument at fault; the commands map it to their flag. The calls live
 in this package's modules by concept: ``base`` (what results share, ``model``), ``cluster_calls``
 (``whatif*``), ``validation``, ``policies`` (``simulate_policies``), ``tuning``, ``training``, ``checks``
-(``verify``, ``accuracy``, ``demo``); ``graph``, ``simulate``, ``run`` and ``compare`` are here.
+(``verify``, ``accuracy``, ``demo``), ``calibration`` (``calibrate``, ``calibrate_network``), ``ranks``
+(``run_ranks``, ``train_ranks``, ``simulate_ranks``, ``tune_ranks``), ``sweeps`` (``whatif_sweep``),
+``serving_search`` (``whatif_inference_search``);
+``graph``, ``simulate``, ``run`` and ``compare`` are here.
 See docs/api.md.
 """
 
@@ -28,14 +31,22 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "WhatifResult", "ValidateResult", "whatif_inference", "InferenceWhatifResult",
            "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult",
            "simulate_policies", "PoliciesResult", "verify", "VerifyResult", "accuracy", "AccuracyResult",
-           "demo", "DemoResult", "train", "TrainResult"]
+           "demo", "DemoResult", "train", "TrainResult", "calibrate", "CalibrateResult", "calibrate_network",
+           "NetworkResult", "whatif_sweep", "WhatifSweepResult", "whatif_inference_search", "InferenceSearchResult",
+           "run_ranks", "RanksRunResult", "train_ranks",
+           "RanksTrainResult", "simulate_ranks", "RanksSimulateResult", "tune_ranks", "RanksTuneResult"]
 
 
 from tilecast.api.base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
+from tilecast.api.calibration import CalibrateResult, NetworkResult, calibrate, calibrate_network  # noqa: F401
 from tilecast.api.checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api.cluster_calls import (InferenceWhatifResult, WhatifResult, WhatifSearchResult,  # noqa: F401
                                         whatif, whatif_inference, whatif_search)
 from tilecast.api.policies import PoliciesResult, simulate_policies  # noqa: F401
+from tilecast.api.ranks import (RanksRunResult, RanksSimulateResult, RanksTrainResult,  # noqa: F401
+                                RanksTuneResult, run_ranks, simulate_ranks, train_ranks, tune_ranks)
+from tilecast.api.serving_search import InferenceSearchResult, whatif_inference_search  # noqa: F401
+from tilecast.api.sweeps import WhatifSweepResult, whatif_sweep  # noqa: F401
 from tilecast.api.training import TrainResult, train  # noqa: F401
 from tilecast.api.tuning import TuneResult, tune  # noqa: F401
 from tilecast.api.validation import (InferenceValidateResult, ValidateResult, validate,  # noqa: F401
@@ -329,6 +340,7 @@ class RunResult(_Result):
     peak_rss_bytes: int = 0  # the process's peak resident set size after the run
     disk_writes: list = field(default_factory=list)  # per step, transfers (tiles) to the disk node
     disk_reads: list = field(default_factory=list)  # per step, transfers (tiles) back from it
+    predicted: dict | None = None  # with forecast: the simulator's forecast of a step under the memory limit
 
     def to_frame(self):
         import pandas as pd
@@ -346,11 +358,13 @@ class RunResult(_Result):
 def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
         workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False,
         recompute: str = "none", memory_limit: str | int | None = None,
-        offload_dir: str | None = None, progress=None) -> RunResult:
+        offload_dir: str | None = None, progress=None, forecast: bool = False) -> RunResult:
     """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
     the numpy reference (``check["ok"]``). ``memory_limit`` (bytes, or a size such as ``"512MiB"``) and
-    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md). ``progress``: called
-    after each step with (step index, its seconds, its loss)."""
+    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md); with ``forecast``,
+    ``predicted`` is the simulator's forecast of a step of that run (``step_s``, disk bytes, evictions,
+    write-backs, dropped; or ``error``). ``progress``: called after each step with (step index, its seconds,
+    its loss)."""
     import numpy as np
 
     from tilecast.executor.memory_limit import MemoryLimit, parse_size
@@ -370,12 +384,30 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
         raise FieldError("offload_dir needs memory_limit")
     res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute,
                     memory=memory, progress=progress)
+    predicted = None
+    if forecast and memory is not None and memory.offload_dir is not None:
+        predicted = _limited_forecast(cfg, batch, seq, tiling, sched, len(res.workers), memory, recompute, res.graph)
     return RunResult(cfg.name, batch, seq, tiling.describe(), sched, len(res.workers), res.n_tasks, steps,
                      res.median_step_s, float(np.median(res.makespan_s[1:] or res.makespan_s)), res.host_s,
                      res.tokens_per_s, res.gflops, list(res.step_s), list(res.makespan_s), list(res.losses),
                      res.flops_per_step, res.check, with_step_time(res.trace, res.step_s[-1]), res.graph, recompute,
                      list(res.disk_written), list(res.disk_read), res.peak_rss_bytes, list(res.disk_writes),
-                     list(res.disk_reads))
+                     list(res.disk_reads), predicted)
+
+
+def _limited_forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute, graph) -> dict:
+    """The simulator's forecast of a step of a memory-limited run (``predicted`` in ``tilecast run --json``:
+    step_s, disk_written_bytes, disk_read_bytes, evictions, writebacks, dropped per step), or {"error": why}."""
+    from tilecast.executor.memory_limit import MemoryLimitError
+    from tilecast.loop.predict_memory import predict_limited, predicted_fields
+    from tilecast.perfmodel.disk_node import DiskNodeError
+    from tilecast.simulator.engine import SimulationError
+
+    try:
+        return predicted_fields(predict_limited(cfg, batch, seq, tiling, sched, workers, memory.limit_bytes,
+                                                memory.offload_dir, recompute, graph=graph))
+    except (SimulationError, MemoryLimitError, DiskNodeError, FieldError) as e:
+        return {"error": f"not forecast: {e}"}
 
 
 # --- compare -----------------------------------------------------------------------------------------------

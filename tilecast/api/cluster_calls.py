@@ -111,6 +111,7 @@ class WhatifSearchResult(_Result):
     gain: float | None = None
     top: list = field(repr=False, default_factory=list)  # cluster.evaluate.Result, best first
     baseline: object = field(repr=False, default=None)  # cluster.evaluate.Result of the baseline layout
+    sweeps: dict = field(repr=False, default_factory=dict)  # param -> DataFrame: the best layout at each point
 
     def to_frame(self):
         import pandas as pd
@@ -123,14 +124,19 @@ class WhatifSearchResult(_Result):
 
 
 def whatif_search(model="gpt3-175b", cluster="dgx-a100", gpus: int = 8, seq: int = 2048, global_batch: int = 0,
-                  top: int = 10, max_configs: int = 1000, baseline=None, progress: bool = False,
+                  top: int = 10, max_configs: int = 1000, baseline=None, progress: bool = False, sweeps=None,
                   **recipe) -> WhatifSearchResult:
     """Search the layouts (TP, PP, DP, micro-batch, ZeRO, schedule, recomputation; EP for a mixture of experts)
     of ``model`` on ``gpus`` GPUs of ``cluster`` that fit in memory and simulate the ``top`` fastest
     (``tilecast whatif --search``); ``global_batch`` 0: ``gpus`` sequences. ``recipe``: what every layout
     shares (``dtype``, ``attention``, ``capacity_factor``, ``expert_imbalance``, ``grad_reduce_bytes``);
-    ``baseline``: a :class:`tilecast.cluster.strategy.Strategy` to compare the best with."""
+    ``baseline``: a :class:`tilecast.cluster.strategy.Strategy` to compare the best with. ``sweeps``: hardware
+    parameters to vary ({param: values}, :func:`tilecast.api.sweeps.sweep_values`): the search again at each
+    point (``sweeps``: a DataFrame per parameter, :func:`tilecast.cluster.search.search_sweep_table`)."""
+    from tilecast.api.sweeps import sweep_values
     from tilecast.cluster.search import search as search_layouts
+    from tilecast.cluster.search import search_sweep, search_sweep_table
+    from tilecast.cluster.sweep import HARDWARE_PARAMS
 
     c, shape = cluster_of(cluster), _config(model)
     _positive("gpus", gpus)
@@ -145,10 +151,14 @@ def whatif_search(model="gpt3-175b", cluster="dgx-a100", gpus: int = 8, seq: int
     if attention not in ("flash", "cudnn", "unfused"):
         raise FieldError(f"attention: must be flash, cudnn or unfused, got {attention!r}")
     gb = global_batch or gpus
+    specs = [] if not sweeps else sweep_values(sweeps, HARDWARE_PARAMS,
+                                               context=" with search (hardware parameters only)")
     res = search_layouts(shape, c, gpus, seq, gb, top=top, max_configs=max_configs, progress=progress,
                          baseline=baseline, **recipe)
+    tables = {p: search_sweep_table(p, search_sweep(shape, c, gpus, seq, gb, p, values, baseline=baseline,
+                                                    max_configs=max_configs, **recipe)) for p, values in specs}
     return WhatifSearchResult(shape.name, c.name, gpus, seq, gb, res["candidates"], res["fitting"], res["evaluated"],
-                              res.get("gain"), list(res["top"]), res.get("baseline"))
+                              res.get("gain"), list(res["top"]), res.get("baseline"), tables)
 
 
 # --- whatif --inference ------------------------------------------------------------------------------------
@@ -174,6 +184,7 @@ class InferenceWhatifResult(_Result):
     result: object = field(repr=False, default=None)  # cluster.inference.InferenceResult
     config: object = field(repr=False, default=None)  # cluster.inference.InferenceConfig
     efficiency: object = field(repr=False, default=None)  # cluster.inference_costs.InferenceEfficiency
+    sweeps: dict = field(repr=False, default_factory=dict)  # param -> DataFrame of the configuration swept
 
     def to_frame(self):
         import pandas as pd
@@ -191,7 +202,8 @@ class InferenceWhatifResult(_Result):
 def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: int = 1, dp: int = 0, batch: int = 1,
                      input_len: int = 128, output_len: int = 128, dtype: str = "bf16", kv_dtype: str | None = None,
                      request_rate: float = 0.0, max_batch: int = 0, engine=None, gpus: int = 0, ep: int = 1,
-                     cp: int = 1, capacity_factor: float = 0.0, expert_imbalance: float = 1.0) -> InferenceWhatifResult:
+                     cp: int = 1, capacity_factor: float = 0.0, expert_imbalance: float = 1.0,
+                     sweeps=None) -> InferenceWhatifResult:
     """Predict serving a model (``tilecast whatif --inference``): ``batch`` requests together (0: the largest
     batch that fits), or continuous batching at ``request_rate`` requests/s. ``dtype``: the weights'
     (bf16, fp16, fp8); ``kv_dtype``: the KV cache's (default ``dtype``); ``engine``: a serving-engine profile
@@ -199,8 +211,13 @@ def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: in
     ``cluster``: a shipped name, a YAML file or a :class:`tilecast.cluster.hardware.Cluster`. ``gpus`` with
     ``dp`` 0 (the default): dp = gpus / (tp cp pp), 1 without ``gpus``; ``ep``, ``cp``: expert and context
     parallelism inside the ``tp`` GPUs and over the prompt; ``capacity_factor``, ``expert_imbalance``: a
-    mixture of experts' routing."""
+    mixture of experts' routing. ``sweeps``: {param: values} (:func:`tilecast.api.sweeps.sweep_values`; hardware
+    multipliers or configuration fields): the configuration at each value (``sweeps``: a DataFrame per
+    parameter, :func:`tilecast.cluster.inference_sweep.inference_sweep_table`)."""
+    from tilecast.api.sweeps import sweep_values
     from tilecast.cluster.inference import InferenceConfig, evaluate_inference
+    from tilecast.cluster.inference_sweep import (INFERENCE_PARAMS, inference_sweep, inference_sweep_table,
+                                                  parse_inference_values)
     from tilecast.cluster.inference_costs import DEFAULT_ENGINE, InferenceEfficiency, engine_efficiency, load_engines
 
     c, shape = cluster_of(cluster), _config(model)
@@ -222,6 +239,9 @@ def whatif_inference(model="llama3-70b", cluster="dgx-h100", tp: int = 1, pp: in
                           max_batch=max_batch, ep=ep, cp=cp, capacity_factor=capacity_factor,
                           expert_imbalance=expert_imbalance)
     cfg.check(shape, c)
+    specs = [] if not sweeps else sweep_values(sweeps, INFERENCE_PARAMS, parse_inference_values, " with inference")
     r = evaluate_inference(shape, cfg, c, eff)
+    tables = {p: inference_sweep_table(p, inference_sweep(shape, cfg, c, p, values, eff)) for p, values in specs}
     return InferenceWhatifResult(r.model, r.cluster, eff.name, r.mode, r.gpus, r.tokens_per_s, r.ttft_s, r.tpot_s,
-                                 r.batch, r.max_batch, r.fits, r.overloaded, r.breakdown, r.memory, r, cfg, eff)
+                                 r.batch, r.max_batch, r.fits, r.overloaded, r.breakdown, r.memory, r, cfg, eff,
+                                 tables)

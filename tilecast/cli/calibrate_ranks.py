@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import as_flags, human, print_json
-from tilecast.errors import FieldError
+from tilecast.cli.common import human, library_errors, print_json
 from tilecast.executor.mpi_pingpong import DEFAULT_SIZES
 
 
@@ -32,52 +31,24 @@ def add_rank_calibration_args(p) -> None:
 
 
 def run_rank_calibration(args) -> int:
+    import tilecast as tc
     from tilecast.executor.mpi_launch import MPIRunError
-    from tilecast.executor.mpi_pingpong import measure_network
     from tilecast.kernels.native_build import NativeUnavailable
-    from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.network import save_network
 
-    if args.ranks < 2:
-        raise UsageError(f"--ranks: a ping-pong needs at least 2 ranks, got {args.ranks}")
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     except ValueError:
         raise UsageError(f"--sizes: expected comma-separated byte counts, got {args.sizes!r}") from None
-    if len(set(sizes)) < 2 or min(sizes) < 1:
-        raise UsageError("--sizes: at least two distinct sizes, each at least 1 byte")
-    if args.round_trips < 1:
-        raise UsageError(f"--round-trips must be at least 1, got {args.round_trips}")
-    machine = load_machine("local")
-    print(f"ping-pong between {args.ranks} ranks of {args.workers} worker(s), {len(sizes)} sizes x "
-          f"{args.round_trips} round trips", file=sys.stderr)
     try:
-        net, _ = measure_network(args.ranks, args.workers, sizes, args.round_trips)
+        with library_errors():
+            res = tc.calibrate_network(args.ranks, args.workers, sizes, args.round_trips, probe=not args.no_probe,
+                                       progress=not args.json)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except FieldError as e:  # names ranks, workers, sizes or repeats
-        raise UsageError(as_flags(str(e), {"repeats": "--round-trips"})) from None
     except MPIRunError as e:
         print(f"tilecast calibrate: {e}", file=sys.stderr)
         return 1
-    probe = None
-    if not args.no_probe:
-        from tilecast.loop.ranks_probe import probe_network
-
-        print("probe step on the ranks (tilecast run --ranks), 2 runs", file=sys.stderr)
-        try:
-            net, probe = probe_network(net, args.ranks, args.workers)
-        except MPIRunError as e:
-            print(f"tilecast calibrate: probe step: {e}", file=sys.stderr)
-            return 1
-    path = save_network(machine, net)
-    out = {"machine": machine.name, "ranks": net.ranks, "workers_per_rank": net.workers_per_rank,
-           "transport": net.transport, "latency_s": net.latency_s, "message_s": net.message_s,
-           "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
-           "submit_cpu_task_s": net.submit_cpu_task_s, "eager_bytes": net.eager_limit(),
-           "rndv_bytes": net.rendezvous_limit(), "protocol_s": net.protocol_s, "points": net.points,
-           "probe": probe, "file": path,
-           "source": net.source}
+    out, net, probe, path = res.summary, res.network, res.probe, res.file
     if args.json:
         print_json(out)
         return 0

@@ -27,7 +27,9 @@ FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks",
     "ranks", "distribution", "network", "sizes", "before", "table", "target", "lopo_target", "max_error",
     "inference_table", "inference_target", "inference_max_error", "max_configs", "input_len", "output_len",
-    "kv_dtype", "request_rate", "max_batch", "params_dtype", "max_wait", "role")}
+    "kv_dtype", "request_rate", "max_batch", "params_dtype", "max_wait", "role", "sweep", "distributions",
+    "background_threads", "repeats", "per_kernel", "budget", "timer", "output", "round_trips", "baseline")}
+FIELD_FLAGS["timeout_s"] = "--timeout"
 FIELD_FLAGS["grad_reduce_bytes"] = "--grad-dtype"
 FIELD_FLAGS["weight_dtype"] = "--dtype"
 _LEADING_FIELDS = re.compile(r"^([a-z_]+(?:/[a-z_]+)*)(?=[: ])")

@@ -8,7 +8,6 @@ import numpy as np
 from tqdm import tqdm
 
 from tilecast.cli import UsageError
-from tilecast.errors import FieldError
 from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, add_recompute_arg, add_steps_arg,
                                  add_workers_arg, blas_summary, library_errors, memory_args, model_args, print_json,
                                  recompute_arg)
@@ -39,21 +38,6 @@ def add_parser(sub):
     add_memory_args(p)
     add_json_arg(p)
     return p
-
-
-def _forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute, graph) -> dict:
-    """The simulator's forecast of a step of this memory-limited run (``predicted`` in --json: step_s,
-    disk_written_bytes, disk_read_bytes, evictions, writebacks, dropped per step), or {"error": why}."""
-    from tilecast.executor.memory_limit import MemoryLimitError
-    from tilecast.loop.predict_memory import predict_limited, predicted_fields
-    from tilecast.perfmodel.disk_node import DiskNodeError
-    from tilecast.simulator.engine import SimulationError
-
-    try:
-        return predicted_fields(predict_limited(cfg, batch, seq, tiling, sched, workers, memory.limit_bytes,
-                                                memory.offload_dir, recompute, graph=graph))
-    except (SimulationError, MemoryLimitError, DiskNodeError, FieldError) as e:
-        return {"error": f"not forecast: {e}"}
 
 
 def run(args) -> int:
@@ -93,7 +77,7 @@ def run(args) -> int:
         with library_errors():
             res = tc.run(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
                          check=args.check, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
-                         offload_dir=memory.offload_dir if memory else None, progress=progress)
+                         offload_dir=memory.offload_dir if memory else None, progress=progress, forecast=True)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except StarPUError as e:
@@ -123,8 +107,8 @@ def run(args) -> int:
         out["check"] = res.check
     if args.trace:
         out["trace"] = args.trace
-    if memory is not None and memory.offload_dir is not None:
-        out["predicted"] = _forecast(cfg, batch, seq, tiling, args.sched, res.workers, memory, recompute, res.graph)
+    if res.predicted is not None:
+        out["predicted"] = res.predicted
     if args.json:
         print_json(out)
         return 0 if ok else 1

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 from tilecast.cli import UsageError
-from tilecast.cli.common import as_flags, blas_summary, human, model_args, print_json, recompute_arg
-from tilecast.cli.ranks_table import add_rank_args, distribute_args
-from tilecast.errors import FieldError
-from tilecast.graph import TilingError
-from tilecast.graph.model_config import ModelConfigError
+from tilecast.cli.common import blas_summary, human, library_errors, model_args, print_json, recompute_arg
+from tilecast.cli.ranks_table import add_rank_args
 
 
 def add_mpi_args(p) -> None:
@@ -24,60 +19,36 @@ def add_mpi_args(p) -> None:
 
 
 def run_mpi_cmd(args) -> int:
-    from tilecast.executor.mpi_launch import MPIRunError, run_mpi
-
-    from tilecast.graph.models import build_step
+    import tilecast as tc
+    from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
 
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
-    if args.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {args.steps}")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout}")
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
         raise UsageError(f"--trace: unknown file type of {args.trace!r} (use .parquet, .csv or .json)")
-    distribute_args(build_step(cfg, batch, seq, tiling, recompute=recompute), args)  # a rank count that does not fit: one line
     workers = 1 if args.workers is None else args.workers
     blas, blas_line = blas_summary()
     try:
-        res = run_mpi(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks, args.distribution,
-                      seed=args.seed, check=args.check, timeout_s=args.timeout, recompute=recompute)
+        with library_errors({"timeout_s": "--timeout"}):
+            got = tc.run_ranks(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks,
+                               args.distribution, seed=args.seed, check=args.check, timeout_s=args.timeout,
+                               recompute=recompute)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
-    except (FieldError, ModelConfigError, TilingError) as e:  # bad input, named by its field
-        raise UsageError(as_flags(str(e), {"timeout_s": "--timeout"})) from None
     except MPIRunError as e:
         print(f"tilecast run: {e}", file=sys.stderr)
         return 1
-    if res is None:  # a rank other than 0 under the user's mpirun: rank 0 reports
+    if got is None:  # a rank other than 0 under the user's mpirun: rank 0 reports
         return 0
+    res, out = got.result, {**got.summary, "blas": blas}
     if args.trace:
         from tilecast.executor.mpi_trace import merged_trace, save_merged
 
         save_merged(merged_trace(res), args.trace, res)
-    ok = res.check is None or res.check["ok"]
-    pred = res.predicted
-    rows = []
-    for r, p in enumerate(pred["per_rank"]):
-        rows.append(dict(rank=r, tasks=int(res.executed[r, -1]), tasks_predicted=p["tasks"],
-                         bytes_sent=int(res.bytes_sent[-1][r].sum()), bytes_sent_predicted=p["bytes_sent"],
-                         bytes_received=int(res.bytes_sent[-1][:, r].sum()),
-                         bytes_received_predicted=p["bytes_received"],
-                         step_s=float(np.median(res.rank_step_s[r, 1:] if args.steps > 1 else res.rank_step_s[r]))))
-    out = {
-        "model": cfg.name, "batch": batch, "seq": seq, "tiling": str(tiling), "recompute": recompute,
-        "sched": args.sched, "ranks": res.ranks, "distribution": res.distribution, "workers_per_rank": workers, "tasks": res.n_tasks,
-        "steps": args.steps, "step_s": res.median_step_s, "step_times_s": res.step_s, "losses": res.losses,
-        "bytes_moved": res.bytes_moved[-1], "bytes_moved_predicted": pred["bytes_moved"],
-        "messages_predicted": pred["messages"], "per_rank": rows, "flops_per_step": res.flops_per_step,
-        "tokens_per_s": res.tokens_per_step / res.median_step_s, "blas": blas,
-        "progress_drives_worker": res.progress_drives_worker,
-    }
-    if res.check is not None:
-        out["check"] = res.check
-    if args.trace:
         out["trace"] = args.trace
+    ok = res.check is None or res.check["ok"]
+    pred, rows = res.predicted, out["per_rank"]
     if args.json:
         print_json(out)
         return 0 if ok else 1

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import sys
-import time
 
 from tilecast.cli import UsageError
-from tilecast.cli.common import human, print_json
-from tilecast.errors import FieldError
+from tilecast.cli.common import human, library_errors, print_json
 
 
 def add_network_arg(p) -> None:
@@ -19,76 +17,41 @@ def add_network_arg(p) -> None:
                         "threads they share its cores in time slices (default 0)")
 
 
-def background_arg(args) -> float:
-    """--background-threads, a number >= 0; UsageError naming the flag otherwise."""
-    bg = getattr(args, "background_threads", 0.0) or 0.0
-    if not bg >= 0:
-        raise UsageError(f"--background-threads: expected a number of threads >= 0, got {bg}")
-    return float(bg)
-
-
-def network_arg(args, machine, ranks: int, workers: int):
-    """The network from --network, else the stored one; UsageError naming the flag otherwise."""
-    from tilecast.loop.ranks_forecast import network_or_error
-    from tilecast.perfmodel.network import Network
-
-    if getattr(args, "network", None):
-        expected = f"--network: expected LAT_US,MSG_US,GBPS (three numbers, bandwidth > 0), got {args.network!r}"
-        try:
-            lat, msg, gbps = (float(x) for x in args.network.split(","))
-        except ValueError:  # not three numbers
-            raise UsageError(expected) from None
-        try:
-            return Network(latency_s=lat * 1e-6, message_s=msg * 1e-6, bandwidth_Bps=gbps * 1e9,
-                           source="--network", ranks=ranks, workers_per_rank=workers)
-        except FieldError as e:  # a number out of range, named by the network's field
-            raise UsageError(f"{expected} ({e})") from None
+def network_arg(args):
+    """The (latency us, cost per message us, bandwidth GB/s) of --network, or None (the stored network)."""
+    if not getattr(args, "network", None):
+        return None
     try:
-        return network_or_error(machine, ranks, workers)
-    except LookupError as e:
-        raise UsageError(f"--ranks: {e} (or give --network)") from None
+        lat, msg, gbps = (float(x) for x in args.network.split(","))
+    except ValueError:  # not three numbers
+        raise UsageError(f"--network: expected LAT_US,MSG_US,GBPS (three numbers, bandwidth > 0), "
+                         f"got {args.network!r}") from None
+    return lat, msg, gbps
+
+
+RANK_FLAGS = {"background_threads": "--background-threads", "workers": "--workers"}
 
 
 def run_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
-    from tilecast.cli.ranks_table import distribute_args
-    from tilecast.graph.models import build_step
-    from tilecast.loop.predict import stored_models
-    from tilecast.perfmodel import MachineError, load_machine
+    import tilecast as tc
     from tilecast.simulator import SimulationError
-    from tilecast.loop.ranks_forecast import forecast_ranks
 
-    built = build_step(cfg, batch, seq, tiling, recompute=recompute)
-    distribute_args(built, args)  # a rank count the distribution cannot use: one line, before anything else
     workers = 1 if args.workers is None else args.workers
     try:
-        machine = load_machine(args.machine)
-        machine.with_workers(workers)
-    except MachineError as e:
-        raise UsageError(f"--machine/--workers: {e}") from None
-    net = network_arg(args, machine, args.ranks, workers)
-    background = background_arg(args)
-    calibration, host_costs = stored_models(machine)
-    print(f"simulating {cfg.name} on {args.ranks} ranks of {workers} worker(s), distribution "
-          f"{args.distribution}, {args.sched} on each", file=sys.stderr)
-    t0 = time.perf_counter()
-    try:
-        f = forecast_ranks(cfg, batch, seq, tiling, args.sched, args.ranks, args.distribution, machine,
-                           calibration, host_costs, net, workers, recompute, built=built, background=background)
+        with library_errors(RANK_FLAGS):
+            res = tc.simulate_ranks(cfg, batch, seq, tiling, args.machine, args.sched, args.ranks, args.distribution,
+                                    workers, network_arg(args), args.background_threads, recompute,
+                                    progress=lambda line: print(line, file=sys.stderr))
     except SimulationError as e:
         print(f"tilecast simulate: {e}", file=sys.stderr)
         return 1
-    out = {**f.row(), "makespan_s": f.step_s, "machine": machine.name,
-           "calibration": "stored" if calibration is not None else "none (machine roofline figures)",
-           "task_overhead_us": f.summary["task_overhead_s"] * 1e6, "network": f.summary["network"],
-           "bytes_matrix": f.summary["bytes_matrix"], "utilization": f.summary["utilization"],
-           "per_rank": f.summary["per_rank"], "threads": f.summary.get("threads"), "nic": f.summary.get("nic"),
-           "simulation_s": time.perf_counter() - t0}
+    out, f = res.summary, res.forecast
     if args.json:
         print_json(out)
         return 0
     n = out["network"]
     print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling.describe()}; {args.ranks} ranks of {workers} "
-          f"worker(s) of {machine.name}, distribution {args.distribution}, {args.sched} on each; kernel "
+          f"worker(s) of {res.machine}, distribution {args.distribution}, {args.sched} on each; kernel "
           f"durations: {out['calibration']}")
     print()
     print(f"predicted step      {f.step_s * 1e3:.3f} ms  (the slowest rank's last task or message)")

@@ -27,6 +27,17 @@ def sweep_specs(specs, params, parse_values, context: str = "") -> list:
     return out
 
 
+def sweep_pairs(specs) -> list:
+    """(param, values text) of each ``--sweep PARAM=VALUES``; the library reads the parameter and its values
+    (:func:`tilecast.api.sweeps.sweep_values`)."""
+    out = []
+    for spec in specs:
+        if "=" not in spec:
+            raise UsageError(f"--sweep: expected PARAM=VALUES, got {spec!r}")
+        out.append(tuple(spec.split("=", 1)))
+    return out
+
+
 def layout_fields(text: str, types: dict, flag: str = "--baseline") -> dict:
     """``"tp=8,pp=1,dp=32"`` -> {"tp": 8, "pp": 1, "dp": 32}, each value read as ``types[field]``; ``dp=auto``
     (or ``dp=...``) leaves dp to be derived from the GPUs. Errors name ``flag``."""

@@ -170,20 +170,10 @@ def _print_result(r):
           + ("; N: active parameters (top-k and shared experts)" if r.active_params != r.params else ""))
 
 
-def _run_sweeps(args, shape, st, cluster):
-    from tilecast.cli.sweep_args import sweep_specs
-    from tilecast.cluster.sweep import PARAMS, parse_values, plot_sweeps, sweep, sweep_table
-
-    out = [(param, sweep_table(param, sweep(shape, st, cluster, param, values, gpus=args.gpus)))
-           for param, values in sweep_specs(args.sweep, PARAMS, parse_values)]
-    if args.plot:
-        plot_sweeps(out, args.plot)
-    return out
-
-
 def run(args):
     import tilecast as tc
     from tilecast.cli.common import library_errors
+    from tilecast.cli.sweep_args import sweep_pairs
 
     cluster, shape = _inputs(args)
     if args.inference:
@@ -196,10 +186,16 @@ def run(args):
         return run_search(args, shape, cluster)
     if args.baseline is not None:
         raise UsageError("--baseline: only with --search")
+    layout = dict(gpus=args.gpus, seq=args.seq, global_batch=args.global_batch, micro_batch=args.micro_batch,
+                  tp=args.tp, pp=args.pp, dp=args.dp, **recipe(args))
+    swept = None
     with library_errors():
-        res = tc.whatif(shape, cluster, gpus=args.gpus, seq=args.seq, global_batch=args.global_batch,
-                        micro_batch=args.micro_batch, tp=args.tp, pp=args.pp, dp=args.dp, **recipe(args))
-    base, st = res.top[0], res.layout
+        if args.sweep:
+            swept = tc.whatif_sweep(shape, cluster, sweep_pairs(args.sweep), **layout)
+            res = swept.base
+        else:
+            res = tc.whatif(shape, cluster, **layout)
+    base = res.top[0]
     if args.trace:
         from tilecast.cluster.timeline import to_trace
         from tilecast.trace import TraceError, save
@@ -208,15 +204,17 @@ def run(args):
             save(to_trace(base.timeline), args.trace)
         except (TraceError, OSError) as e:
             raise UsageError(f"--trace: {e}") from None
-    sweeps = _run_sweeps(args, shape, st, cluster) if args.sweep else []
+    sweeps = list(swept.tables.items()) if swept is not None else []
+    if args.plot and swept is not None:
+        swept.plot(args.plot)
     rc = 0 if base.fits else 1
     if not base.fits:
         print(f"tilecast whatif: the layout does not fit: it needs {_gb(base.memory_per_gpu_bytes)} GB per GPU, "
               f"{cluster.gpu.name} has {_gb(base.memory_capacity_bytes)} GB", file=sys.stderr)
     if args.json:
         obj = base.to_dict()
-        if sweeps:
-            obj["sweeps"] = {param: json.loads(df.to_json(orient="records")) for param, df in sweeps}
+        if swept is not None:
+            obj.update(swept.summary)
         print(json.dumps(obj))
         return rc
     _print_result(base)

@@ -110,38 +110,29 @@ def _print(r: dict, engine: str) -> None:
           f"workspace {_gb(m['workspace'])}, reserved {_gb(m['reserved'])}; largest batch that fits: {r['max_batch']}")
 
 
-def _sweeps(args, shape, cfg, cluster, eff) -> list:
-    from tilecast.cli.sweep_args import sweep_specs
-    from tilecast.cluster.inference_sweep import (INFERENCE_PARAMS, inference_sweep, inference_sweep_table,
-                                                  parse_inference_values)
-
-    return [(param, inference_sweep_table(param, inference_sweep(shape, cfg, cluster, param, values, eff)))
-            for param, values in sweep_specs(args.sweep, INFERENCE_PARAMS, parse_inference_values,
-                                             " with --inference")]
-
-
 def run_inference(args, cluster, shape) -> int:
     """Exit 0, or 1 when the configuration does not fit in memory or the server is overloaded."""
     import tilecast as tc
     from tilecast.cli.common import library_errors
+    from tilecast.cli.sweep_args import sweep_pairs
 
     _check_flags(args)
-    with library_errors(INFERENCE_FLAGS):
-        out = tc.whatif_inference(shape, cluster, tp=args.tp, pp=args.pp, dp=args.dp, batch=args.batch,
-                                  input_len=args.input_len, output_len=args.output_len, dtype=args.dtype,
-                                  kv_dtype=args.kv_dtype, request_rate=args.request_rate, max_batch=args.max_batch,
-                                  engine=args.engine, gpus=args.gpus, ep=args.ep, cp=args.cp,
-                                  capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance)
-    res, cfg, eff, engine = out.result, out.config, out.efficiency, out.engine
+    serving = dict(tp=args.tp, pp=args.pp, dp=args.dp, batch=args.batch, input_len=args.input_len,
+                   output_len=args.output_len, dtype=args.dtype, kv_dtype=args.kv_dtype,
+                   request_rate=args.request_rate, max_batch=args.max_batch, engine=args.engine, ep=args.ep,
+                   cp=args.cp, capacity_factor=args.capacity_factor, expert_imbalance=args.expert_imbalance)
     if args.search:
         from tilecast.cli.whatif_inference_search import run_inference_search
 
-        return run_inference_search(args, shape, cluster, cfg, eff, engine)
+        return run_inference_search(args, shape, cluster, serving)
+    with library_errors(INFERENCE_FLAGS):
+        out = tc.whatif_inference(shape, cluster, gpus=args.gpus, sweeps=sweep_pairs(args.sweep), **serving)
+    res, engine = out.result, out.engine
     if args.baseline is not None:
         raise UsageError("--baseline: only with --search")
     if args.plot and not args.sweep:
         raise UsageError("--plot: needs --sweep")
-    sweeps = _sweeps(args, shape, cfg, cluster, eff) if args.sweep else []
+    sweeps = list(out.sweeps.items())
     if args.plot:
         from tilecast.cluster.inference_sweep import INFERENCE_PARTS
         from tilecast.cluster.sweep import plot_sweeps

@@ -5,34 +5,10 @@ layout at each hardware point."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from tilecast.cli import UsageError
 
 BASELINE_FIELDS = {"tp": int, "pp": int, "dp": int, "batch": int, "weight_dtype": str, "kv_dtype": str, "ep": int}
-
-
-def baseline_config(args, shape, cluster, cfg):
-    """The ``--baseline`` serving configuration: ``cfg`` (from the flags) with the given fields replaced;
-    dp = gpus / (tp pp) unless given. None without ``--baseline``."""
-    from tilecast.cli.sweep_args import layout_fields
-    from tilecast.cluster.inference import InferenceError
-
-    if args.baseline is None:
-        return None
-    fields = layout_fields(args.baseline, BASELINE_FIELDS)
-    tp, pp = fields.get("tp", cfg.tp), fields.get("pp", cfg.pp)
-    if "dp" not in fields:
-        if args.gpus % (tp * pp):
-            raise UsageError(f"--baseline: --gpus {args.gpus} is not a multiple of tp x pp = {tp} x {pp}")
-        fields["dp"] = args.gpus // (tp * pp)
-    base = replace(cfg, **fields)
-    if base.gpus != args.gpus:
-        raise UsageError(f"--baseline: tp x pp x dp = {base.gpus} differs from --gpus {args.gpus}")
-    try:
-        return base.check(shape, cluster)
-    except InferenceError as e:
-        raise UsageError(f"--baseline: {e}") from None
 
 
 def _share(r) -> float:
@@ -46,24 +22,23 @@ def _label(r) -> str:
     return layout_label(r)
 
 
-def run_inference_search(args, shape, cluster, cfg, eff, engine: str) -> int:
-    from tilecast.cli.sweep_args import sweep_specs
-    from tilecast.cluster.inference_search import (inference_search, inference_search_sweep,
-                                                   inference_search_sweep_table)
-    from tilecast.cluster.sweep import HARDWARE_PARAMS, parse_values
+def run_inference_search(args, shape, cluster, serving: dict) -> int:
+    import tilecast as tc
+    from tilecast.cli.common import library_errors
+    from tilecast.cli.sweep_args import layout_fields, sweep_pairs
+    from tilecast.cli.whatif_inference import INFERENCE_FLAGS
 
     if not args.gpus:
         raise UsageError("--search: needs --gpus")
-    if args.request_rate:
-        raise UsageError("--request-rate: --search with --inference compares fixed batches (leave it out)")
     if args.plot:
         raise UsageError("--plot: not available with --search (plot a --sweep of one configuration)")
-    base = baseline_config(args, shape, cluster, cfg)
-    specs = sweep_specs(args.sweep, HARDWARE_PARAMS, parse_values, " with --search (hardware parameters only)")
-    res = inference_search(shape, cluster, cfg, args.gpus, eff, top=args.top, baseline=base)
-    sweeps = [(p, inference_search_sweep_table(p, inference_search_sweep(shape, cluster, cfg, args.gpus, eff, p, v,
-                                                                         baseline=base)))
-              for p, v in specs]
+    fields = None if args.baseline is None else layout_fields(args.baseline, BASELINE_FIELDS)
+    with library_errors(INFERENCE_FLAGS):
+        found = tc.whatif_inference_search(shape, cluster, args.gpus, top=args.top, baseline=fields,
+                                           sweeps=sweep_pairs(args.sweep), **serving)
+    res = {"candidates": found.candidates, "fitting": found.fitting, "top": found.top, "baseline": found.baseline,
+           "gain": found.gain}
+    base, cfg, engine, sweeps = found.baseline, found.template, found.engine, list(found.sweeps.items())
     if args.json:
         obj = {"engine": engine, "candidates": res["candidates"], "fitting": res["fitting"],
                "top": [r.to_dict() for r in res["top"]]}

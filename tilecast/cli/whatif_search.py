@@ -39,13 +39,6 @@ def baseline_strategy(args, shape, cluster, gb: int):
         raise UsageError(f"--baseline: {e}") from None
 
 
-def _hardware_sweeps(args):
-    from tilecast.cli.sweep_args import sweep_specs
-    from tilecast.cluster.sweep import HARDWARE_PARAMS, parse_values
-
-    return sweep_specs(args.sweep, HARDWARE_PARAMS, parse_values, " with --search (hardware parameters only)")
-
-
 def _share(r) -> float:
     return r.breakdown["exposed_comm_s"] / r.step_s
 
@@ -53,7 +46,8 @@ def _share(r) -> float:
 def run_search(args, shape, cluster) -> int:
     import tilecast as tc
     from tilecast.cli.common import library_errors
-    from tilecast.cluster.search import layout_label, search_sweep, search_sweep_table
+    from tilecast.cli.sweep_args import sweep_pairs
+    from tilecast.cluster.search import layout_label
 
     if not args.gpus:
         raise UsageError("--search: needs --gpus")
@@ -64,15 +58,12 @@ def run_search(args, shape, cluster) -> int:
     kw = dict(dtype=args.dtype, attention=args.attention, capacity_factor=args.capacity_factor,
               expert_imbalance=args.expert_imbalance, grad_reduce_bytes=4 if args.grad_dtype == "fp32" else 2)
     base = baseline_strategy(args, shape, cluster, gb)
-    specs = _hardware_sweeps(args)
     with library_errors():
         found = tc.whatif_search(shape, cluster, args.gpus, args.seq, gb, top=args.top, max_configs=args.max_configs,
-                                 baseline=base, progress=not args.json, **kw)
+                                 baseline=base, progress=not args.json, sweeps=sweep_pairs(args.sweep), **kw)
     res = {"candidates": found.candidates, "fitting": found.fitting, "evaluated": found.evaluated,
            "top": found.top, "baseline": found.baseline, "gain": found.gain}
-    sweeps = [(p, search_sweep_table(p, search_sweep(shape, cluster, args.gpus, args.seq, gb, p, values,
-                                                     baseline=base, max_configs=args.max_configs, **kw)))
-              for p, values in specs]
+    sweeps = list(found.sweeps.items())
     if args.json:
         obj = {"candidates": res["candidates"], "fitting": res["fitting"], "evaluated": res["evaluated"],
                "top": [r.to_dict() for r in res["top"]]}

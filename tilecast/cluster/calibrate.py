@@ -171,9 +171,16 @@ def fitted_clusters(fits: dict) -> dict:
 
 
 def table_digest(path: str = RUNS) -> str:
-    """A digest of the validation table, so that stale folds are noticed."""
+    """A digest of the validation table and of the shapes of the models its rows name (a preset changed
+    under an unchanged table changes the fits too), so that stale folds are noticed."""
+    from tilecast.graph.model_config import load_model
+
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+        h.update(f.read())
+    for name in sorted({r.model for r in load_runs(path)}):
+        h.update(json.dumps(load_model(name).to_dict(), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
 
 
 def fittable(runs) -> list:

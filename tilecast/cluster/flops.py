@@ -144,9 +144,10 @@ def fused_attention_head_padding(head_dim: int) -> float:
 
     FlashAttention-2 runs a head dimension rounded up to a multiple of 32 (256
     above 192: ``head_size_rounded`` in its ``flash_api.cpp``), and MosaicML's
-    Triton kernel rounds up to a power of two, which agrees up to 128: MPT-30B's
-    112 runs the 128 kernel, 128/112 = 1.14x the work; 64, 128, 160, 256 run as
-    they are.
+    Triton kernel rounds up to a power of two, which agrees up to 128: the released
+    MPT-30B's 112 would run the 128 kernel, 128/112 = 1.14x the work (the
+    benchmarked MPT-30B of the validation table has heads of 128); 64, 128, 160,
+    256 run as they are.
     """
     d = int(head_dim)
     padded = -(-d // 32) * 32 if d <= 192 else 256 * -(-d // 256)

@@ -2,8 +2,8 @@
 
 The folds' fitted figures are computed by ``python3 -m tilecast.cluster.calibrate
 --lopo`` (a few minutes: one fit per publication on every row of the others) and
-stored in ``validation/lopo.yaml`` with a digest of the table they were fitted
-on; :func:`lopo_errors` predicts with them (seconds) and refuses stale folds.
+stored in ``validation/lopo.yaml`` with a digest of the table (and of its models'
+shapes) they were fitted on; :func:`lopo_errors` predicts with them (seconds) and refuses stale folds.
 """
 
 from __future__ import annotations
