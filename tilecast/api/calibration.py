@@ -63,17 +63,36 @@ class CalibrateResult(_Result):
                 f"({self.timer}) -> {self.file}")
 
 
-def _disk(machine, offload_dir):
-    """(DiskNode, file): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), stored."""
+def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
+    """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
+    with ``fit``, StarPU's time in the workers under a limit fitted on probe steps there
+    (:func:`tilecast.perfmodel.disk_fit.calibrate_worker_costs`); stored."""
     import os
 
     from tilecast.home import home
-    from tilecast.perfmodel.disk_node import measure_and_store
+    from tilecast.perfmodel.disk_node import measure_and_store, save_disk
 
     if offload_dir is None:
         offload_dir = str(home("offload"))
         os.makedirs(offload_dir, exist_ok=True)
-    return measure_and_store(machine, offload_dir)
+    disk, path = measure_and_store(machine, offload_dir)
+    if not fit:
+        return disk, path, []
+    from tilecast.loop.kernel_calibration import starpu_workers
+    from tilecast.perfmodel.disk_fit import PROBES, calibrate_worker_costs
+
+    workers = starpu_workers(machine)
+    if not workers:
+        print("tilecast calibrate: StarPU cannot run here: the disk node's StarPU costs are not fitted (the file "
+              "system's figures alone are stored)", file=sys.stderr)
+        return disk, path, []
+
+    def told(i, n, label):
+        if progress:
+            print(f"disk node: probe {i + 1}/{n} under a memory limit ({label})", file=sys.stderr)
+
+    disk, rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, min(workers, 2), told)
+    return disk, save_disk(machine, disk), rows
 
 
 def _timer(timer: str, workers):
@@ -121,7 +140,9 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     ``per_kernel`` shapes per kernel timed, fewer when the timing is estimated above ``budget`` seconds
     (default: the budget of first use), the others predicted by the shape model. The shapes are added to the
     machine's stored calibration (or written to ``output``), then probe steps measure the executor's costs
-    (``probe``), and the disk node is timed in ``offload_dir``. ``disk_only``: the disk node alone.
+    (``probe``), and the disk node is timed in ``offload_dir`` (with ``offload_dir`` given or ``disk_only``, and
+    ``probe``, StarPU's time in the workers under a limit is then fitted on probe steps there: docs/memory.md).
+    ``disk_only``: the disk node alone.
     ``progress``: a line and a bar on standard error."""
     import numpy as np
     from tqdm import tqdm
@@ -140,10 +161,11 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
     machine = load_machine("local")
+    fit_disk = probe and (offload_dir is not None or disk_only)  # the disk part asked for: StarPU's costs too
     if disk_only:
-        disk, path = _disk(machine, offload_dir)
+        disk, path, disk_probes = _disk(machine, offload_dir, fit_disk, progress)
         summary = {"machine": machine.name, "fingerprint": machine.fingerprint(),
-                   "disk": {**asdict(disk), "file": path}}
+                   "disk": {**asdict(disk), "file": path, "probes": disk_probes}}
         return CalibrateResult(machine.name, machine.fingerprint(), disk=summary["disk"], summary=summary,
                                disk_node=disk)
     _at_least("repeats", repeats, 1)
@@ -194,12 +216,12 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     probes = _probe_costs(machine, workers, progress) if workers and output is None and probe else {}
     report = holdout_errors(cal)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
-    disk, disk_file = _disk(machine, offload_dir)
+    disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress)
     summary = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
                "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
                "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,
                "cache_bytes": cal.cache_bytes, "blas": blas_fields(), "quiet": cal.quiet,
-               "disk": {**asdict(disk), "file": disk_file}, "executor_costs": probes}
+               "disk": {**asdict(disk), "file": disk_file, "probes": disk_probes}, "executor_costs": probes}
     return CalibrateResult(machine.name, machine.fingerprint(), timer_name, path, len(cases), len(seen),
                            len(predicted), len(cal.points), cal.cache_bytes, summary["disk"], probes, summary, cal,
                            disk)

@@ -40,10 +40,14 @@ def add_parser(sub):
     add_rank_calibration_args(p)
     p.add_argument("--offload-dir", metavar="DIR",
                    help="also time the disk node of memory-limited runs in DIR (StarPU's unistd transfers of "
-                        "tile-sized blocks, about a second) and store its bandwidth and latency with the "
-                        "calibration (default: $TILECAST_HOME/offload)")
+                        "tile-sized blocks, about a second), then run small probe steps on StarPU under a memory "
+                        "limit with the disk node in DIR (about a minute; --no-probe skips them) to fit StarPU's "
+                        "own time per task and per tile allocated, read back, written back and evicted, and store "
+                        "it all with the calibration (default: $TILECAST_HOME/offload, where a calibration without "
+                        "--offload-dir or --disk-only times the file system only)")
     p.add_argument("--disk-only", action="store_true",
-                   help="time the disk node only (see --offload-dir), not the kernels")
+                   help="time the disk node only (see --offload-dir: the file system and StarPU's probe steps), "
+                        "not the kernels")
     add_json_arg(p)
     return p
 
@@ -74,6 +78,7 @@ def run(args) -> int:
             return 0
         print(f"disk node in {disk['directory']}: {res.disk_node.describe()} -> {disk['file']}")
         print(f"({disk['source']})")
+        _print_disk_probes(disk.get("probes", []))
         return 0
     cases, path, timer_name, probes = res.shapes, res.file, res.timer, res.executor_costs
     report, report_hot = out["heldout"], out["heldout_hot"]
@@ -91,6 +96,7 @@ def run(args) -> int:
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk['directory']}: {res.disk_node.describe()} -> {disk['file']}")
+    _print_disk_probes(disk.get("probes", []))
     for w, c in probes.items():
         print(f"executor's costs, {w} worker{'s' if int(w) > 1 else ''}: {c['task_overhead_us']:.2f} us per task, "
               f"{c['host_fixed_ms']:.2f} ms per step + {c['host_per_task_us']:.2f} us per task outside the graph")
@@ -119,3 +125,10 @@ def quiet_line(q: dict) -> str:
     if q["passes_disturbed"]:
         line += "; the machine stayed slow: the kernel times may be too long"
     return line
+
+
+def _print_disk_probes(rows) -> None:
+    """The probe steps the disk node's StarPU costs were fitted on: measured beside forecast."""
+    for r in rows:
+        print(f"  probe {r['probe']}: {r['measured_step_s']:.3f} s measured, {r['predicted_step_s']:.3f} s "
+              f"forecast with the fitted costs ({100 * r['error']:+.0f}%), {r['base_step_s']:.3f} s without them")

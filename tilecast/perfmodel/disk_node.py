@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -64,6 +64,12 @@ class DiskNode:
     #: tiles (memalloc.c, mc_list, under mc_lock) grow with the tiles the limit holds; fitted with
     #: runtime_latency (benchmarks/memory_forecast.py --fit); 0 until then
     walk_s: float = 0.0
+    #: StarPU's time in a task's worker before the task starts, under the limit (s): ``per_task`` and per event
+    #: of the task's acquisition (``allocs``, ``reads``, ``writebacks``, ``drops``: tiles; ``read_bytes``,
+    #: ``writeback_bytes``: bytes), fitted by ``tilecast calibrate`` on probe steps (tilecast.perfmodel.disk_fit);
+    #: empty until then. Where set, it replaces runtime_latency (0 then).
+    worker_costs: dict = field(default_factory=dict)
+    worker_costs_source: str = ""
 
     def write_s(self, nbytes: float) -> float:
         return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
@@ -74,8 +80,17 @@ class DiskNode:
     def describe(self) -> str:
         rt = f" + StarPU {self.runtime_latency * 1e6:.0f} us" if self.runtime_latency else ""
         walk = f" + {self.walk_s * 1e9:.0f} ns x tiles in memory" if self.walk_s else ""
-        return (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
+        line = (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
                 f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer{walk}")
+        if self.worker_costs:
+            c = self.worker_costs
+            names = {"per_task": "task", "allocs": "tile allocated", "reads": "tile read back",
+                     "writebacks": "tile written back", "drops": "tile evicted clean"}
+            parts = [f"{c[k] * 1e6:.0f} us per {n}" for k, n in names.items() if c.get(k)]
+            parts += [f"{c[k] * 1024 * 1e6:.2f} us per KiB {k.split('_')[0].replace('writeback', 'written back')}"
+                      for k in ("read_bytes", "writeback_bytes") if c.get(k)]
+            line += "; StarPU in the worker: " + (", ".join(parts) or "nothing")
+        return line
 
 
 def _fit(sizes, seconds) -> tuple[float, float]:
@@ -193,7 +208,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         old = stored_disk(machine)
     except DiskNodeError:
         old = None
-    if old is not None and (old.runtime_latency or old.walk_s):
+    if old is not None and (old.runtime_latency or old.walk_s or old.worker_costs):
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
-                       walk_s=old.walk_s)
+                       walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
+                       worker_costs_source=old.worker_costs_source)
     return disk, save_disk(machine, disk)

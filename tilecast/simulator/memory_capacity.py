@@ -40,6 +40,15 @@ with the StarPU 1.3.10 code each follows:
   ``mc_list`` three times under ``mc_lock``: that cost, which grows with the
   tiles main memory holds, is charged to each disk transfer as ``walk_s`` per
   tile held (:meth:`CappedMemory._disk_transfer`; fitted, docs/memory.md).
+  A run without prefetches is simulated without any (``CappedMemory.prefetches``):
+  its tasks fetch every missing tile when they start, and wait for it.
+- **StarPU's time in the worker.** Before a task starts, its worker spends
+  StarPU's time on its acquisition: a cost per task and per tile allocated,
+  read back, written back and evicted clean, and per byte read and written back
+  (``DiskNode.worker_costs``, :meth:`CappedMemory._worker_cost`), fitted by
+  ``tilecast calibrate`` on probe steps from the tasks' measured delays
+  (:mod:`tilecast.perfmodel.disk_fit`); the events are counted per task
+  (:meth:`CappedMemory.task_events`).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
   copy (the coherency protocol, ``src/datawizard/coherency.c``).
@@ -168,8 +177,9 @@ class CappedMemory(Memory):
     """:class:`~tilecast.simulator.memory.Memory` with main memory limited and evicting to the disk node
     (the machine's last node; see the module's docstring for the rules)."""
 
-    def __init__(self, graph, machine, links, limit_bytes: int, tidy: bool = True):
+    def __init__(self, graph, machine, links, limit_bytes: int, tidy: bool = True, prefetches: bool = False):
         super().__init__(graph, machine, links)
+        self.prefetches = prefetches  # whether the run prefetches (STARPU_PREFETCH=1); memory-limited runs do not
         self.disk = len(machine.nodes) - 1
         self.capacity[0] = float(limit_bytes)
         self.tidy = tidy
@@ -179,6 +189,7 @@ class CappedMemory(Memory):
         self.n_tidied = 0  # dirty tiles written back ahead of need
         self.n_disk_reads = 0  # tiles read back from the disk node
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
+        self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
         # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
         # earlier ones evicted first, in LRU order), the others on disk
@@ -195,6 +206,26 @@ class CappedMemory(Memory):
         self.used[0] = keep
         self.peak = list(self.used)
         self.dirty = set(held)  # tiles whose only valid copy is in main memory (STARPU_OWNER there)
+        self._new_task_events(graph.n_tasks)
+
+    def _new_task_events(self, n_tasks: int) -> None:
+        """Per task of the step, what its worker did in main memory before it could start (the events StarPU's
+        costs are charged for, and fitted on: :mod:`tilecast.perfmodel.disk_fit`): tiles allocated there,
+        read back from the disk node, written back to it (waited for) and evicted clean (dropped or reused)."""
+        self.task = -1  # the task whose data is being acquired; -1 (the last, spare entry): a prefetch's
+        self.task_allocs = np.zeros(n_tasks + 1, np.int32)
+        self.task_reads = np.zeros(n_tasks + 1, np.int32)
+        self.task_writebacks = np.zeros(n_tasks + 1, np.int32)
+        self.task_drops = np.zeros(n_tasks + 1, np.int32)
+        self.task_read_bytes = np.zeros(n_tasks + 1, np.int64)
+        self.task_writeback_bytes = np.zeros(n_tasks + 1, np.int64)
+
+    def task_events(self) -> dict:
+        """Per task of the step: ``allocs``, ``reads``, ``writebacks``, ``drops`` (tiles), ``read_bytes``,
+        ``writeback_bytes`` (see :meth:`_new_task_events`)."""
+        return {"allocs": self.task_allocs[:-1], "reads": self.task_reads[:-1],
+                "writebacks": self.task_writebacks[:-1], "drops": self.task_drops[:-1],
+                "read_bytes": self.task_read_bytes[:-1], "writeback_bytes": self.task_writeback_bytes[:-1]}
 
     def next_step(self, links) -> None:
         """Start another step from this one's placement and LRU order: every copy ready at time 0 on
@@ -210,6 +241,7 @@ class CappedMemory(Memory):
         self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
         self.resident_sum = 0
         self.disk_written = self.disk_read = 0
+        self._new_task_events(len(self.task_allocs) - 1)
 
     def _make_room(self, node: int, nbytes: int, now: float) -> float:
         """Evict from ``node`` (main memory) until ``nbytes`` fit; return when the room is free (after the
@@ -231,6 +263,7 @@ class CappedMemory(Memory):
                 valid[tile] &= ~bit
                 self.n_evictions += 1
                 self.n_dropped += 1
+                self.task_drops[self.task] += 1
                 return now
         # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
         need = max(RECLAIM_FACTOR * nbytes, self.used[node] + nbytes - cap)
@@ -260,11 +293,14 @@ class CappedMemory(Memory):
                 self.used[disk] += sz
                 self.disk_written += sz
                 self.n_writebacks += 1
+                self.task_writebacks[self.task] += 1
+                self.task_writeback_bytes[self.task] += sz
                 if end > free_at:
                     free_at = end
             else:  # also valid elsewhere (STARPU_SHARED): dropped
                 self.valid[tile] &= ~bit
                 self.n_dropped += 1
+                self.task_drops[self.task] += 1
         return free_at
 
     def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float) -> float:
@@ -291,10 +327,14 @@ class CappedMemory(Memory):
                 ready = self._disk_transfer(src, node, size, start)
                 self.disk_read += size
                 self.n_disk_reads += 1
+                self.task_reads[self.task] += 1
+                self.task_read_bytes[self.task] += size
             else:
                 ready = self.links.transfer(src, node, size, start)
         else:
             ready = room  # a write-only access: allocated, nothing copied
+        if node == 0:
+            self.task_allocs[self.task] += 1
         self.avail[node][tile] = ready
         self.valid[tile] = v | (1 << node)
         u = self.used[node] + size
@@ -305,8 +345,12 @@ class CappedMemory(Memory):
 
     def acquire(self, task: int, node: int, now: float) -> float:
         """:meth:`Memory.acquire`, keeping track of main memory's dirty tiles, then StarPU's tidying."""
+        self.task = task
         ready = super().acquire(task, node, now)
+        self.task = -1
         if node == 0:
+            if self.worker_costs:
+                ready = (ready if ready > now else now) + self._worker_cost(task)
             valid, dirty = self.valid, self.dirty
             for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
                 if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
@@ -314,6 +358,18 @@ class CappedMemory(Memory):
             if self.tidy:
                 self._tidy(now)
         return ready
+
+    def _worker_cost(self, task: int) -> float:
+        """StarPU's time in the task's worker before the task starts, beyond the transfers themselves: a cost per
+        task under the limit and per event of its acquisition (``worker_costs``, fitted by ``tilecast calibrate``
+        on probe steps: :mod:`tilecast.perfmodel.disk_fit`)."""
+        c = self.worker_costs
+        return (c.get("per_task", 0.0) + c.get("allocs", 0.0) * int(self.task_allocs[task])
+                + c.get("reads", 0.0) * int(self.task_reads[task])
+                + c.get("writebacks", 0.0) * int(self.task_writebacks[task])
+                + c.get("drops", 0.0) * int(self.task_drops[task])
+                + c.get("read_bytes", 0.0) * int(self.task_read_bytes[task])
+                + c.get("writeback_bytes", 0.0) * int(self.task_writeback_bytes[task]))
 
     def _tidy(self, now: float) -> None:
         """memalloc.c, starpu_memchunk_tidy (run at every driver progress): when fewer than
@@ -345,7 +401,11 @@ class CappedMemory(Memory):
             clean += 1
 
     def prefetch(self, task: int, node: int, now: float) -> None:
-        """Bring the task's inputs that fit without evicting (a prefetch never evicts in StarPU 1.3.10)."""
+        """Bring the task's inputs that fit without evicting (a prefetch never evicts in StarPU 1.3.10); nothing
+        when the run does not prefetch (``STARPU_PREFETCH=0``, as memory-limited runs start): the task's worker
+        then fetches every tile when it starts the task, and waits for it."""
+        if not self.prefetches:
+            return
         valid, cap, size = self.valid, self.capacity[node], self.size
         for tile in self.read_tile[self.read_ptr[task]:self.read_ptr[task + 1]]:
             if not (valid[tile] >> node) & 1 and self.used[node] + size[tile] <= cap:
@@ -400,15 +460,18 @@ class Throttled(Policy):
 
 def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str = "dmda", durations=None,
                             calibration=None, priority=None, seed: int = 0, throttle=(16, 8),
-                            warmup: bool = True, tidy: bool = True):
+                            warmup: bool = True, tidy: bool = True, prefetches: bool | None = None):
     """Simulate a step of ``graph`` under a main-memory limit with a disk node (``disk``: a
     :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
-    :class:`~tilecast.simulator.simulate.SimResult` of the step after a warm-up step (``warmup``),
+    :class:`~tilecast.simulator.simulate.SimResult` of the step after ``warmup`` warm-up steps (True: one),
     whose summary adds ``memory_limit_bytes``, ``disk_written_bytes``, ``disk_read_bytes``,
     ``dropped`` (clean evictions), ``tidied`` (tiles written back ahead of need), ``disk_writes`` and
     ``disk_reads`` (transfers to and from the disk node, tiles) and ``warmup_makespan_s``; its trace records
     the disk counters (:func:`tilecast.trace.with_disk_counters`).
-    ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying."""
+    ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying;
+    ``prefetches``: whether the run prefetches (None: as a memory-limited run started from this environment
+    would, :func:`tilecast.executor.memory_limit.limit_prefetches`; by default it does not)."""
+    from tilecast.executor.memory_limit import limit_prefetches
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, summarize,
                                              task_priorities)
@@ -428,13 +491,15 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     worker_kind = [kind_index[w.kind] for w in m.workers]
     worker_node = [w.node for w in m.workers]
     links = DiskLinks(m)
-    memory = CappedMemory(graph, m, links, limit_bytes, tidy)
+    memory = CappedMemory(graph, m, links, limit_bytes, tidy,
+                          limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
+    memory.worker_costs = {k: float(v) for k, v in (getattr(disk, "worker_costs", None) or {}).items()}
     collecting = gc.isenabled()
     gc.disable()
     try:
         warm = None
-        for step in range(2 if warmup else 1):
+        for step in range(1 + int(warmup)):
             if step:
                 links = DiskLinks(m)
                 memory.next_step(links)
@@ -463,4 +528,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                         memory.resident_sum / max(memory.n_writebacks + memory.n_tidied + memory.n_disk_reads, 1)),
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
-    return LimitedSimResult(start, end, worker, summary, tr, graph, m)
+    summary["allocations"] = int(memory.task_allocs.sum())
+    res = LimitedSimResult(start, end, worker, summary, tr, graph, m)
+    res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
+    return res

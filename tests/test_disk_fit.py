@@ -1,0 +1,109 @@
+"""StarPU's own costs under a memory limit: the per-task events the simulator charges them for, the fit of those
+costs on per-task delays, and calibrate's fit of them on a probe step run on StarPU with a real disk node."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from sim_machines import cpu_machine
+from test_memory_forecast import DISK, S, two_axpys
+
+from tilecast.graph import Tiling
+from tilecast.graph.model_config import load_model
+from tilecast.graph.models import build_step
+from tilecast.perfmodel.disk_fit import EVENTS, calibrate_worker_costs, fit_event_costs, task_delays
+from tilecast.perfmodel.disk_node import load_disk, measure_and_store, save_disk
+from tilecast.simulator.memory_capacity import simulate_memory_limited
+
+
+def test_task_delays_by_hand():
+    """Task 2 depends on task 0; worker 0 runs 0 then 2, worker 1 runs 1. Task 0 starts 1 ms after the step's
+    start, task 1 at once, task 2 3 ms after task 0 ended (it could start then: its worker free, its predecessor
+    done)."""
+    start, end, worker = [1e-3, 0.0, 6e-3], [3e-3, 5e-3, 7e-3], [0, 1, 0]
+    pred_ptr, pred = np.array([0, 0, 0, 1]), np.array([0])
+    assert task_delays(start, end, worker, pred_ptr, pred) == pytest.approx([1e-3, 0.0, 3e-3])
+
+
+def test_event_costs_recovered_from_delays():
+    rng = np.random.default_rng(0)
+    n = 500
+    events = {k: rng.integers(0, 3, n) for k in EVENTS}
+    events["read_bytes"] = events["reads"] * rng.choice([4096, 16384], n)
+    events["writeback_bytes"] = events["writebacks"] * rng.choice([4096, 65536], n)
+    true = {"per_task": 50e-6, "allocs": 0.0, "reads": 300e-6, "writebacks": 200e-6, "drops": 20e-6,
+            "read_bytes": 1e-9, "writeback_bytes": 0.0}
+    sim = rng.uniform(0, 1e-4, n)
+    real = sim + true["per_task"] + sum(true[k] * events[k] for k in EVENTS)
+    got = fit_event_costs([real, real], sim, events)
+    for k, v in true.items():
+        assert got[k] == pytest.approx(v, abs=1e-9)
+
+
+def test_task_events_and_the_cost_charged_for_them():
+    """test_memory_forecast.test_eviction_by_hand's step: task 0 allocates t0, writes t2 and t3 back and reads
+    t0; task 1 allocates and reads t2, then t3, which takes the memory of t0 (evicted clean). With StarPU's
+    costs in the worker, the serial step is longer by exactly what those events cost."""
+    d = 1e-3
+    run = {"durations": np.full((1, 2), d), "warmup": False, "throttle": None}
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
+    ev = plain.task_events
+    assert list(ev["allocs"]) == [1, 2] and list(ev["reads"]) == [1, 2]
+    assert list(ev["writebacks"]) == [2, 0] and list(ev["drops"]) == [0, 1]
+    assert list(ev["read_bytes"]) == [S, 2 * S] and list(ev["writeback_bytes"]) == [2 * S, 0]
+    s = plain.summary
+    assert (ev["reads"].sum(), ev["writebacks"].sum(), ev["drops"].sum()) == (s["disk_reads"], s["writebacks"],
+                                                                               s["dropped"])
+    costs = {"per_task": 1e-4, "allocs": 1e-5, "reads": 3e-4, "writebacks": 2e-4, "drops": 5e-5,
+             "read_bytes": 1e-9, "writeback_bytes": 2e-9}
+    charged = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, worker_costs=costs),
+                                      "eager", **run)
+    extra = sum(costs[k] * float(np.sum(ev[k])) for k in EVENTS) + 2 * costs["per_task"]
+    assert charged.makespan == pytest.approx(plain.makespan + extra, rel=1e-12)
+    assert charged.summary["disk_read_bytes"] == s["disk_read_bytes"]
+
+
+def test_a_run_without_prefetch_reads_every_tile_for_a_task():
+    """dmda under a limit: without prefetches (memory-limited runs start StarPU with STARPU_PREFETCH=0) every
+    read from the disk is one a task waits for; with them some are brought ahead, when the task is pushed."""
+    g = build_step(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"))
+    durations = np.full((1, g.n_tasks), 2e-5)
+    reads = {}
+    for pf in (False, True):
+        res = simulate_memory_limited(g, cpu_machine(2), 1 << 20, DISK, "dmda", durations=durations, prefetches=pf)
+        reads[pf] = (int(res.task_events["reads"].sum()), res.summary["disk_reads"])
+    assert reads[False][0] == reads[False][1] > 0
+    assert reads[True][0] < reads[True][1]
+
+
+def test_worker_costs_stored_and_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    machine = cpu_machine(2)
+    costs = {"per_task": 1e-4, "reads": 2e-4}
+    path = save_disk(machine, replace(DISK, worker_costs=costs, worker_costs_source="fitted on probes"))
+    assert load_disk(path).worker_costs == costs
+    again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
+    assert again.worker_costs == costs and again.worker_costs_source == "fitted on probes"
+    assert "100 us per task, 200 us per tile read back" in again.describe()
+
+
+def test_calibrate_fits_starpu_costs_on_a_probe_step(tmp_path, monkeypatch):
+    """A probe step of gpt2-tiny (batch 1 x 64, tile 32, 2 MiB, of about 3 MiB of tiles: every step evicts) on
+    StarPU with a disk node in a real directory: the costs fitted are non-negative, some positive, and the probe's forecast with them
+    is far closer to its measured step than the file system's figures alone."""
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.disk_node import measure_disk
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    machine = load_machine("local")
+    disk = measure_disk(str(offload), total_bytes=1 << 20, repeats=1)
+    fitted, rows = calibrate_worker_costs(machine, disk, str(offload), [("gpt2-tiny", 1, 64, "32", 2 << 20)])
+    c = fitted.worker_costs
+    assert set(c) == {"per_task", *EVENTS} and min(c.values()) >= 0 and max(c.values()) > 0
+    assert fitted.runtime_latency == 0 and "probe steps" in fitted.worker_costs_source
+    (row,) = rows
+    print(row, fitted.describe())
+    base_err = abs(row["base_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
+    assert abs(row["error"]) < 0.5 and abs(row["error"]) < base_err

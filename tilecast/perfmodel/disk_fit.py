@@ -1,0 +1,216 @@
+"""StarPU's own costs under a memory limit, fitted on the waits of a real memory-limited step.
+
+The file system moves a tile in microseconds (:mod:`tilecast.perfmodel.disk_node`); StarPU spends far
+more around it (its requests, allocation and eviction paths, run by the workers between kernels:
+docs/memory.md). Those costs are fitted here from what the workers wait for. For every task of a
+step, its *delay* is the time between the moment it could have started (its worker free, its
+predecessors done) and its start: StarPU's cost between tasks, plus, under a limit, the fetching
+of its tiles. The simulator (:class:`tilecast.simulator.memory_capacity.CappedMemory`) says, per
+task, what its worker had to do in main memory first: tiles allocated, read back from the disk
+node, written back to it, evicted clean. The measured delay less the simulated one is regressed
+on those counts (non-negative least squares over every task of the steps): the seconds each such
+event costs beyond what the simulator charged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: the per-task events the costs are fitted for (CappedMemory.task_events), in this order
+EVENTS = ("allocs", "reads", "writebacks", "drops", "read_bytes", "writeback_bytes")
+
+
+def task_delays(start, end, worker, pred_ptr, pred) -> np.ndarray:
+    """Per task: its start less the latest of its worker's previous task's end and its predecessors'
+    ends (0 for none); seconds."""
+    start, end, worker = np.asarray(start, float), np.asarray(end, float), np.asarray(worker)
+    n = len(start)
+    ready = np.zeros(n)
+    counts = np.diff(pred_ptr)
+    has = counts > 0
+    if len(pred):
+        pend = np.maximum.reduceat(end[pred], pred_ptr[:-1][has]) if has.any() else np.zeros(0)
+        ready[has] = pend
+    prev = np.zeros(n)
+    for w in np.unique(worker):
+        idx = np.flatnonzero(worker == w)
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        prev[idx[1:]] = end[idx[:-1]]
+    return start - np.maximum(ready, prev)
+
+
+#: the regression's unit of each column: bytes counted in KiB, so that every column is of the same order
+_UNIT = np.array([1.0] + [1024.0 if k.endswith("_bytes") else 1.0 for k in EVENTS])
+
+
+def _design(events: dict, n: int) -> np.ndarray:
+    """The regression's columns for ``n`` tasks: 1 (per task), then each event's count in its unit."""
+    return np.stack([np.ones(n)] + [np.asarray(events[k], float) for k in EVENTS], axis=1) / _UNIT
+
+
+def _costs(x) -> dict:
+    x = np.asarray(x, float) / _UNIT
+    return {"per_task": float(x[0]), **{k: float(v) for k, v in zip(EVENTS, x[1:])}}
+
+
+def fit_event_costs(real_delays, sim_delays, events: dict) -> dict:
+    """Seconds per event (:data:`EVENTS`) beyond what the simulator charged, by non-negative least squares of
+    the measured less the simulated delays on the events' counts, with a constant per task (StarPU's cost
+    between tasks that the simulator missed, ``per_task``); ``real_delays`` may hold several steps (a list of
+    arrays, each against the same simulated step)."""
+    from scipy.optimize import nnls
+
+    reals = [np.asarray(r, float) for r in (real_delays if isinstance(real_delays, list) else [real_delays])]
+    sim = np.asarray(sim_delays, float)
+    a = np.concatenate([_design(events, len(sim))] * len(reals))
+    b = np.concatenate([r - sim for r in reals])
+    x, _ = nnls(a, b)
+    return _costs(x)
+
+
+def delay_table(real_delays, sim_delays, events: dict) -> list[dict]:
+    """Measured and simulated delays summed over groups of tasks (what each group's worker did first): the
+    rows ``tasks``, ``real_s``, ``sim_s`` per group."""
+    real = np.mean([np.asarray(r, float) for r in (real_delays if isinstance(real_delays, list) else [real_delays])],
+                   axis=0)
+    sim = np.asarray(sim_delays, float)
+    ev = {k: np.asarray(v) for k, v in events.items()}
+    groups = [("read back from disk", ev["reads"] > 0),
+              ("wrote back, no read", (ev["writebacks"] > 0) & (ev["reads"] == 0)),
+              ("evicted clean only", (ev["drops"] > 0) & (ev["reads"] == 0) & (ev["writebacks"] == 0)),
+              ("allocated only", (ev["allocs"] > 0) & (ev["reads"] == 0) & (ev["writebacks"] == 0)
+               & (ev["drops"] == 0)),
+              ("all in memory", (ev["allocs"] == 0) & (ev["reads"] == 0) & (ev["writebacks"] == 0)
+               & (ev["drops"] == 0))]
+    return [{"group": g, "tasks": int(m.sum()), "real_s": float(real[m].sum()), "sim_s": float(sim[m].sum())}
+            for g, m in groups]
+
+
+#: the probe steps ``tilecast calibrate`` fits StarPU's costs on: (model, batch, seq, tile, limit in bytes), small
+#: enough to run in seconds, tight enough that every step evicts; one whose traffic is the activations' (gpt2-tiny)
+#: and one whose traffic is the optimizer's (a 1-layer, 128-wide model), at two tile sizes
+PROBES = (
+    ("gpt2-tiny", 2, 64, "32", 2 << 20),
+    ('{"name": "probe-128", "n_layer": 1, "n_embd": 128, "n_head": 2, "vocab_size": 512, "n_positions": 64}',
+     1, 64, "32", 2 << 20),
+    ("gpt2-tiny", 2, 64, "64", 2 << 20),
+)
+
+
+def probe_label(probe) -> str:
+    from tilecast.graph.model_config import load_model
+
+    model, batch, seq, tile, limit = probe
+    return f"{load_model(model).name} {batch}x{seq} tile {tile} limit {limit / 2**20:g} MiB"
+
+
+@dataclass
+class ProbeRun:
+    """One probe configuration: measured on StarPU under its limit, simulated without StarPU's costs."""
+
+    label: str
+    config: object  # tilecast.loop.config.StepConfig
+    limit_bytes: int
+    real_delays: list  # per timed step: per-task delay (s)
+    real_step_s: float  # median timed step (s)
+    sim_delays: np.ndarray
+    events: dict
+    base_step_s: float  # the forecast without StarPU's costs (s)
+
+
+def _forecast(machine, config, limit_bytes: int, disk, graph, keep: bool = False):
+    from dataclasses import replace
+
+    from tilecast.executor.memory_limit import limit_prefetches
+    from tilecast.loop.predict import predict, stored_models
+    from tilecast.simulator.memory_capacity import MemoryForecast
+
+    if not limit_prefetches():  # the list walks of failed prefetches: none (as predict_limited)
+        disk = replace(disk, walk_s=0.0)
+    calibration, host_costs = stored_models(machine)
+    return predict(config, machine, calibration, host_costs, graph=graph, memory=MemoryForecast(limit_bytes, disk),
+                   keep_result=keep)
+
+
+def run_probe(machine, disk, directory: str, probe, workers: int, sched: str = "dmda", warmup: int = 1,
+              steps: int = 2) -> ProbeRun:
+    """Run the probe ``(model, batch, seq, tile, limit)`` on StarPU with the disk node in ``directory`` (``warmup`` +
+    ``steps`` steps, the timed ones traced) and simulate it with ``disk`` (the file system's figures alone)."""
+    from tilecast.executor.memory_limit import MemoryLimit
+    from tilecast.executor.starpu_run import run_steps
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
+
+    model, batch, seq, tile, limit = probe
+    config = StepConfig(load_model(model), batch, seq, Tiling.parse(tile), sched, workers)
+    graph = config.build()
+    p = _forecast(machine, config, limit, disk, graph, keep=True)
+    res = run_steps(config.model, batch, seq, config.tiling, sched, workers, warmup + steps,
+                    memory=MemoryLimit(limit, directory), trace_from=warmup)
+    pred_ptr, pred = graph.dependencies
+    real = []
+    for tr in res.traces:
+        t = tr[tr["task"] >= 0].sort_values("task")
+        real.append(task_delays(t["start_s"].to_numpy(), t["end_s"].to_numpy(), t["worker"].to_numpy(), pred_ptr,
+                                pred))
+    sim = p.result
+    return ProbeRun(probe_label(probe), config, limit, real,
+                    float(np.median(res.step_s[warmup:])),
+                    task_delays(sim.start, sim.end, sim.worker, pred_ptr, pred), sim.task_events, p.step_s)
+
+
+def fit_probe_costs(machine, disk, runs: list[ProbeRun]) -> tuple[dict, list[dict]]:
+    """StarPU's costs in the worker (``DiskNode.worker_costs``) fitted on probe runs: the weights of the events
+    by :func:`fit_event_costs` over every task of every probe, then one factor on them all that makes the
+    forecast steps best match the measured ones (least squares on relative errors: some of a task's delay is
+    hidden behind the other worker's work, which the per-task fit cannot see). Returns (costs, one row per
+    probe: ``probe``, ``measured_step_s``, ``base_step_s`` (forecast without StarPU's costs),
+    ``predicted_step_s`` (with them), ``error``)."""
+    from dataclasses import replace
+
+    from scipy.optimize import nnls
+
+    cols, rhs = [], []
+    for r in runs:
+        a = _design(r.events, len(r.sim_delays))
+        for d in r.real_delays:
+            cols.append(a)
+            rhs.append(d - r.sim_delays)
+    x, _ = nnls(np.concatenate(cols), np.concatenate(rhs))
+    costs = _costs(x)
+    with_costs = replace(disk, runtime_latency=0.0, worker_costs=costs)
+    p1 = np.array([_forecast(machine, r.config, r.limit_bytes, with_costs, None).step_s for r in runs])
+    p0 = np.array([r.base_step_s for r in runs])
+    meas = np.array([r.real_step_s for r in runs])
+    gain = (p1 - p0) / meas
+    k = float(np.dot(gain, (meas - p0) / meas) / max(np.dot(gain, gain), 1e-30))
+    k = min(max(k, 0.0), 20.0)
+    costs = {key: v * k for key, v in costs.items()}
+    final = replace(disk, runtime_latency=0.0, worker_costs=costs)
+    rows = []
+    for r in runs:
+        pred = _forecast(machine, r.config, r.limit_bytes, final, None).step_s
+        rows.append({"probe": r.label, "measured_step_s": r.real_step_s, "base_step_s": r.base_step_s,
+                     "predicted_step_s": pred, "error": (pred - r.real_step_s) / r.real_step_s})
+    return costs, rows
+
+
+def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers: int = 2, progress=None):
+    """(DiskNode with ``worker_costs`` fitted on ``probes`` run in ``directory``, rows of :func:`fit_probe_costs`).
+    ``disk``: the file system's figures (``runtime_latency`` and any earlier costs are not used)."""
+    from dataclasses import replace
+
+    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="")
+    runs = []
+    for i, probe in enumerate(probes):
+        if progress:
+            progress(i, len(probes), probe_label(probe))
+        runs.append(run_probe(machine, base, directory, probe, workers))
+    costs, rows = fit_probe_costs(machine, base, runs)
+    names = "; ".join(r.label for r in runs)
+    return replace(base, worker_costs=costs, worker_costs_source=(
+        f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda): per-task delays, "
+        f"measured less simulated, on the events of each task's acquisition, then scaled to the steps")), rows
