@@ -186,4 +186,4 @@ def test_configurations_of_one_task_graph_are_learned_from_together():
     learned = [SimpleNamespace(graph=f"g{i}", traces=[f"t{i}a", f"t{i}b"]) for i in range(3)]
     groups = learning_groups(cfgs, learned)
     # one group per graph, in the order first measured; a later scheduler's steps join, never replace
-    assert groups == [("g0", ["t0a", "t0b", "t2a", "t2b"]), ("g1", ["t1a", "t1b"])]
+    assert groups == [("g0", ["t0a", "t0b", "t2a", "t2b"], 2), ("g1", ["t1a", "t1b"], 2)]

@@ -60,6 +60,12 @@ def test_simulate_predicts_the_step_time_that_tune_predicts(loop_home, capsys): 
         assert doc["host_s"] == pytest.approx(p.host_s, rel=1e-12, abs=1e-15)
         assert doc["host_known"] == bool(res.host_costs) == p.host_known
         assert doc["task_overhead_us"] == pytest.approx(p.task_overhead_s * 1e6)
+        # and what accuracy predicts for the configuration alone (durations for its worker count)
+        from tilecast.loop.predict import predict, stored_models
+        from tilecast.perfmodel import load_machine
+
+        machine = load_machine("local")
+        assert predict(p.config, machine, *stored_models(machine)).step_s == pytest.approx(p.step_s, rel=1e-12)
 
 
 def test_tune_cli_json_and_bad_input(loop_home, capsys):  # noqa: F811

@@ -270,7 +270,7 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
-    model_ = DurationModel(m, cal)
+    model_ = DurationModel(m.with_workers(n), cal)  # as predict() has them for n workers (Calibration.arrays)
     return _PreparedStep(m, n, cal, host_costs, limit, g, forecast, model_.durations(g), dict(model_.provenance))
 
 

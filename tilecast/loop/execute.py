@@ -190,7 +190,7 @@ def learn_from_measurements(configs, measurements, machine, calibration, host_co
     """(kernel calibration, host-cost fits) refined from measured runs of ``configs``.
 
     The kernel models learn every measurement's traces (those of one task
-    graph together, :func:`learning_groups`); the host-cost fits and the
+    graph and worker count together, :func:`learning_groups`); the host-cost fits and the
     runtime's cost per task learn the step times and traces
     (:func:`tilecast.loop.host_cost.learn_from_runs`).
     """
@@ -199,8 +199,8 @@ def learn_from_measurements(configs, measurements, machine, calibration, host_co
     from tilecast.perfmodel.from_trace import calibration_from_trace
 
     cal = calibration
-    for graph, traces in learning_groups(configs, measurements):
-        cal = calibration_from_trace(graph, traces, machine, base=cal)
+    for graph, traces, workers in learning_groups(configs, measurements):
+        cal = calibration_from_trace(graph, traces, machine, base=cal, workers=workers)
     runs = []
     for cfg, m in zip(configs, measurements):
         overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
@@ -210,19 +210,23 @@ def learn_from_measurements(configs, measurements, machine, calibration, host_co
 
 
 def learning_groups(configs, learned: list) -> list:
-    """``(graph, traces)`` per task graph: the traces of every measured configuration that runs it (the same
-    tiling under several schedulers), learned from together.
+    """``(graph, traces, workers)`` per task graph and worker count: the traces of every measured configuration
+    that runs it on that many workers (the same tiling under several schedulers), learned from together.
 
     A shape's figure is then the median over all those steps. Learning from
     each configuration in turn let the last one measured replace the shapes
     of the others: on the 2-core machine a single 20 s session of a 2.7 s
     step can run 3-7% slow with references that looked quiet, and the
     configuration that happened to be measured last decided the shapes of
-    both.
+    both. Steps on different worker counts are learned apart: a task runs
+    longer on two busy cores than on one (shared memory bandwidth, tiles last
+    touched on the other core; the in-step sums of three steps measured 2-9%
+    higher on two workers), and one median over both gave the one-worker steps
+    some of the two-worker durations and the reverse.
     """
     groups: dict = {}
     for cfg, m in zip(configs, learned):
-        graph, traces = groups.setdefault(cfg.graph_key, (m.graph, []))
+        traces = groups.setdefault((cfg.graph_key, cfg.workers), (m.graph, [], cfg.workers))[1]
         traces.extend(m.traces)
     return list(groups.values())
 

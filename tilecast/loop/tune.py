@@ -124,7 +124,9 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     if host and machine.name == "local" and starpu_policies() is not None:
         host_costs = ensure_host_costs(machine, workers, progress=progress, scheds=scheds)
     cal = ensure_calibration(machine, [g for _, g in graphs], progress=progress) if machine.name == "local" else None
-    model = DurationModel(machine, cal)
+    # durations per worker count, as predict() computes them for one configuration (tilecast simulate, accuracy):
+    # a kernel's calibrated and learned times depend on how many workers are busy (Calibration.arrays)
+    models = {w: DurationModel(machine.with_workers(w), cal) for w in workers}
     preds = []
     bar = None
     if progress:
@@ -134,8 +136,8 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
                    file=sys.stderr, leave=False)
     try:
         for t, g in graphs:
-            durations = model.durations(g)
             for w in workers:
+                durations = None
                 refused = memory.refusal([g], w) if memory is not None else None
                 if refused:
                     skipped.append({"tiling": t.describe(), "workers": w, "recompute": recompute,
@@ -145,6 +147,8 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
                     continue
                 for s in scheds:
                     c = StepConfig(cfg, batch, seq, t, s, w, recompute)
+                    if durations is None:
+                        durations = models[w].durations(g)
                     preds.append(predict(c, machine, cal, host_costs, graph=g, durations=durations, memory=memory))
                     if bar is not None:
                         bar.update(1)

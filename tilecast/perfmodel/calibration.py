@@ -96,9 +96,13 @@ class Calibration:
     def add_predicted(self, kernel: str, shape) -> None:
         self.predicted.setdefault(kernel, []).append([float(x) for x in shape])
 
-    def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None) -> None:
+    def add(self, kernel: str, shape, median_s: float, mad_s: float, source: str | None = None,
+            workers: int = 0) -> None:
+        """A point; ``workers``: the busy workers of the steps it was learned from (0: not tied to a count)."""
         entry = self.points.setdefault(kernel, {"shapes": [], "median_s": [], "mad_s": [], "source": []})
         entry.setdefault("source", [self.timer] * len(entry["shapes"]))
+        if workers or "workers" in entry:
+            entry.setdefault("workers", [0] * len(entry["shapes"])).append(int(workers))
         entry["shapes"].append([float(x) for x in shape])
         entry["median_s"].append(float(median_s))
         entry["mad_s"].append(float(mad_s))
@@ -124,12 +128,18 @@ class Calibration:
         for name, rows in other.predicted.items():
             self.predicted.setdefault(name, []).extend([list(r) for r in rows])
         for name, e in other.points.items():
-            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], other.sources(name)):
-                self.add(name, shape, m, d, src)
+            for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], other.sources(name),
+                                           other.point_workers(name)):
+                self.add(name, shape, m, d, src, w)
 
     def sources(self, kernel: str) -> list:
         e = self.points.get(kernel) or {}
         return e.get("source") or [self.timer] * len(e.get("shapes", []))
+
+    def point_workers(self, kernel: str) -> list:
+        """Per point of ``kernel``, the busy workers of the steps it was learned from (0: not tied to a count)."""
+        e = self.points.get(kernel) or {}
+        return e.get("workers") or [0] * len(e.get("shapes", []))
 
     def runtime_excess(self, kernel: str) -> list | None:
         """[fixed s, s per byte, largest bytes] fitted on the kernel's runtime samples, or None."""
@@ -170,22 +180,33 @@ class Calibration:
 
         ``lane="hot"``: points timed as StarPU tasks take their hot lane time where one was timed; every
         other point (learned from traces, in-step already; timed alone) keeps its one figure, so that the
-        interpolation between hot and cold (:mod:`tilecast.perfmodel.reuse`) leaves it as it is."""
+        interpolation between hot and cold (:mod:`tilecast.perfmodel.reuse`) leaves it as it is.
+
+        Points learned from steps on a known number of workers (:meth:`point_workers`): for ``workers``, a
+        shape's point learned on that many is taken first; one learned on another count gets the ratio of
+        the two counts' :meth:`worker_factor` (a kernel runs at another speed with one core busy than with
+        two: on the 2-core machine the in-step sums of three steps were 2-9% higher on two workers than on one)."""
         if lane not in ("cold", "hot"):
             raise ValueError(f"lane: 'cold' or 'hot', got {lane!r}")
         e = self.points.get(kernel)
         if not e:
             return np.zeros((0, 0)), np.zeros(0)
         sources = self.sources(kernel)
+        tags = self.point_workers(kernel)
+
+        def order(i):  # source first; among points of one source, those learned on as many workers
+            return source_rank(sources[i]), 2 if tags[i] == workers else 1 if not tags[i] else 0
+
         best: dict = {}
-        for i, (shape, src) in enumerate(zip(e["shapes"], sources)):
+        for i, shape in enumerate(e["shapes"]):
             key = tuple(shape)
-            if key not in best or source_rank(src) >= source_rank(sources[best[key]]):
+            if key not in best or order(i) >= order(best[key]):
                 best[key] = i
         keep = sorted(best.values())
         shapes = np.asarray([e["shapes"][i] for i in keep], dtype=np.float64)
         t = np.asarray([e["median_s"][i] for i in keep], dtype=np.float64)
         kept = np.asarray([sources[i] for i in keep])
+        learned_on = np.asarray([tags[i] for i in keep], dtype=np.int64)
         if lane == "hot" and self.has_hot(kernel):
             h = self.hot[kernel]
             hot = {tuple(s): m for s, m in zip(h["shapes"], h["median_s"])}  # the latest of a shape
@@ -200,8 +221,13 @@ class Calibration:
 
             k = get(kernel)
             lanes = np.isin(kept, (STARPU_TASKS, PROBE_TRACE))
-            factor = self.worker_factor(kernel, shape_bytes(k.id, shapes[:, len(k.params):]), workers)
+            nbytes = shape_bytes(k.id, shapes[:, len(k.params):])
+            factor = self.worker_factor(kernel, nbytes, workers)
             t = np.where(lanes, t * factor, t)
+            other = (learned_on > 0) & (learned_on != workers)
+            for w in np.unique(learned_on[other]):  # learned on another count: from that count's speed to this one's
+                at = other & (learned_on == w)
+                t = np.where(at, t * factor / self.worker_factor(kernel, nbytes, int(w)), t)
         return shapes, t
 
     def calibrated_only(self) -> "Calibration":
@@ -218,9 +244,10 @@ class Calibration:
                           cache_bytes=self.cache_bytes, cache_source=self.cache_source)
         for name in self.points:
             e = self.points[name]
-            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name)):
+            for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name),
+                                           self.point_workers(name)):
                 if src not in LEARNED:
-                    out.add(name, shape, m, d, src)
+                    out.add(name, shape, m, d, src, w)
         return out
 
     # --- files ---------------------------------------------------------------
@@ -262,6 +289,9 @@ class Calibration:
                 raise CalibrationError(f"{path}: field points.{name}.median_s: must be positive seconds")
             if "source" in e and len(e["source"]) != len(e["shapes"]):
                 raise CalibrationError(f"{path}: field points.{name}.source: one per shape")
+            if "workers" in e and (len(e["workers"]) != len(e["shapes"]) or not all(
+                    isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in e["workers"])):
+                raise CalibrationError(f"{path}: field points.{name}.workers: one count (>= 0) per shape")
         samples = doc.get("runtime_samples") or {}
         for name, rows in samples.items():
             if name not in known or not all(isinstance(r, list) and len(r) == 3 and all(

@@ -42,7 +42,7 @@ def task_seconds(graph, trace: pd.DataFrame) -> np.ndarray:
 
 
 def calibration_from_trace(graph, trace, machine, kind: str | None = None,
-                           base: Calibration | None = None, source: str = TRACE) -> Calibration:
+                           base: Calibration | None = None, source: str = TRACE, workers: int = 0) -> Calibration:
     """Calibration points from the task rows of a ``source='real'`` trace of ``graph`` (or a list of them).
 
     Points measured here replace those of ``base`` (if given) for the same
@@ -50,7 +50,13 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
     or not); other points of ``base`` are kept, so that the calibration's own
     points stay beside what runs taught (``Calibration.calibrated_only``).
     ``source``: :data:`TRACE` for runs of the user's configurations,
-    ``PROBE_TRACE`` for calibration's own probe steps.
+    ``PROBE_TRACE`` for calibration's own probe steps. ``workers``: how many
+    workers ran the traced steps (0: not said); points are then kept per
+    worker count (a point learned on one count replaces only a point learned
+    on the same count), and predictions for that many workers take them first
+    (:meth:`Calibration.arrays`): in-step durations on one worker and on two
+    differ, and learning both into one median made the two-worker steps of
+    short tasks too fast.
     """
     traces = list(trace) if isinstance(trace, (list, tuple)) else [trace]
     if not traces:
@@ -82,9 +88,9 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
         med = df.groupby("shape")["t"].median()
         mad = df.assign(dev=(df["t"] - df["shape"].map(med)).abs()).groupby("shape")["dev"].median()
         for row, m, d in zip(mean.index.to_numpy(), mean.to_numpy(), mad.loc[mean.index].to_numpy()):
-            cal.add(name, ks.shapes[row], m, d, source)
+            cal.add(name, ks.shapes[row], m, d, source, workers)
             key = (name, tuple(ks.shapes[row].tolist()))
-            learned.add(key)
+            learned.add(key + (int(workers),))
             if key in isolated:
                 nbytes = float(shape_bytes(ks.kernel, ks.shapes[row:row + 1, ks.n_params:])[0])
                 new_samples.setdefault(name, []).append([nbytes, isolated[key], float(m)])
@@ -99,9 +105,10 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
                    for k, v in base.hot.items()}
         cal.cache_bytes, cal.cache_source = base.cache_bytes, base.cache_source
         for name, e in base.points.items():
-            for shape, m, d, src in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name)):
-                if (name, tuple(shape)) not in learned or (src in LEARNED) != learned_class:
-                    cal.add(name, shape, m, d, src)
+            for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name),
+                                           base.point_workers(name)):
+                if (name, tuple(shape), w) not in learned or (src in LEARNED) != learned_class:
+                    cal.add(name, shape, m, d, src, w)
     for name, rows in new_samples.items():
         cal.runtime_samples.setdefault(name, []).extend(rows)
     return cal
