@@ -15,8 +15,10 @@ from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
 
 # the predicted sum of a one-worker step's task durations over the fastest traced step's (a loaded machine
-# preempts the measured steps and slows calibration alike; the fastest of several steps is the least disturbed)
-LOW, HIGH = 0.8, 1.6
+# preempts the measured steps and slows calibration alike; the fastest of several steps is the least disturbed).
+# Measured on the 2-core Xeon, loaded by other work (load average 8): 3.03 ms predicted against 3.11 ms (0.98);
+# with format 4's factor, 2.77 ms against 3.11-3.36 ms in two runs (0.82-0.89)
+LOW, HIGH = 0.85, 1.6
 
 
 def test_one_worker_durations_forecast_from_calibration_alone(tmp_path, monkeypatch):
