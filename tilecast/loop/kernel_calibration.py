@@ -140,7 +140,9 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     Each case is timed cold (:data:`STARPU_PASSES` passes under ``eager``, its
     figure the calibration's point) and hot (:data:`HOT_PASSES` under
     ``prio``, ``cal.hot``); the cache size a task's inputs stay hot within
-    is stored beside them (``cal.cache_bytes``).
+    is stored beside them (``cal.cache_bytes``). With several workers, a
+    sample of the cases is also timed hot on one worker and on all, side by
+    side (:func:`worker_pair_passes`, ``cal.worker_samples``).
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable, time_in_runtime

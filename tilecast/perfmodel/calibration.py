@@ -150,7 +150,8 @@ class Calibration:
         One figure per kernel, not a curve over sizes. What it stands for is
         contention for what the cores share (memory bandwidth, a shared cache,
         a physical core under two virtual ones), at equal cache state; on the
-        2-core Xeon it is 0.9-1.0.
+        2-core Xeon the median over all sampled shapes was 0.97-0.985 (per
+        kernel 0.75-1.03; docs/predicting.md).
         """
         nbytes = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
         rows = self.worker_samples.get(kernel)
