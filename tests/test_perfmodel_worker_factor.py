@@ -49,3 +49,24 @@ def test_samples_survive_saving_and_bad_ones_are_refused(tmp_path):
     cal.save(path)
     with pytest.raises(CalibrationError, match="worker_samples.axpy"):
         Calibration.load(path)
+
+
+def test_the_one_worker_sample_is_timed_hot_beside_all_workers_in_turn():
+    """worker_pair_passes: the same cases hot (each chain's repeats back to back, so the cache state does not
+    depend on the graph's other shapes or on how many lanes run), one worker and all of them alternated, each
+    side the median of its passes."""
+    from tilecast.loop import kernel_calibration as kc
+
+    calls = []
+    times = {1: iter([[1.0, 4.0], [3.0, 2.0], [2.0, 9.0]]), 2: iter([[2.0, 4.0], [4.0, 4.0], [6.0, 4.0]])}
+
+    def passes(n_workers, cases, repeats, step, sched, count):
+        calls.append((n_workers, sched, count, tuple(cases)))
+        return [next(times[n_workers])]
+
+    one, busy = kc.worker_pair_passes(passes, 2, ["a", "b"], [3, 3])
+    assert [c[0] for c in calls] == [1, 2] * kc.WORKER_PASSES
+    assert {c[1] for c in calls} == {kc.HOT_SCHED} and {c[2] for c in calls} == {1}
+    assert {c[3] for c in calls} == {("a", "b")}  # every pass over the same cases (the same graphs)
+    if kc.WORKER_PASSES == 2:
+        assert one.tolist() == [2.0, 3.0] and busy.tolist() == [3.0, 4.0]

@@ -14,7 +14,7 @@ from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model
 from tilecast.perfmodel import parse_machine
 from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES, cpu_list_count, l2_per_core, parse_size
-from tilecast.perfmodel.calibration import STARPU_TASKS, TRACE, Calibration, CalibrationError
+from tilecast.perfmodel.calibration import CALIBRATION_FORMAT, STARPU_TASKS, TRACE, Calibration, CalibrationError
 from tilecast.perfmodel.kernel_model import DurationModel
 from tilecast.perfmodel.reuse import cold_fraction, interpolate, reuse_distances
 
@@ -149,7 +149,7 @@ def test_calibration_keeps_hot_times_and_the_cache_and_refuses_the_old_format(tm
     (tmp_path / "old.json").write_text(json.dumps(doc))
     with pytest.raises(CalibrationError, match="run `tilecast calibrate` again"):
         Calibration.load(str(tmp_path / "old.json"))
-    doc["format"] = 4
+    doc["format"] = CALIBRATION_FORMAT
     doc["hot"]["gemm"]["median_s"] = [-1.0]
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(CalibrationError, match="field hot.gemm"):

@@ -51,6 +51,8 @@ QUIET_WAIT_S = 60.0  # the most a calibration waits, in all, for a slow spell of
 # Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
 # the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
 WORKER_SAMPLES_PER_KERNEL = 8
+# Hot passes of that sample on one worker and as many on every worker, alternated (worker_pair_passes).
+WORKER_PASSES = 2
 # A task estimated longer than this is timed twice per lane and pass (a warm-up and one timed run, as
 # StarPU's profiling of a long task varies little) and left out of the one-worker sample.
 LONG_TASK_S = 0.1
@@ -138,7 +140,9 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     Each case is timed cold (:data:`STARPU_PASSES` passes under ``eager``, its
     figure the calibration's point) and hot (:data:`HOT_PASSES` under
     ``prio``, ``cal.hot``); the cache size a task's inputs stay hot within
-    is stored beside them (``cal.cache_bytes``).
+    is stored beside them (``cal.cache_bytes``). With several workers, a
+    sample of the cases is also timed hot on one worker and on all, side by
+    side (:func:`worker_pair_passes`, ``cal.worker_samples``).
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable, time_in_runtime
@@ -153,7 +157,7 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     cal.cache_bytes, cal.cache_source = float(l2), l2_source
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     # the bar counts whole cases: a pass over n of them advances it by n / per_case
-    per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES) + len(sample) * STARPU_PASSES) / max(len(cases), 1)
+    per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES) + len(sample) * 2 * WORKER_PASSES) / max(len(cases), 1)
     verdicts = []
 
     done = [0.0]  # cases timed so far, in fractions of a case per pass and phase
@@ -188,13 +192,13 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
                 cal.add_hot(name, row, max(float(h), 1e-9))
     cal.lane_workers = workers
     if sample:
-        one, _ = _median_mad(passes(1, [cases[i] for i in sample], repeats[sample], step))
-        for i, t1 in zip(sample, one):
+        one, busy = worker_pair_passes(passes, workers, [cases[i] for i in sample], repeats[sample], step)
+        for i, t1, tw in zip(sample, one, busy):
             name, row = cases[i]
-            if np.isfinite(t1) and np.isfinite(med[i]) and t1 > 0 and med[i] > 0:
+            if np.isfinite(t1) and np.isfinite(tw) and t1 > 0 and tw > 0:
                 k = get(name)
                 nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
-                cal.worker_samples.setdefault(name, []).append([nbytes, float(t1), float(med[i])])
+                cal.worker_samples.setdefault(name, []).append([nbytes, float(t1), float(tw)])
     judged = [guard.verdict(v) for v in verdicts]
     summary = guard.summary()
     cal.quiet = {"passes": len(judged) + (cal.quiet or {}).get("passes", 0),
@@ -202,6 +206,25 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
                  "passes_retaken": summary["sessions_retaken"] + (cal.quiet or {}).get("passes_retaken", 0),
                  "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"]}
     return cal, [c for c in cases if not runnable(*c)]
+
+
+def worker_pair_passes(passes, workers: int, cases, repeats, step=None) -> tuple[np.ndarray, np.ndarray]:
+    """(median seconds on one worker, on ``workers``) of each of ``cases``, timed hot (:data:`HOT_SCHED`: each
+    chain's repeats back to back): :data:`WORKER_PASSES` passes on each, alternated (one worker, then all, then
+    one again...), over the same calibration graphs.
+
+    ``passes(n_workers, cases, repeats, step, sched, count)`` times passes as :func:`time_in_starpu` does. Hot,
+    a shape's inputs are in its core's cache whatever else its graph holds and however many lanes run, so
+    the ratio of the two figures is what the other workers being busy costs a kernel, and nothing else.
+    Cold lanes cannot give it: their inputs come from beyond the core's cache, from a larger share of the
+    shared cache the fewer bytes the graph holds, and a graph timed on one worker holds one lane per shape
+    where it holds one per worker on all of them (measured on the 2-core Xeon: shapes of gpt2-tiny 0.73x on
+    one worker cold, 0.985x hot, in the same graphs; docs/predicting.md)."""
+    ones, alls = [], []
+    for _ in range(WORKER_PASSES):
+        ones += passes(1, cases, repeats, step, HOT_SCHED, 1)
+        alls += passes(workers, cases, repeats, step, HOT_SCHED, 1)
+    return _median_mad(ones)[0], _median_mad(alls)[0]
 
 
 def _median_mad(runs) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,10 @@ from tilecast.perfmodel.timers import default_timer, make_buffers
 # 4: shapes timed as StarPU tasks are timed hot too (``hot``: each chain's repeats back to back) beside the
 # cold lanes of ``points`` (chains of many shapes interleaved), with the core's cache size (``cache_bytes``): a
 # task's duration is interpolated between them by the reuse distance of its bytes (tilecast.perfmodel.reuse)
-CALIBRATION_FORMAT = 4
+# 5: the one-worker sample (worker_samples) is timed hot on one worker and on all, side by side; format 4 set it
+# cold on one worker against the main cold passes, which measured the lanes' cache state as much as the workers
+# (every one-worker step of the accuracy suite predicted 4-16% fast)
+CALIBRATION_FORMAT = 5
 
 
 class CalibrationError(ValueError):
@@ -150,13 +153,15 @@ class Calibration:
         """How much faster (< 1) or slower a shape of ``nbytes`` runs with ``workers`` busy than with the
         :attr:`lane_workers` that calibration kept busy: 1 without samples or for as many workers.
 
-        From ``worker_samples`` (shapes timed on one worker and on all): the
-        median ratio of their times over the kernel's samples, clipped to
+        From ``worker_samples`` (shapes timed hot on one worker and on all,
+        side by side: :func:`tilecast.loop.kernel_calibration.worker_pair_passes`):
+        the median ratio of their times over the kernel's samples, clipped to
         [0.5, 1.5], scaled linearly between one worker and ``lane_workers``.
-        One figure per kernel, not a curve over sizes: on the 2-core machine a
-        sample's ratio moved by 2-4x from one calibration to the next (the
-        machine's slow spells), while the median of 12-16 samples stayed
-        within 0.8-1.1 for most kernels.
+        One figure per kernel, not a curve over sizes. What it stands for is
+        contention for what the cores share (memory bandwidth, a shared cache,
+        a physical core under two virtual ones), at equal cache state; on the
+        2-core Xeon the median over all sampled shapes was 0.97-0.985 (per
+        kernel 0.75-1.03; docs/predicting.md).
         """
         nbytes = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
         rows = self.worker_samples.get(kernel)
