@@ -3,11 +3,11 @@
 Runs ``--warmup`` + ``--steps`` steps of one configuration under ``--memory-limit`` with a disk node
 (tracing the timed steps: StarPU's profiling of every task, no FxT) and forecasts the step
 (:func:`tilecast.loop.predict_memory.predict_limited`). For every task, its delay (its start less the
-moment its worker was free and its predecessors done: :func:`tilecast.perfmodel.disk_fit.task_delays`)
+moment its worker was free and its predecessors done: :func:`tilecast.loop.disk_fit.task_delays`)
 is summed by what the simulator says its worker did in main memory first (read a tile back from disk,
 wrote one back, evicted clean, allocated only, nothing), measured beside simulated; the disk
 transfers per step, measured (StarPU's bus counters) beside simulated; and the costs per event that the
-measured delays imply beyond the forecast's (:func:`tilecast.perfmodel.disk_fit.fit_event_costs`).
+measured delays imply beyond the forecast's (:func:`tilecast.loop.disk_fit.fit_event_costs`).
 
 Last line: one JSON object: ``step_s`` (measured steps), ``predicted_step_s``, ``busy_s`` / ``delay_s``
 (summed over tasks, measured median step and simulated), ``groups`` (rows of the table), ``disk``
@@ -33,7 +33,7 @@ from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.home import home
 from tilecast.loop.predict_memory import predict_limited
-from tilecast.perfmodel.disk_fit import delay_table, fit_event_costs, task_delays
+from tilecast.loop.disk_fit import delay_table, fit_event_costs, task_delays
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
 

@@ -11,7 +11,7 @@ from test_memory_forecast import DISK, S, two_axpys
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.graph.models import build_step
-from tilecast.perfmodel.disk_fit import EVENTS, calibrate_worker_costs, fit_event_costs, task_delays
+from tilecast.loop.disk_fit import EVENTS, calibrate_worker_costs, fit_event_costs, task_delays
 from tilecast.perfmodel.disk_node import load_disk, measure_and_store, save_disk
 from tilecast.simulator.memory_capacity import simulate_memory_limited
 

@@ -66,7 +66,7 @@ class CalibrateResult(_Result):
 def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
     with ``fit``, StarPU's time in the workers under a limit fitted on probe steps there
-    (:func:`tilecast.perfmodel.disk_fit.calibrate_worker_costs`); stored."""
+    (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
     import os
 
     from tilecast.home import home
@@ -79,7 +79,7 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     if not fit:
         return disk, path, []
     from tilecast.loop.kernel_calibration import starpu_workers
-    from tilecast.perfmodel.disk_fit import PROBES, calibrate_worker_costs
+    from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
     workers = starpu_workers(machine)
     if not workers:

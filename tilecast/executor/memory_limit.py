@@ -49,6 +49,8 @@ import numpy as np
 
 from tilecast.graph.working_set import (MIB, SLACK_BYTES, format_size, largest_task_bytes,  # noqa: F401
                                         minimum_bytes, refusal, tile_bytes)
+# Whether memory-limited runs prefetch: defined beside the disk node's model, which the simulator reads too.
+from tilecast.perfmodel.disk_node import LIMIT_PREFETCH, limit_prefetches  # noqa: F401
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -199,14 +201,3 @@ def map_tile_buffers() -> bool:
         libc.mallopt(_M_MMAP_MAX, max(max_maps - MAP_COUNT_MARGIN, 1024)))
 
 
-# No prefetch under a memory limit, unless the environment asks for it: a prefetch to a full main memory evicts
-# nothing, fails and is retried at every turn of every worker's progress loop, and each try walks the node's
-# whole list of tiles three times under its lock (StarPU 1.3.10, src/datawizard/memalloc.c,
-# _starpu_allocate_interface, try_to_reuse_potentially_in_use_mc; data_request.c puts it back on -ENOMEM):
-# the walks grow with the tiles the limit holds and slowed memory-limited steps several times (docs/memory.md).
-LIMIT_PREFETCH = "0"
-
-
-def limit_prefetches() -> bool:
-    """Whether StarPU prefetches under a memory limit started from this environment (``STARPU_PREFETCH``)."""
-    return os.environ.get("STARPU_PREFETCH", LIMIT_PREFETCH).strip() not in ("0", "")

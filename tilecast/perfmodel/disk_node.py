@@ -66,7 +66,7 @@ class DiskNode:
     walk_s: float = 0.0
     #: StarPU's time in a task's worker before the task starts, under the limit (s): ``per_task`` and per event
     #: of the task's acquisition (``allocs``, ``reads``, ``writebacks``, ``drops``: tiles; ``read_bytes``,
-    #: ``writeback_bytes``: bytes), fitted by ``tilecast calibrate`` on probe steps (tilecast.perfmodel.disk_fit);
+    #: ``writeback_bytes``: bytes), fitted by ``tilecast calibrate`` on probe steps (tilecast.loop.disk_fit);
     #: empty until then. Where set, it replaces runtime_latency (0 then).
     worker_costs: dict = field(default_factory=dict)
     worker_costs_source: str = ""
@@ -213,3 +213,16 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source)
     return disk, save_disk(machine, disk)
+
+
+# No prefetch under a memory limit, unless the environment asks for it: a prefetch to a full main memory evicts
+# nothing, fails and is retried at every turn of every worker's progress loop, and each try walks the node's
+# whole list of tiles three times under its lock (StarPU 1.3.10, src/datawizard/memalloc.c,
+# _starpu_allocate_interface, try_to_reuse_potentially_in_use_mc; data_request.c puts it back on -ENOMEM):
+# the walks grow with the tiles the limit holds and slowed memory-limited steps several times (docs/memory.md).
+LIMIT_PREFETCH = "0"
+
+
+def limit_prefetches() -> bool:
+    """Whether StarPU prefetches under a memory limit started from this environment (``STARPU_PREFETCH``)."""
+    return os.environ.get("STARPU_PREFETCH", LIMIT_PREFETCH).strip() not in ("0", "")

@@ -34,7 +34,7 @@ with the StarPU 1.3.10 code each follows:
   free nothing, which skips tiles not marked ``wontuse``): a prefetch to a
   full main memory brings nothing and the data is fetched when the task starts.
   Memory-limited runs start StarPU without prefetches (``STARPU_PREFETCH=0``,
-  :data:`tilecast.executor.memory_limit.LIMIT_PREFETCH`); with them, a failed
+  :data:`tilecast.perfmodel.disk_node.LIMIT_PREFETCH`); with them, a failed
   prefetch is put back (``data_request.c``, ``-ENOMEM``) and tried again at
   every turn of every worker's progress loop, each try walking the whole
   ``mc_list`` three times under ``mc_lock``: that cost, which grows with the
@@ -47,7 +47,7 @@ with the StarPU 1.3.10 code each follows:
   read back, written back and evicted clean, and per byte read and written back
   (``DiskNode.worker_costs``, :meth:`CappedMemory._worker_cost`), fitted by
   ``tilecast calibrate`` on probe steps from the tasks' measured delays
-  (:mod:`tilecast.perfmodel.disk_fit`); the events are counted per task
+  (:mod:`tilecast.loop.disk_fit`); the events are counted per task
   (:meth:`CappedMemory.task_events`).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
@@ -210,7 +210,7 @@ class CappedMemory(Memory):
 
     def _new_task_events(self, n_tasks: int) -> None:
         """Per task of the step, what its worker did in main memory before it could start (the events StarPU's
-        costs are charged for, and fitted on: :mod:`tilecast.perfmodel.disk_fit`): tiles allocated there,
+        costs are charged for, and fitted on: :mod:`tilecast.loop.disk_fit`): tiles allocated there,
         read back from the disk node, written back to it (waited for) and evicted clean (dropped or reused)."""
         self.task = -1  # the task whose data is being acquired; -1 (the last, spare entry): a prefetch's
         self.task_allocs = np.zeros(n_tasks + 1, np.int32)
@@ -362,7 +362,7 @@ class CappedMemory(Memory):
     def _worker_cost(self, task: int) -> float:
         """StarPU's time in the task's worker before the task starts, beyond the transfers themselves: a cost per
         task under the limit and per event of its acquisition (``worker_costs``, fitted by ``tilecast calibrate``
-        on probe steps: :mod:`tilecast.perfmodel.disk_fit`)."""
+        on probe steps: :mod:`tilecast.loop.disk_fit`)."""
         c = self.worker_costs
         return (c.get("per_task", 0.0) + c.get("allocs", 0.0) * int(self.task_allocs[task])
                 + c.get("reads", 0.0) * int(self.task_reads[task])
@@ -470,8 +470,8 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     the disk counters (:func:`tilecast.trace.with_disk_counters`).
     ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying;
     ``prefetches``: whether the run prefetches (None: as a memory-limited run started from this environment
-    would, :func:`tilecast.executor.memory_limit.limit_prefetches`; by default it does not)."""
-    from tilecast.executor.memory_limit import limit_prefetches
+    would, :func:`tilecast.perfmodel.disk_node.limit_prefetches`; by default it does not)."""
+    from tilecast.perfmodel.disk_node import limit_prefetches
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, summarize,
                                              task_priorities)

@@ -123,7 +123,7 @@ class ProbeRun:
 def _forecast(machine, config, limit_bytes: int, disk, graph, keep: bool = False):
     from dataclasses import replace
 
-    from tilecast.executor.memory_limit import limit_prefetches
+    from tilecast.perfmodel.disk_node import limit_prefetches
     from tilecast.loop.predict import predict, stored_models
     from tilecast.simulator.memory_capacity import MemoryForecast
 
