@@ -26,6 +26,8 @@ def test_memory_equals_live_memory_and_minimum_bytes():
         (live["peak_bytes"], live["persistent_bytes"], live["activation_peak_bytes"], live["peak_tag"])
     assert m.working_set_bytes == minimum_bytes([g], 2, offload=True) > 0
     assert m.params == tc.model("gpt2-tiny").params and m.tasks == g.n_tasks
+    doc = tc.graph(**TINY, recompute="selective").summary  # what `graph --json` prints
+    assert (doc["live_bytes"], doc["live_persistent_bytes"]) == (m.peak_bytes, m.persistent_bytes)
     curve = m.to_frame()
     assert len(curve) == g.n_tasks and curve["live_bytes"].max() == m.peak_bytes
     assert curve["live_bytes"].min() >= m.persistent_bytes

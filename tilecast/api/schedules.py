@@ -37,12 +37,16 @@ def gantt(result, real=None, title: str | None = None):
 
 def kernel_times(result):
     """Per kernel, busiest first: ``tasks``, ``busy_s`` (task time summed over workers, s), ``gflop``,
-    ``share`` (of the busy time, 0-1) and ``gflops`` (GFLOP/s while busy), from a result's trace."""
-    tasks = _trace("result", result)
-    tasks = tasks[tasks["task"] >= 0].assign(busy_s=lambda t: t["end_s"] - t["start_s"])
+    ``share`` (of the busy time, 0-1), ``gflops`` (GFLOP/s while busy) and ``color`` (the kernel's colour in
+    :func:`gantt`), from a result's trace."""
+    from tilecast.reports.gantt import kernel_colors
+
+    trace = _trace("result", result)
+    tasks = trace[trace["task"] >= 0].assign(busy_s=lambda t: t["end_s"] - t["start_s"])
     per = (tasks.groupby("kernel").agg(tasks=("task", "size"), busy_s=("busy_s", "sum"), gflop=("flops", "sum"))
            .sort_values("busy_s", ascending=False))
     per["gflop"] /= 1e9
     per["share"] = per["busy_s"] / per["busy_s"].sum()
     per["gflops"] = per["gflop"] / per["busy_s"]
+    per["color"] = per.index.map(kernel_colors(trace))
     return per
