@@ -7,10 +7,10 @@ import pytest
 from matplotlib.figure import Figure
 
 import tilecast as tc
+from tilecast.api.base import _config, _tiling
 from tilecast.executor.memory_limit import minimum_bytes
 from tilecast.graph.analysis import live_memory
 from tilecast.graph.models import build_step
-from tilecast.api.base import _config, _tiling
 
 from loop_home import loop_home, loop_home_dir  # noqa: F401
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilecast.errors import FieldError
 from tilecast.api.base import _Result
+from tilecast.errors import FieldError
 
 
 @dataclass
@@ -73,10 +73,10 @@ def recalibrate(run, machine="local", out: str | None = None) -> RecalibrateResu
             if src != TRACE or _kept(base, key, s):
                 continue
             b = before.get(key, math.nan)
-            rows.append([name, list(shape), b, float(s), float(s) / b - 1 if b == b and b > 0 else math.nan])
-    changes = [r[4] for r in rows if r[4] == r[4]]
+            rows.append([name, list(shape), b, float(s), float(s) / b - 1 if b > 0 else math.nan])
+    changes = [r[4] for r in rows if not math.isnan(r[4])]
     summary = {"kernels": len({r[0] for r in rows}), "shapes": len(rows),
-               "new_shapes": sum(r[2] != r[2] for r in rows),
+               "new_shapes": sum(math.isnan(r[2]) for r in rows),
                "median_change": statistics.median(changes) if changes else None}
     return RecalibrateResult(m.name, path, summary["kernels"], summary["shapes"], summary["new_shapes"],
                              summary["median_change"], summary, learned, rows)
