@@ -15,7 +15,8 @@ in this package's modules by concept: ``base`` (what results share, ``model``), 
 (``whatif*``), ``validation``, ``policies`` (``simulate_policies``), ``tuning``, ``training``, ``checks``
 (``verify``, ``accuracy``, ``demo``), ``calibration`` (``calibrate``, ``calibrate_network``), ``ranks``
 (``run_ranks``, ``train_ranks``, ``simulate_ranks``, ``tune_ranks``), ``sweeps`` (``whatif_sweep``),
-``serving_search`` (``whatif_inference_search``);
+``serving_search`` (``whatif_inference_search``), ``schedules`` (``gantt``, ``kernel_times``),
+``recalibration`` (``recalibrate``), ``memory_sizes`` (``memory``);
 ``graph``, ``simulate``, ``run`` and ``compare`` are here.
 See docs/api.md.
 """
@@ -34,7 +35,8 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "demo", "DemoResult", "train", "TrainResult", "calibrate", "CalibrateResult", "calibrate_network",
            "NetworkResult", "whatif_sweep", "WhatifSweepResult", "whatif_inference_search", "InferenceSearchResult",
            "run_ranks", "RanksRunResult", "train_ranks",
-           "RanksTrainResult", "simulate_ranks", "RanksSimulateResult", "tune_ranks", "RanksTuneResult"]
+           "RanksTrainResult", "simulate_ranks", "RanksSimulateResult", "tune_ranks", "RanksTuneResult",
+           "gantt", "kernel_times", "recalibrate", "RecalibrateResult", "memory", "MemoryResult"]
 
 
 from tilecast.api.base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
@@ -42,9 +44,12 @@ from tilecast.api.calibration import CalibrateResult, NetworkResult, calibrate, 
 from tilecast.api.checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api.cluster_calls import (InferenceWhatifResult, WhatifResult, WhatifSearchResult,  # noqa: F401
                                         whatif, whatif_inference, whatif_search)
+from tilecast.api.memory_sizes import MemoryResult, memory  # noqa: F401
 from tilecast.api.policies import PoliciesResult, simulate_policies  # noqa: F401
 from tilecast.api.ranks import (RanksRunResult, RanksSimulateResult, RanksTrainResult,  # noqa: F401
                                 RanksTuneResult, run_ranks, simulate_ranks, train_ranks, tune_ranks)
+from tilecast.api.recalibration import RecalibrateResult, recalibrate  # noqa: F401
+from tilecast.api.schedules import gantt, kernel_times  # noqa: F401
 from tilecast.api.serving_search import InferenceSearchResult, whatif_inference_search  # noqa: F401
 from tilecast.api.sweeps import WhatifSweepResult, whatif_sweep  # noqa: F401
 from tilecast.api.training import TrainResult, train  # noqa: F401
