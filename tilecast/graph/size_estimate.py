@@ -34,7 +34,8 @@ MAX_STEP_TASKS = 5_000_000
 # with its dependencies (docs/benchmarks.md: 256-318 B); "graph": tilecast graph (build, dependencies, live
 # memory, critical path: 300 B measured with --no-compare, doubled for the recompute settings it compares);
 # "simulate": the graph, task durations, one simulation and its trace (1,470-1,590 B measured).
-BYTES_PER_TASK = {"build": 320, "graph": 600, "simulate": 1_700}
+# "kept": a graph that tune keeps with its durations while it simulates others (276 B measured, benchmarks.md).
+BYTES_PER_TASK = {"build": 320, "graph": 600, "simulate": 1_700, "kept": 400}
 # Memory a command needs besides its graph (Python, numpy, the simulator's library), bytes.
 BASE_BYTES = 300 * 2**20
 # Uniform tile sizes a refusal may suggest, finest first.

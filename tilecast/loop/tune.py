@@ -57,11 +57,11 @@ def usable_scheds(requested) -> list:
 def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS,
                      recompute: str = "none"):
     """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``.
-    A tiling whose step would have over ``max_tasks`` tasks, or with the graphs kept so far would not fit in the
-    memory available, is skipped without being built (:mod:`tilecast.graph.size_estimate`)."""
+    A tiling whose step would have over ``max_tasks`` tasks, or whose simulation would not fit in the memory left
+    by the graphs kept so far, is skipped without being built (:mod:`tilecast.graph.size_estimate`)."""
     from tilecast.graph import TilingError
     from tilecast.graph.models import build_step
-    from tilecast.graph.size_estimate import available_memory, memory_refusal, step_tasks
+    from tilecast.graph.size_estimate import BYTES_PER_TASK, available_memory, memory_refusal, step_tasks
 
     explicit = bool(tilings)
     tilings = list(tilings) if tilings else candidate_tilings(cfg, batch, seq)[::-1]
@@ -80,9 +80,9 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
                 skipped.append({"tiling": t.describe(), "reason": f"max_tasks: {n} tasks, over {max_tasks}"})
                 over[family] = max(size, over.get(family, 0))
                 continue
-            why = memory_refusal(kept + n, "simulate", have)
+            why = memory_refusal(n, "simulate", have - BYTES_PER_TASK["kept"] * kept)
             if why:
-                skipped.append({"tiling": t.describe(), "reason": f"memory: with the graphs kept, {why}"})
+                skipped.append({"tiling": t.describe(), "reason": f"memory: beside the graphs kept, {why}"})
                 continue
             g = build_step(cfg, batch, seq, t, recompute=recompute)
         except TilingError as e:  # e.g. a head tile that splits a Llama's groups of query heads
