@@ -125,6 +125,7 @@ def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: s
     from tilecast.graph.analysis import summary
     from tilecast.graph.models import build_step
     from tilecast.graph.recompute import RECOMPUTE, check_recompute
+    from tilecast.graph.size_estimate import check_step_size
     from tilecast.simulator.native import longest_path_end  # compiled; None where it cannot be built
 
     cfg, tiling = _config(model), _tiling(tile)
@@ -132,6 +133,7 @@ def graph(model="gpt2", batch: int = 4, seq: int = 256, tile="256", recompute: s
     recompute = check_recompute(recompute)
     if ranks is not None:
         _positive("ranks", ranks)
+    check_step_size(cfg, batch, seq, tiling, recompute, "graph")  # a step too large: refused before building
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     rank_figs = None
     if ranks is not None:
@@ -259,6 +261,7 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     """Load the machine and its stored models (or ``calibration``'s file), check the memory limit, build the
     step's graph and compute its task durations on the machine as described, as the commands do."""
     from tilecast.graph.models import build_step
+    from tilecast.graph.size_estimate import check_step_size
     from tilecast.loop.predict import stored_models
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import Calibration
@@ -273,6 +276,7 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     if offload_dir is not None and memory_limit is None:
         raise FieldError("offload_dir needs memory_limit")
     limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
+    check_step_size(cfg, batch, seq, tiling, recompute, "simulate")  # a step too large: refused before building
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
     model_ = DurationModel(m.with_workers(n), cal)  # as predict() has them for n workers (Calibration.arrays)

@@ -15,10 +15,12 @@ def _step(model, batch, seq, tile, recompute):
     """(config, tiling, recompute, graph) of the step, checked, and the graph built."""
     from tilecast.graph.models import build_step
     from tilecast.graph.recompute import check_recompute
+    from tilecast.graph.size_estimate import check_step_size
 
     cfg, tiling = _config(model), _tiling(tile)
     _shape(cfg, batch, seq)
     recompute = check_recompute(recompute)
+    check_step_size(cfg, batch, seq, tiling, recompute, "simulate")  # a step too large: refused before building
     return cfg, tiling, recompute, build_step(cfg, batch, seq, tiling, recompute=recompute)
 
 

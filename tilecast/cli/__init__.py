@@ -60,6 +60,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"tilecast {args.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:  # the last resort: steps known to be too large are refused before they are built
+        print(f"tilecast {args.command}: out of memory (the step is too large for this machine: a coarser --tile, "
+              "or a smaller --model, --batch or --seq)", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader closed the pipe (``| head``): stop without a traceback, and point standard output at
         # /dev/null so the interpreter's final flush does not raise again. 141 = 128 + SIGPIPE, what a

@@ -56,14 +56,18 @@ def usable_scheds(requested) -> list:
 
 def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = DEFAULT_MAX_TASKS,
                      recompute: str = "none"):
-    """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``."""
+    """([(tiling, graph)], skipped): coarsest first; finer tilings stop once a graph exceeds ``max_tasks``.
+    A tiling whose step would have over ``max_tasks`` tasks, or whose simulation would not fit in the memory left
+    by the graphs kept so far, is skipped without being built (:mod:`tilecast.graph.size_estimate`)."""
     from tilecast.graph import TilingError
     from tilecast.graph.models import build_step
+    from tilecast.graph.size_estimate import BYTES_PER_TASK, available_memory, memory_refusal, step_tasks
 
     explicit = bool(tilings)
     tilings = list(tilings) if tilings else candidate_tilings(cfg, batch, seq)[::-1]
     graphs, skipped = [], []
     over = {}  # family (dimensions named) -> the largest tile size found over max_tasks
+    kept, have = 0, available_memory()  # tasks of the graphs kept; memory available when the search began
     for t in tilings:
         family = tuple(sorted(t.sizes))
         size = max(t.sizes.values(), default=0)
@@ -71,16 +75,31 @@ def build_candidates(cfg, batch: int, seq: int, tilings=None, max_tasks: int = D
             skipped.append({"tiling": t.describe(), "reason": f"max_tasks: finer than a tiling already over {max_tasks} tasks"})
             continue  # finer tilings of a family only have more tasks: not worth building
         try:
+            n = step_tasks(cfg, batch, seq, t, recompute)
+            if n > max_tasks:  # counted, not built
+                skipped.append({"tiling": t.describe(), "reason": f"max_tasks: {n} tasks, over {max_tasks}"})
+                over[family] = max(size, over.get(family, 0))
+                continue
+            why = memory_refusal(n, "simulate", have - BYTES_PER_TASK["kept"] * kept)
+            if why:
+                skipped.append({"tiling": t.describe(), "reason": f"memory: beside the graphs kept, {why}"})
+                continue
             g = build_step(cfg, batch, seq, t, recompute=recompute)
         except TilingError as e:  # e.g. a head tile that splits a Llama's groups of query heads
             skipped.append({"tiling": t.describe(), "reason": str(e).removeprefix("tile: ")})
             continue
-        if g.n_tasks > max_tasks:
-            skipped.append({"tiling": t.describe(), "reason": f"max_tasks: {g.n_tasks} tasks, over {max_tasks}"})
-            over[family] = max(size, over.get(family, 0))
-            continue
+        kept += g.n_tasks
         graphs.append((t, g))
     return graphs, skipped
+
+
+def too_large_hint(cfg, batch, seq, recompute, max_tasks, skipped) -> str:
+    """"; tile N gives M tasks" (the finest uniform tile that fits) when tilings were skipped as too large."""
+    from tilecast.graph.size_estimate import fit_hint, fitting_tile
+
+    if not any(s["reason"].startswith(("max_tasks", "memory")) for s in skipped):
+        return ""
+    return "; " + fit_hint(fitting_tile(cfg, batch, seq, recompute, "simulate", max_tasks))
 
 
 def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers=None, tilings=None,
@@ -119,7 +138,8 @@ def tune(cfg, batch: int, seq: int, machine=None, scheds=DEFAULT_SCHEDS, workers
     graphs, skipped = build_candidates(cfg, batch, seq, tilings, max_tasks, recompute)
     if not graphs:
         raise FieldError("tilings: no candidate tiling can be built: " + "; ".join(
-            f"{s['tiling']}: {s['reason']}" for s in skipped[:2]) + ("; ..." if len(skipped) > 2 else ""))
+            f"{s['tiling']}: {s['reason']}" for s in skipped[:2]) + ("; ..." if len(skipped) > 2 else "")
+            + too_large_hint(cfg, batch, seq, recompute, max_tasks, skipped))
     host_costs = {}
     if host and machine.name == "local" and starpu_policies() is not None:
         host_costs = ensure_host_costs(machine, workers, progress=progress, scheds=scheds)
