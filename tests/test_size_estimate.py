@@ -71,9 +71,12 @@ def test_refusal_names_tasks_memory_and_a_tile_that_fits():
 
 
 @pytest.mark.parametrize("argv", [["graph"], ["simulate"], ["simulate", "--ranks", "2"], ["tune", "--tile", "256"]])
-def test_commands_refuse_gpt3_175b_at_tile_256_in_one_line(argv, capsys):
-    """No graph built: the refusal comes in seconds, as one line naming the flag, the tasks and a tile."""
+def test_commands_refuse_gpt3_175b_at_tile_256_in_one_line(argv, capsys, tmp_path, monkeypatch):
+    """No graph built: the refusal comes in seconds, as one line naming the flag, the tasks and a tile (in an
+    empty home, so that no note about what the machine's home holds comes before it)."""
     from tilecast.cli import main
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
 
     t0 = time.perf_counter()
     rc = main([argv[0], "--model", "gpt3-175b", "--batch", "4", "--seq", "256", *argv[1:]])

@@ -90,11 +90,10 @@ def step_tasks(cfg, batch: int, seq: int, tiling: Tiling | None = None, recomput
 def available_memory() -> int:
     """Memory this process can still take now, bytes: MemAvailable of /proc/meminfo (where it cannot be read,
     the physical memory), less where the process's address space limit (``ulimit -v``) leaves less room."""
+    import os
     import resource
 
-    from tilecast.perfmodel.local import memory_bytes
-
-    have = memory_bytes()
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # physical memory
     have = _proc_kib("/proc/meminfo", "MemAvailable:", have)
     cap = resource.getrlimit(resource.RLIMIT_AS)[0]
     if cap != resource.RLIM_INFINITY:
