@@ -46,9 +46,6 @@ POLICIES = {  # name -> (priority, seed, estimate) -> policy
 #: policies that decide with StarPU's performance-model estimates (per-footprint means), not exact durations
 USES_ESTIMATES = ("dm", "dmda", "dmdas", "dmdasd")
 USES_PRIORITIES = _prio.USES_PRIORITIES
-#: policies whose search through a sorted queue is charged (Machine.push_walk a step; Engine.walk): a task
-#: walked past (dmdas, dmdasd), a level of prio's tree (tilecast.simulator.queue_costs)
-SORTED_PUSH = SEARCHING
 
 
 @dataclass
@@ -172,7 +169,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
                      decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
                      submit_stretch=machine.submit_stretch,
-                     push_walk=machine.push_walk if sched in SORTED_PUSH else 0.0,
+                     push_walk=machine.push_walk if sched in SEARCHING else 0.0,
                      gap_ready=machine.gap_ready,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
                      **dict(zip(("gap_before", "release"), gap_cost.charges(graph, machine)))).run()
