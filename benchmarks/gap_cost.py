@@ -78,7 +78,7 @@ def _before(h):
     o = np.asarray(h.overheads, dtype=np.float64).reshape(-1, 2)
     mean = float(np.average(o[:, 1], weights=o[:, 0]))
     return replace(h, task_overhead_s=mean, gap_start_buffer_s=0.0, gap_end_buffer_s=0.0, gap_successor_s=0.0,
-                   gap_ready_s=0.0)
+                   gap_ready_s=0.0, gap_handoff_s=0.0)
 
 
 def main() -> int:

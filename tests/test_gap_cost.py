@@ -25,8 +25,7 @@ def _probe(workers=2):
                          overheads=[[1000, 9e-6]])
     probe.probe_points = 3
     probe.task_overhead_s = 1e-6
-    probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = (1e-6, 2e-7, 6e-7,
-                                                                                                   1e-6)
+    probe.set_gap_costs((1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6))
     return probe
 
 
@@ -37,18 +36,17 @@ def test_runs_refine_the_host_cost_but_keep_the_cost_between_tasks(local):
     learned = fits["2:dmda"]
     assert len(learned.points) == 4  # the run taught the host cost
     # its mean start delay (40 us: its buffers and successors included) is not taken as the constant
-    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7, 1e-6)
+    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6)
     host_cost.save_host_costs(local, fits)
-    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7, 1e-6)
+    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6)
 
 
 def test_fits_of_the_format_before_are_measured_again(local):
     path = host_cost.save_host_costs(local, {2: _probe()})
     doc = json.load(open(path))
-    doc["format"] = 7
+    doc["format"] = 9
     for h in doc["fits"].values():
-        for k in ("gap_start_buffer_s", "gap_end_buffer_s", "gap_successor_s", "gap_ready_s"):
-            del h[k]
+        del h["gap_handoff_s"]
     json.dump(doc, open(path, "w"))
     assert host_cost.load_host_costs(local) == {}
 
@@ -94,5 +92,43 @@ def test_the_rank_forecast_charges_the_mean_start_delay():
     probe = _probe()
     assert probe.flat_task_overhead_s == pytest.approx(9e-6)
     flat = HostCost(**{**probe.__dict__, "gap_start_buffer_s": 0.0, "gap_end_buffer_s": 0.0,
-                       "gap_successor_s": 0.0, "gap_ready_s": 0.0})
+                       "gap_successor_s": 0.0, "gap_ready_s": 0.0, "gap_handoff_s": 0.0})
     assert flat.flat_task_overhead_s == 1e-6
+
+
+def _stages(n_stages: int, tile: int = 8):
+    """Two fills, then ``n_stages`` stages of two GEMMs, each reading both tiles the stage before wrote."""
+    from tilecast.graph import GraphBuilder, Tiling
+
+    b = GraphBuilder(Tiling.uniform(tile))
+    x = b.tensor("x0", (2 * tile, tile), ("seq", None), "activation")
+    b.add("fill", [x.tile_ids([0, 1], 0)], dict(n=tile * tile, value=1.0))
+    for k in range(1, n_stages + 1):
+        y = b.tensor(f"x{k}", (2 * tile, tile), ("seq", None), "activation")
+        beta, mode = b.accumulate(y.tile_ids([0, 1], 0))
+        b.add("gemm", [x.tile_ids([0, 0], 0), x.tile_ids([1, 1], 0), y.tile_ids([0, 1], 0)],
+              dict(trans_a=0, trans_b=0, m=tile, n=tile, k=tile, alpha=1.0, beta=beta), modes=[None, None, mode])
+        x = y
+    return b.build()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_task_made_ready_on_the_other_worker_starts_later_by_the_handoff(native, monkeypatch):
+    """Two workers, stages of two tasks that each need both tasks of the stage before: the task that ended last
+    makes both ready, and one of them starts on the other worker, so each stage after the first waits one
+    handoff more (StarPU's _starpu_handle_job_termination pushes it on one core, _starpu_fetch_task_input
+    acquires its buffers on the other): the step is (stages + 1) x d + stages x handoff. On one worker nothing
+    is handed over."""
+    from tilecast.simulator.engine import Engine
+
+    monkeypatch.setattr(Engine, "native_loop", native)
+    n, d, h = 12, 1e-4, 7e-6
+    g = _stages(n)
+    durations = np.full((1, g.n_tasks), d)
+    two = cpu_machine(n_workers=2, overhead_us=0.0)
+    assert simulate(g, two, "eager", durations=durations).makespan == pytest.approx((n + 1) * d, rel=1e-12)
+    handed = simulate(g, two.with_gap_costs(0.0, 0.0, 0.0, 0.0, h), "eager", durations=durations)
+    assert handed.makespan == pytest.approx((n + 1) * d + n * h, rel=1e-12)
+    one = cpu_machine(n_workers=1, overhead_us=0.0)
+    alone = simulate(g, one.with_gap_costs(0.0, 0.0, 0.0, 0.0, h), "eager", durations=durations)
+    assert alone.makespan == pytest.approx(2 * (n + 1) * d, rel=1e-12)

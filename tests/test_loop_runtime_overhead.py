@@ -47,14 +47,14 @@ def test_a_trace_without_tasks_is_refused():
 
 @pytest.mark.parametrize("sched", ["eager", "dmda"])
 def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_trace(sched):
-    """Per buffer of the starting task, per buffer and per successor of the worker's ended task: each gap is
-    exactly what was charged (when the worker, not an input, held the task back), and the fit finds the four
-    costs."""
+    """Per buffer of the starting task, per buffer and per successor of the worker's ended task, per handoff
+    from another worker: each gap is exactly what was charged (when the worker, not an input, held the task
+    back), and the fit finds the costs (on one worker, where nothing is handed over, the handoff's is 0)."""
     from tilecast.loop.runtime_overhead import fit_gap_model, gap_terms
 
     rng = np.random.default_rng(4)
     g = random_graph(rng, 400, 20)
-    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6])
+    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6, 4e-6])
     m = cpu_machine(n_workers=2, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
     durations = rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))
     trace = simulate(g, m, sched, durations=durations).trace()
@@ -63,6 +63,7 @@ def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_tra
     held = d >= charged - 1e-12  # a task whose input came later than the worker was free waits less
     assert held.mean() > 0.25 and d[held] == pytest.approx(charged[held], abs=1e-12)
     assert np.all(d <= charged + 1e-12)
+    assert 0.05 < x[:, 5].mean() < 0.95  # tasks handed over between the two workers, and tasks that were not
     one = cpu_machine(n_workers=1, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
     solo = simulate(g, one, sched, durations=durations).trace()  # one worker: every gap is the charge
-    assert fit_gap_model([(g, solo)]) == pytest.approx(costs, rel=1e-6, abs=1e-12)
+    assert fit_gap_model([(g, solo)]) == pytest.approx([*costs[:5], 0.0], rel=1e-6, abs=1e-12)

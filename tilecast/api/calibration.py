@@ -126,7 +126,8 @@ def _probe_costs(machine, workers: int, progress: bool) -> dict:
     return {str(w): {"task_overhead_us": (h.task_overhead_s or 0.0) * 1e6, "host_fixed_ms": h.fixed_s * 1e3,
                      "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6,
                      "gap_start_buffer_us": h.gap_start_buffer_s * 1e6, "gap_end_buffer_us": h.gap_end_buffer_s * 1e6,
-                     "gap_successor_us": h.gap_successor_s * 1e6, "gap_ready_us": h.gap_ready_s * 1e6}
+                     "gap_successor_us": h.gap_successor_s * 1e6, "gap_ready_us": h.gap_ready_s * 1e6,
+                     "gap_handoff_us": h.gap_handoff_s * 1e6}
             for w, h in fits.items() if isinstance(w, int)}
 
 

@@ -102,7 +102,9 @@ def run(args) -> int:
               f"{c['host_fixed_ms']:.2f} ms per step + {c['host_per_task_us']:.2f} us per task outside the graph")
         print(f"  between a worker's tasks, beyond that: {c['gap_start_buffer_us']:.2f} us per buffer of the task "
               f"starting, {c['gap_end_buffer_us']:.2f} us per buffer, {c['gap_successor_us']:.2f} us per "
-              f"successor and {c['gap_ready_us']:.2f} us per successor made ready of the task ended")
+              f"successor and {c['gap_ready_us']:.2f} us per successor made ready of the task ended"
+              + (f"; {c['gap_handoff_us']:.2f} us per task started on another worker than the one that made it "
+                 "ready" if int(w) > 1 else ""))
     print()
     print("shape model's error on timed shapes held out of its fit:")
     print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"

@@ -32,10 +32,11 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 9  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 10  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
-# 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager
+# 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
+# 10: the cost of a task started on another worker than the one that made it ready (gap_handoff_s)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -91,10 +92,13 @@ class HostCost:
     gap_end_buffer_s: float = 0.0
     gap_successor_s: float = 0.0
     gap_ready_s: float = 0.0  # per successor the ended task made ready
+    gap_handoff_s: float = 0.0  # per task started on another worker than the one that made it ready
 
     @property
-    def gap_costs(self) -> tuple[float, float, float, float]:
-        return self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s
+    def gap_costs(self) -> tuple[float, float, float, float, float]:
+        """The costs between tasks in :meth:`tilecast.perfmodel.machine.Machine.with_gap_costs`'s order."""
+        return (self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s,
+                self.gap_handoff_s)
 
     @property
     def has_gap_model(self) -> bool:
@@ -112,7 +116,12 @@ class HostCost:
     def take_gap_model(self, other: "HostCost") -> None:
         """Charge between tasks what ``other`` charges: its constant and its per-buffer and per-successor costs."""
         self.task_overhead_s = other.task_overhead_s
-        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = other.gap_costs
+        self.set_gap_costs(other.gap_costs)
+
+    def set_gap_costs(self, costs) -> None:
+        """Set the costs between tasks from :attr:`gap_costs`' tuple."""
+        (self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s,
+         self.gap_handoff_s) = (float(v) for v in costs)
 
     def fit_gap_model(self, traced) -> None:
         """The cost between tasks fitted on the start delays of ``traced`` = [(graph, real trace)]: its constant
@@ -121,8 +130,7 @@ class HostCost:
 
         c = fit_gap_model(traced)
         self.task_overhead_s = float(c[0])
-        self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s = (
-            float(v) for v in c[1:])
+        self.set_gap_costs(c[1:])
 
     @property
     def decides(self) -> bool:
@@ -396,7 +404,7 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
                                                            own if own != probe.task_overhead_s else None)
     if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
-        probe.gap_start_buffer_s, probe.gap_end_buffer_s, probe.gap_successor_s, probe.gap_ready_s = own_gaps
+        probe.set_gap_costs(own_gaps)
 
 
 def sched_probe_fit(fits: dict, workers: int, sched: str) -> HostCost | None:

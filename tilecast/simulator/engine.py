@@ -70,6 +70,9 @@ class Engine:
         nothing; :mod:`tilecast.simulator.gap_cost`).
     gap_ready:
         with ``release``: seconds the ending worker spends more per successor its task makes ready.
+    gap_handoff:
+        seconds charged before a task starts on another worker than the one whose ended task made it ready
+        (pushed it to the scheduler): the handoff between cores (:mod:`tilecast.simulator.gap_cost`).
     memory:
         optional :class:`tilecast.simulator.memory.Memory` (data replicas and transfers).
     cache:
@@ -91,7 +94,7 @@ class Engine:
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
                  push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
-                 cache=None):
+                 cache=None, gap_handoff: float = 0.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -117,6 +120,8 @@ class Engine:
         self.gap_before = None if gap_before is None else np.asarray(gap_before, dtype=np.float64).tolist()
         self.release = None if release is None else np.asarray(release, dtype=np.float64).tolist()
         self.gap_ready = float(gap_ready)
+        self.gap_handoff = float(gap_handoff)
+        self.made_by = array("q", [-1]) * n  # the worker whose ended task made each task ready (-1: none)
         self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
         self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
         self.memory = memory
@@ -191,6 +196,10 @@ class Engine:
         begin = begin + self.overhead
         if self.gap_before is not None:
             begin = begin + self.gap_before[t]
+        if self.gap_handoff > 0.0:
+            by = self.made_by[t]
+            if by >= 0 and by != w:
+                begin = begin + self.gap_handoff
         if self.memory is not None:
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
@@ -231,9 +240,11 @@ class Engine:
             self._released(w, cost)
         if self.push_walk > 0.0:
             self.pushing = w
+        made_by = self.made_by
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
             missing[s] -= 1
             if missing[s] == 0:
+                made_by[s] = w
                 push(s, w)
         self.pushing = -1
         if not self.busy[w]:

@@ -66,6 +66,8 @@ def run_deque_model(eng) -> None:
     gap_before = eng.gap_before  # per task, or None (Engine.gap_before, Engine.release)
     release = eng.release
     gap_ready: cython.double = eng.gap_ready
+    gap_handoff: cython.double = eng.gap_handoff
+    made_by: cython.longlong[:] = eng.made_by  # Engine.made_by
     submit_end: cython.double = eng.submit_end
     submit_stretch: cython.double = eng.submit_stretch
     n_workers: cython.Py_ssize_t = eng.n_workers
@@ -310,6 +312,8 @@ def run_deque_model(eng) -> None:
         b = b + overhead
         if gap_before is not None:
             b = b + gap_before[t]
+        if gap_handoff > 0.0 and made_by[t] >= 0 and made_by[t] != w:
+            b = b + gap_handoff
         e: cython.double
         ready: cython.double
         r: cython.double
@@ -515,6 +519,7 @@ def run_deque_model(eng) -> None:
             m = missing[s] - 1
             missing[s] = m
             if not m:
+                made_by[s] = w
                 push(s, w)
         pusher[0] = -1
         if not busy[w]:

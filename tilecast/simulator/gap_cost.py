@@ -15,6 +15,14 @@ successor it makes ready, pushing it to the scheduler): the successors it releas
 are pushed at its task's end, as the scheduler sees them, while it is still
 busy releasing. StarPU's own predictions (the dm family's expected start
 and length) do not include either; nor do the simulated ones.
+
+On several workers, a task that starts on another worker than the one whose
+ended task made it ready (a handoff: pushed by ``_starpu_handle_job_termination``
+on one core, popped by ``_starpu_get_worker_task`` and its buffers acquired by
+``_starpu_fetch_task_input`` on the other) costs ``Machine.gap_handoff`` more
+before it starts: the engine records which worker made each task ready
+(``Engine.made_by``) and charges it in ``_begin``, the fused loop and the C
+loop alike.
 Measured by :func:`tilecast.loop.runtime_overhead.fit_gap_model`.
 """
 

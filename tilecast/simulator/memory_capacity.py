@@ -511,7 +511,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                          overhead=m.task_overhead, memory=memory, decision_scan=m.decision_scan,
                          decision_lock=m.decision_lock, submit_end=graph.n_tasks * m.submit_task,
                          submit_stretch=m.submit_stretch,
-                         gap_ready=m.gap_ready, **dict(zip(("gap_before", "release"), gap_cost.charges(graph, m))))
+                         gap_ready=m.gap_ready, gap_handoff=m.gap_handoff, **dict(zip(("gap_before", "release"), gap_cost.charges(graph, m))))
             eng.fused_loops = False  # the general loop: the fused ones know nothing of a capped main memory
             eng.run()
             if warmup and not step:

@@ -163,6 +163,7 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     gap_before, release = gap_charges if gap_charges is not None else (None, None)
     s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)
     s.gap_ready = float(machine.gap_ready)
+    s.gap_handoff = float(machine.gap_handoff)
     pred_ptr, pred = graph.dependencies
     s.pred_ptr, s.pred = p(pred_ptr, np.int64), p(pred, np.int32)
     if priority is not None:

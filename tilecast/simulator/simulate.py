@@ -170,7 +170,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
                      submit_stretch=machine.submit_stretch,
                      push_walk=machine.push_walk if sched in SEARCHING else 0.0,
-                     gap_ready=machine.gap_ready,
+                     gap_ready=machine.gap_ready, gap_handoff=machine.gap_handoff,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
                      **dict(zip(("gap_before", "release"), gap_cost.charges(graph, machine)))).run()
         start, end, worker = eng.arrays()

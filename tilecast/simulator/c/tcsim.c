@@ -48,6 +48,7 @@ typedef struct {
     int use_sq;         /* the sorted queues are sq_t arrays (dmdasd; dmdas with push_walk) */
     double *hold;       /* per worker, when its sorted insertions end (Engine.hold) */
     int pushing;        /* the worker pushing what its ended task released (Engine.pushing), else -1 */
+    int32_t *made_by;   /* per task, the worker whose ended task made it ready, -1 none (Engine.made_by) */
     int64_t *stage_count; /* prio: tasks queued per priority stage (queue_costs.StageCount) */
     int64_t stages;       /* prio: stages with tasks queued */
     heap_t events, central;
@@ -476,6 +477,7 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
     if (p->hold[w] > b) b = p->hold[w];
     b = b + s->overhead;
     if (s->gap_before) b = b + s->gap_before[t];
+    if (s->gap_handoff > 0.0 && p->made_by[t] >= 0 && p->made_by[t] != w) b = b + s->gap_handoff;
     if (s->has_mem) {
         p->cur[w] = t;
         double ready = acquire(s, p, t, s->worker_node[w], now);
@@ -727,7 +729,10 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
     if (s->push_walk > 0.0) p->pushing = w;
     for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++) {
         int32_t x = p->succ[j];
-        if (--p->missing[x] == 0) policy_push(s, p, x, w);
+        if (--p->missing[x] == 0) {
+            p->made_by[x] = w;
+            policy_push(s, p, x, w);
+        }
     }
     p->pushing = -1;
     if (!p->busy[w]) {
@@ -777,6 +782,8 @@ int tcsim_run(tcsim_t *s) {
     transpose(s, n, s->pred_ptr, s->pred, &p->succ_ptr, &p->succ);
     p->missing = xalloc(s, n, sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) p->missing[i] = (int32_t)(s->pred_ptr[i + 1] - s->pred_ptr[i]);
+    p->made_by = xalloc(s, n, sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) p->made_by[i] = -1;
     p->busy = xalloc(s, nw, 1);
     p->hold = xalloc(s, nw, sizeof(double));
     p->cur = xalloc(s, nw, sizeof(int64_t));
@@ -848,7 +855,7 @@ void tcsim_free(tcsim_t *s) {
         void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
                        p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
-                       p->stamp, p->victims, p->free_at, p->hold, p->stage_count};
+                       p->stamp, p->victims, p->free_at, p->hold, p->stage_count, p->made_by};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
         free(p);
         s->priv = NULL;

@@ -23,6 +23,8 @@ typedef struct {
     const double *release;        /* per task: s its ending worker spends releasing it before its next task
                                    * (Engine._released; tilecast/simulator/gap_cost.py); NULL: none */
     double gap_ready;             /* with release: s more per successor the ended task makes ready */
+    double gap_handoff;           /* s charged before a task starts on another worker than the one whose ended
+                                   * task made it ready (Engine.gap_handoff); 0: none */
     const int64_t *pred_ptr;      /* n_tasks + 1 */
     const int32_t *pred;
     /* policy inputs */
