@@ -79,10 +79,12 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
         ready[has] = np.maximum.reduceat(end[pred], pred_ptr[:-1][has])
     makespan = float(np.nanmax(end[ids]))
     out = {k: 0.0 for k in PARTS}
+    per_worker = []  # [busy, idle] of each worker
     lat, between, began = [], [], []
     for w, rows in tasks.groupby("worker", sort=True):
         t = rows["task"].to_numpy()
         out["busy"] += float((end[t] - start[t]).sum())
+        per_worker.append([float((end[t] - start[t]).sum()), makespan - float((end[t] - start[t]).sum())])
         out["head"] += float(start[t[0]])
         out["tail"] += makespan - float(end[t[-1]])
         free, nxt = end[t[:-1]], t[1:]
@@ -109,6 +111,7 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
         last = end[pred] == ready[of]
         made_on[of[last]] = worker[pred[last]]
     out["handoff_n"] = int(((made_on >= 0) & (made_on != worker)).sum())
+    out["per_worker"] = per_worker
     out["makespan"] = makespan
     out["workers"] = int(tasks["worker"].nunique())
     return out
@@ -120,6 +123,8 @@ def _ms(parts: dict) -> dict:
     for k, v in parts.items():
         if v is None:
             out[k] = None
+        elif k == "per_worker":
+            out[k] = [[round(1e3 * x, 3) for x in w] for w in v]
         elif k in PARTS or k in ("makespan", "between_submitting", "between_long"):
             out[k] = round(1e3 * v, 3)
         elif k.endswith("_median"):
@@ -189,7 +194,8 @@ def evaluate(configs, measurements, gaps) -> list:
         sub = h.submit_task_s * g.n_tasks if h is not None else 0.0  # when the submission ends, as simulated
         real = [decompose(g, t[(t["task"] >= 0) & (t["source"] == "real")], sub) for t in m.traces]
         med = {k: (float(np.median([r[k] for r in real if r[k] is not None]))
-                   if any(r[k] is not None for r in real) else None) for k in real[0]}
+                   if any(r[k] is not None for r in real) else None) for k in real[0] if k != "per_worker"}
+        med["per_worker"] = np.median([r["per_worker"] for r in real], axis=0).tolist()
         last = m.traces[-1]
         last = last[last["task"] >= 0]
         traced = np.zeros((1, g.n_tasks))
@@ -218,19 +224,20 @@ def print_table(rows) -> None:
         print("  cost between tasks fitted on the probes (us; " + ", ".join(GAP_TERMS) + "): "
               + "; ".join(f"{k} {v}" for k, v in r["gap_fits_us"].items()))
         print(head + f"{'n_lat':>7}{'med_lat':>9}{'host':>7}{'submitting':>11}{'long':>8}{'n_long':>7}"
-              f"{'handoffs':>9}")
+              f"{'handoffs':>9}  busy/idle per worker")
         for v in ("real",) + VIEWS:
             p = r[v]
             err = f"{100 * p['error']:>+7.1f}%" if "error" in p else f"{'':>8}"
             print(f"{v:<17}{p['step_ms']:>8.2f}{err}{p['makespan']:>8.2f}" + "".join(f"{p[k]:>11.2f}" for k in PARTS)
                   + f"{p['latency_n']:>7}{(p['latency_median'] or 0):>9.2f}{p['host_ms']:>7.2f}"
                   + f"{p['between_submitting']:>11.2f}{p['between_long']:>8.2f}{p['between_long_n']:>7}"
-                  + f"{p['handoff_n']:>9}")
+                  + f"{p['handoff_n']:>9}  " + " ".join(f"{b:.1f}/{i:.1f}" for b, i in p["per_worker"]))
     print("\n(ms summed over the workers; per worker busy + wait + turnaround + latencies + head + tail = makespan; "
           "n_lat: tasks whose worker was free before their inputs were written (by another worker), med_lat: their "
           "median latency in us; host: step less makespan; submitting: turnaround and latency of the tasks started "
           "during the submission; long: those over 100 us, n_long their count; handoffs: tasks whose last predecessor "
-          "ran on another worker; real: median over the traced steps)")
+          "ran on another worker; busy/idle per worker: its tasks' durations and the rest of the makespan; real: median "
+          "over the traced steps)")
 
 
 def main(argv=None) -> int:
