@@ -45,7 +45,12 @@ def predicted_fields(p) -> dict:
             "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
             "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0),
             "disk_writes": s.get("disk_writes", 0), "disk_reads": s.get("disk_reads", 0),
-            "resident_per_transfer": s.get("resident_per_transfer", 0.0)}
+            "resident_per_transfer": s.get("resident_per_transfer", 0.0),
+            # the page cache in front of the device (where calibrate measured the device): its figures, reads
+            # served from it and from the device, and the seconds writers waited for write-back
+            "page_cache": s.get("page_cache"), "page_cache_read_hits": s.get("page_cache_read_hits", 0),
+            "page_cache_read_misses": s.get("page_cache_read_misses", 0),
+            "page_cache_throttled_s": s.get("page_cache_throttled_s", 0.0)}
 
 
 def predicted_fields_apart(*args, **kwargs) -> dict:
