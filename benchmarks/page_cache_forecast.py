@@ -89,7 +89,7 @@ def forecast(args) -> int:
     measured = {}
     if args.measured:
         with open(args.measured) as f:
-            doc = json.loads(f.read().strip().splitlines()[-1])
+            doc = json.loads([ln for ln in f.read().splitlines() if ln.startswith("{")][-1])
         measured = {(r["tiling"], r["limit"]): r for r in doc["rows"]}
     rows = []
     for item in args.configs.split(","):
