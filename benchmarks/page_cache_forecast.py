@@ -150,6 +150,20 @@ def main() -> int:
     g.add_argument("--cache-gib", type=float, default=0.0, help="the page cache the run leaves, GiB")
     g.add_argument("--device-gbps", default="", metavar="WRITE,READ", help="the device's bandwidth, GB/s")
     args = ap.parse_args()
+    if args.cmd == "forecast":
+        bad = [c for c in args.configs.split(",") if len(c.split(":")) != 2]
+        if bad:
+            print(f"page_cache_forecast: --configs: {bad[0]!r} is not TILE:LIMIT", file=sys.stderr)
+            return 2
+        if args.device_gbps and (len(args.device_gbps.split(",")) != 2
+                                 or not all(x.replace(".", "", 1).isdigit() for x in args.device_gbps.split(","))):
+            print(f"page_cache_forecast: --device-gbps: {args.device_gbps!r} is not WRITE,READ in GB/s",
+                  file=sys.stderr)
+            return 2
+        missing = [p for p in args.disk if not os.path.isfile(p)]
+        if missing:
+            print(f"page_cache_forecast: --disk: no such file {missing[0]}", file=sys.stderr)
+            return 2
     if args.cmd == "fit":
         if not os.path.isdir(args.offload_dir):
             print(f"page_cache_forecast: --offload-dir: no such directory {args.offload_dir}", file=sys.stderr)
