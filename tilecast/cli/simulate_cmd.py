@@ -227,6 +227,10 @@ def _print_summary(common, machine, s) -> None:
                   f"{common['offload_dir']} ({s['disk_node']}); the step after a warm-up step: "
                   f"{human(s['disk_written_bytes'], 'B')} written to disk, {human(s['disk_read_bytes'], 'B')} "
                   f"read, {s['dropped']} clean tiles dropped")
+            if s.get("page_cache"):
+                print(f"  page cache        {s['page_cache']}: {s['page_cache_read_misses']} of "
+                      f"{s['page_cache_read_misses'] + s['page_cache_read_hits']} reads from the device, writers "
+                      f"waited {s['page_cache_throttled_s']:.3f} s for write-back")
         else:
             print(f"memory limit        {human(s['memory_limit_bytes'], 'B')}, no disk node: every tile fits")
     print()

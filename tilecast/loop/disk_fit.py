@@ -41,18 +41,28 @@ def task_delays(start, end, worker, pred_ptr, pred) -> np.ndarray:
     return start - np.maximum(ready, prev)
 
 
-#: the regression's unit of each column: bytes counted in KiB, so that every column is of the same order
-_UNIT = np.array([1.0] + [1024.0 if k.endswith("_bytes") else 1.0 for k in EVENTS])
+#: the events ``calibrate``'s probes fit a cost for: per tile, not per byte. The bytes' own time is the disk node's,
+#: on the disk's timeline (the page cache's speed, or the device's once the cache overflows:
+#: tilecast.perfmodel.page_cache); a cost per byte in the worker fitted on the probes' 4-16 KiB tiles cannot be
+#: told from a cost per tile there, and grows 16-64 times on 256 KiB tiles (docs/memory.md, 2026-12-01)
+PROBE_EVENTS = ("allocs", "reads", "writebacks", "drops")
 
 
-def _design(events: dict, n: int) -> np.ndarray:
-    """The regression's columns for ``n`` tasks: 1 (per task), then each event's count in its unit."""
-    return np.stack([np.ones(n)] + [np.asarray(events[k], float) for k in EVENTS], axis=1) / _UNIT
+def _unit(keys) -> np.ndarray:
+    """The regression's unit of each column: bytes counted in KiB, so that every column is of the same order."""
+    return np.array([1.0] + [1024.0 if k.endswith("_bytes") else 1.0 for k in keys])
 
 
-def _costs(x) -> dict:
-    x = np.asarray(x, float) / _UNIT
-    return {"per_task": float(x[0]), **{k: float(v) for k, v in zip(EVENTS, x[1:])}}
+def _design(events: dict, n: int, keys=EVENTS) -> np.ndarray:
+    """The regression's columns for ``n`` tasks: 1 (per task), then each event's (``keys``) count in its unit."""
+    return np.stack([np.ones(n)] + [np.asarray(events[k], float) for k in keys], axis=1) / _unit(keys)
+
+
+def _costs(x, keys=EVENTS) -> dict:
+    """Seconds per task and per event (every one of :data:`EVENTS`; 0 for those not in ``keys``)."""
+    x = np.asarray(x, float) / _unit(keys)
+    fitted = dict(zip(keys, x[1:]))
+    return {"per_task": float(x[0]), **{k: float(fitted.get(k, 0.0)) for k in EVENTS}}
 
 
 def fit_event_costs(real_delays, sim_delays, events: dict) -> dict:
@@ -162,9 +172,9 @@ def run_probe(machine, disk, directory: str, probe, workers: int, sched: str = "
                     task_delays(sim.start, sim.end, sim.worker, pred_ptr, pred), sim.task_events, p.step_s)
 
 
-def fit_probe_costs(machine, disk, runs: list[ProbeRun]) -> tuple[dict, list[dict]]:
+def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS) -> tuple[dict, list[dict]]:
     """StarPU's costs in the worker (``DiskNode.worker_costs``) fitted on probe runs: the weights of the events
-    by :func:`fit_event_costs` over every task of every probe, then one factor on them all that makes the
+    (``keys``) as :func:`fit_event_costs` does, over every task of every probe, then one factor on them all that makes the
     forecast steps best match the measured ones (least squares on relative errors: some of a task's delay is
     hidden behind the other worker's work, which the per-task fit cannot see). Returns (costs, one row per
     probe: ``probe``, ``measured_step_s``, ``base_step_s`` (forecast without StarPU's costs),
@@ -175,12 +185,12 @@ def fit_probe_costs(machine, disk, runs: list[ProbeRun]) -> tuple[dict, list[dic
 
     cols, rhs = [], []
     for r in runs:
-        a = _design(r.events, len(r.sim_delays))
+        a = _design(r.events, len(r.sim_delays), keys)
         for d in r.real_delays:
             cols.append(a)
             rhs.append(d - r.sim_delays)
     x, _ = nnls(np.concatenate(cols), np.concatenate(rhs))
-    costs = _costs(x)
+    costs = _costs(x, keys)
     with_costs = replace(disk, runtime_latency=0.0, worker_costs=costs)
     p1 = np.array([_forecast(machine, r.config, r.limit_bytes, with_costs, None).step_s for r in runs])
     p0 = np.array([r.base_step_s for r in runs])

@@ -127,7 +127,7 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
         from tilecast.simulator.memory_capacity import simulate_memory_limited
 
         res = simulate_memory_limited(graph, m, memory.limit_bytes, memory.disk, config.sched, durations=durations,
-                                      seed=seed)
+                                      seed=seed, page_cache=getattr(memory, "page_cache", None))
     else:
         res = simulate(graph, m, config.sched, durations=durations, transfers=transfers, seed=seed)
     host_s = host.seconds(graph.n_tiles, graph.n_tasks) if host is not None else 0.0

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int, limit_bytes: int,
                     offload_dir: str | None, recompute: str = "none", graph=None, machine=None,
-                    keep_result: bool = False):
+                    keep_result: bool = False, page_cache=None):
     """The :class:`~tilecast.loop.predict.Prediction` of one step of the configuration under a main-memory
     limit of ``limit_bytes`` with a disk node in ``offload_dir`` (None: no disk node), on the local machine
     with its stored models (kernel calibration, host costs, the disk node measured by ``tilecast calibrate``
     there or now; StarPU's cost of walking its list of tiles, ``walk_s``, only if the run prefetches,
     :func:`~tilecast.executor.memory_limit.limit_prefetches`). Its ``summary`` holds the predicted
     ``evictions``, ``writebacks``, ``dropped``,
-    ``disk_written_bytes`` and ``disk_read_bytes`` of a step after a warm-up step."""
+    ``disk_written_bytes`` and ``disk_read_bytes`` of a step after a warm-up step. ``page_cache``: the page
+    cache in front of the disk's device (:class:`~tilecast.perfmodel.page_cache.PageCache`; None: what this
+    machine's memory leaves the run when the forecast is made)."""
     from dataclasses import replace
 
     from tilecast.executor.memory_limit import MemoryLimitError, limit_prefetches
@@ -30,7 +32,7 @@ def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int,
     disk = ensure_disk(machine, offload_dir) if offload_dir is not None else None
     if disk is not None and not limit_prefetches():  # the list walks of failed prefetches: none to forecast
         disk = replace(disk, walk_s=0.0)
-    forecast = MemoryForecast(limit_bytes, disk)
+    forecast = MemoryForecast(limit_bytes, disk, page_cache)
     refused = forecast.refusal([graph], workers)
     if refused:
         raise MemoryLimitError(f"memory_limit: {refused}")
@@ -45,7 +47,12 @@ def predicted_fields(p) -> dict:
             "evictions": s.get("evictions", 0), "writebacks": s.get("writebacks", 0), "dropped": s.get("dropped", 0),
             "tidied": s.get("tidied", 0), "disk_transfers": s.get("transfers", 0),
             "disk_writes": s.get("disk_writes", 0), "disk_reads": s.get("disk_reads", 0),
-            "resident_per_transfer": s.get("resident_per_transfer", 0.0)}
+            "resident_per_transfer": s.get("resident_per_transfer", 0.0),
+            # the page cache in front of the device (where calibrate measured the device): its figures, reads
+            # served from it and from the device, and the seconds writers waited for write-back
+            "page_cache": s.get("page_cache"), "page_cache_read_hits": s.get("page_cache_read_hits", 0),
+            "page_cache_read_misses": s.get("page_cache_read_misses", 0),
+            "page_cache_throttled_s": s.get("page_cache_throttled_s", 0.0)}
 
 
 def predicted_fields_apart(*args, **kwargs) -> dict:

@@ -19,6 +19,11 @@ through (bytes, seconds) per direction gives a latency (the per-transfer cost:
 the system calls, the file's creation) and a bandwidth. :class:`DiskNode` holds
 the figures; :func:`save_disk`/:func:`stored_disk` keep them beside the
 kernel calibration (``$TILECAST_HOME/calibration/<machine>-<fingerprint>.disk.json``).
+
+Those few MiB stay in the kernel's page cache, so the figures are the cache's.
+:func:`measure_device` times the same transfers with ``O_DIRECT``, which
+bypasses the cache: the device's own bandwidth, which a step whose traffic
+outgrows the cache meets (:mod:`tilecast.perfmodel.page_cache`).
 """
 
 from __future__ import annotations
@@ -70,6 +75,18 @@ class DiskNode:
     #: empty until then. Where set, it replaces runtime_latency (0 then).
     worker_costs: dict = field(default_factory=dict)
     worker_costs_source: str = ""
+    #: the device under the page cache (O_DIRECT: :func:`measure_device`), bytes/s and s per transfer; 0 where
+    #: not measured (the forecast then charges the figures above, the page cache's, for every transfer)
+    device_write_bandwidth: float = 0.0
+    device_read_bandwidth: float = 0.0
+    device_read_latency: float = 0.0
+    device_source: str = ""
+
+    @property
+    def has_device(self) -> bool:
+        """Whether the device's own speed was measured (the forecast then puts the page cache in front of it:
+        :mod:`tilecast.perfmodel.page_cache`)."""
+        return self.device_write_bandwidth > 0 and self.device_read_bandwidth > 0
 
     def write_s(self, nbytes: float) -> float:
         return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
@@ -90,6 +107,9 @@ class DiskNode:
             parts += [f"{c[k] * 1024 * 1e6:.2f} us per KiB {k.split('_')[0].replace('writeback', 'written back')}"
                       for k in ("read_bytes", "writeback_bytes") if c.get(k)]
             line += "; StarPU in the worker: " + (", ".join(parts) or "nothing")
+        if self.has_device:
+            line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
+                     f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
         return line
 
 
@@ -100,9 +120,11 @@ def _fit(sizes, seconds) -> tuple[float, float]:
     return max(float(intercept), 0.0), 1.0 / slope
 
 
-def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3) -> DiskNode:
+def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3, device: bool = True) -> DiskNode:
     """Time StarPU's unistd transfers in ``directory`` (see the module's docstring): about ``total_bytes``
-    written and read per block size and repeat, the fastest repeat kept (the machine is shared)."""
+    written and read per block size and repeat, the fastest repeat kept (the machine is shared); these few MiB
+    stay in the page cache, so the figures are the cache's. With ``device``, also the device under it
+    (:func:`measure_device`, twice the bytes)."""
     if not os.path.isdir(directory):
         raise DiskNodeError(f"offload_dir: no such directory {directory}")
     write_pts, read_pts = [], []
@@ -138,8 +160,61 @@ def measure_disk(directory: str, total_bytes: int = 32 << 20, repeats: int = 3) 
     rl, rb = _fit(*zip(*read_pts))
     return DiskNode(wb, rb, wl, rl, os.path.abspath(directory),
                     f"measured: StarPU's unistd transfers (pwrite, pread of one file per tile; no fsync) with "
-                    f"{'/'.join(f'{b >> 10} KiB' for b in BLOCKS)} blocks, best of {repeats}",
-                    datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+                    f"{'/'.join(f'{b >> 10} KiB' for b in BLOCKS)} blocks, best of {repeats}: the page cache",
+                    datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    **(measure_device(directory, 2 * total_bytes, min(repeats, 2)) if device else {}))
+
+
+#: block sizes timed on the device: a 128 x 128 and a 512 x 512 float32 tile (O_DIRECT needs whole blocks)
+DEVICE_BLOCKS = (64 << 10, 1 << 20)
+
+
+def measure_device(directory: str, total_bytes: int = 64 << 20, repeats: int = 2) -> dict:
+    """The device under ``directory``'s page cache: the same transfers as :func:`measure_disk` (one file per
+    block, one ``pwrite`` then one ``pread`` of it) opened with ``O_DIRECT``, so that they bypass the cache;
+    about ``total_bytes`` per block size and repeat, the fastest repeat kept. Returns the DiskNode fields
+    ``device_write_bandwidth``, ``device_read_bandwidth``, ``device_read_latency``, ``device_source``; zeros and
+    the reason in ``device_source`` where the file system refuses O_DIRECT (tmpfs)."""
+    import mmap
+
+    if not hasattr(os, "O_DIRECT"):
+        return {"device_source": "not measured: no O_DIRECT on this system"}
+    write_pts, read_pts = [], []
+    for block in DEVICE_BLOCKS:
+        n = max(int(total_bytes // block), 4)
+        buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+        buf.write(os.urandom(block))
+        best_w = best_r = float("inf")
+        for _ in range(repeats):
+            work = tempfile.mkdtemp(prefix=".tilecast-device-", dir=directory)
+            fds = []
+            try:
+                for i in range(n):
+                    fds.append(os.open(os.path.join(work, str(i)), os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600))
+                t0 = time.perf_counter()
+                for fd in fds:
+                    os.pwrite(fd, buf, 0)
+                t1 = time.perf_counter()
+                for fd in fds:
+                    os.preadv(fd, [buf], 0)
+                t2 = time.perf_counter()
+            except OSError as e:
+                return {"device_source": f"not measured: O_DIRECT transfers refused in {directory} "
+                                         f"({e.strerror or e})"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+                shutil.rmtree(work, ignore_errors=True)
+            best_w, best_r = min(best_w, (t1 - t0) / n), min(best_r, (t2 - t1) / n)
+        write_pts.append((block, best_w))
+        read_pts.append((block, best_r))
+        buf.close()
+    _, wb = _fit(*zip(*write_pts))
+    rl, rb = _fit(*zip(*read_pts))
+    return {"device_write_bandwidth": wb, "device_read_bandwidth": rb, "device_read_latency": rl,
+            "device_source": (f"measured: O_DIRECT pwrite, pread of one file per block, "
+                              f"{'/'.join(f'{b >> 10} KiB' for b in DEVICE_BLOCKS)} blocks, {total_bytes >> 20} MiB "
+                              f"each, best of {repeats}")}
 
 
 def disk_path(machine) -> str:
@@ -189,7 +264,8 @@ def same_file_system(a: str, b: str) -> bool:
 
 def ensure_disk(machine, directory: str | None = None) -> DiskNode:
     """The disk node of ``machine`` in ``directory`` (default ``$TILECAST_HOME/offload``): the stored one if it
-    was measured on the same file system, else measured now in ``directory`` and stored."""
+    was measured on the same file system, else measured now in ``directory`` and stored. (A disk node stored
+    before the device was measured has no device figures: ``tilecast calibrate --disk-only`` adds them.)"""
     if directory is None:
         directory = str(home("offload"))
         os.makedirs(directory, exist_ok=True)

@@ -56,7 +56,12 @@ with the StarPU 1.3.10 code each follows:
   (:class:`DiskLinks`, one timeline for both directions: one device), each
   taking ``latency + bytes / bandwidth`` as ``tilecast calibrate`` measured it
   (:mod:`tilecast.perfmodel.disk_node`), plus StarPU's own cost per transfer
-  (fitted: not the file system's, nor glibc's AIO, docs/memory.md).
+  (fitted: not the file system's, nor glibc's AIO, docs/memory.md). Where
+  ``calibrate`` also measured the device under the page cache (O_DIRECT), a
+  transfer takes what the page cache in front of it says
+  (:class:`tilecast.perfmodel.page_cache.CachedDisk`): the cache's speed
+  while the written tiles' dirty pages stay under Linux's ``dirty_ratio`` and
+  the tiles read back are still cached, the device's beyond.
 - **Submission is throttled** (:class:`Throttled`; ``src/core/task.c``,
   ``_starpu_task_submit``: before a task is submitted, if more than
   ``STARPU_LIMIT_MAX_SUBMITTED_TASKS`` are submitted and not finished, wait
@@ -106,6 +111,9 @@ class MemoryForecast:
 
     limit_bytes: int
     disk: object = None  # tilecast.perfmodel.disk_node.DiskNode
+    #: the page cache in front of the disk node's device (tilecast.perfmodel.page_cache.PageCache); None: what
+    #: this machine leaves the run, where the disk node's device was measured
+    page_cache: object = None
 
     def refusal(self, graphs, workers: int) -> str | None:
         """Why the limit cannot run ``graphs`` on ``workers`` workers, in one line (None: it can); the same
@@ -148,9 +156,12 @@ class LimitedSimResult(SimResult):
 
 class DiskLinks(Links):
     """Links where both directions of the disk share one timeline (one device: a read waits for the
-    write-backs issued before it, and the other way round)."""
+    write-backs issued before it, and the other way round). With ``cache`` (a
+    :class:`~tilecast.perfmodel.page_cache.CachedDisk`) a disk transfer takes what the page cache in front of
+    the device says, plus StarPU's constant cost per transfer (``runtime_latency``), instead of the link's
+    figures."""
 
-    def __init__(self, machine):
+    def __init__(self, machine, cache=None, runtime_latency: float = 0.0):
         super().__init__(machine)
         names = [ln.name for ln in machine.links]
         disk = [i for i, ln in enumerate(machine.links) if DISK_NODE in (ln.src, ln.dst)]
@@ -158,6 +169,9 @@ class DiskLinks(Links):
         for i in disk:
             self.timeline[i] = disk[0]
         self.extra = 0.0  # seconds added to the next transfer (StarPU's cost that CappedMemory sets)
+        self.cache, self.runtime_latency = cache, runtime_latency
+        self.disk_node = len(machine.nodes) - 1
+        self.tile = -1  # the tile of the next disk transfer (CappedMemory sets it; the page cache tracks tiles)
 
     def transfer(self, src: int, dst: int, nbytes: int, not_before: float) -> float:
         route = self.route[src][dst]
@@ -166,7 +180,13 @@ class DiskLinks(Links):
         for i in route:
             if free_at[tl[i]] > start:
                 start = free_at[tl[i]]
-        end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
+        cache = self.cache
+        if cache is not None and dst == self.disk_node:
+            end = start + self.runtime_latency + cache.write(self.tile, nbytes, start) + self.extra
+        elif cache is not None and src == self.disk_node:
+            end = start + self.runtime_latency + cache.read(self.tile, nbytes, start) + self.extra
+        else:
+            end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
         for i in route:
             free_at[tl[i]] = end
         self.flat_log.extend((src, dst, nbytes, start, end))
@@ -287,7 +307,7 @@ class CappedMemory(Memory):
             self.used[node] -= sz
             self.n_evictions += 1
             if self.valid[tile] == bit:  # the only valid copy (STARPU_OWNER): written to the disk, waited for
-                end = self._disk_transfer(node, disk, sz, ready if ready > now else now)
+                end = self._disk_transfer(node, disk, sz, ready if ready > now else now, tile)
                 self.valid[tile] = 1 << disk
                 self.avail[disk][tile] = end
                 self.used[disk] += sz
@@ -303,12 +323,13 @@ class CappedMemory(Memory):
                 self.task_drops[self.task] += 1
         return free_at
 
-    def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float) -> float:
-        """A transfer to or from the disk node, with StarPU's cost that grows with the tiles main memory holds
-        (``walk_s`` per tile: its walks of ``mc_list``, docs/memory.md)."""
+    def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float, tile: int = -1) -> float:
+        """A transfer of ``tile`` to or from the disk node, with StarPU's cost that grows with the tiles main
+        memory holds (``walk_s`` per tile: its walks of ``mc_list``, docs/memory.md)."""
         n = len(self.avail[0])
         self.resident_sum += n
         self.links.extra = self.walk_s * n
+        self.links.tile = tile
         end = self.links.transfer(src, dst, nbytes, start)
         self.links.extra = 0.0
         return end
@@ -324,7 +345,7 @@ class CappedMemory(Memory):
             since = self.avail[src][tile]
             start = since if since > room else room
             if src == self.disk:
-                ready = self._disk_transfer(src, node, size, start)
+                ready = self._disk_transfer(src, node, size, start, tile)
                 self.disk_read += size
                 self.n_disk_reads += 1
                 self.task_reads[self.task] += 1
@@ -391,7 +412,7 @@ class CappedMemory(Memory):
             if tile not in dirty or tile in in_use:
                 continue
             sz = size[tile]
-            end = self._disk_transfer(0, disk, sz, ready if ready > now else now)
+            end = self._disk_transfer(0, disk, sz, ready if ready > now else now, tile)
             valid[tile] |= 1 << disk
             self.avail[disk][tile] = end
             self.used[disk] += sz
@@ -460,7 +481,8 @@ class Throttled(Policy):
 
 def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str = "dmda", durations=None,
                             calibration=None, priority=None, seed: int = 0, throttle=(16, 8),
-                            warmup: bool = True, tidy: bool = True, prefetches: bool | None = None):
+                            warmup: bool = True, tidy: bool = True, prefetches: bool | None = None,
+                            page_cache=None):
     """Simulate a step of ``graph`` under a main-memory limit with a disk node (``disk``: a
     :class:`~tilecast.perfmodel.disk_node.DiskNode`); returns a
     :class:`~tilecast.simulator.simulate.SimResult` of the step after ``warmup`` warm-up steps (True: one),
@@ -470,7 +492,12 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     the disk counters (:func:`tilecast.trace.with_disk_counters`).
     ``throttle``: tasks in flight per worker (max, min), or None; ``tidy``: model StarPU's tidying;
     ``prefetches``: whether the run prefetches (None: as a memory-limited run started from this environment
-    would, :func:`tilecast.perfmodel.disk_node.limit_prefetches`; by default it does not)."""
+    would, :func:`tilecast.perfmodel.disk_node.limit_prefetches`; by default it does not).
+    ``page_cache``: the page cache in front of the disk's device (a
+    :class:`~tilecast.perfmodel.page_cache.PageCache`; None: what this machine leaves a process holding the
+    limit, :func:`~tilecast.perfmodel.page_cache.page_cache_for`), used where ``disk`` has the device's figures
+    (``DiskNode.has_device``): transfers then go through :class:`~tilecast.perfmodel.page_cache.CachedDisk`, and
+    the summary adds its read hits and misses, and the seconds writers waited for write-back."""
     from tilecast.perfmodel.disk_node import limit_prefetches
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import (POLICIES, USES_ESTIMATES, USES_PRIORITIES, summarize,
@@ -490,7 +517,14 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     kind_index = {k: i for i, k in enumerate(m.kind_names)}
     worker_kind = [kind_index[w.kind] for w in m.workers]
     worker_node = [w.node for w in m.workers]
-    links = DiskLinks(m)
+    cache = None
+    if getattr(disk, "has_device", False):
+        from tilecast.perfmodel.page_cache import CachedDisk, page_cache_for, run_process_bytes
+
+        if page_cache is None:
+            page_cache = page_cache_for(run_process_bytes(limit_bytes, graph.n_tiles))
+        cache = CachedDisk(disk, page_cache)
+    links = DiskLinks(m, cache, disk.runtime_latency)
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
@@ -501,8 +535,10 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
         warm = None
         for step in range(1 + int(warmup)):
             if step:
-                links = DiskLinks(m)
+                links = DiskLinks(m, cache, disk.runtime_latency)
                 memory.next_step(links)
+                if cache is not None:
+                    cache.next_step()
             policy = POLICIES[sched](priority, seed, estimate)
             if throttle:
                 n_w = len(m.workers)
@@ -529,6 +565,9 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
     summary["allocations"] = int(memory.task_allocs.sum())
+    if cache is not None:
+        summary.update(cache.summary())
+        summary["page_cache"] = page_cache.describe()
     res = LimitedSimResult(start, end, worker, summary, tr, graph, m)
     res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
     return res

@@ -1,0 +1,130 @@
+"""The page cache in front of the disk node's device: writes at the cache's speed until the dirty pages reach
+Linux's threshold, then at the device's; reads of tiles still cached at the cache's speed, others at the
+device's; the thresholds read from the machine; the device timed with O_DIRECT."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from sim_machines import cpu_machine
+from test_memory_forecast import DISK, S, two_axpys
+
+from tilecast.perfmodel.disk_node import DiskNode, measure_device
+from tilecast.perfmodel.page_cache import CachedDisk, PageCache, page_cache_for, run_process_bytes
+from tilecast.simulator.memory_capacity import simulate_memory_limited
+
+MB = 1_000_000
+#: the cache: 10 GB/s write, 20 GB/s read, 10 / 5 us per transfer; the device: 1 GB/s write, 2 GB/s read + 100 us
+NODE = DiskNode(10e9, 20e9, 1e-5, 5e-6, device_write_bandwidth=1e9, device_read_bandwidth=2e9,
+                device_read_latency=1e-4, device_source="test figures")
+CACHE = PageCache(capacity_bytes=1000 * MB, dirty_bytes=100 * MB, background_bytes=50 * MB)
+
+
+def write_stream(disk: CachedDisk, n: int, nbytes: int = MB, first_tile: int = 0, t: float = 0.0) -> list[float]:
+    """``n`` tiles written back to back from ``t`` (each starts when the last ends, as on the disk link); their
+    ends."""
+    ends = []
+    for i in range(n):
+        t += disk.write(first_tile + i, nbytes, t)
+        ends.append(t)
+    return ends
+
+
+def test_a_write_stream_under_the_dirty_threshold_runs_at_the_cache_speed():
+    disk = CachedDisk(NODE, CACHE)
+    ends = write_stream(disk, 90)  # 90 MB < 100 MB dirty threshold
+    assert ends[-1] == pytest.approx(90 * (NODE.write_latency + MB / NODE.write_bandwidth), rel=1e-12)
+    assert disk.throttled_s == 0
+
+
+def test_a_write_stream_over_the_threshold_runs_at_the_device_speed():
+    disk = CachedDisk(NODE, CACHE)
+    ends = write_stream(disk, 2000)  # 2 GB: the dirty pages reach 100 MB after about 110 MB
+    steady = (ends[-1] - ends[999]) / (1000 * MB)  # seconds per byte over the last 1 GB
+    assert steady == pytest.approx(1 / NODE.device_write_bandwidth, rel=1e-6)
+    assert disk.throttled_s > 0
+    # the flusher keeps the dirty bytes at the threshold, and has written back the rest
+    assert disk.dirty == pytest.approx(CACHE.dirty_bytes, rel=1e-9)
+    assert disk.written_back == pytest.approx(2000 * MB - CACHE.dirty_bytes, rel=1e-9)
+
+
+def test_the_flusher_drains_to_the_background_threshold_while_the_writer_is_idle():
+    disk = CachedDisk(NODE, CACHE)
+    write_stream(disk, 90)
+    disk.read(0, MB, 10.0)  # ten seconds later: the flusher has written back down to 50 MB
+    assert disk.dirty == pytest.approx(CACHE.background_bytes)
+    assert disk.written_back == pytest.approx(40 * MB)
+
+
+def test_a_recently_written_tile_is_read_from_the_cache_an_old_one_from_the_device():
+    disk = CachedDisk(NODE, CACHE)
+    write_stream(disk, 10)
+    hit = disk.read(3, MB, 1.0)
+    assert hit == pytest.approx(NODE.read_latency + MB / NODE.read_bandwidth, rel=1e-12)
+    write_stream(disk, 1000, first_tile=100, t=2.0)  # 1 GB more: tiles 0-9 leave the cache (LRU)
+    miss = disk.read(5, MB, 100.0)
+    assert miss == pytest.approx(NODE.device_read_latency + MB / NODE.device_read_bandwidth, rel=1e-12)
+    assert disk.read(5, MB, 101.0) == pytest.approx(hit, rel=1e-12)  # read back: cached again
+    assert (disk.hits, disk.misses) == (2, 1)
+
+
+def test_a_device_read_stops_the_write_back():
+    """The flusher writes nothing while the device reads: after a miss that takes the whole interval, the dirty
+    bytes are what they were."""
+    disk = CachedDisk(NODE, CACHE)
+    t0 = write_stream(disk, 90)[-1]  # about 85 MB dirty then, over the background threshold
+    dirty, written = disk.dirty, disk.written_back
+    took = disk.read(5000, 100 * MB, t0)  # a 50 ms read from the device
+    assert took == pytest.approx(NODE.device_read_latency + 0.05, rel=1e-12) and disk.dirty == dirty
+    disk.read(0, MB, t0 + took + 0.010)  # 10 ms after the device's read: 10 MB written back meanwhile
+    assert disk.written_back - written == pytest.approx(10 * MB, rel=1e-6)
+
+
+def test_thresholds_read_from_the_machine(tmp_path):
+    (tmp_path / "dirty_ratio").write_text("20\n")
+    (tmp_path / "dirty_background_ratio").write_text("10\n")
+    (tmp_path / "dirty_bytes").write_text("0\n")
+    (tmp_path / "dirty_background_bytes").write_text("0\n")
+    proc = run_process_bytes(12 << 30, 98_316)
+    assert proc == (12 << 30) + (130 << 20) + 98_316 * 4472
+    c = page_cache_for(proc, available_bytes=proc + (10 << 30), vm=str(tmp_path))
+    assert c.capacity_bytes == 10 << 30
+    assert c.dirty_bytes == pytest.approx(2 << 30) and c.background_bytes == pytest.approx(1 << 30)
+    (tmp_path / "dirty_bytes").write_text("536870912\n")  # dirty_bytes, where set, replaces the ratio
+    assert page_cache_for(proc, available_bytes=proc + (10 << 30), vm=str(tmp_path)).dirty_bytes == 512 << 20
+    here = page_cache_for(1 << 20)  # this machine's
+    assert here.capacity_bytes > 0 and 0 < here.background_bytes <= here.dirty_bytes <= here.capacity_bytes
+    print(here.describe(), here.source)
+
+
+def test_the_forecast_goes_through_the_cache_where_the_device_was_measured():
+    """test_memory_forecast.test_eviction_by_hand's step (2 write-backs, t0 read from disk, then t2 and t3 read
+    back). Without device figures the step is what it was. With them and a large cache, t2 and t3, just written,
+    are read from the cache and t0, never cached, from the device; with no cache every read is the device's and
+    every write waits for its write-back, so the step is longer."""
+    run = {"durations": np.full((1, 2), 1e-3), "warmup": False, "throttle": None}
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
+    dev = replace(DISK, device_write_bandwidth=DISK.write_bandwidth / 10, device_read_bandwidth=DISK.read_bandwidth / 10,
+                  device_read_latency=1e-3, device_source="test figures")
+    big = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, dev, "eager",
+                                  page_cache=PageCache(1 << 30, 1 << 28, 1 << 27), **run)
+    s = big.summary
+    assert (s["page_cache_read_hits"], s["page_cache_read_misses"]) == (2, 1)
+    miss_extra = (1e-3 + S / dev.device_read_bandwidth) - (DISK.read_latency + S / DISK.read_bandwidth)
+    assert big.makespan == pytest.approx(plain.makespan + miss_extra, rel=1e-12)
+    none = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, dev, "eager",
+                                   page_cache=PageCache(0, 0, 0), **run)
+    assert none.summary["page_cache_read_misses"] == 3 and none.summary["page_cache_throttled_s"] > 0
+    assert none.makespan > big.makespan
+    for k in ("evictions", "writebacks", "disk_written_bytes", "disk_read_bytes"):
+        assert none.summary[k] == big.summary[k] == plain.summary[k]
+
+
+def test_the_device_is_timed_with_o_direct(tmp_path):
+    fields = measure_device(str(tmp_path), total_bytes=4 << 20, repeats=1)
+    print(fields)
+    if fields.get("device_write_bandwidth"):
+        assert fields["device_read_bandwidth"] > 0 and fields["device_source"].startswith("measured: O_DIRECT")
+    else:  # a file system without O_DIRECT (tmpfs): said so, and the forecast keeps the cache's figures
+        assert fields["device_source"].startswith("not measured")
+        assert not replace(NODE, device_write_bandwidth=0.0).has_device

@@ -1,0 +1,191 @@
+"""The kernel's page cache in front of the offload device: how long a disk node's transfer takes when the step's
+traffic outgrows the cache.
+
+StarPU's unistd disk backend moves a tile with one ``pwrite`` or ``pread`` and never syncs
+(:mod:`tilecast.perfmodel.disk_node`), so its transfers go through Linux's page cache. ``calibrate`` times them
+with a few MiB, which the cache holds: its figures are the cache's (GB/s). A step that moves tens of GB through a
+cache of a few GB meets the device itself. The model, with its sources:
+
+- **Capacity.** The cache can hold what memory the run leaves: ``MemAvailable`` (``/proc/meminfo``; free
+  memory and the reclaimable cache) less the memory-limited process (the limit, plus what the process holds
+  beyond it: docs/memory.md, "What the process holds beyond the limit"). Pages are kept in least recently used
+  order (Linux keeps two LRU lists; one list is the approximation), counted in tiles' bytes.
+- **Dirty pages.** A write lands in the cache at the cache's speed and leaves a dirty page. Linux's
+  thresholds (``Documentation/admin-guide/sysctl/vm.rst``): past ``dirty_background_ratio`` percent of the
+  available memory (free and reclaimable pages) the flusher threads write dirty pages back in the
+  background; past ``dirty_ratio`` percent a process generating writes is made to wait for the write-back
+  itself (``mm/page-writeback.c``, ``balance_dirty_pages``, which paces the writer to the device's write-back
+  rate). ``dirty_bytes``/``dirty_background_bytes``, where set, replace the ratios. The available memory is
+  taken to be the cache's capacity (the process's own pages are not dirtyable).
+  Here: the flusher drains dirty bytes at the device's write bandwidth while they exceed the background
+  threshold and the device is not reading; a write that would take them past the hard threshold waits until
+  the flusher has made room. A stream of writes therefore runs at the cache's speed until the dirty bytes
+  reach the threshold, then at the device's. (Not modelled: the write-back of pages older than
+  ``dirty_expire_centisecs`` below the background threshold, and ``balance_dirty_pages``'s gradual pacing
+  between the two thresholds: the writer runs free up to the hard one.)
+- **Reads.** A tile whose pages are still cached (written or read recently enough that less than the capacity
+  has entered the cache since) is read at the cache's speed; another is read from the device (O_DIRECT
+  figures, ``DiskNode.device_*``), which stops the write-back meanwhile (one device), and enters the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+#: what a memory-limited process holds beyond the limit and its tiles' handles (docs/memory.md, "What the process
+#: holds beyond the limit": about 110 MiB of Python and its libraries before StarPU starts, 20 MiB for StarPU's
+#: start, 4,472 B per registered tile, measured there)
+PROCESS_BASE_BYTES = 130 << 20
+HANDLE_BYTES = 4472
+
+
+@dataclass(frozen=True)
+class PageCache:
+    """The page cache a memory-limited run leaves to its disk node: its capacity and Linux's dirty thresholds
+    (bytes)."""
+
+    capacity_bytes: float
+    dirty_bytes: float  # a writer waits for write-back past this (dirty_ratio)
+    background_bytes: float  # the flusher writes back past this (dirty_background_ratio)
+    source: str = ""
+
+    def describe(self) -> str:
+        return (f"page cache {self.capacity_bytes / 2**30:.1f} GiB, dirty thresholds "
+                f"{self.background_bytes / 2**30:.2f} / {self.dirty_bytes / 2**30:.2f} GiB")
+
+
+def run_process_bytes(limit_bytes: int, n_tiles: int) -> int:
+    """About what a memory-limited process holds: the limit, its handles and its start (see
+    :data:`PROCESS_BASE_BYTES`)."""
+    return int(limit_bytes) + PROCESS_BASE_BYTES + int(n_tiles) * HANDLE_BYTES
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def page_cache_for(process_bytes: int, available_bytes: int | None = None, vm: str = "/proc/sys/vm") -> PageCache:
+    """The page cache this machine leaves a process of ``process_bytes``: ``available_bytes`` (default: this
+    machine's ``MemAvailable`` now) less the process, and the dirty thresholds of ``vm`` (Linux's defaults, 20
+    and 10 percent, where they cannot be read)."""
+    avail = mem_available_bytes() if available_bytes is None else int(available_bytes)
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    capacity = max(float(avail - process_bytes), 0.0)
+    ratio = _read_int(os.path.join(vm, "dirty_ratio"))
+    bg_ratio = _read_int(os.path.join(vm, "dirty_background_ratio"))
+    dirty = _read_int(os.path.join(vm, "dirty_bytes")) or capacity * (20 if ratio is None else ratio) / 100
+    background = (_read_int(os.path.join(vm, "dirty_background_bytes"))
+                  or capacity * (10 if bg_ratio is None else bg_ratio) / 100)
+    return PageCache(capacity, float(min(dirty, capacity)), float(min(background, dirty, capacity)),
+                     f"MemAvailable {avail / 2**30:.1f} GiB less the process ({process_bytes / 2**30:.1f} GiB); "
+                     f"vm.dirty_ratio {ratio}, dirty_background_ratio {bg_ratio}")
+
+
+class CachedDisk:
+    """The disk node's transfers through the page cache (see the module's docstring), issued one after another in
+    time order (the disk link's timeline). ``disk``: a :class:`~tilecast.perfmodel.disk_node.DiskNode` whose
+    ``write_*``/``read_*`` figures are the cache's (what calibrate's buffered probe measures) and ``device_*``
+    the device's (O_DIRECT)."""
+
+    def __init__(self, disk, cache: PageCache):
+        self.cache = cache
+        self.w_lat, self.w_inv = disk.write_latency, 1.0 / disk.write_bandwidth
+        self.r_lat, self.r_inv = disk.read_latency, 1.0 / disk.read_bandwidth
+        self.dw_inv = 1.0 / disk.device_write_bandwidth
+        self.dr_lat, self.dr_inv = disk.device_read_latency, 1.0 / disk.device_read_bandwidth
+        self.lru: OrderedDict = OrderedDict()  # tile -> bytes, least recently used first
+        self.cached = 0  # bytes in the cache
+        self.dirty = 0.0  # dirty bytes
+        self.t = 0.0  # the flusher's clock: dirty bytes are known up to this time
+        self.reading_until = 0.0  # the device reads until then (the flusher waits)
+        self.hits = self.misses = 0
+        self.hit_bytes = self.miss_bytes = 0
+        self.throttled_s = 0.0  # seconds writers waited for write-back
+        self.written_back = 0.0  # bytes the flusher wrote to the device
+
+    def next_step(self) -> None:
+        """A new step's clock (the cache's contents and dirty bytes stay)."""
+        self.t = self.reading_until = 0.0
+        self.hits = self.misses = self.hit_bytes = self.miss_bytes = 0
+        self.throttled_s = self.written_back = 0.0
+
+    def _flush(self, until: float) -> None:
+        """The flusher's write-back from the clock to ``until``, while the device does not read."""
+        if until <= self.t:
+            return
+        begin = self.t if self.t > self.reading_until else self.reading_until
+        bg = self.cache.background_bytes
+        if until > begin and self.dirty > bg:
+            done = min(self.dirty - bg, (until - begin) / self.dw_inv)
+            self.dirty -= done
+            self.written_back += done
+        self.t = until
+
+    def _enter(self, tile: int, nbytes: int) -> None:
+        lru = self.lru
+        if tile in lru:
+            lru.move_to_end(tile)
+            self.cached += nbytes - lru[tile]
+        else:
+            self.cached += nbytes
+        lru[tile] = nbytes
+        cap = self.cache.capacity_bytes
+        while self.cached > cap and lru:
+            _, b = lru.popitem(last=False)
+            self.cached -= b
+
+    def write(self, tile: int, nbytes: int, start: float) -> float:
+        """Seconds a ``pwrite`` of ``tile`` started at ``start`` takes: the cache's, plus the wait for write-back
+        where it would take the dirty bytes past the threshold."""
+        self._flush(start)
+        took = self.w_lat + nbytes * self.w_inv
+        over = self.dirty + nbytes - self.cache.dirty_bytes
+        if over > 0:
+            begin = start if start > self.reading_until else self.reading_until
+            wait = begin + over * self.dw_inv - start
+            if wait > took:
+                self.throttled_s += wait - took
+                took = wait
+        self.dirty += nbytes
+        self._enter(tile, nbytes)
+        self._flush(start + took)
+        return took
+
+    def read(self, tile: int, nbytes: int, start: float) -> float:
+        """Seconds a ``pread`` of ``tile`` started at ``start`` takes: the cache's if its pages are still
+        cached, else the device's."""
+        self._flush(start)
+        if tile in self.lru and self.lru[tile] == nbytes:
+            self.lru.move_to_end(tile)
+            self.hits += 1
+            self.hit_bytes += nbytes
+            return self.r_lat + nbytes * self.r_inv
+        took = self.dr_lat + nbytes * self.dr_inv
+        self.misses += 1
+        self.miss_bytes += nbytes
+        self.reading_until = start + took
+        self._enter(tile, nbytes)
+        return took
+
+    def summary(self) -> dict:
+        return {"page_cache_read_hits": self.hits, "page_cache_read_misses": self.misses,
+                "page_cache_hit_bytes": int(self.hit_bytes), "page_cache_miss_bytes": int(self.miss_bytes),
+                "page_cache_throttled_s": self.throttled_s, "page_cache_written_back_bytes": int(self.written_back)}
