@@ -81,6 +81,10 @@ def print_table(res) -> None:
     print(blas_summary()[1])
     if c.get("quiet"):
         print(quiet_check_line(c["quiet"], res.rows))
+    if c.get("references"):
+        print(references_line(c["references"]))
+    if c.get("reference_note"):
+        print(c["reference_note"])
     print()
     print(f"{'model':<11}{'batch':>7}{'tiling':>26}{'sched':>7}{'wk':>3}{'tasks':>6}{'real ms':>10}"
           f"{'first':>8}{'held':>8}{'repeat':>8}{'spread':>7}{'ref':>6}")
@@ -101,6 +105,21 @@ def print_table(res) -> None:
         print(f"  per shape: {shapes}; median bias {100 * f['bias']:+.1f}%")
     if res.calibration_files:
         print(f"models updated from the measured runs: {', '.join(res.calibration_files)}")
+
+
+def references_line(r: dict) -> str:
+    """The reference step while calibration timed and while the suite was measured, side by side."""
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:.1f} ms"
+
+    line = (f"reference step, median (fastest): calibration {ms(r['calibration_s'])} ({ms(r['calibration_best_s'])})"
+            f"{'' if r['calibration_timed_in_this_run'] else ' (stored)'}, measurement {ms(r['measurement_s'])} "
+            f"({ms(r['measurement_best_s'])})")
+    p = r.get("calibration_passes")
+    if p:
+        line += (f"; by the run's fastest, {p['disturbed']} of {p['passes']} calibration passes disturbed, "
+                 f"{p['retaken']} retaken at the end")
+    return line
 
 
 def _tile(desc: str) -> str:
