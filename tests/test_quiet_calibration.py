@@ -94,8 +94,14 @@ def _fake_timing(monkeypatch, m, base):
 
 
 def _cases():
-    return [("gemm", np.asarray([64.0, 64.0, 64.0, 16384.0, 16384.0, 16384.0])),
-            ("gelu", np.asarray([4096.0, 16384.0, 16384.0]))]
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.graph.models import build_step
+    from tilecast.perfmodel.calibration import cases_from_shapes
+    from tilecast.perfmodel.shapes import graph_shapes
+
+    g = build_step(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"))
+    return cases_from_shapes(graph_shapes(g), per_kernel=1)
 
 
 def test_a_kernel_pass_taken_in_a_slow_spell_is_retaken_and_its_figures_replaced(monkeypatch, tmp_path):
@@ -106,22 +112,30 @@ def test_a_kernel_pass_taken_in_a_slow_spell_is_retaken_and_its_figures_replaced
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
     m = Machine(1.3)
-    kc = _fake_timing(monkeypatch, m, [1e-3, 2e-3])
+    cases = _cases()
+    base = [1e-3 * (i + 1) for i in range(len(cases))]
+    kc = _fake_timing(monkeypatch, m, base)
     g = make_guard(m)
     record = []
     machine = load_machine("local")
-    cal, _ = kc.time_in_starpu(machine, None, _cases(), [4, 4], 1, guard=g, record=record)
-    assert cal.points["gemm"]["median_s"] == [pytest.approx(1.3e-3)]
+    cal, _ = kc.time_in_starpu(machine, None, cases, [4] * len(cases), 2, guard=g, record=record)
+    name, row = cases[0]
+    assert cal.points[name]["median_s"] == [pytest.approx(1.3e-3)]
     assert cal.quiet["passes_disturbed"] == 0 and cal.quiet["reference_s"] == pytest.approx(1.3)
+    samples = {k: [list(r) for r in v] for k, v in cal.worker_samples.items()}
+    assert samples and all(r[1] == pytest.approx(r[2]) for v in samples.values() for r in v)
     m.speed = 1.0
     g.check()  # the measurement: 1.0
     cal, host, report = retake_calibration(record, g, machine, cal, {}, budget_s=1e6)
-    assert report["disturbed"] == report["passes"] == kc.STARPU_PASSES + kc.HOT_PASSES
-    assert report["retaken"] == report["passes"] and report["still_disturbed"] == 0
-    assert cal.points["gemm"]["median_s"] == [pytest.approx(1e-3)]  # replaced, not added beside
-    assert cal.points["gelu"]["median_s"] == [pytest.approx(2e-3)]
-    assert cal.hot["gemm"]["median_s"] == [pytest.approx(1e-3)]
-    assert cal.quiet["reference_s"] == pytest.approx(1.0) and cal.quiet["passes_retaken_late"] == report["retaken"]
+    n = kc.STARPU_PASSES + kc.HOT_PASSES + 2 * kc.WORKER_PASSES
+    assert report["disturbed"] == report["passes"] == n and report["retaken"] == n
+    assert report["still_disturbed"] == 0
+    for (name, row), b in zip(cases, base):  # replaced, not added beside
+        assert cal.points[name]["median_s"] == [pytest.approx(b)] and cal.hot[name]["median_s"] == [pytest.approx(b)]
+    # the worker samples replaced too: as many rows, each taken at 1.0 now
+    assert {k: len(v) for k, v in cal.worker_samples.items()} == {k: len(v) for k, v in samples.items()}
+    assert all(r[1] == pytest.approx(o[1] / 1.3) for k in samples for r, o in zip(cal.worker_samples[k], samples[k]))
+    assert cal.quiet["reference_s"] == pytest.approx(1.0) and cal.quiet["passes_retaken_late"] == n
     assert cal.quiet["reference_best_s"] == 1.0 and host == {}
 
 
@@ -204,3 +218,51 @@ def test_the_accuracy_suite_calibrates_and_measures_under_one_standard(monkeypat
     assert all(row["pred_first_use_s"] == pytest.approx(1.0) for row in res.rows)
     assert all(row["pred_step_s"] == pytest.approx(1.0) for row in res.rows)
     assert res.figures["first_use"]["bias"] == pytest.approx(0.0)
+
+
+def test_probe_sessions_disturbed_by_the_runs_standard_are_refitted(monkeypatch, tmp_path):
+    """The executor's probe sessions of a calibration taken in a slow spell: retaken, and the host-cost fits made
+    again from the retake (the fits stored before them kept as they were)."""
+    from tilecast.loop import host_cost as hc
+    from tilecast.loop.quiet_calibration import retake_calibration
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+    saved = []
+    monkeypatch.setattr(hc, "save_host_costs", lambda machine, fits: saved.append(dict(fits)) or "host.json")
+    monkeypatch.setattr(hc.ProbeSessions, "fit", lambda self, machine, cal: (
+        {**self.base, **{k: ("fit", p.result) for k, p in self.by_key.items()}}, cal))
+    m = Machine(1.3)
+    g = make_guard(m)
+    sessions = hc.ProbeSessions({2: "stored"}, [1], [(1, "prio")])
+    for p in sessions.passes:
+        p.run = lambda: m.now  # a probe session's result: the machine's speed when it ran
+        p.take(g)
+    host, cal = sessions.fit(None, None)
+    assert host[1] == ("fit", 1.3)
+    m.speed = 1.0
+    g.check()
+    cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json")
+    _, host, report = retake_calibration([sessions], g, None, cal, host, budget_s=1e6)
+    assert report["retaken"] == 2 and report["still_disturbed"] == 0
+    assert host == {2: "stored", 1: ("fit", 1.0), hc.probe_key(1, "prio"): ("fit", 1.0)} and saved[-1] == host
+    assert report["retaken_what"] == ["executor probes (1 worker)", "executor probes (prio, 1 worker)"]
+
+
+def test_the_reference_lines_for_people():
+    from tilecast.cli.accuracy_cmd import references_line
+    from tilecast.cli.calibrate_cmd import quiet_line
+
+    line = quiet_line({"passes": 8, "passes_disturbed": 0, "passes_retaken": 2, "waited_s": 3.0,
+                       "reference_best_s": 0.0309, "reference_s": 0.0321})
+    assert "32.1 ms around the passes" in line and "30.9 ms" in line
+    assert "reference step" not in quiet_line({"passes": 8, "passes_disturbed": 0, "passes_retaken": 0,
+                                               "waited_s": 0.0, "reference_best_s": 0.03})  # an older calibration
+    r = {"calibration_s": 0.0351, "calibration_best_s": 0.0309, "measurement_s": 0.0322, "measurement_best_s": 0.0308,
+         "standard_s": 0.0308, "calibration_timed_in_this_run": True,
+         "calibration_passes": {"passes": 20, "disturbed": 5, "retaken": 4, "still_disturbed": 1, "seconds": 80.0,
+                                "retaken_what": []}}
+    line = references_line(r)
+    assert "calibration 35.1 ms (30.9 ms)" in line and "measurement 32.2 ms (30.8 ms)" in line
+    assert "5 of 20 calibration passes disturbed, 4 retaken" in line
+    stored = references_line({**r, "calibration_timed_in_this_run": False, "calibration_passes": None})
+    assert "(stored)" in stored and "retaken" not in stored

@@ -230,11 +230,13 @@ class StarPUTiming:
         self.hot = [self._pass(f"hot {i + 1}/{HOT_PASSES}", w, cases, reps, HOT_SCHED) for i in range(HOT_PASSES)]
         order = list(self.cold + self.hot)
         if self.sample:
-            sub, sreps = [cases[i] for i in self.sample], reps[self.sample]
-            for i in range(WORKER_PASSES):
-                self.ones.append(self._pass(f"sample {i + 1}/{WORKER_PASSES}", 1, sub, sreps, HOT_SCHED))
-                self.alls.append(self._pass(f"sample {i + 1}/{WORKER_PASSES}", w, sub, sreps, HOT_SCHED))
-                order += [self.ones[-1], self.alls[-1]]
+            def planned(n_workers, todo, r, step, sched, count):  # worker_pair_passes' order, taken later
+                made = [self._pass(f"sample on {n_workers}", n_workers, todo, r, sched) for _ in range(count)]
+                (self.ones if n_workers == 1 else self.alls).extend(made)
+                order.extend(made)
+                return [np.zeros(len(todo))] * count
+
+            worker_pair_passes(planned, w, [cases[i] for i in self.sample], reps[self.sample])
         return order
 
     def apply(self, cal: Calibration) -> None:
@@ -302,7 +304,8 @@ def worker_pair_passes(passes, workers: int, cases, repeats, step=None) -> tuple
     chain's repeats back to back): :data:`WORKER_PASSES` passes on each, alternated (one worker, then all, then
     one again...), over the same calibration graphs.
 
-    ``passes(n_workers, cases, repeats, step, sched, count)`` times passes as :func:`time_in_starpu` does. Hot,
+    ``passes(n_workers, cases, repeats, step, sched, count)`` times passes (:meth:`StarPUTiming.plan` has it
+    plan them, to be taken under the quiet check and retaken later). Hot,
     a shape's inputs are in its core's cache whatever else its graph holds and however many lanes run, so
     the ratio of the two figures is what the other workers being busy costs a kernel, and nothing else.
     Cold lanes cannot give it: their inputs come from beyond the core's cache, from a larger share of the
