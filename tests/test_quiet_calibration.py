@@ -65,6 +65,18 @@ def test_retaking_is_bounded_by_its_budget_and_quiet_passes_stay():
     assert [p.late for p in passes] == [0, 1, 0] and passes[1].result == 1.0
 
 
+def test_retaking_stops_when_the_machine_stays_slow_and_no_waiting_is_left():
+    m = Machine(1.0)
+    g = make_guard(m, max_wait_s=0.0)
+    passes = [GuardedPass(f"p{i}", lambda: m.now) for i in range(4)]
+    passes[0].take(g)
+    m.speed = 1.3
+    for p in passes[1:]:
+        p.take(g)
+    out = retake_disturbed(passes, g, budget_s=1e6)  # still 1.3: the first retake stays disturbed, then stop
+    assert out["disturbed"] == 3 and out["retaken"] == 1 and out["still_disturbed"] == 3
+
+
 def test_settle_finds_the_fast_state_before_anything_is_timed():
     m = Machine(speeds=[1.3, 1.25, 1.0, 1.3, 1.3, 1.0, 1.0])
     g = make_guard(m, poll_s=1.0)

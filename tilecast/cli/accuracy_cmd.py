@@ -26,7 +26,8 @@ def add_parser(sub):
                     f"{TARGETS['best_gap']:.0%}). Calibrates what is missing first (once per machine). The cores "
                     "should be otherwise idle: every StarPU session runs between reference steps (gpt2-tiny 32x128, "
                     "tile 64, eager, not a suite configuration) and is retaken when they ran over 12% slower than "
-                    "the fastest seen.")
+                    "the fastest seen. Calibration runs under the same check, and its passes that the run's fastest "
+                    "reference shows slow are timed again before first use is predicted.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full; quick: 4 "
                    "configurations of two tiny shapes, to try the command)")
     add_worker_counts_arg(p, "1 and every core StarPU can use")
@@ -40,8 +41,8 @@ def add_parser(sub):
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
-                   help="the longest the quiet check may wait for slow spells to pass, in all (default: 240 for "
-                        "the full suite, 5 for quick); "
+                   help="the longest the quiet check may wait for slow spells to pass while measuring, in all "
+                        "(default: 240 for the full suite, 5 for quick); "
                         "after that, sessions are kept whatever the reference says, and counted as disturbed")
     add_json_arg(p)
     return p

@@ -180,8 +180,10 @@ def retake_disturbed(passes, guard: QuietGuard, budget_s: float, wait_s: float =
     """Take again, in the order they were taken, the ``passes`` that the guard's standard now (the fastest
     reference of the whole run) shows disturbed, though they looked quiet by the standard of their time.
 
-    Retaking stops once ``budget_s`` seconds (on the guard's clock) have gone; the guard may wait ``wait_s``
-    seconds more, in all, for slow spells to pass (its own budget may be spent by then). Returns counts:
+    Retaking stops once ``budget_s`` seconds (on the guard's clock) have gone, or when a retake came out
+    disturbed again with no waiting left (the machine stays slow: more retakes would time it as slow); the
+    guard may wait ``wait_s`` seconds more, in all, for slow spells to pass (its own budget may be spent by
+    then). Returns counts:
     passes, disturbed (before), retaken, still_disturbed (after), and the seconds spent.
     """
     passes = [p for p in passes if p.info is not None]
@@ -195,6 +197,8 @@ def retake_disturbed(passes, guard: QuietGuard, budget_s: float, wait_s: float =
         p.take(guard)
         p.late += 1
         retaken += 1
+        if guard.verdict(p.info)["disturbed"] and guard.budget_left_s <= 0:
+            break
     return {"passes": len(passes), "disturbed": len(todo), "retaken": retaken,
             "still_disturbed": sum(guard.verdict(p.info)["disturbed"] for p in passes),
             "seconds": guard.clock() - start}
