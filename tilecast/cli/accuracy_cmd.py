@@ -26,7 +26,8 @@ def add_parser(sub):
                     f"{TARGETS['best_gap']:.0%}). Calibrates what is missing first (once per machine). The cores "
                     "should be otherwise idle: every StarPU session runs between reference steps (gpt2-tiny 32x128, "
                     "tile 64, eager, not a suite configuration) and is retaken when they ran over 12% slower than "
-                    "the fastest seen.")
+                    "the fastest seen. Calibration runs under the same check, and its passes that the run's fastest "
+                    "reference shows slow are timed again before first use is predicted.")
     p.add_argument("--suite", default="full", choices=list(SUITES), help="which suite (default: full; quick: 4 "
                    "configurations of two tiny shapes, to try the command)")
     add_worker_counts_arg(p, "1 and every core StarPU can use")
@@ -40,8 +41,8 @@ def add_parser(sub):
     p.add_argument("--no-quiet-check", dest="quiet_check", action="store_false",
                    help="measure every session once, without the reference steps around it")
     p.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
-                   help="the longest the quiet check may wait for slow spells to pass, in all (default: 240 for "
-                        "the full suite, 5 for quick); "
+                   help="the longest the quiet check may wait for slow spells to pass while measuring, in all "
+                        "(default: 240 for the full suite, 5 for quick); "
                         "after that, sessions are kept whatever the reference says, and counted as disturbed")
     add_json_arg(p)
     return p
@@ -81,6 +82,10 @@ def print_table(res) -> None:
     print(blas_summary()[1])
     if c.get("quiet"):
         print(quiet_check_line(c["quiet"], res.rows))
+    if c.get("references"):
+        print(references_line(c["references"]))
+    if c.get("reference_note"):
+        print(c["reference_note"])
     print()
     print(f"{'model':<11}{'batch':>7}{'tiling':>26}{'sched':>7}{'wk':>3}{'tasks':>6}{'real ms':>10}"
           f"{'first':>8}{'held':>8}{'repeat':>8}{'spread':>7}{'ref':>6}")
@@ -101,6 +106,21 @@ def print_table(res) -> None:
         print(f"  per shape: {shapes}; median bias {100 * f['bias']:+.1f}%")
     if res.calibration_files:
         print(f"models updated from the measured runs: {', '.join(res.calibration_files)}")
+
+
+def references_line(r: dict) -> str:
+    """The reference step while calibration timed and while the suite was measured, side by side."""
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:.1f} ms"
+
+    line = (f"reference step, median (fastest): calibration {ms(r['calibration_s'])} ({ms(r['calibration_best_s'])})"
+            f"{'' if r['calibration_timed_in_this_run'] else ' (stored)'}, measurement {ms(r['measurement_s'])} "
+            f"({ms(r['measurement_best_s'])})")
+    p = r.get("calibration_passes")
+    if p:
+        line += (f"; by the run's fastest, {p['disturbed']} of {p['passes']} calibration passes disturbed, "
+                 f"{p['retaken']} retaken at the end")
+    return line
 
 
 def _tile(desc: str) -> str:

@@ -124,6 +124,9 @@ def quiet_line(q: dict) -> str:
     """How quiet the machine was while kernels were timed as StarPU tasks, in words."""
     line = (f"quiet check: {q['passes'] - q['passes_disturbed']} of {q['passes']} timing passes undisturbed "
             f"({q['passes_retaken']} retaken, {q['waited_s']:.0f} s waited for slow spells)")
+    if q.get("reference_s"):
+        line += (f"; reference step {q['reference_s'] * 1e3:.1f} ms around the passes (fastest seen "
+                 f"{q['reference_best_s'] * 1e3:.1f} ms)")
     if q["passes_disturbed"]:
         line += "; the machine stayed slow: the kernel times may be too long"
     return line

@@ -41,8 +41,15 @@ VIEW_TITLES = {"first_use": "first use (calibration alone; nothing of the suite 
                "held_out": "held out (learned from the other model shapes' runs)",
                "repeatability": "repeatability (learned from these same runs: in-sample)"}
 
-# The longest the quiet check may wait for slow spells to pass, in all (see tilecast.loop.interference).
+# The longest the quiet check may wait for slow spells to pass while measuring (see tilecast.loop.interference).
 MAX_WAIT_S = {"full": 240.0, "quick": 5.0}
+# Reference steps taken before anything is calibrated, so that the run's standard starts from the machine's fast
+# state where one of them finds it (about 0.3 s each).
+SETTLE_PROBES = 5
+# After the measurement, calibration passes that the run's fastest reference shows disturbed are taken again
+# (tilecast.loop.quiet_calibration): at most this many seconds of retaking, and of waiting for slow spells.
+RETAKE_S = {"full": 300.0, "quick": 30.0}
+RETAKE_WAIT_S = {"full": 60.0, "quick": 5.0}
 
 __all__ = ["SUITES", "TARGETS", "VIEWS", "SuiteResult", "check_targets", "figures_of", "run_suite",
            "suite_configs"]
@@ -126,16 +133,24 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
 
     With ``quiet_check`` every StarPU session runs between reference steps
     and is retaken when they show the machine in one of its slow spells
-    (:mod:`tilecast.loop.interference`; at most ``max_wait_s`` of waiting in
-    all, by default the suite's :data:`MAX_WAIT_S`).
+    (:mod:`tilecast.loop.interference`; at most ``max_wait_s`` of waiting
+    while measuring, by default the suite's :data:`MAX_WAIT_S`). Calibration
+    (the host-cost probes, the kernels) runs under the same check, and once
+    the measurement is done the calibration passes that the whole run's
+    fastest reference shows disturbed are timed again before first use is
+    predicted (:mod:`tilecast.loop.quiet_calibration`): the forecast is made
+    from kernels timed in the state of the machine the steps were measured
+    in. ``conditions`` reports both references side by side.
 
     ``recalibrate``: the stored models also learn from the measured runs (the
     next ``tune`` predicts with them; the suite's first-use figure never does).
     """
     from tilecast.loop.execute import execute, learn_from_measurements
     from tilecast.loop.host_cost import calibrated_only, ensure_host_costs
-    from tilecast.loop.interference import QuietGuard
-    from tilecast.loop.kernel_calibration import ensure_calibration
+    from tilecast.loop.interference import QuietGuard, reference_note
+    from tilecast.loop.kernel_calibration import QUIET_WAIT_S, ensure_calibration
+    from tilecast.loop.predict import predict
+    from tilecast.loop.quiet_calibration import retake_calibration
     from tilecast.perfmodel import load_machine
 
     configs = suite_configs(name, workers, policies)
@@ -145,9 +160,14 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
         if c.graph_key not in graphs:
             graphs[c.graph_key] = c.build()
     t0 = time.monotonic()
+    # one quiet check for calibration and measurement: one standard, the fastest reference of the whole run
+    guard = QuietGuard(workers=max(c.workers for c in configs), max_wait_s=QUIET_WAIT_S) if quiet_check else None
+    record = [] if guard is not None else None
+    if guard is not None:
+        guard.settle(SETTLE_PROBES)
     host_all = ensure_host_costs(machine, sorted({c.workers for c in configs}), progress=progress,
-                                 scheds=sorted({c.sched for c in configs}))
-    cal_all = ensure_calibration(machine, graphs.values(), progress=progress)
+                                 scheds=sorted({c.sched for c in configs}), guard=guard, record=record)
+    cal_all = ensure_calibration(machine, graphs.values(), progress=progress, guard=guard, record=record)
     calibration_s = time.monotonic() - t0
     cal0, host0 = cal_all.calibrated_only(), calibrated_only(host_all)
 
@@ -158,12 +178,30 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
               file=sys.stderr)
     load_before = os.getloadavg()
     t1 = time.monotonic()
-    guard = QuietGuard(workers=max(c.workers for c in configs),
-                       max_wait_s=MAX_WAIT_S[name] if max_wait_s is None else max_wait_s) if quiet_check else None
+    if guard is not None:  # the measurement's own waiting budget
+        guard.max_wait_s = guard.waited_s + (MAX_WAIT_S[name] if max_wait_s is None else max_wait_s)
+        before = (len(guard.probes), guard.waited_s, guard.retaken)
     ex = execute(first, first, machine, cal0, host0, steps=steps, warmup=warmup, recalibrate=True,
                  progress=progress, guard=guard)
+    if guard is not None:  # the measurement's own counts (the standard stays the run's fastest reference)
+        ex.quiet.update(reference_probes=ex.quiet["reference_probes"] - before[0],
+                        waited_s=ex.quiet["waited_s"] - before[1],
+                        sessions_retaken=ex.quiet["sessions_retaken"] - before[2])
     measure_s = time.monotonic() - t1
     load_after = os.getloadavg()
+    late, after = None, [c.after for c in ex.checked]
+    if record:
+        cal_all, host_all, late = retake_calibration(record, guard, machine, cal_all, host_all, RETAKE_S[name],
+                                                     RETAKE_WAIT_S[name])
+        if progress:
+            print(retake_line(late), file=sys.stderr)
+        if late["retaken"]:  # first use (and what learns on top of it) from the calibration as retaken
+            cal0, host0 = cal_all.calibrated_only(), calibrated_only(host_all)
+            first = _predict_all(configs, machine, cal0, host0, graphs, progress,
+                                 "predicting again from the calibration retaken")
+            cal_r, host_r = learn_from_measurements(configs, ex.learned, machine, cal0, host0)
+            after = [predict(c.prediction.config, machine, cal_r, host_r, graph=c.measurement.graph)
+                     for c in ex.checked]
 
     held = [None] * len(configs)
     for shape in dict.fromkeys(shape_of(c) for c in configs):
@@ -178,12 +216,13 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
     rows = []
     for i, c in enumerate(ex.checked):
         real = c.measurement.median_s
-        preds = {"first_use": first[i].step_s, "repeatability": c.after.step_s,
+        preds = {"first_use": first[i].step_s, "repeatability": after[i].step_s,
                  "held_out": held[i].step_s if held[i] is not None else float("nan")}
         row = c.row()
         row.pop("pred_step_s_recalibrated", None)
         row.pop("error_recalibrated", None)
-        row["pred_makespan_s"] = first[i].makespan_s
+        row["pred_step_s"], row["pred_makespan_s"], row["pred_host_s"] = (first[i].step_s, first[i].makespan_s,
+                                                                       first[i].host_s)
         for v in VIEWS:
             row[f"pred_{v}_s"] = preds[v]
             row[f"error_{v}"] = (preds[v] - real) / real
@@ -199,7 +238,14 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
                   "cpu_count": os.cpu_count(), "cpu": cpu_model(), "load_average_before": load_before[0],
                   "load_average_after": load_after[0], "blas": blas_info().to_dict(), "quiet": ex.quiet,
                   "calibration_s": calibration_s, "measure_s": measure_s,
-                  "policies": sorted({c.sched for c in configs}), "workers": sorted({c.workers for c in configs})}
+                  "policies": sorted({c.sched for c in configs}), "workers": sorted({c.workers for c in configs}),
+                  "references": references(cal_all, ex, late, guard)}
+    note = reference_note(conditions["references"]["calibration_s"], conditions["references"]["measurement_s"],
+                          guard.threshold if guard is not None else QuietGuard.threshold)
+    if note:
+        conditions["reference_note"] = note
+        if progress:
+            print(note, file=sys.stderr)
     files = None
     if recalibrate:
         cal, host = learn_from_measurements(configs, ex.learned, machine, cal_all, host_all)
@@ -207,6 +253,33 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
 
         files = [cal.save(), save_host_costs(machine, host)]
     return SuiteResult(rows, figures, conditions, files)
+
+
+def references(cal, ex, late: dict | None, guard) -> dict:
+    """The reference step while calibration timed and while the suite was measured, side by side (seconds):
+    the median around the passes and sessions kept (the machine's speed while they ran) and the fastest, the
+    run's standard (its fastest reference), and how calibration's passes fared by it. Calibration's figures are
+    the stored calibration's when it was not timed in this run (``late`` None)."""
+    probes = [v for c in ex.checked for s in (c.sessions or []) for v in (s["probe_before_s"], s["probe_after_s"])]
+    q = cal.quiet or {}
+    out = {"calibration_s": q.get("reference_s"), "measurement_s": float(np.median(probes)) if probes else None,
+           "calibration_best_s": late["pass_best_s"] if late else q.get("reference_best_s"),
+           "measurement_best_s": min(probes) if probes else None,
+           "standard_s": guard.best_s if guard is not None and guard.probes else None,
+           "calibration_timed_in_this_run": late is not None}
+    if late is not None:
+        out["calibration_passes"] = {k: late[k] for k in ("passes", "disturbed", "retaken", "still_disturbed",
+                                                          "seconds", "retaken_what")}
+    return out
+
+
+def retake_line(late: dict) -> str:
+    """How the calibration's passes fared by the run's standard, for people."""
+    line = (f"calibration judged by the run's fastest reference: {late['disturbed']} of {late['passes']} passes "
+            f"disturbed, {late['retaken']} retaken ({late['seconds']:.0f} s)")
+    if late["still_disturbed"]:
+        line += f", {late['still_disturbed']} still disturbed"
+    return line
 
 
 def _predict_one(config, machine, cal, host, graphs):

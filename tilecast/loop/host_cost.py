@@ -418,19 +418,25 @@ def sched_probe_fit(fits: dict, workers: int, sched: str) -> HostCost | None:
     return replace(base, points=picked, probe_points=len(picked))
 
 
-def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) -> dict:
+def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), guard=None,
+                      record: list | None = None) -> dict:
     """Host cost fits for every worker count, and every scheduler of ``scheds``, measured (and stored) for
     those not stored yet.
 
     The probes' traces also teach the stored kernel calibration (their shapes
     timed first, when missing): their in-runtime durations and each
     kernel's runtime excess (:mod:`tilecast.perfmodel.from_trace`).
+
+    With a ``guard`` (:class:`tilecast.loop.interference.QuietGuard`) each
+    StarPU session of probes runs between reference steps and is retaken in
+    a slow spell, as the kernel calibration's passes are (given the same
+    guard); with a ``record`` list, the sessions (a :class:`ProbeSessions`)
+    and the kernel timing's passes are appended to it, to be taken again
+    later (:mod:`tilecast.loop.quiet_calibration`).
     """
     from tilecast.loop.kernel_calibration import ensure_calibration
-    from tilecast.perfmodel.calibration import PROBE_TRACE
-    from tilecast.perfmodel.from_trace import calibration_from_trace
 
-    from tilecast.loop.decision_cost import DECIDING, WALKING, companions
+    from tilecast.loop.decision_cost import companions
 
     fits = load_host_costs(machine)
     todo = [w for w in worker_counts if w not in fits]
@@ -440,24 +446,71 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
     sched_todo = [(w, s) for w in worker_counts for s in scheds if s != PROBE_SCHED and probe_key(w, s) not in fits]
     if not todo and not sched_todo:
         return fits
-    cal = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress)
+    cal = ensure_calibration(machine, [g for *_, g in probe_graphs()], progress=progress, guard=guard,
+                             record=record)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1),
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
-    tick = (lambda: bar.update(1)) if bar else None
+    sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
     try:
-        for w in todo:
-            points, overheads, traced, submit = measure_probes(w, progress=tick)
+        for p in sessions.passes:
+            p.take(guard)
+    finally:
+        sessions.tick = None  # a later retake advances no bar
+        if bar is not None:
+            bar.close()
+    fits, cal = sessions.fit(machine, cal)
+    cal.save()
+    save_host_costs(machine, fits)
+    if record is not None:
+        record.append(sessions)
+    return fits
+
+
+class ProbeSessions:
+    """The probe sessions of one :func:`ensure_host_costs` (each a
+    :class:`tilecast.loop.interference.GuardedPass`: one StarPU session of probe steps per worker count, and
+    per worker count and scheduler), and the fits made from them (:meth:`fit`, again after a retake)."""
+
+    def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
+        from tilecast.loop.interference import GuardedPass
+
+        self.base, self.todo, self.sched_todo, self.tick = dict(base), list(todo), list(sched_todo), tick
+        self.by_key = {w: GuardedPass(f"executor probes ({w} worker{'s' if w > 1 else ''})",
+                                      lambda w=w: measure_probes(w, progress=self._tick)) for w in self.todo}
+        for w, sched in self.sched_todo:
+            self.by_key[probe_key(w, sched)] = GuardedPass(
+                f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''})",
+                lambda w=w, sched=sched: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
+
+    @property
+    def passes(self) -> list:
+        return list(self.by_key.values())
+
+    def _tick(self):
+        if self.tick is not None:
+            self.tick()
+
+    def fit(self, machine, cal) -> tuple[dict, object]:
+        """(fits, kernel calibration) from the sessions' results: the stored fits with the measured ones set, and
+        ``cal`` taught by the probes' traces."""
+        from tilecast.loop.decision_cost import DECIDING, WALKING
+        from tilecast.perfmodel.calibration import PROBE_TRACE
+        from tilecast.perfmodel.from_trace import calibration_from_trace
+
+        fits = dict(self.base)
+        for w in self.todo:
+            points, overheads, traced, submit = self.by_key[w].result
             fits[w] = HostCost.fit(w, points, overheads)
             fits[w].fit_gap_model(traced)
             fits[w].submit_task_s = submit
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
-        for w, sched in sched_todo:  # a scheduler's own cost per task and per step, on the same probes
-            points, overheads, traced, submit = measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=tick)
+        for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
+            points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
             probe = HostCost.fit(w, points, overheads)
             probe.fit_gap_model(traced)
             probe.probe_points = len(points)
@@ -470,9 +523,4 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=()) 
                               [g for g, _ in traced])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
-    finally:
-        if bar is not None:
-            bar.close()
-    cal.save()
-    save_host_costs(machine, fits)
-    return fits
+        return fits, cal

@@ -141,7 +141,86 @@ class QuietGuard:
         return {**info, "probe_before": before, "probe_after": after,
                 "disturbed": max(before, after) > 1.0 + self.threshold}
 
+    def settle(self, probes: int) -> float:
+        """Probe ``probes`` times in a row before anything is measured, so that the standard starts from the
+        machine's fast state where one of them finds it; the fastest seen."""
+        for _ in range(probes):
+            self.check()
+        return self.best_s
+
     def summary(self) -> dict:
         return {"reference": " ".join(str(x) for x in REFERENCE), "reference_best_s": self.best_s if self.probes
                 else None, "reference_probes": len(self.probes), "waited_s": self.waited_s,
                 "sessions_retaken": self.retaken, "quiet_threshold": self.threshold}
+
+
+@dataclass
+class GuardedPass:
+    """One timing pass (a StarPU session of a calibration) taken under a :class:`QuietGuard`: its result, the
+    probes around it (``info``, :meth:`QuietGuard.measure`'s) and how to take it again (``run``)."""
+
+    what: str
+    run: object
+    result: object = None
+    info: dict | None = None
+    late: int = 0  # times taken again after the fact (retake_disturbed)
+
+    def take(self, guard) -> object:
+        if guard is None:
+            self.result = self.run()
+            return self.result
+        self.result, info = guard.measure(self.run)
+        if self.info is not None:  # a retake: the count goes on
+            info["retakes"] += self.info["retakes"] + 1
+        self.info = info
+        return self.result
+
+
+def retake_disturbed(passes, guard: QuietGuard, budget_s: float, wait_s: float = 0.0) -> dict:
+    """Take again, in the order they were taken, the ``passes`` that the guard's standard now (the fastest
+    reference of the whole run) shows disturbed, though they looked quiet by the standard of their time.
+
+    Retaking stops once ``budget_s`` seconds (on the guard's clock) have gone, or when a retake came out
+    disturbed again with no waiting left (the machine stays slow: more retakes would time it as slow); the
+    guard may wait ``wait_s`` seconds more, in all, for slow spells to pass (its own budget may be spent by
+    then). Returns counts:
+    passes, disturbed (before), retaken, still_disturbed (after), and the seconds spent.
+    """
+    passes = [p for p in passes if p.info is not None]
+    todo = [p for p in passes if guard.verdict(p.info)["disturbed"]]
+    guard.max_wait_s = max(guard.max_wait_s, guard.waited_s + wait_s)
+    start = guard.clock()
+    retaken = 0
+    for p in todo:
+        if guard.clock() - start >= budget_s:
+            break
+        p.take(guard)
+        p.late += 1
+        retaken += 1
+        if guard.verdict(p.info)["disturbed"] and guard.budget_left_s <= 0:
+            break
+    return {"passes": len(passes), "disturbed": len(todo), "retaken": retaken,
+            "still_disturbed": sum(guard.verdict(p.info)["disturbed"] for p in passes),
+            "seconds": guard.clock() - start}
+
+
+def reference_of(passes) -> float | None:
+    """The median reference step around ``passes`` (their probes before and after; seconds): the machine's speed
+    while they were timed. None without probes."""
+    import numpy as np
+
+    t = [v for p in passes if p.info is not None for v in (p.info["probe_before_s"], p.info["probe_after_s"])]
+    return float(np.median(t)) if t else None
+
+
+def reference_note(calibrated_s: float | None, now_s: float | None, threshold: float = 0.12) -> str | None:
+    """One line when the reference step now (``now_s``) differs from the one the calibration was timed at by
+    more than ``threshold``: the forecast then carries that difference in the machine's speed. None otherwise."""
+    if not calibrated_s or not now_s:
+        return None
+    r = now_s / calibrated_s
+    if abs(r - 1.0) <= threshold:
+        return None
+    return (f"note: the reference step runs {abs(r - 1.0):.0%} {'faster' if r < 1 else 'slower'} now "
+            f"({now_s * 1e3:.1f} ms) than while the kernels were calibrated ({calibrated_s * 1e3:.1f} ms): "
+            f"forecasts may be {'slow' if r < 1 else 'fast'} by about as much")

@@ -127,7 +127,8 @@ def starpu_workers(machine) -> int | None:
         return None
 
 
-def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: int, bar=None, guard=None):
+def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: int, bar=None, guard=None,
+                   record: list | None = None):
     """Time ``cases`` as StarPU tasks on ``workers`` busy workers and add them to ``cal`` (made if None).
 
     Each pass runs in a StarPU session of its own between two reference steps
@@ -135,7 +136,11 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     one that waits at most :data:`QUIET_WAIT_S` in all): a pass that a slow
     spell of the machine disturbed is retaken, so that the calibration does
     not learn the spell's slowness. How the passes fared is kept in
-    ``cal.quiet``.
+    ``cal.quiet``, with the median reference step around them
+    (``reference_s``: the machine's speed while the kernels were timed).
+    With a ``record`` list, the passes (a :class:`StarPUTiming`) are appended
+    to it, so that a caller whose guard later sees a faster reference can
+    take the passes it then finds disturbed again (:mod:`tilecast.loop.quiet_calibration`).
 
     Each case is timed cold (:data:`STARPU_PASSES` passes under ``eager``, its
     figure the calibration's point) and hot (:data:`HOT_PASSES` under
@@ -145,8 +150,7 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     side (:func:`worker_pair_passes`, ``cal.worker_samples``).
 
     Returns (calibration, the cases StarPU could not run)."""
-    from tilecast.executor.runtime_timer import runnable, time_in_runtime
-    from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.executor.runtime_timer import runnable
     from tilecast.loop.interference import QuietGuard
     from tilecast.perfmodel.cache_size import l2_per_core
 
@@ -158,8 +162,6 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     # the bar counts whole cases: a pass over n of them advances it by n / per_case
     per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES) + len(sample) * 2 * WORKER_PASSES) / max(len(cases), 1)
-    verdicts = []
-
     done = [0.0]  # cases timed so far, in fractions of a case per pass and phase
 
     def advance(n):  # the bar shows whole cases, never past its total
@@ -169,43 +171,132 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
         if step > 0:
             bar.update(min(step, bar.total - bar.n) if bar.total else step)
 
-    def passes(n_workers, todo, reps, step, sched=COLD_SCHED, count=STARPU_PASSES):
+    timing = StarPUTiming(list(cases), np.maximum(np.asarray(repeats), 2), workers, sample)
+    timing.step = (lambda n: advance(n / per_case)) if bar is not None else None
+    for p in timing.plan():
+        p.take(guard)
+    timing.step = None  # a later retake advances no bar
+    timing.apply(cal)
+    judged = [guard.verdict(p.info) for p in timing.passes]
+    summary = guard.summary()
+    before = cal.quiet or {}
+    cal.quiet = {"passes": len(judged) + before.get("passes", 0),
+                 "passes_disturbed": sum(v["disturbed"] for v in judged) + before.get("passes_disturbed", 0),
+                 "passes_retaken": sum(p.info["retakes"] for p in timing.passes) + before.get("passes_retaken", 0),
+                 "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"],
+                 "reference_s": timing.reference_s}
+    if record is not None:
+        record.append(timing)
+    return cal, [c for c in cases if not runnable(*c)]
+
+
+class StarPUTiming:
+    """The passes of one :func:`time_in_starpu`, each a :class:`tilecast.loop.interference.GuardedPass` that can
+    be taken again; :meth:`apply` sets the calibration's figures from them (again, after a retake)."""
+
+    def __init__(self, cases, repeats, workers: int, sample: list):
+        self.cases, self.repeats, self.workers, self.sample = cases, repeats, workers, sample
+        self.step = None  # progress callback of the passes (time_in_runtime's)
+        self.cold, self.hot, self.ones, self.alls = [], [], [], []
+        self._sample_rows: dict = {}  # case index -> the worker sample row last written
+
+    @property
+    def passes(self) -> list:
+        return self.cold + self.hot + self.ones + self.alls
+
+    @property
+    def reference_s(self) -> float | None:
+        from tilecast.loop.interference import reference_of
+
+        return reference_of(self.passes)
+
+    def _pass(self, what: str, n_workers: int, todo, reps, sched: str):
+        from tilecast.loop.interference import GuardedPass
+
         def one():
+            from tilecast.executor.runtime_timer import time_in_runtime
+            from tilecast.executor.starpu_session import StarPUSession
+
             with StarPUSession(sched, n_workers) as session:
-                return time_in_runtime(todo, reps, session, progress=step)[0]
+                return time_in_runtime(todo, reps, session, progress=self.step)[0]
 
-        out = []
-        for _ in range(count):
-            run, info = guard.measure(one)
-            out.append(run)
-            verdicts.append(info)
-        return out
+        return GuardedPass(f"kernels {what} ({sched}, {n_workers} worker{'s' if n_workers > 1 else ''})", one)
 
-    step = (lambda n: advance(n / per_case)) if bar is not None else None
-    repeats = np.maximum(np.asarray(repeats), 2)
-    med, mad = _median_mad(passes(workers, cases, repeats, step))
-    hot, _ = _median_mad(passes(workers, cases, repeats, step, HOT_SCHED, HOT_PASSES))
-    for (name, row), m, d, h in zip(cases, med, mad, hot):
-        if np.isfinite(m):
-            cal.add(name, row, max(float(m), 1e-9), float(d), STARPU_TASKS)
-            if np.isfinite(h):
-                cal.add_hot(name, row, max(float(h), 1e-9))
-    cal.lane_workers = workers
-    if sample:
-        one, busy = worker_pair_passes(passes, workers, [cases[i] for i in sample], repeats[sample], step)
-        for i, t1, tw in zip(sample, one, busy):
-            name, row = cases[i]
+    def plan(self) -> list:
+        """Every pass, in the order they are taken: cold, hot, then the worker pairs (one worker, all, ...)."""
+        w, cases, reps = self.workers, self.cases, self.repeats
+        self.cold = [self._pass(f"cold {i + 1}/{STARPU_PASSES}", w, cases, reps, COLD_SCHED)
+                     for i in range(STARPU_PASSES)]
+        self.hot = [self._pass(f"hot {i + 1}/{HOT_PASSES}", w, cases, reps, HOT_SCHED) for i in range(HOT_PASSES)]
+        order = list(self.cold + self.hot)
+        if self.sample:
+            def planned(n_workers, todo, r, step, sched, count):  # worker_pair_passes' order, taken later
+                made = [self._pass(f"sample on {n_workers}", n_workers, todo, r, sched) for _ in range(count)]
+                (self.ones if n_workers == 1 else self.alls).extend(made)
+                order.extend(made)
+                return [np.zeros(len(todo))] * count
+
+            worker_pair_passes(planned, w, [cases[i] for i in self.sample], reps[self.sample])
+        return order
+
+    def apply(self, cal: Calibration) -> None:
+        """Set ``cal``'s points, hot lane times and worker samples of these cases from the passes' results
+        (replacing those an earlier apply set)."""
+        med, mad = _median_mad([p.result for p in self.cold])
+        hot, _ = _median_mad([p.result for p in self.hot])
+        at = _starpu_points(cal)
+        for (name, row), m, d, h in zip(self.cases, med, mad, hot):
+            if np.isfinite(m):
+                _set_point(cal, at, name, row, max(float(m), 1e-9), float(d))
+                if np.isfinite(h):
+                    _set_hot(cal, name, row, max(float(h), 1e-9))
+        cal.lane_workers = self.workers
+        if not self.sample:
+            return
+        one, busy = _median_mad([p.result for p in self.ones])[0], _median_mad([p.result for p in self.alls])[0]
+        for i, t1, tw in zip(self.sample, one, busy):
+            name, row = self.cases[i]
             if np.isfinite(t1) and np.isfinite(tw) and t1 > 0 and tw > 0:
                 k = get(name)
                 nbytes = float(shape_bytes(k.id, np.asarray(row, dtype=np.float64)[None, len(k.params):])[0])
-                cal.worker_samples.setdefault(name, []).append([nbytes, float(t1), float(tw)])
-    judged = [guard.verdict(v) for v in verdicts]
-    summary = guard.summary()
-    cal.quiet = {"passes": len(judged) + (cal.quiet or {}).get("passes", 0),
-                 "passes_disturbed": sum(v["disturbed"] for v in judged) + (cal.quiet or {}).get("passes_disturbed", 0),
-                 "passes_retaken": summary["sessions_retaken"] + (cal.quiet or {}).get("passes_retaken", 0),
-                 "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"]}
-    return cal, [c for c in cases if not runnable(*c)]
+                rows = cal.worker_samples.setdefault(name, [])
+                new, old = [nbytes, float(t1), float(tw)], self._sample_rows.get(i)
+                if old is not None and old in rows:
+                    rows[rows.index(old)] = new
+                else:
+                    rows.append(new)
+                self._sample_rows[i] = new
+
+
+def _starpu_points(cal: Calibration) -> dict:
+    """(kernel, shape) -> index of its latest point timed as StarPU tasks in ``cal``."""
+    out = {}
+    for name, e in cal.points.items():
+        for j, (shape, src) in enumerate(zip(e["shapes"], cal.sources(name))):
+            if src == STARPU_TASKS:
+                out[(name, tuple(float(x) for x in shape))] = j
+    return out
+
+
+def _set_point(cal: Calibration, at: dict, name: str, row, m: float, d: float) -> None:
+    key = (name, tuple(float(x) for x in row))
+    if key in at:
+        e = cal.points[name]
+        e["median_s"][at[key]], e["mad_s"][at[key]] = m, d
+    else:
+        cal.add(name, row, m, d, STARPU_TASKS)
+        at[key] = len(cal.points[name]["shapes"]) - 1
+
+
+def _set_hot(cal: Calibration, name: str, row, m: float) -> None:
+    e = cal.hot.get(name)
+    shape = [float(x) for x in row]
+    if e is not None:
+        for j in range(len(e["shapes"]) - 1, -1, -1):
+            if e["shapes"][j] == shape:
+                e["median_s"][j] = m
+                return
+    cal.add_hot(name, row, m)
 
 
 def worker_pair_passes(passes, workers: int, cases, repeats, step=None) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +304,8 @@ def worker_pair_passes(passes, workers: int, cases, repeats, step=None) -> tuple
     chain's repeats back to back): :data:`WORKER_PASSES` passes on each, alternated (one worker, then all, then
     one again...), over the same calibration graphs.
 
-    ``passes(n_workers, cases, repeats, step, sched, count)`` times passes as :func:`time_in_starpu` does. Hot,
+    ``passes(n_workers, cases, repeats, step, sched, count)`` times passes (:meth:`StarPUTiming.plan` has it
+    plan them, to be taken under the quiet check and retaken later). Hot,
     a shape's inputs are in its core's cache whatever else its graph holds and however many lanes run, so
     the ratio of the two figures is what the other workers being busy costs a kernel, and nothing else.
     Cold lanes cannot give it: their inputs come from beyond the core's cache, from a larger share of the
@@ -254,7 +346,7 @@ def worker_sample(cases, est=None) -> list:
 
 
 def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_runtime: bool | None = None,
-                       budget_s: float | None = BUDGET_S) -> Calibration:
+                       budget_s: float | None = BUDGET_S, guard=None, record: list | None = None) -> Calibration:
     """The machine's stored calibration, extended with every shape of ``graphs`` it lacks (then saved).
 
     ``machine`` must be the machine as stored (e.g. ``load_machine('local')``, all
@@ -263,7 +355,8 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     When timing every missing shape is estimated to take more than ``budget_s``
     seconds (None: no limit), a design of each kernel's shapes is timed and the
     others are recorded as predicted by the shape model (``cal.predicted``);
-    what was done is in ``cal.last_run``.
+    what was done is in ``cal.last_run``. ``guard`` and ``record``: as
+    :func:`time_in_starpu` takes them (a caller's quiet check; the passes kept).
     """
     start = time.monotonic()
     cal = find_calibration(machine)
@@ -296,7 +389,8 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
         bar = tqdm(total=len(todo), unit="shape", desc=desc, file=sys.stderr, leave=False)
     try:
         if workers:
-            cal, todo = time_in_starpu(machine, cal, todo, starpu_repeats(est), workers, bar)
+            cal, todo = time_in_starpu(machine, cal, todo, starpu_repeats(est), workers, bar, guard=guard,
+                                       record=record)
             cal.save()  # kept even if the isolated timing below is interrupted
             est = estimated_seconds(machine, todo)
             repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
