@@ -1,5 +1,5 @@
-"""The calls the example notebooks use (tc.gantt, tc.kernel_times, tc.memory, tc.recalibrate) give the figures
-of the library functions they wrap; a bad argument raises an error naming it."""
+"""The calls the example notebooks use (tc.gantt, tc.kernel_times, tc.memory, tc.recalibrate, tc.load_cluster)
+give the figures of the library functions they wrap; a bad argument raises an error naming it."""
 
 import math
 
@@ -75,3 +75,18 @@ def test_recalibrate_equals_calibration_from_trace(loop_home, tmp_path):  # noqa
     assert again.step_s > 0
     with pytest.raises(ValueError, match="^run must be"):
         tc.recalibrate(tc.simulate(**TINY, machine=H100))
+
+
+def test_load_cluster_is_the_cluster_the_whatif_calls_take():
+    from tilecast.cluster.hardware import Cluster
+    from tilecast.cluster.hardware import load_cluster as library_load
+
+    h100 = tc.load_cluster("dgx-h100")
+    assert isinstance(h100, Cluster) and h100 == library_load("dgx-h100") and tc.load_cluster(h100) is h100
+    faster = h100.scaled(network_bandwidth=2)
+    assert faster.inter_node.bandwidth == 2 * h100.inter_node.bandwidth
+    layout = dict(gpus=64, seq=2048, global_batch=64, tp=8, pp=1)
+    assert tc.whatif("llama2-7b", cluster=h100, **layout).step_s == tc.whatif("llama2-7b", cluster="dgx-h100",
+                                                                            **layout).step_s
+    with pytest.raises(ValueError, match="^cluster: 'nosuch' is neither"):
+        tc.load_cluster("nosuch")

@@ -44,6 +44,11 @@ def test_every_notebook_is_tested_and_stripped():
         assert len(nb.cells) <= 14, f"{name}: {len(nb.cells)} cells"
         assert all(not c.outputs and c.execution_count is None for c in code), f"{name}: outputs not stripped"
         assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1, name
+        # the public API only: `import tilecast as tc`, no deep import of a package inside tilecast
+        deep = [line for c in code for line in c.source.splitlines()
+                if re.match(r"\s*(from\s+tilecast[.\w]*\s+import|import\s+tilecast\.)", line)]
+        assert not deep, f"{name}: imports beside `import tilecast as tc`: {deep}"
+        assert any(line.strip() == "import tilecast as tc" for c in code for line in c.source.splitlines()), name
 
 
 @pytest.fixture(scope="module")

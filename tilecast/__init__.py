@@ -7,7 +7,8 @@ The Python API (docs/api.md): ``import tilecast as tc`` then ``tc.model``,
 ``tc.validate_inference``, ``tc.calibrate``, ``tc.calibrate_network``,
 ``tc.whatif_sweep``, ``tc.whatif_inference_search`` and the ``--ranks``
 calls ``tc.run_ranks``, ``tc.train_ranks``, ``tc.simulate_ranks``,
-``tc.tune_ranks``, and ``tc.gantt``, ``tc.kernel_times``, ``tc.recalibrate``, ``tc.memory``, defined in :mod:`tilecast.api` and loaded on
+``tc.tune_ranks``, and ``tc.gantt``, ``tc.kernel_times``, ``tc.recalibrate``, ``tc.memory``,
+``tc.load_cluster``, defined in :mod:`tilecast.api` and loaded on
 first use, so that importing tilecast stays fast (no pandas, no simulator).
 """
 
@@ -19,7 +20,7 @@ ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif"
                 "validate_inference", "whatif_search",
                 "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network",
                 "whatif_sweep", "whatif_inference_search", "run_ranks", "train_ranks", "simulate_ranks",
-                "tune_ranks", "gantt", "kernel_times", "recalibrate", "memory")
+                "tune_ranks", "gantt", "kernel_times", "recalibrate", "memory", "load_cluster")
 
 
 class EntryPointPackage(types.ModuleType):

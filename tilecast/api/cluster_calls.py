@@ -1,4 +1,4 @@
-"""``tc.whatif``, ``tc.whatif_search`` and ``tc.whatif_inference``: distributed training and serving at cluster
+"""``tc.whatif``, ``tc.whatif_search``, ``tc.whatif_inference`` and ``tc.load_cluster``: distributed training and serving at cluster
 scale (``tilecast whatif``). Bad input raises a ValueError whose message starts with the argument at fault
 (:class:`tilecast.errors.FieldError`, or the cluster package's ``StrategyError``, ``ClusterError``,
 ``InferenceError``, and ``ModelConfigError``)."""
@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 
 from tilecast.api.base import _config, _positive, _Result
 from tilecast.errors import FieldError
+
+
+def load_cluster(cluster):
+    """A cluster description (:class:`tilecast.cluster.hardware.Cluster`) from a shipped name (``dgx-h100``), a
+    YAML file, or a Cluster (returned as it is): what ``cluster`` is in the ``tc.whatif*`` calls. Its
+    ``scaled(network_bandwidth=2, ...)`` is a what-if copy with hardware figures multiplied."""
+    return cluster_of(cluster)
 
 
 def cluster_of(cluster):
