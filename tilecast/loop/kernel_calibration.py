@@ -443,8 +443,8 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
 def design_summary(run: dict) -> str:
     """What a budgeted calibration timed and the shape model's held-out error per kernel, for people."""
     budget = "no budget" if run["budget_s"] is None else f"budget {run['budget_s']:.0f} s"
-    lines = [f"timed {run['timed']} of {run['cases']} kernel shapes in {run['wall_s']:.0f} s ({budget}); the other {run['predicted']} are predicted by the shape model, whose "
-             "error on timed shapes held out of its fit is:",
+    lines = [f"timed {run['timed']} of {run['cases']} kernel shapes in {run['wall_s']:.0f} s ({budget}); the other "
+             f"{run['predicted']} are predicted by the shape model, whose error on timed shapes held out of its fit is:",
              f"  {'kernel':<16}{'timed':>7}{'held out':>10}{'median err':>12}{'max err':>10}{'fit alone':>11}"]
     for name, r in run.get("heldout", {}).items():
         lines.append(f"  {name:<16}{r['n_fit']:>7}{r['n_heldout']:>10}{100 * r['median_rel_err']:>11.1f}%"
