@@ -187,7 +187,8 @@ class SimulateResult(_Result):
     summary: dict = field(repr=False, default_factory=dict)
     prediction: object = field(repr=False, default=None)
     graph: object = field(repr=False, default=None)
-    duration_sources: dict = field(default_factory=dict)  # tasks whose duration was measured, fitted, roofline
+    # tasks whose duration was measured, fitted (interpolated + extrapolated), roofline
+    duration_sources: dict = field(default_factory=dict)
     simulation_s: float = 0.0  # seconds the simulation took (not the graph's build)
 
     def trace(self):

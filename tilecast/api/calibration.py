@@ -149,7 +149,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     from tqdm import tqdm
 
     from tilecast.graph.models import build_step
-    from tilecast.loop.kernel_calibration import (BUDGET_S, HOT_PASSES, STARPU_PASSES, estimated_seconds,
+    from tilecast.loop.kernel_calibration import (BUDGET_S, HOT_PASSES, STARPU_PASSES, bounded_cases,
+                                                  estimated_seconds, extrapolation_note, extrapolation_summary,
                                                   starpu_workers, time_in_starpu, timing_cost_s)
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import calibrate as time_shapes
@@ -187,7 +188,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     est = estimated_seconds(machine, seen)
     cost = timing_cost_s(seen, est, np.full(len(seen), repeats + 1), workers or 1,
                          STARPU_PASSES + HOT_PASSES if workers else 1)
-    timed, left = choose_timed(seen, cost, budget, cap=per_kernel)
+    over, bound = bounded_cases(machine, stored, seen, workers or 1)  # too long or too large to time
+    timed, left = choose_timed(seen, cost, budget, cap=per_kernel, over=over)
     cases, predicted = [seen[i] for i in sorted(timed)], [seen[i] for i in left]
     if progress:
         where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
@@ -216,11 +218,15 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     path = cal.save(output)
     probes = _probe_costs(machine, workers, progress) if workers and output is None and probe else {}
     report = holdout_errors(cal)
+    extrapolated = extrapolation_summary(cal, [seen[i] for i in np.flatnonzero(over)]) if over.any() else {}
+    if extrapolated and progress:
+        print(extrapolation_note({"extrapolated": extrapolated, "bound": bound}), file=sys.stderr)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
     disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress)
     summary = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
                "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
                "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,
+               "shapes_over_bound": int(over.sum()), "bound": bound, "extrapolated": extrapolated,
                "cache_bytes": cal.cache_bytes, "blas": blas_fields(), "quiet": cal.quiet,
                "disk": {**asdict(disk), "file": disk_file, "probes": disk_probes}, "executor_costs": probes}
     return CalibrateResult(machine.name, machine.fingerprint(), timer_name, path, len(cases), len(seen),

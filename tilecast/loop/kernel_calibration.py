@@ -17,6 +17,13 @@ timed (:mod:`tilecast.perfmodel.calibration_design`) and the others are left
 to the shape model (:mod:`tilecast.perfmodel.shape_model`), whose error on
 timed shapes held out of its fit is printed. Small sets (the accuracy
 suite's, a tiny model's) are timed whole, as before.
+
+Whatever the budget, a shape whose task is estimated longer than
+:data:`~tilecast.perfmodel.calibration_design.MAX_TASK_S` or whose buffers
+would fill more than a share of the memory available (a cluster-size model's
+tiles of hundreds of MB) is not timed (:func:`bounded_cases`): the shape model
+extrapolates it from the kernel's largest timed shapes, and the error of that
+extrapolation on the largest timed shapes is printed in a one-line note.
 """
 
 from __future__ import annotations
@@ -29,8 +36,8 @@ import numpy as np
 from tilecast.kernels import get
 from tilecast.perfmodel.calibration import (STARPU_TASKS, Calibration, calibrate, cases_from_shapes,
                                            find_calibration)
-from tilecast.perfmodel.calibration_design import choose_timed
-from tilecast.perfmodel.shape_model import holdout_errors
+from tilecast.perfmodel.calibration_design import MAX_TASK_S, MEMORY_SHARE, choose_timed, over_bound
+from tilecast.perfmodel.shape_model import extrapolation_errors, holdout_errors, shape_features
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 from tilecast.perfmodel.timers import default_timer
 
@@ -56,6 +63,8 @@ WORKER_PASSES = 2
 # A task estimated longer than this is timed twice per lane and pass (a warm-up and one timed run, as
 # StarPU's profiling of a long task varies little) and left out of the one-worker sample.
 LONG_TASK_S = 0.1
+# The largest timed shapes of a kernel whose ratio to the roofline scales its estimates (task_seconds).
+RATE_FROM = 3
 # Estimated seconds of timing (all passes) above which a design of each kernel's shapes is timed instead of
 # every shape: about 6 minutes on 2 cores, which with the probes keeps a first calibration near 10 minutes.
 BUDGET_S = 360.0
@@ -99,6 +108,94 @@ def estimated_seconds(machine, cases) -> np.ndarray:
         p, b = row[None, :len(k.params)], row[None, len(k.params):]
         out[i] = wk.roofline(shape_flops(k.id, p), shape_bytes(k.id, b))[0]
     return out
+
+
+def task_seconds(machine, cal: Calibration | None, cases) -> np.ndarray:
+    """Estimated seconds of one task of each case: the roofline (:func:`estimated_seconds`), scaled per kernel
+    by how much longer than it ``cal``'s :data:`RATE_FROM` largest timed shapes of the kernel ran (not below 1:
+    the roofline's peak is a best case)."""
+    est = estimated_seconds(machine, cases)
+    if cal is None:
+        return est
+    wk = machine.kinds[machine.kind_names[0]]
+    scale = {}
+    for name in {name for name, _ in cases}:
+        shapes, t = cal.arrays(name) if name in cal.points else (np.zeros((0, 0)), np.zeros(0))
+        if not len(t):
+            continue
+        k = get(name)
+        z = shape_features(k.id, shapes)
+        top = np.lexsort((z[:, 1], z[:, 0]))[::-1][:RATE_FROM]
+        roof = wk.roofline(shape_flops(k.id, shapes[top, :len(k.params)]),
+                           shape_bytes(k.id, shapes[top, len(k.params):]))
+        scale[name] = max(1.0, float(np.median(t[top] / np.maximum(roof, 1e-12))))
+    return est * np.asarray([scale.get(name, 1.0) for name, _ in cases])
+
+
+def buffer_bytes(cases, lanes: int) -> np.ndarray:
+    """Bytes of each case's buffers on ``lanes`` lanes (what timing it allocates)."""
+    return np.asarray([float(np.sum(np.asarray(row, dtype=np.float64)[len(get(name).params):]))
+                       for name, row in cases]) * max(lanes, 1)
+
+
+def bounded_cases(machine, cal: Calibration | None, cases, lanes: int, available_bytes: float | None = None
+                  ) -> tuple[np.ndarray, dict]:
+    """(a flag per case over the bound: never to be timed, the bound as a dict ``max_task_s``, ``max_bytes``):
+    a task estimated longer than :data:`~tilecast.perfmodel.calibration_design.MAX_TASK_S`
+    (:func:`task_seconds`), or buffers on ``lanes`` lanes over
+    :data:`~tilecast.perfmodel.calibration_design.MEMORY_SHARE` of ``available_bytes`` (default: the memory
+    available now)."""
+    if available_bytes is None:
+        from tilecast.graph.size_estimate import available_memory
+
+        available_bytes = available_memory()
+    over = over_bound(task_seconds(machine, cal, cases), buffer_bytes(cases, lanes), available_bytes)
+    return over, {"max_task_s": MAX_TASK_S, "max_bytes": MEMORY_SHARE * float(available_bytes)}
+
+
+def extrapolation_summary(cal: Calibration, over_cases) -> dict:
+    """What the shape model extrapolates for ``over_cases`` (shapes over the bound): per kernel, the shapes
+    (``n``), the farthest one beyond the timed range (``decades`` of flops or bytes; None: nothing of the kernel
+    timed, its shapes get the roofline), and the model's measured error extrapolating to the largest timed shapes
+    (:func:`tilecast.perfmodel.shape_model.extrapolation_errors`: ``heldout``, None where too few are timed)."""
+    from tilecast.perfmodel.shape_model import beyond_decades
+
+    by_kernel: dict = {}
+    for name, row in over_cases:
+        by_kernel.setdefault(name, []).append(row)
+    errors = extrapolation_errors(cal, kernels=[n for n in by_kernel if n in cal.points])
+    out = {}
+    for name, rows in sorted(by_kernel.items()):
+        k = get(name)
+        timed = cal.arrays(name)[0] if name in cal.points else np.zeros((0, 0))
+        far = beyond_decades(shape_features(k.id, timed) if len(timed) else np.zeros((0, 2)),
+                             shape_features(k.id, np.asarray(rows, dtype=np.float64)))
+        out[name] = {"n": len(rows), "decades": float(far.max()) if np.isfinite(far.max()) else None,
+                     "heldout": errors.get(name)}
+    return out
+
+
+def extrapolation_note(run: dict) -> str:
+    """One line: how many shapes were over the bound and the error of extrapolating to the largest timed."""
+    ex = run.get("extrapolated") or {}
+    n = sum(r["n"] for r in ex.values())
+    errs = [r["heldout"] for r in ex.values() if r["heldout"]]
+    bound = run.get("bound", {})
+    what = (f"{n} kernel shapes of {len(ex)} kernels over the timing bound (a task over "
+            f"{bound.get('max_task_s', MAX_TASK_S):g} s or buffers over {bound.get('max_bytes', 0) / 2**30:.1f} GiB) "
+            f"were not timed but extrapolated from the largest timed shapes")
+    far = [r["decades"] for r in ex.values() if r["decades"] is not None]
+    if far:
+        what += f", up to {max(far):.1f} decades of flops or bytes beyond them"
+    if len(far) < len(ex):
+        what += f" ({len(ex) - len(far)} kernels with no shape timed: the roofline)"
+    if errs:
+        med = float(np.median([e["median_rel_err"] for e in errs]))
+        worst = max(e["max_rel_err"] for e in errs)
+        what += (f"; the largest timed shapes predicted from the smaller ones "
+                 f"({max(e['decades'] for e in errs):.1f} decades beyond at most): "
+                 f"median error {100 * med:.0f}%, at most {100 * worst:.0f}%")
+    return "note: " + what
 
 
 def starpu_repeats(est: np.ndarray) -> np.ndarray:
@@ -371,8 +468,10 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
         cost = timing_cost_s(todo, est, np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS) + 1,
                              1, 1)
     known = {name: cal.arrays(name)[0] for name in cal.points} if cal is not None else None
-    timed, left = choose_timed(todo, cost, budget_s, known)
+    over, bound = bounded_cases(machine, cal, todo, workers or 1)
+    timed, left = choose_timed(todo, cost, budget_s, known, over=over)
     predicted = [todo[i] for i in left]
+    over_cases = [todo[i] for i in np.flatnonzero(over)]
     todo, est = [todo[i] for i in sorted(timed)], est[sorted(timed)]
     repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
     if timer is None:
@@ -388,7 +487,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
             desc += f", {len(todo)} of {len(todo) + len(predicted)} shapes"
         bar = tqdm(total=len(todo), unit="shape", desc=desc, file=sys.stderr, leave=False)
     try:
-        if workers:
+        if workers and todo:
             cal, todo = time_in_starpu(machine, cal, todo, starpu_repeats(est), workers, bar, guard=guard,
                                        record=record)
             cal.save()  # kept even if the isolated timing below is interrupted
@@ -411,11 +510,16 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     finally:
         if bar is not None:
             bar.close()
+    if cal is None:  # every shape over the bound: none timed
+        cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0],
+                          STARPU_TASKS if workers else timer_name)
     for name, row in predicted:
         cal.add_predicted(name, row)
     cal.last_run = {"cases": len(timed) + len(predicted), "timed": len(timed), "predicted": len(predicted),
                     "budget_s": budget_s, "estimated_s": float(np.sum(cost[timed])),
-                    "wall_s": time.monotonic() - start}
+                    "wall_s": time.monotonic() - start, "over_bound": len(over_cases), "bound": bound}
+    if over_cases:
+        cal.last_run["extrapolated"] = extrapolation_summary(cal, over_cases)
     if predicted:
         kernels = sorted({name for name, _ in predicted})
         cal.last_run["heldout"] = holdout_errors(cal, kernels=kernels)
@@ -424,15 +528,17 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
                                                          lane="hot")
         if progress:
             print(design_summary(cal.last_run), file=sys.stderr)
+            if over_cases:
+                print(extrapolation_note(cal.last_run), file=sys.stderr)
     cal.save()
     return cal
 
 
 def design_summary(run: dict) -> str:
     """What a budgeted calibration timed and the shape model's held-out error per kernel, for people."""
-    lines = [f"timed {run['timed']} of {run['cases']} kernel shapes in {run['wall_s']:.0f} s (budget "
-             f"{run['budget_s']:.0f} s); the other {run['predicted']} are predicted by the shape model, whose "
-             "error on timed shapes held out of its fit is:",
+    budget = "no budget" if run["budget_s"] is None else f"budget {run['budget_s']:.0f} s"
+    lines = [f"timed {run['timed']} of {run['cases']} kernel shapes in {run['wall_s']:.0f} s ({budget}); the other "
+             f"{run['predicted']} are predicted by the shape model, whose error on timed shapes held out of its fit is:",
              f"  {'kernel':<16}{'timed':>7}{'held out':>10}{'median err':>12}{'max err':>10}{'fit alone':>11}"]
     for name, r in run.get("heldout", {}).items():
         lines.append(f"  {name:<16}{r['n_fit']:>7}{r['n_heldout']:>10}{100 * r['median_rel_err']:>11.1f}%"

@@ -11,8 +11,8 @@ flags), chosen as
 
 1. one shape per set of equal features (the others get its time exactly);
 2. the ends of the range: the smallest and largest flops and bytes (always
-   timed, so the shape model interpolates and never extrapolates), and at
-   least as many shapes as the model needs to fit;
+   timed, so the shape model interpolates and extrapolates only to shapes
+   over the bound below), and at least as many shapes as the model needs to fit;
 3. then, greedily, the shape farthest (in decades) from every shape timed so
    far, the calibration's earlier ones included, among those the share can
    still pay for, until no shape is more than :data:`MIN_GAP` from a timed one
@@ -21,6 +21,17 @@ flags), chosen as
 Shares are handed out cheapest kernel first, each taking at most an equal
 part of what is left, so what a cheap kernel does not need goes to the
 costly ones. Below the budget every shape is timed, as before.
+
+Whatever the budget, a shape *over the bound* is never timed: one whose task
+is estimated to run longer than :data:`MAX_TASK_S`, or whose buffers (on every
+lane) would take more than :data:`MEMORY_SHARE` of the memory available
+(:func:`over_bound`). The candidate tilings of a cluster-size model
+(llama2-7b and up) hold such tiles, of hundreds of MB to GBs, whose timing
+takes seconds to minutes each. They are left to the shape model, which
+extrapolates them from the kernel's largest timed shapes: for such a kernel
+the design also times its :data:`TOP_TIMED` largest affordable shapes, and
+the extrapolation's error is measured by holding the largest of those out
+(:func:`tilecast.perfmodel.shape_model.extrapolation_errors`).
 """
 
 from __future__ import annotations
@@ -33,15 +44,36 @@ from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, shape_features
 
 MAX_PER_KERNEL = 40
 MIN_GAP = 0.02  # decades (5% in flops or bytes): a shape this near a timed one is left to the shape model
+# The bound on what is timed: a task estimated longer than MAX_TASK_S (a shape then costs seconds of timing:
+# two tasks per lane and pass, four passes), or buffers of all lanes over MEMORY_SHARE of the available memory.
+MAX_TASK_S = 0.5
+MEMORY_SHARE = 0.125
+# Largest affordable shapes timed for a kernel with shapes over the bound: the base of their extrapolation.
+TOP_TIMED = 3
+
+
+def over_bound(task_s, need_bytes, available_bytes: float, max_task_s: float = MAX_TASK_S,
+               share: float = MEMORY_SHARE) -> np.ndarray:
+    """Which shapes are too long or too large to time: an estimated task of more than ``max_task_s``
+    seconds, or buffers (``need_bytes``, every lane's) over ``share`` of ``available_bytes``."""
+    return (np.asarray(task_s, dtype=np.float64) > max_task_s) | (
+        np.asarray(need_bytes, dtype=np.float64) > share * float(available_bytes))
+
+
+def largest(features: np.ndarray, n: int) -> list[int]:
+    """Rows of the ``n`` largest shapes: by flops, then bytes (a kernel without flops: by bytes)."""
+    return [int(i) for i in np.lexsort((features[:, 1], features[:, 0]))[::-1][:n]]
 
 
 def design(features: np.ndarray, cost_s: np.ndarray, allowance_s: float, known: np.ndarray | None = None,
-           cap: int = MAX_PER_KERNEL) -> list[int]:
-    """Rows of ``features`` (distinct) to time, in the order chosen: the ends, then farthest first."""
+           cap: int = MAX_PER_KERNEL, top: int = 0) -> list[int]:
+    """Rows of ``features`` (distinct) to time, in the order chosen: the ends (and the ``top`` largest
+    shapes), then farthest first."""
     m = len(features)
     if m == 0:
         return []
-    ends = list(dict.fromkeys(int(f(features[:, j])) for j in range(2) for f in (np.argmin, np.argmax)))
+    ends = [int(f(features[:, j])) for j in range(2) for f in (np.argmin, np.argmax)]
+    ends = list(dict.fromkeys(ends + largest(features, top)))
     chosen = ends[:max(cap, 1)]
     spent = float(cost_s[chosen].sum())
     centres = features[chosen] if known is None or not len(known) else np.concatenate([known, features[chosen]])
@@ -62,21 +94,26 @@ def design(features: np.ndarray, cost_s: np.ndarray, allowance_s: float, known: 
 
 
 def choose_timed(cases, cost_s, budget_s: float | None, known: dict | None = None,
-                 cap: int | None = None) -> tuple[list[int], list[int]]:
+                 cap: int | None = None, over=None) -> tuple[list[int], list[int]]:
     """(indices of ``cases`` to time, indices left to the shape model) for an estimated ``cost_s`` each.
 
     ``known``: kernel name -> shapes the calibration has timed already (they
-    count as covered). Every case is timed when the total fits ``budget_s``
+    count as covered). ``over``: a flag per case over the bound (:func:`over_bound`), never timed.
+    Every other case is timed when their total fits ``budget_s``
     (None: no budget) and no kernel has more than ``cap`` cases; otherwise each
-    kernel's design has at most ``cap`` shapes (default :data:`MAX_PER_KERNEL`).
+    kernel's design has at most ``cap`` shapes (default :data:`MAX_PER_KERNEL`), its :data:`TOP_TIMED`
+    largest among them where the kernel has shapes over the bound.
     """
     cost_s = np.asarray(cost_s, dtype=np.float64)
+    over = np.zeros(len(cases), dtype=bool) if over is None else np.asarray(over, dtype=bool)
     by_kernel: dict = {}
     for i, (name, _) in enumerate(cases):
-        by_kernel.setdefault(name, []).append(i)
+        if not over[i]:
+            by_kernel.setdefault(name, []).append(i)
+    extrapolated = {name for (name, _), o in zip(cases, over) if o}
     over_cap = cap is not None and any(len(v) > cap for v in by_kernel.values())
-    if (budget_s is None or cost_s.sum() <= budget_s) and not over_cap:
-        return list(range(len(cases))), []
+    if (budget_s is None or cost_s[~over].sum() <= budget_s) and not over_cap:
+        return [i for i in range(len(cases)) if not over[i]], [i for i in range(len(cases)) if over[i]]
     cap = cap if cap is not None else MAX_PER_KERNEL
     budget_s = float("inf") if budget_s is None else budget_s
     known = known or {}
@@ -93,7 +130,7 @@ def choose_timed(cases, cost_s, budget_s: float | None, known: dict | None = Non
     left, timed = float(budget_s), []
     for j, (_, name, idx, keys, first, rep_cost, have) in enumerate(plans):
         share = left / (len(plans) - j)
-        rows = design(keys, rep_cost, share, have, cap)
+        rows = design(keys, rep_cost, share, have, cap, TOP_TIMED if name in extrapolated else 0)
         left = max(0.0, left - float(rep_cost[rows].sum()))
         timed += [int(idx[first[r]]) for r in rows]
     chosen = set(timed)

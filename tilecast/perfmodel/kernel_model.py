@@ -15,6 +15,12 @@ order of preference:
 3. the worker kind's roofline from the machine description
    (:meth:`tilecast.perfmodel.machine.WorkerKind.roofline`).
 
+``DurationModel.provenance`` counts the tasks of each source: ``measured``
+(a timed shape), ``fitted`` (the shape model), split into ``interpolated``
+(inside the kernel's timed range of flops and bytes) and ``extrapolated``
+(beyond it: shapes too long or too large to time,
+:mod:`tilecast.perfmodel.calibration_design`), and ``roofline``.
+
 Shapes timed as StarPU tasks have two figures, hot and cold lane times
 (:mod:`tilecast.executor.runtime_timer`); both go through 1-2 (a shape model
 each), and a task's duration is ``hot + f * (cold - hot)``, ``f`` the share
@@ -103,6 +109,9 @@ def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarra
     return hit[2]
 
 
+# where a task's duration came from (DurationModel.provenance): fitted = interpolated + extrapolated
+SOURCES = ("measured", "fitted", "roofline", "interpolated", "extrapolated")
+
 _POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays)})
 
 
@@ -115,7 +124,7 @@ class DurationModel:
         self.kinds = machine.kind_names
         self._fits: dict[tuple, ShapeModel | None] = {}  # (kernel id, lane) -> model
         self._measured: dict[tuple, dict] = {}
-        self.provenance: dict[str, int] = {"measured": 0, "fitted": 0, "roofline": 0}
+        self.provenance: dict[str, int] = dict.fromkeys(SOURCES, 0)
 
     def _calibrated(self, kind: str) -> bool:
         return self.calibration is not None and self.calibration.kind == kind
@@ -157,8 +166,8 @@ class DurationModel:
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray, lane: str = "cold"
                       ) -> tuple[np.ndarray, np.ndarray]:
-        """(seconds, provenance code 0 measured / 1 fitted / 2 roofline) for rows of shapes, from the cold lane
-        times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
+        """(seconds, provenance code 0 measured / 1 interpolated / 2 roofline / 3 extrapolated) for rows of
+        shapes, from the cold lane times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
         wk = self.machine.kinds[kind]
         n_params = len(all_kernels()[kernel_id].params)
         out = wk.roofline(shape_flops(kernel_id, shapes[:, :n_params]), shape_bytes(kernel_id, shapes[:, n_params:]))
@@ -170,7 +179,7 @@ class DurationModel:
             have = np.array([v is not None for v in known], dtype=bool)
             if fit is not None and not have.all():
                 out[~have] = fit.predict(shapes[~have])
-                how[~have] = 1
+                how[~have] = np.where(fit.beyond(shapes[~have]) > 0, 3, 1)
             if have.any():
                 out[have] = [v for v in known if v is not None]
                 how[have] = 0
@@ -183,8 +192,8 @@ class DurationModel:
         from tilecast.perfmodel.reuse import cold_fraction, interpolate
 
         out = np.zeros((len(self.kinds), graph.n_tasks), dtype=np.float64)
-        self.provenance = {"measured": 0, "fitted": 0, "roofline": 0}
-        names = list(self.provenance)
+        self.provenance = dict.fromkeys(SOURCES, 0)
+        names = ("measured", "interpolated", "roofline", "extrapolated")
         fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
         lanes = None  # (hot, cold - hot, graph-order cold share) once a kernel has hot lane times
         for ks in graph_shapes(graph):
@@ -203,9 +212,10 @@ class DurationModel:
                     lanes[1][r, ks.tasks] = cold - hot[ks.inverse]
                     lanes[2][r, ks.tasks] = fraction[c][ks.tasks]
                     out[r, ks.tasks] = interpolate(hot[ks.inverse], cold, fraction[c][ks.tasks])
-                counts = np.bincount(how[ks.inverse], minlength=3)
-                for j in range(3):
+                counts = np.bincount(how[ks.inverse], minlength=4)
+                for j in range(4):
                     self.provenance[names[j]] += int(counts[j])
+                self.provenance["fitted"] += int(counts[1] + counts[3])
         if lanes is not None:  # a simulation computes the cold share per worker from them (task_lanes)
             from tilecast.perfmodel.task_lanes import TaskLanes, attach
 

@@ -17,6 +17,15 @@ A timed shape is predicted as its own measured time (distance zero), and so
 is every shape with the same features (e.g. an attention tile at another
 offset). :func:`holdout_errors` is the model's error on timed shapes left
 out of its fit.
+
+A shape beyond the timed range (more, or fewer, flops or bytes than every
+timed shape of its kernel: :meth:`ShapeModel.beyond`) is *extrapolated*: the
+physical fit carries it in flops and bytes, and the correction is that of the
+largest (or smallest) timed shapes, its nearest. Calibration leaves the shapes
+too long or too large to time this way
+(:mod:`tilecast.perfmodel.calibration_design`), and
+:func:`extrapolation_errors` measures the model's error there: the largest
+timed shapes predicted from the smaller ones alone.
 """
 
 from __future__ import annotations
@@ -85,8 +94,22 @@ class ShapeModel:
         w = 1.0 / np.maximum(d, 1e-6) ** 2  # a shape at distance 0 (its own features timed) takes their ratio
         return base * np.exp((w * self.log_ratio[idx]).sum(axis=1) / w.sum(axis=1))
 
+    def beyond(self, shapes: np.ndarray) -> np.ndarray:
+        """Decades each shape lies beyond the timed range in flops or bytes (0 inside it)."""
+        return beyond_decades(self.features, shape_features(self.kernel, shapes))
+
     def describe(self) -> dict:
         return self.base.describe()
+
+
+def beyond_decades(timed: np.ndarray, features: np.ndarray) -> np.ndarray:
+    """Decades each row of ``features`` lies outside the range of ``timed`` (features of
+    :func:`shape_features`) in flops or bytes, the larger of the two; 0 inside the range."""
+    features = np.atleast_2d(features)
+    if not len(timed):
+        return np.full(len(features), np.inf)
+    lo, hi = timed[:, :2].min(axis=0), timed[:, :2].max(axis=0)
+    return np.maximum(np.maximum(features[:, :2] - hi, lo - features[:, :2]), 0.0).max(axis=1)
 
 
 @dataclass
@@ -164,4 +187,41 @@ def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=Non
                      "max_rel_err": float(err.max()),
                      "base_median_rel_err": float(np.median(np.abs(base[done] - t[done]) / t[done])),
                      "fit": ShapeModel.fit(k.id, shapes, t).describe()}
+    return out
+
+
+EXTRAPOLATION_HOLDOUT = 2  # the largest timed sizes of a kernel predicted, each from the smaller shapes alone
+
+
+def extrapolation_errors(calibration, kernels=None, lane: str = "cold", largest: int = EXTRAPOLATION_HOLDOUT
+                         ) -> dict:
+    """Per kernel, the shape model's relative error when it extrapolates: each of the ``largest`` greatest
+    sizes among the timed shapes (flops, or bytes for a kernel without flops; shapes of that size together)
+    is predicted by the model fitted on the shapes smaller than it alone, the largest first.
+
+    Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "decades"}}``: the timed
+    shapes, those predicted while held out, the median and largest relative error of those predictions,
+    and the farthest (in decades of flops or bytes) that one of them lay beyond the shapes it was
+    predicted from. Kernels with fewer than :data:`MIN_FIT_POINTS` shapes below their largest are left out.
+    """
+    out = {}
+    for name in sorted(kernels if kernels is not None else calibration.points):
+        shapes, t = calibration.arrays(name, lane=lane)
+        if len(t) < MIN_FIT_POINTS + 1:
+            continue
+        k = get(name)
+        z = shape_features(k.id, shapes)
+        col = 0 if z[:, 0].max() > z[:, 0].min() else 1
+        size = z[:, col]
+        errs, far = [], 0.0
+        for s in np.unique(size)[::-1][:largest]:
+            test, fit = size == s, size < s
+            if fit.sum() < MIN_FIT_POINTS:
+                break
+            model = ShapeModel.fit(k.id, shapes[fit], t[fit])
+            errs += list(np.abs(model.predict(shapes[test]) - t[test]) / t[test])
+            far = max(far, float(model.beyond(shapes[test]).max()))
+        if errs:
+            out[name] = {"n_fit": int(len(t)), "n_heldout": len(errs), "median_rel_err": float(np.median(errs)),
+                         "max_rel_err": float(np.max(errs)), "decades": far}
     return out
