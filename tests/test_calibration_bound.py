@@ -12,17 +12,7 @@ from tilecast.perfmodel.calibration import Calibration, gemm_cases
 from tilecast.perfmodel.calibration_design import TOP_TIMED, choose_timed, largest, over_bound
 from tilecast.perfmodel.shape_model import ShapeModel, beyond_decades, extrapolation_errors, shape_features
 
-from loop_home import loop_home, loop_home_dir  # noqa: F401
-
-
-@pytest.fixture
-def own_home(tmp_path, monkeypatch, loop_home_dir):  # noqa: F811
-    """An empty calibration store that shares the session's compiled kernels and detected machine."""
-    for sub in ("native", "machines"):
-        (loop_home_dir / sub).mkdir(exist_ok=True)
-        os.symlink(loop_home_dir / sub, tmp_path / sub)
-    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
-    return tmp_path
+from loop_home import loop_home, loop_home_dir, own_home  # noqa: F401
 
 
 def _gemm(m, n, k):

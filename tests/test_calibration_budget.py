@@ -1,6 +1,5 @@
 """Calibration of a large set of shapes under a time budget: a design is timed, the shape model predicts the rest."""
 
-import os
 import sys
 import time
 
@@ -15,17 +14,7 @@ from tilecast.perfmodel.calibration import Calibration, gemm_cases
 from tilecast.perfmodel.calibration_design import MIN_GAP, choose_timed, design
 from tilecast.perfmodel.shape_model import ShapeModel, holdout_errors, shape_features
 
-from loop_home import loop_home_dir  # noqa: F401
-
-
-@pytest.fixture
-def own_home(tmp_path, monkeypatch, loop_home_dir):  # noqa: F811
-    """An empty calibration store that shares the session's compiled kernels and detected machine."""
-    for sub in ("native", "machines"):
-        (loop_home_dir / sub).mkdir(exist_ok=True)
-        os.symlink(loop_home_dir / sub, tmp_path / sub)
-    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
-    return tmp_path
+from loop_home import loop_home_dir, own_home  # noqa: F401
 
 
 def _gemm_rows(sizes, trans=((0, 0), (0, 1), (1, 0))):
