@@ -77,9 +77,11 @@ def test_validate_inference_equals_the_command(capsys):
     assert v.summary == doc["inference"] and v.ok == doc["inference"]["ok"]
 
 
-def test_run_forecast_under_a_memory_limit_equals_the_command(capsys, tmp_path):
+def test_run_forecast_under_a_memory_limit_equals_the_command(capsys, tmp_path, monkeypatch):
     from tilecast.kernels.native_build import NativeUnavailable
 
+    # the page cache a forecast gives the disk node is what MemAvailable leaves now, which moves between the calls
+    monkeypatch.setattr("tilecast.perfmodel.page_cache.mem_available_bytes", lambda *a, **k: 16 << 30)
     step = dict(model="gpt2-tiny", batch=1, seq=16, tile="16", sched="eager", workers=1, steps=1)
     try:
         r = tc.run(**step, memory_limit="4MiB", offload_dir=str(tmp_path), forecast=True)
