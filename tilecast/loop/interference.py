@@ -204,12 +204,17 @@ def retake_disturbed(passes, guard: QuietGuard, budget_s: float, wait_s: float =
             "seconds": guard.clock() - start}
 
 
+def probe_times(passes) -> list:
+    """The reference steps taken around ``passes`` (before and after each kept take; seconds)."""
+    return [v for p in passes if p.info is not None for v in (p.info["probe_before_s"], p.info["probe_after_s"])]
+
+
 def reference_of(passes) -> float | None:
-    """The median reference step around ``passes`` (their probes before and after; seconds): the machine's speed
-    while they were timed. None without probes."""
+    """The median reference step around ``passes`` (:func:`probe_times`): the machine's speed while they were
+    timed. None without probes."""
     import numpy as np
 
-    t = [v for p in passes if p.info is not None for v in (p.info["probe_before_s"], p.info["probe_after_s"])]
+    t = probe_times(passes)
     return float(np.median(t)) if t else None
 
 

@@ -20,7 +20,7 @@ forecast from them is still a first use.
 
 from __future__ import annotations
 
-from tilecast.loop.interference import QuietGuard, reference_of, retake_disturbed
+from tilecast.loop.interference import QuietGuard, probe_times, reference_of, retake_disturbed
 
 
 def record_passes(record: list) -> list:
@@ -46,7 +46,7 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
 
     passes = record_passes(record)
     counts = retake_disturbed(passes, guard, budget_s, wait_s)
-    probes = [v for p in passes if p.info is not None for v in (p.info["probe_before_s"], p.info["probe_after_s"])]
+    probes = probe_times(passes)
     report = {**counts, "reference_s": reference_of(passes), "reference_best_s": guard.best_s,
               "pass_best_s": min(probes) if probes else None,
               "passes_retaken_at_once": sum(p.info["retakes"] - p.late for p in passes if p.info is not None),
