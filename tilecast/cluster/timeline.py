@@ -68,37 +68,35 @@ class Timeline:
 
 
 class _Builder:
-    """Collects tasks in an order where every predecessor comes first (as the engine wants)."""
+    """Collects tasks in an order where every predecessor comes first (as the engine wants).
 
-    def __init__(self):
-        self.dur, self.stream, self.stage, self.kind, self.tp, self.tag = [], [], [], [], [], []
-        self.ep, self.cp = [], []
+    One tuple per task, columns at the end, and predecessors as task ids: a 3072-GPU layout has
+    thousands of tasks, built in a few milliseconds.
+    """
+
+    def __init__(self, n_micro_batches: int):
+        self.rows = []  # (duration, stream, stage, kind, tp, ep, cp, tag) per task
         self.ptr, self.pred = [0], []
-        self.names = {}
+        self.m = n_micro_batches
+        # the task of virtual stage vs and micro-batch j, at key vs * m + j: its forward's last compute
+        # task, its forward's send to the next stage, its backward's send to the previous stage
+        self.last_f, self.send_f, self.send_b = {}, {}, {}
 
     def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="", ep=0.0, cp=0.0) -> int:
-        i = len(self.dur)
-        self.tag.append(tag)
-        self.dur.append(dur)
-        self.stream.append(stage * STREAMS_PER_STAGE + stream)
-        self.stage.append(stage)
-        self.kind.append(kind)
-        self.tp.append(tp)
-        self.ep.append(ep)
-        self.cp.append(cp)
-        for q in preds:
-            if q is not None:
-                self.pred.append(q if isinstance(q, int) else self.names[q])
+        """A task of ``stage`` on its ``stream`` (0-4) after the tasks ``preds``; returns its id."""
+        rows = self.rows
+        rows.append((dur, stage * STREAMS_PER_STAGE + stream, stage, kind, tp, ep, cp, tag))
+        self.pred.extend(preds)
         self.ptr.append(len(self.pred))
-        return i
+        return len(rows) - 1
 
     def finish(self, n_stages) -> Timeline:
-        return Timeline(duration=np.asarray(self.dur, dtype=np.float64), stream=np.asarray(self.stream, dtype=np.int64),
-                        stage=np.asarray(self.stage, dtype=np.int64), kind=np.asarray(self.kind, dtype=np.int8),
-                        tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
+        dur, stream, stage, kind, tp, ep, cp, tag = zip(*self.rows) if self.rows else ((),) * 8
+        return Timeline(duration=np.asarray(dur, dtype=np.float64), stream=np.asarray(stream, dtype=np.int64),
+                        stage=np.asarray(stage, dtype=np.int64), kind=np.asarray(kind, dtype=np.int8),
+                        tp=np.asarray(tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
                         pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE,
-                        tag=self.tag, ep=np.asarray(self.ep, dtype=np.float64),
-                        cp=np.asarray(self.cp, dtype=np.float64))
+                        tag=list(tag), ep=np.asarray(ep, dtype=np.float64), cp=np.asarray(cp, dtype=np.float64))
 
 
 class _Stage:
@@ -112,6 +110,11 @@ class _Stage:
         self.order = stage_order(strat.schedule, p, strat.micro_batches, v, s)
         self.next = 0
         self.last_b = {ch: idx for idx, (ph, j, ch) in enumerate(self.order) if ph == "B"}
+        # per schedule entry, the table and key of the neighbouring stage's send it waits for (None: none)
+        m, last_vs = b.m, p * v - 1
+        self.needs = [(None if ch * p + s == 0 else b.send_f, (ch * p + s - 1) * m + j) if ph == "F" else
+                      (None if ch * p + s == last_vs else b.send_b, (ch * p + s + 1) * m + j)
+                      for ph, j, ch in self.order]
         self.comp_hist, self.dp_tasks = [], []
         self.param_pieces = {}  # chunk -> all-gather task its first forward waits for (overlapped ZeRO-1/2)
         if strat.zero in (1, 2) and strat.overlap_param_gather:
@@ -131,25 +134,18 @@ class _Stage:
         if strat.zero in (1, 2):  # hybrid sharding: the sharded gradients all-reduced across the replicas too
             self.reduce_total += c.replica_reduce
 
-    def ready(self) -> bool:
-        """Whether the next schedule entry's cross-stage inputs have been emitted."""
-        ph, j, ch = self.order[self.next]
-        vs = ch * self.p + self.s
-        if ph == "F":
-            return vs == 0 or ("sendF", vs - 1, j) in self.b.names
-        return vs == self.n_virtual - 1 or ("sendB", vs + 1, j) in self.b.names
-
-    def compute(self, dur, preds, tp=0.0, tag="", layers=1.0):
-        fw = tag.startswith("F")
-        i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag, ep=layers * (self.fwd_ep if fw else self.bwd_ep),
-                       cp=layers * (self.fwd_cp if fw else self.bwd_cp))
+    def compute(self, dur, preds, tp, tag, fw, layers=1.0):
+        if fw:
+            i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag, layers * self.fwd_ep, layers * self.fwd_cp)
+        else:
+            i = self.b.add(self.s, 0, COMPUTE, dur, preds, tp, tag, layers * self.bwd_ep, layers * self.bwd_cp)
         self.comp_hist.append(i)
         return i
 
     def gather(self):
         k = self.strat.fsdp_prefetch + 1
-        pred = self.comp_hist[-k] if len(self.comp_hist) >= k else None
-        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, [pred], tag="gather")
+        pred = (self.comp_hist[-k],) if len(self.comp_hist) >= k else ()
+        return self.b.add(self.s, 4, GATHER, self.c.layer_param_gather, pred, tag="gather")
 
     def emit(self):
         b, c, s, L, strat = self.b, self.c, self.s, self.L, self.strat
@@ -157,35 +153,38 @@ class _Stage:
         ph, j, ch = self.order[idx]
         self.next += 1
         vs = ch * self.p + s
+        key = vs * b.m + j
         is_last_vs = vs == self.n_virtual - 1
         zero = strat.zero
         if ph == "F":
+            tag = f"F{j}.{ch}"
             head = c.head_fwd if is_last_vs else 0.0
-            pre = [("sendF", vs - 1, j)] if vs > 0 else []
+            pre = [b.send_f[key - b.m]] if vs > 0 else []
             if j == 0 and ch in self.param_pieces:
                 pre.append(self.param_pieces.pop(ch))
             if zero == 3:
                 ag = self.gather()
                 for layer in range(L):
                     last = self.compute(self.fwd_layer + (head if layer == L - 1 else 0.0),
-                                        [ag] + (pre if layer == 0 else []), self.fwd_tp, f"F{j}.{ch}")
+                                        [ag] + (pre if layer == 0 else []), self.fwd_tp, tag, True)
                     if layer + 1 < L:
                         ag = self.gather()
             else:
-                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, f"F{j}.{ch}", L)
-            b.names[("lastF", vs, j)] = last
+                last = self.compute(L * self.fwd_layer + head, pre, L * self.fwd_tp, tag, True, L)
+            b.last_f[key] = last
             if not is_last_vs:
-                b.names[("sendF", vs, j)] = b.add(s, 1, P2P, c.p2p, [last], tag=f"send-F{j}.{ch}")
+                b.send_f[key] = b.add(s, 1, P2P, c.p2p, (last,), 0.0, "send-" + tag)
             return
+        tag = f"B{j}.{ch}"
         head = c.head_bwd if is_last_vs else 0.0
-        pre = [("lastF", vs, j)] + ([("sendB", vs + 1, j)] if not is_last_vs else [])
+        pre = [b.last_f[key]] + ([b.send_b[key + b.m]] if not is_last_vs else [])
         if zero == 3:
             # FSDP order on the one network stream: the next layer's all-gather is issued before
             # this layer's gradient reduce-scatter, so both share the NICs while the layer computes.
             ag = self.gather()
             for layer in range(L):
                 last = self.compute(self.bwd_layer + (head if layer == 0 else 0.0),
-                                    [ag] + (pre if layer == 0 else []), self.bwd_tp, f"B{j}.{ch}")
+                                    [ag] + (pre if layer == 0 else []), self.bwd_tp, tag, False)
                 if layer + 1 < L:
                     ag = self.gather()
                 self.dp_tasks.append(b.add(s, 4, DATA_PARALLEL, c.layer_grad_scatter, [last], tag="grad"))
@@ -193,12 +192,12 @@ class _Stage:
             n = self.n_buckets
             for k in range(n):
                 last = self.compute(L * self.bwd_layer / n + (head if k == 0 else 0.0), pre if k == 0 else [],
-                                    L * self.bwd_tp / n, f"B{j}.{ch}", L / n)
+                                    L * self.bwd_tp / n, tag, False, L / n)
                 self.dp_tasks.append(b.add(s, 3, DATA_PARALLEL, self.reduce_total / self.v / n, [last], tag="grad"))
         else:
-            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, f"B{j}.{ch}", L)
+            last = self.compute(L * self.bwd_layer + head, pre, L * self.bwd_tp, tag, False, L)
         if vs > 0:
-            b.names[("sendB", vs, j)] = b.add(s, 2, P2P, c.p2p, [last], tag=f"send-B{j}.{ch}")
+            b.send_b[key] = b.add(s, 2, P2P, c.p2p, (last,), 0.0, "send-" + tag)
 
     def close(self):
         """Gradient reduction after the flush (if not overlapped), optimizer, ZeRO-1/2 parameter gather."""
@@ -219,13 +218,17 @@ def build_timeline(shape, strat, c) -> Timeline:
     from the neighbouring stages exist, so every task comes after its
     predecessors and each stream keeps its schedule order.
     """
-    b = _Builder()
+    b = _Builder(strat.micro_batches)
     stages = [_Stage(s, b, shape, strat, c) for s in range(strat.pp)]
     open_ = list(stages)
     while open_:
         progress = False
         for st in open_:
-            while st.next < len(st.order) and st.ready():
+            n, needs = len(st.order), st.needs
+            while st.next < n:
+                table, key = needs[st.next]
+                if table is not None and key not in table:
+                    break  # the neighbouring stage's send is not emitted yet
                 st.emit()
                 progress = True
         done = [st for st in open_ if st.next == len(st.order)]
