@@ -70,12 +70,13 @@ class Timeline:
 class _Builder:
     """Collects tasks in an order where every predecessor comes first (as the engine wants).
 
-    One tuple per task, columns at the end, and predecessors as task ids: a 3072-GPU layout has
-    thousands of tasks, built in a few milliseconds.
+    Columns of numbers and predecessors as task ids: nothing per task that the garbage collector
+    tracks (a 3072-GPU layout has thousands of tasks, built in milliseconds).
     """
 
     def __init__(self, n_micro_batches: int):
-        self.rows = []  # (duration, stream, stage, kind, tp, ep, cp, tag) per task
+        self.dur, self.stream, self.kind, self.tp, self.tag = [], [], [], [], []
+        self.ep, self.cp = [], []
         self.ptr, self.pred = [0], []
         self.m = n_micro_batches
         # the task of virtual stage vs and micro-batch j, at key vs * m + j: its forward's last compute
@@ -84,19 +85,26 @@ class _Builder:
 
     def add(self, stage, stream, kind, dur, preds=(), tp=0.0, tag="", ep=0.0, cp=0.0) -> int:
         """A task of ``stage`` on its ``stream`` (0-4) after the tasks ``preds``; returns its id."""
-        rows = self.rows
-        rows.append((dur, stage * STREAMS_PER_STAGE + stream, stage, kind, tp, ep, cp, tag))
+        i = len(self.dur)
+        self.tag.append(tag)
+        self.dur.append(dur)
+        self.stream.append(stage * STREAMS_PER_STAGE + stream)
+        self.kind.append(kind)
+        self.tp.append(tp)
+        self.ep.append(ep)
+        self.cp.append(cp)
         self.pred.extend(preds)
         self.ptr.append(len(self.pred))
-        return len(rows) - 1
+        return i
 
     def finish(self, n_stages) -> Timeline:
-        dur, stream, stage, kind, tp, ep, cp, tag = zip(*self.rows) if self.rows else ((),) * 8
-        return Timeline(duration=np.asarray(dur, dtype=np.float64), stream=np.asarray(stream, dtype=np.int64),
-                        stage=np.asarray(stage, dtype=np.int64), kind=np.asarray(kind, dtype=np.int8),
-                        tp=np.asarray(tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
+        stream = np.asarray(self.stream, dtype=np.int64)
+        return Timeline(duration=np.asarray(self.dur, dtype=np.float64), stream=stream,
+                        stage=stream // STREAMS_PER_STAGE, kind=np.asarray(self.kind, dtype=np.int8),
+                        tp=np.asarray(self.tp, dtype=np.float64), pred_ptr=np.asarray(self.ptr, dtype=np.int64),
                         pred=np.asarray(self.pred, dtype=np.int64), n_streams=n_stages * STREAMS_PER_STAGE,
-                        tag=list(tag), ep=np.asarray(ep, dtype=np.float64), cp=np.asarray(cp, dtype=np.float64))
+                        tag=self.tag, ep=np.asarray(self.ep, dtype=np.float64),
+                        cp=np.asarray(self.cp, dtype=np.float64))
 
 
 class _Stage:
