@@ -2,7 +2,8 @@
 
 The cluster what-if simulates its layer-level timelines through it, so the layouts' figures are
 compared too: every figure of a handful of layouts (interleaved, ZeRO-1/3, hybrid sharding, mixture of
-experts with expert parallelism, context parallelism, fp8) is the same on both loops.
+experts with expert parallelism, context parallelism, fp8) is the same on both loops. Serving
+(``whatif --inference``) builds no stream timeline and does not go through either loop.
 """
 
 import numpy as np
