@@ -61,6 +61,10 @@ def test_fused_loop_is_used_only_without_other_costs():
     costly = Engine(d[None, :], ptr, pred, [0] * k, [0] * k, FixedInOrder(stream), overhead=1e-6)
     costly.policy.submit()
     assert not costly.policy.fused_run()  # the general loop charges the overhead
+    d[len(d) // 2] = np.inf
+    endless = Engine(d[None, :], ptr, pred, [0] * k, [0] * k, FixedInOrder(stream))
+    endless.policy.submit()
+    assert not endless.policy.fused_run()  # a task that never ends is the general loop's to meet
 
 
 LAYOUTS = [
