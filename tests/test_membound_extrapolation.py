@@ -53,6 +53,7 @@ def test_cache_regimes_classify_working_sets():
     assert CACHES.memory_bound(k.id, sweep(1)).all() and not CACHES.memory_bound(get("gemm").id, gemm).any()
     embed = np.array([[256, 32000, 4096, 0, 0.0, 2048, 4 * 32000 * 4096, 4 * 256 * 4096]], dtype=np.float64)
     assert not CACHES.memory_bound(get("embed").id, embed).any()  # a gather: its bytes formula is a bound
+    assert not CacheRegimes(CACHES.bounds).memory_bound(k.id, sweep(1)).any()  # no balance known: none taken
 
 
 def test_timed_within_the_last_cache_extrapolated_beyond_it():

@@ -57,7 +57,7 @@ class CacheRegimes:
 
     bounds: tuple  # ascending bytes at which a regime ends (level-2 cache per core, the last level's share)
     memory_bps: float = 0.0  # bytes moved per second from memory, one core (0: unknown)
-    balance: float = 0.0  # flops per byte below which a shape is memory-bound (0: unknown, every shape is)
+    balance: float = 0.0  # flops per byte below which a shape is memory-bound (0: unknown, none is taken for one)
 
     def regime(self, nbytes) -> np.ndarray:
         """0 for a working set within the first bound, 1 within the second, ... ``len(bounds)`` beyond all."""
@@ -84,13 +84,11 @@ class CacheRegimes:
 
     def memory_bound(self, kernel_id: int, shapes: np.ndarray) -> np.ndarray:
         """Which shapes run at the rate of the memory they stream from: fewer flops per byte moved than the
-        machine's balance, and not a sparse kernel (:data:`SPARSE_KERNELS`)."""
+        machine's balance (none where it is unknown), and not a sparse kernel (:data:`SPARSE_KERNELS`)."""
         shapes = np.atleast_2d(np.asarray(shapes, dtype=np.float64))
         k = all_kernels()[kernel_id]
-        if k.name in SPARSE_KERNELS:
+        if k.name in SPARSE_KERNELS or self.balance <= 0:
             return np.zeros(len(shapes), dtype=bool)
-        if self.balance <= 0:
-            return np.ones(len(shapes), dtype=bool)
         n = len(k.params)
         flops = shape_flops(kernel_id, shapes[:, :n])
         nbytes = shape_bytes(kernel_id, shapes[:, n:])
