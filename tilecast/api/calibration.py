@@ -151,7 +151,7 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     from tilecast.graph.models import build_step
     from tilecast.loop.kernel_calibration import (BUDGET_S, HOT_PASSES, STARPU_PASSES, bounded_cases,
                                                   estimated_seconds, extrapolation_note, extrapolation_summary,
-                                                  starpu_workers, time_in_starpu, timing_cost_s)
+                                                  starpu_workers, time_in_starpu, timing_cost_s, with_past_cache)
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import calibrate as time_shapes
     from tilecast.perfmodel.calibration import cases_from_shapes, find_calibration
@@ -185,12 +185,19 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     for t in tilings:
         shapes += graph_shapes(build_step(cfg, batch, seq, t))
     seen = cases_from_shapes(shapes)
-    est = estimated_seconds(machine, seen)
-    cost = timing_cost_s(seen, est, np.full(len(seen), repeats + 1), workers or 1,
-                         STARPU_PASSES + HOT_PASSES if workers else 1)
+
+    def costs(todo):
+        est = estimated_seconds(machine, todo)
+        return est, timing_cost_s(todo, est, np.full(len(todo), repeats + 1), workers or 1,
+                                  STARPU_PASSES + HOT_PASSES if workers else 1)
+
+    est, cost = costs(seen)
     over, bound = bounded_cases(machine, stored, seen, workers or 1)  # too long or too large to time
     timed, left = choose_timed(seen, cost, budget, cap=per_kernel, over=over)
-    cases, predicted = [seen[i] for i in sorted(timed)], [seen[i] for i in left]
+    over_cases = [seen[i] for i in np.flatnonzero(over)]
+    # a memory-bound kernel with shapes over the bound gets a timed shape beyond the last-level cache
+    timed, seen, est, cost = with_past_cache(machine, stored, seen, over, timed, None, workers or 1, est, cost, costs)
+    cases, predicted = [seen[i] for i in sorted(timed)], [seen[i] for i in sorted(set(left) - set(timed))]
     if progress:
         where = f"as StarPU tasks on {workers} busy workers" if workers else f"with the {timer_name} timer"
         print(f"timing {len(cases)} of {len(seen)} kernel shapes {where}, {repeats} runs each", file=sys.stderr)
@@ -218,7 +225,7 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     path = cal.save(output)
     probes = _probe_costs(machine, workers, progress) if workers and output is None and probe else {}
     report = holdout_errors(cal)
-    extrapolated = extrapolation_summary(cal, [seen[i] for i in np.flatnonzero(over)]) if over.any() else {}
+    extrapolated = extrapolation_summary(cal, over_cases, machine) if over_cases else {}
     if extrapolated and progress:
         print(extrapolation_note({"extrapolated": extrapolated, "bound": bound}), file=sys.stderr)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}

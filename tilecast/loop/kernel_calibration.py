@@ -153,17 +153,41 @@ def bounded_cases(machine, cal: Calibration | None, cases, lanes: int, available
     return over, {"max_task_s": MAX_TASK_S, "max_bytes": MEMORY_SHARE * float(available_bytes)}
 
 
-def extrapolation_summary(cal: Calibration, over_cases) -> dict:
+def with_past_cache(machine, cal: Calibration | None, cases, over, timed, known, lanes: int, est, cost, costs):
+    """(timed, cases, est, cost) with what :func:`tilecast.perfmodel.calibration_design.past_cache` adds for a
+    memory-bound kernel with no timed shape beyond the last-level cache: a case of ``cases`` moved to the timed,
+    or a new case appended (timed, if it is under the bound itself). ``costs(cases)``: (est, cost) of new cases."""
+    from tilecast.perfmodel.cache_regimes import machine_regimes
+    from tilecast.perfmodel.calibration_design import past_cache
+
+    caches = machine_regimes(machine.kinds[machine.kind_names[0]], cal, lanes=lanes)
+    add, made = past_cache(cases, over, timed, caches, known)
+    if made:
+        made_over, _ = bounded_cases(machine, cal, made, lanes)
+        made = [c for c, o in zip(made, made_over) if not o]
+    timed = list(timed) + [i for i in add if i not in timed]
+    if made:
+        e, c = costs(made)
+        timed += list(range(len(cases), len(cases) + len(made)))
+        cases, est, cost = list(cases) + made, np.concatenate([est, e]), np.concatenate([cost, c])
+    return timed, cases, est, cost
+
+
+def extrapolation_summary(cal: Calibration, over_cases, machine=None) -> dict:
     """What the shape model extrapolates for ``over_cases`` (shapes over the bound): per kernel, the shapes
     (``n``), the farthest one beyond the timed range (``decades`` of flops or bytes; None: nothing of the kernel
     timed, its shapes get the roofline), and the model's measured error extrapolating to the largest timed shapes
-    (:func:`tilecast.perfmodel.shape_model.extrapolation_errors`: ``heldout``, None where too few are timed)."""
+    (:func:`tilecast.perfmodel.shape_model.extrapolation_errors`: ``heldout``, None where too few are timed),
+    with ``machine``'s cache regimes as the duration model uses them."""
+    from tilecast.perfmodel.cache_regimes import machine_regimes
     from tilecast.perfmodel.shape_model import beyond_decades
 
     by_kernel: dict = {}
     for name, row in over_cases:
         by_kernel.setdefault(name, []).append(row)
-    errors = extrapolation_errors(cal, kernels=[n for n in by_kernel if n in cal.points])
+    caches = machine_regimes(machine.kinds[cal.kind], cal) if machine is not None and cal.kind in machine.kinds \
+        else None
+    errors = extrapolation_errors(cal, kernels=[n for n in by_kernel if n in cal.points], caches=caches)
     out = {}
     for name, rows in sorted(by_kernel.items()):
         k = get(name)
@@ -461,17 +485,21 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     if not todo:
         return cal
     workers = starpu_workers(machine) if (in_runtime or (in_runtime is None and timer is None)) else None
-    est = estimated_seconds(machine, todo)
-    if workers:
-        cost = timing_cost_s(todo, est, starpu_repeats(est), workers, STARPU_PASSES + HOT_PASSES)
-    else:
-        cost = timing_cost_s(todo, est, np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS) + 1,
-                             1, 1)
+
+    def costs(cases):
+        est = estimated_seconds(machine, cases)
+        if workers:
+            return est, timing_cost_s(cases, est, starpu_repeats(est), workers, STARPU_PASSES + HOT_PASSES)
+        return est, timing_cost_s(cases, est, np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS)
+                                  + 1, 1, 1)
+
+    est, cost = costs(todo)
     known = {name: cal.arrays(name)[0] for name in cal.points} if cal is not None else None
     over, bound = bounded_cases(machine, cal, todo, workers or 1)
     timed, left = choose_timed(todo, cost, budget_s, known, over=over)
-    predicted = [todo[i] for i in left]
     over_cases = [todo[i] for i in np.flatnonzero(over)]
+    timed, todo, est, cost = with_past_cache(machine, cal, todo, over, timed, known, workers or 1, est, cost, costs)
+    predicted = [todo[i] for i in sorted(set(left) - set(timed))]
     todo, est = [todo[i] for i in sorted(timed)], est[sorted(timed)]
     repeats = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), 1, MAX_REPEATS).astype(int)
     if timer is None:
@@ -519,7 +547,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
                     "budget_s": budget_s, "estimated_s": float(np.sum(cost[timed])),
                     "wall_s": time.monotonic() - start, "over_bound": len(over_cases), "bound": bound}
     if over_cases:
-        cal.last_run["extrapolated"] = extrapolation_summary(cal, over_cases)
+        cal.last_run["extrapolated"] = extrapolation_summary(cal, over_cases, machine)
     if predicted:
         kernels = sorted({name for name, _ in predicted})
         cal.last_run["heldout"] = holdout_errors(cal, kernels=kernels)

@@ -1,4 +1,4 @@
-"""The cache a task's inputs must stay in to be hot: this machine's level-2 cache per core.
+"""The cache a task's inputs must stay in to be hot: this machine's level-2 cache per core; and its last level.
 
 Read from Linux's sysfs (``/sys/devices/system/cpu/cpu0/cache/index*/``): the
 level-2 entry's ``size`` divided by the number of CPUs in its
@@ -56,3 +56,25 @@ def l2_per_core(root: str = SYSFS_CACHE) -> tuple[int, str]:
             return size // sharing, (f"detected: {d}/size {size >> 10} KiB shared by {sharing} CPU"
                                      f"{'s' if sharing > 1 else ''}")
     return FALLBACK_L2_BYTES, "assumed: sysfs gives no level-2 cache here (tilecast.perfmodel.cache_size fallback)"
+
+
+def last_level(root: str = SYSFS_CACHE) -> tuple[int, int, str]:
+    """(bytes, CPUs sharing it, where the figure comes from) of cpu0's last-level cache (the highest level
+    of data or unified cache sysfs lists, whole), or (0, 1, why) where sysfs does not say."""
+    best = None
+    for d in sorted(glob.glob(os.path.join(root, "index*"))):
+        try:
+            if _read(os.path.join(d, "type")) not in ("Unified", "Data"):
+                continue
+            level = int(_read(os.path.join(d, "level")))
+            size = parse_size(_read(os.path.join(d, "size")))
+            sharing = max(cpu_list_count(_read(os.path.join(d, "shared_cpu_list"))), 1)
+        except (OSError, ValueError):
+            continue
+        if size > 0 and (best is None or level > best[0]):
+            best = (level, size, sharing, d)
+    if best is None:
+        return 0, 1, "unknown: sysfs lists no cache here"
+    level, size, sharing, d = best
+    return size, sharing, (f"detected: {d}/size, level {level}, {size >> 10} KiB shared by {sharing} CPU"
+                           f"{'s' if sharing > 1 else ''}")

@@ -32,6 +32,15 @@ extrapolates them from the kernel's largest timed shapes: for such a kernel
 the design also times its :data:`TOP_TIMED` largest affordable shapes, and
 the extrapolation's error is measured by holding the largest of those out
 (:func:`tilecast.perfmodel.shape_model.extrapolation_errors`).
+
+A memory-bound kernel runs slower per byte once its buffers outgrow the
+last-level cache (:mod:`tilecast.perfmodel.cache_regimes`); its shapes over the
+bound lie far beyond it. Where such a kernel has no timed shape clear of the
+cache (:data:`~tilecast.perfmodel.cache_regimes.CLEAR_OF_CACHE` times it),
+:func:`past_cache` adds one: the kernel's affordable shape with the largest
+buffers if those are clear of it, else (an elementwise kernel, whose buffers
+are all of its ``n`` floats) its largest shape scaled to :data:`PAST_CACHE`
+times the cache, tens of milliseconds of timing.
 """
 
 from __future__ import annotations
@@ -50,6 +59,9 @@ MAX_TASK_S = 0.5
 MEMORY_SHARE = 0.125
 # Largest affordable shapes timed for a kernel with shapes over the bound: the base of their extrapolation.
 TOP_TIMED = 3
+# A shape made for a memory-bound kernel with no timed shape clear of the last-level cache (past_cache): buffers
+# this many times the cache's share, so that they stream from memory whatever else the cache holds.
+PAST_CACHE = 4.0
 
 
 def over_bound(task_s, need_bytes, available_bytes: float, max_task_s: float = MAX_TASK_S,
@@ -135,3 +147,65 @@ def choose_timed(cases, cost_s, budget_s: float | None, known: dict | None = Non
         timed += [int(idx[first[r]]) for r in rows]
     chosen = set(timed)
     return timed, [i for i in range(len(cases)) if i not in chosen]
+
+
+def scaled_case(name: str, row, factor: float):
+    """``row`` of kernel ``name`` with its work ``factor`` times larger, or None where the registry does not
+    say how its buffers follow its parameters: only kernels whose every buffer holds ``n`` floats (AdamW, the
+    elementwise kernels) are scaled, ``n`` and each buffer together."""
+    k = get(name)
+    row = np.asarray(row, dtype=np.float64)
+    if "n" not in k.params:
+        return None
+    j = k.params.index("n")
+    n = row[j]
+    if n <= 0 or not np.all(row[len(k.params):] == 4 * n):
+        return None
+    out = row.copy()
+    out[j] = np.ceil(n * factor)
+    out[len(k.params):] = 4 * out[j]
+    return out
+
+
+def past_cache(cases, over, timed, caches, known: dict | None = None) -> tuple[list[int], list]:
+    """(indices of ``cases`` to time as well, new cases to time) so that every kernel with memory-bound shapes
+    over the bound (``over``) clear of the last-level cache (``caches``, a
+    :class:`tilecast.perfmodel.cache_regimes.CacheRegimes`: :meth:`~CacheRegimes.clear_of_cache`) has a timed
+    shape clear of it: among ``timed`` (indices chosen), ``known`` (kernel -> shapes timed before), else its
+    affordable case with the largest buffers where those are clear of it, else its largest case scaled
+    (:func:`scaled_case`) to :data:`PAST_CACHE` times the cache. The caller checks that a new case is itself
+    under the bound."""
+    from tilecast.perfmodel.cache_regimes import working_set
+
+    if caches is None or not caches.bounds:
+        return [], []
+    llc = float(caches.bounds[-1])
+    over = np.asarray(over, dtype=bool)
+    chosen = set(int(i) for i in timed)
+    add, made = [], []
+    for name in sorted({name for (name, _), o in zip(cases, over) if o}):
+        kid = get(name).id
+        idx = [i for i, (n, _) in enumerate(cases) if n == name]
+        rows = np.asarray([cases[i][1] for i in idx], dtype=np.float64)
+        ws = working_set(kid, rows)
+        clear = caches.clear_of_cache(ws)
+        big = np.asarray([over[i] for i in idx]) & clear & caches.memory_bound(kid, rows)
+        if not big.any():
+            continue
+        have = (known or {}).get(name)
+        have = None if have is None or not len(have) else np.asarray(have, dtype=np.float64)
+        if have is not None and caches.clear_of_cache(working_set(kid, have)).any():
+            continue
+        mine = np.asarray([i in chosen for i in idx])
+        if (mine & clear).any():
+            continue
+        under = np.flatnonzero(~np.asarray([over[i] for i in idx]))
+        if len(under) and clear[under].any():
+            add.append(idx[int(under[np.argmax(ws[under])])])
+            continue
+        if len(under):
+            top = under[np.argmax(ws[under])]
+            row = scaled_case(name, rows[top], PAST_CACHE * llc / max(ws[top], 1.0))
+            if row is not None:
+                made.append((name, row))
+    return add, made

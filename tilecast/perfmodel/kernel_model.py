@@ -11,7 +11,9 @@ order of preference:
    ``t = fixed + flops / rate + bytes / bandwidth`` (non-negative least squares on
    relative error, so small and large tiles weigh alike), corrected by the
    measured-to-fitted ratio of the nearest timed shapes (calibration times a
-   chosen subset of a large set of shapes and predicts the others this way);
+   chosen subset of a large set of shapes and predicts the others this way;
+   a memory-bound shape larger than every timed one takes the ratio of those in
+   its cache regime, :mod:`tilecast.perfmodel.cache_regimes`);
 3. the worker kind's roofline from the machine description
    (:meth:`tilecast.perfmodel.machine.WorkerKind.roofline`).
 
@@ -125,6 +127,7 @@ class DurationModel:
         self._fits: dict[tuple, ShapeModel | None] = {}  # (kernel id, lane) -> model
         self._measured: dict[tuple, dict] = {}
         self.provenance: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self._caches = None
 
     def _calibrated(self, kind: str) -> bool:
         return self.calibration is not None and self.calibration.kind == kind
@@ -134,16 +137,18 @@ class DurationModel:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
             shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane)
             kind = self.machine.kinds[self.calibration.kind]
-            # the model depends only on these points (and, below 3 of them, the kind's roofline): fitted once per
-            # content and reused by every prediction made with them (tune and accuracy predict many steps)
+            caches = self.caches()
+            # the model depends only on these points (and, below 3 of them, the kind's roofline) and the cache
+            # regimes: fitted once per content and reused by every prediction made with them (tune and accuracy
+            # predict many steps)
             key = (kernel_id, shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest(),
-                   None if len(t) >= MIN_FIT_POINTS else repr(kind))
+                   None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
             if key not in _FITTED:
                 measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
                 if len(t) >= MIN_FIT_POINTS:
-                    fit = ShapeModel.fit(kernel_id, shapes, t)
+                    fit = ShapeModel.fit(kernel_id, shapes, t, caches=caches)
                 elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
-                    fit = ShapeModel.fit(kernel_id, shapes, t, base=RooflineBase(kernel_id, kind))
+                    fit = ShapeModel.fit(kernel_id, shapes, t, base=RooflineBase(kernel_id, kind), caches=caches)
                 else:
                     fit = None
                 if len(_FITTED) >= _FITTED_MAX:
@@ -151,6 +156,15 @@ class DurationModel:
                 _FITTED[key] = (fit, measured)
             self._fits[kernel_id, lane], self._measured[kernel_id, lane] = _FITTED[key]
         return self._fits[kernel_id, lane]
+
+    def caches(self):
+        """The cache regimes of the calibrated kind (:func:`tilecast.perfmodel.cache_regimes.machine_regimes`),
+        for memory-bound shapes the shape model extrapolates past the timed ones."""
+        if self._caches is None:
+            from tilecast.perfmodel.cache_regimes import machine_regimes
+
+            self._caches = machine_regimes(self.machine.kinds[self.calibration.kind], self.calibration)
+        return self._caches
 
     def cache_bytes(self, kind: str) -> float:
         """The cache within which a task's inputs are hot: the worker kind's stated level-2 cache per core,

@@ -25,7 +25,10 @@ largest (or smallest) timed shapes, its nearest. Calibration leaves the shapes
 too long or too large to time this way
 (:mod:`tilecast.perfmodel.calibration_design`), and
 :func:`extrapolation_errors` measures the model's error there: the largest
-timed shapes predicted from the smaller ones alone.
+timed shapes predicted from the smaller ones alone. Given the machine's cache
+regimes (:mod:`tilecast.perfmodel.cache_regimes`), a memory-bound kernel
+extrapolated to larger shapes takes the correction of the timed shapes in the
+predicted shape's cache regime, not of those that fit a cache it outgrows.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from tilecast.kernels import all_kernels, get
+from tilecast.perfmodel.cache_regimes import CacheRegimes, working_set
 from tilecast.perfmodel.shapes import shape_bytes, shape_flops
 
 NEIGHBOURS = 4
@@ -70,29 +74,68 @@ class ShapeModel:
     base: object  # FittedKernel
     features: np.ndarray  # of the timed shapes
     log_ratio: np.ndarray  # log(measured / base) of each timed shape
+    caches: CacheRegimes | None = None  # the machine's cache regimes (None: extrapolated without them)
+    working_set: np.ndarray | None = None  # bytes of each timed shape's buffers
 
     @classmethod
-    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray, base=None) -> "ShapeModel":
+    def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray, base=None,
+            caches: CacheRegimes | None = None) -> "ShapeModel":
         """``base``: the physical model to correct (default: fitted on these shapes; pass e.g. a
-        :class:`RooflineBase` when there are fewer than :data:`MIN_FIT_POINTS`)."""
+        :class:`RooflineBase` when there are fewer than :data:`MIN_FIT_POINTS`). ``caches``: the machine's
+        cache regimes, for memory-bound shapes extrapolated past the timed ones (:meth:`predict`)."""
         from tilecast.perfmodel.kernel_model import FittedKernel
 
         shapes = np.asarray(shapes, dtype=np.float64)
         seconds = np.asarray(seconds, dtype=np.float64)
         base = base if base is not None else FittedKernel.fit(kernel_id, shapes, seconds)
         ratio = seconds / np.maximum(base.predict(shapes), 1e-12)
-        return cls(kernel_id, base, shape_features(kernel_id, shapes), np.log(ratio))
+        return cls(kernel_id, base, shape_features(kernel_id, shapes), np.log(ratio), caches,
+                   working_set(kernel_id, shapes) if caches is not None else None)
+
+    def _corrected(self, base: np.ndarray, z: np.ndarray, among: np.ndarray | None = None) -> np.ndarray:
+        """``base`` times the weighted ratio of the nearest timed shapes (only rows ``among`` of them)."""
+        feats, logs = (self.features, self.log_ratio) if among is None else (self.features[among],
+                                                                             self.log_ratio[among])
+        k = min(NEIGHBOURS, len(feats))
+        d, idx = cKDTree(feats).query(z, k=k)
+        d, idx = d.reshape(len(z), k), idx.reshape(len(z), k)
+        w = 1.0 / np.maximum(d, 1e-6) ** 2  # a shape at distance 0 (its own features timed) takes their ratio
+        return base * np.exp((w * logs[idx]).sum(axis=1) / w.sum(axis=1))
 
     def predict(self, shapes: np.ndarray) -> np.ndarray:
         shapes = np.atleast_2d(np.asarray(shapes, dtype=np.float64))
         if not len(shapes):
             return np.zeros(0)
         base = np.maximum(self.base.predict(shapes), 1e-12)
-        k = min(NEIGHBOURS, len(self.features))
-        d, idx = cKDTree(self.features).query(shape_features(self.kernel, shapes), k=k)
-        d, idx = d.reshape(len(shapes), k), idx.reshape(len(shapes), k)
-        w = 1.0 / np.maximum(d, 1e-6) ** 2  # a shape at distance 0 (its own features timed) takes their ratio
-        return base * np.exp((w * self.log_ratio[idx]).sum(axis=1) / w.sum(axis=1))
+        z = shape_features(self.kernel, shapes)
+        out = self._corrected(base, z)
+        if self.caches is not None:
+            self._past_caches(shapes, z, base, out)
+        return out
+
+    def _past_caches(self, shapes: np.ndarray, z: np.ndarray, base: np.ndarray, out: np.ndarray) -> None:
+        """Memory-bound shapes larger than every timed one (in flops or bytes): the correction of the timed
+        shapes in their cache regime; with none timed there, of those in the highest regime below it, and a
+        shape beyond the last cache then takes at least its memory floor (:meth:`CacheRegimes.memory_seconds`;
+        in place)."""
+        c = self.caches
+        rows = (z[:, :2] > self.features[:, :2].max(axis=0)).any(axis=1) & c.memory_bound(self.kernel, shapes)
+        if not rows.any():
+            return
+        timed = c.regime(self.working_set)
+        at = c.regime(working_set(self.kernel, shapes))
+        for r in np.unique(at[rows]):
+            sel = rows & (at == r)
+            below = timed[timed <= r]
+            if not len(below):
+                continue  # every timed shape in a higher regime: nothing to prefer
+            among = timed == below.max()
+            out[sel] = self._corrected(base[sel], z[sel], among)
+            if below.max() < r == c.memory:
+                n = len(all_kernels()[self.kernel].params)
+                floor = c.memory_seconds(shape_bytes(self.kernel, shapes[sel, n:]),
+                                         working_set(self.kernel, shapes[sel]))
+                out[sel] = np.maximum(out[sel], floor)
 
     def beyond(self, shapes: np.ndarray) -> np.ndarray:
         """Decades each shape lies beyond the timed range in flops or bytes (0 inside it)."""
@@ -193,11 +236,12 @@ def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=Non
 EXTRAPOLATION_HOLDOUT = 2  # the largest timed sizes of a kernel predicted, each from the smaller shapes alone
 
 
-def extrapolation_errors(calibration, kernels=None, lane: str = "cold", largest: int = EXTRAPOLATION_HOLDOUT
-                         ) -> dict:
+def extrapolation_errors(calibration, kernels=None, lane: str = "cold", largest: int = EXTRAPOLATION_HOLDOUT,
+                         caches: CacheRegimes | None = None) -> dict:
     """Per kernel, the shape model's relative error when it extrapolates: each of the ``largest`` greatest
     sizes among the timed shapes (flops, or bytes for a kernel without flops; shapes of that size together)
-    is predicted by the model fitted on the shapes smaller than it alone, the largest first.
+    is predicted by the model fitted on the shapes smaller than it alone, the largest first. ``caches``: the
+    machine's cache regimes, as the duration model uses them (:func:`tilecast.perfmodel.cache_regimes.machine_regimes`).
 
     Returns ``{kernel: {"n_fit", "n_heldout", "median_rel_err", "max_rel_err", "decades"}}``: the timed
     shapes, those predicted while held out, the median and largest relative error of those predictions,
@@ -218,7 +262,7 @@ def extrapolation_errors(calibration, kernels=None, lane: str = "cold", largest:
             test, fit = size == s, size < s
             if fit.sum() < MIN_FIT_POINTS:
                 break
-            model = ShapeModel.fit(k.id, shapes[fit], t[fit])
+            model = ShapeModel.fit(k.id, shapes[fit], t[fit], caches=caches)
             errs += list(np.abs(model.predict(shapes[test]) - t[test]) / t[test])
             far = max(far, float(model.beyond(shapes[test]).max()))
         if errs:
