@@ -45,7 +45,8 @@ def fit_message_cost(measured_s: float, predict, low: float = 0.0, high: float =
 
 def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | None:
     """The main threads' CPU time per task by role (:func:`tilecast.simulator.submit_roles.fit_roles`) from the
-    insertion times of the runs' last steps, scaled to those steps' CPU time; None when no run timed them."""
+    insertion times of the runs' last steps, scaled to those steps' CPU time; None when no run timed them or too
+    few of a role's insertions kept their core (the forecast then charges ``submit_cpu_task_s`` per task)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.owner_computes import plan
     from tilecast.simulator.submit_roles import fit_roles, role_counts
@@ -59,7 +60,10 @@ def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | Non
     seconds = np.concatenate([np.diff(r.submit_at_s, axis=1) for r in timed])
     cpu = ([float(r.submit_cpu_s[:, -1].sum()) for r in timed] if all(r.submit_cpu_s is not None for r in timed)
            else None)
-    return fit_roles(np.concatenate([counts] * len(timed)), seconds, cpu)
+    try:
+        return fit_roles(np.concatenate([counts] * len(timed)), seconds, cpu)
+    except ValueError:  # too few insertions timed without losing the core: one CPU time per task, as before
+        return None
 
 
 def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 2, timeout_s: float = 900.0):
