@@ -22,7 +22,10 @@ threads`` all runnable threads (``procs_running``, the earlier way); all three a
 before the ranks' main threads and the ping-pong's per-protocol costs were modelled (``before``,
 ``pred_step_before_s``, ``error_before``: ``forecast_ranks(..., main_threads=False)`` on the network without
 ``protocol_s``) and the forecast with Open MPI's pipelined rendezvous turns (``+pipe``,
-``pred_step_pipeline_turns_s``: ``pipeline_turns=True``).
+``pred_step_pipeline_turns_s``: ``pipeline_turns=True``), and the forecast with one CPU time per submitted
+task and no CPU per message on the progress threads (``flat``, ``pred_step_flat_s``: ``submit_roles=False,
+message_cpu=False``). ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+(StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
 
     python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
 """
@@ -79,6 +82,7 @@ def main() -> None:
           f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
+          f"{'flat':>7}"
           f"{'meas ms':>9}"
           f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
@@ -95,8 +99,16 @@ def main() -> None:
             bg = {"share": load["background_share"], "groups": load["background"],
                   "threads": load["threads_procs_running"]}[args.count]
             f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                               host_costs, net, 1, progress=args.progress, background=bg,
-                               keep_result=bool(args.traces))
+                               host_costs, net, 1, progress=args.progress, background=bg, keep_result=True)
+            # the kernels' time per rank as the runs measure it (StarPU's profiling: start to end of each task),
+            # without the runtime's cost between tasks that busy_s adds
+            kernel_pred = np.bincount(f.result.task_rank, weights=f.result.end - f.result.start,
+                                      minlength=args.ranks).tolist()
+            # the submission at one CPU time per task (the probe's mean) and without the progress thread's
+            # CPU per message: the rules this model added on 2026-12-01
+            ff = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress, background=bg, submit_roles=False,
+                                message_cpu=False)
             stem = os.path.join(args.traces, f"{dist}-{tile.replace(',', '_').replace('=', '')}") if args.traces else ""
             if args.traces:
                 from tilecast.graph.distribution import prepare
@@ -146,12 +158,13 @@ def main() -> None:
                        error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
                        tasks=f.tasks, core_share=f.core_share,
                        busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
+                       kernel_predicted_s=kernel_pred, pred_step_flat_s=ff.step_s,
                        load_average=os.getloadavg()[0],
                        submit_s=submit, submit_cpu_s=submit_cpu)
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
             print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
-                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
+                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
@@ -160,7 +173,8 @@ def main() -> None:
                       "count": args.count,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
-                                  "submit_cpu_task_s": net.submit_cpu_task_s, "protocol_s": net.protocol_s,
+                                  "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": net.submit_roles,
+                                  "protocol_s": net.protocol_s,
                                   "eager_bytes": net.eager_limit(), "rndv_bytes": net.rendezvous_limit()}}))
 
 

@@ -76,5 +76,10 @@ def run_rank_calibration(args) -> int:
         print(f"  submission per task         {net.submit_task_s * 1e6:10.1f} us (each rank's main thread, "
               f"starpu_mpi_task_insert, measured on the probe)")
         print(f"  of which CPU                {net.submit_cpu_task_s * 1e6:10.1f} us (time.thread_time)")
+        if net.submit_roles:
+            r = net.submit_roles
+            print(f"  CPU per task by role        {r['exec'] * 1e6:.2f} us run here, {r['other'] * 1e6:.2f} us run "
+                  f"elsewhere, {r['send'] * 1e6:.2f} us per send, {r['recv'] * 1e6:.2f} us per receive posted "
+                  f"(each insertion timed)")
     print(f"stored in {path}")
     return 0

@@ -60,6 +60,9 @@ class MPIRunResult:
     launcher: list[str] = field(default_factory=list)
     submit_s: np.ndarray | None = None  # (ranks, steps) seconds each rank spent submitting the graph
     submit_cpu_s: np.ndarray | None = None  # (ranks, steps) CPU seconds of each rank's main thread while submitting
+    # (ranks, tasks + 1): when each rank's main thread began submitting the last step (column 0) and had inserted
+    # task i (column i + 1), seconds from its exit of the step's first barrier
+    submit_at_s: np.ndarray | None = None
     progress_drives_worker: bool = False  # StarPU-MPI's progress thread ran worker 0 (executor/mpi_threads.py)
 
     @property
@@ -171,6 +174,8 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
         start[f["task"]] = (f["start_us"] - t0) * 1e-6
         end[f["task"]] = (f["end_us"] - t0) * 1e-6
         worker[f["task"]] = f["worker"]
+    submit_at = (np.stack([(f["submit_at_us"] - float(f["t0_us"][0])) * 1e-6 for f in files])
+                 if all("submit_at_us" in f for f in files) else None)
     store = None
     if want_snapshot:
         from tilecast.reference.tiles import TileStore
@@ -183,7 +188,8 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
     drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
-    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
+                submit_at=submit_at, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
@@ -305,7 +311,7 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
-        submit_cpu_s=got["submit_cpu_s"], progress_drives_worker=got["drives"])
+        submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"])
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

@@ -197,6 +197,10 @@ def run_rank(spec: dict, bottom=None) -> None:
     loss_tile = graph.tensor("loss").first_tile
     start, end, worker = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int32)
     err = ffi.new("int *")
+    # when each insertion of the step returned (the last step's are kept): the submission's cost per task
+    submit_at = np.full(n + 1, np.nan)
+    submit_at_c = f("double[]", submit_at)
+    lib.tcsm_record_submit(submit_at_c)
     t0_first = None
     for t in range(steps):
         if t:
@@ -231,10 +235,12 @@ def run_rank(spec: dict, bottom=None) -> None:
         if t == 0 and spec["check"]:
             mine = np.flatnonzero(owner == me)
             snapshot = (mine, np.concatenate([store.buffers[i].astype(np.float64) for i in mine]))
+    lib.tcsm_record_submit(ffi.NULL)
     ran = np.flatnonzero(worker >= 0)
     out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), submit_cpu_s=np.array(submit_cpu_s), sent=np.array(sent, dtype=np.int64),
                executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
                end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]),
+               submit_at_us=submit_at,
                drives=np.array([drives]))
     if snapshot is not None:
         out["owned"], out["owned_values"] = snapshot

@@ -94,13 +94,15 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                    calibration, host_costs, network, workers_per_rank: int = 1, recompute: str = "none",
                    built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
                    nic: str = "node", slice_s: float | None = None, main_threads: bool = True,
-                   pipeline_turns: bool = False) -> RankForecast:
+                   pipeline_turns: bool = False, submit_roles: bool = True, message_cpu: bool = True) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
     when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
     on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
     (:mod:`tilecast.simulator.ranks_threads`). ``main_threads``: the ranks' main threads share the cores while
     they submit, from the network's ``submit_cpu_task_s`` (:mod:`tilecast.simulator.ranks_submission`; False:
-    tasks join their queues at ``submit_task_s`` of wall time per task, the earlier rule).
+    tasks join their queues at ``submit_task_s`` of wall time per task, the earlier rule); their CPU time per
+    task by the rank's role in it where the network holds ``submit_roles`` (``submit_roles=False``: the flat
+    ``submit_cpu_task_s`` for every task, the earlier rule; :mod:`tilecast.simulator.submit_roles`).
     ``pipeline_turns``: a message above the rendezvous' first fragment (``Network.rendezvous_limit``) waits
     for a turn of the sender and then of the receiver after the receiver matched it, as Open MPI's protocol
     says (off by default: on the measured steps it turned the forecasts of tilings with such messages from
@@ -122,9 +124,11 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
 
         network = replace(network, rndv_bytes=1 << 62)
     cpu = network.submit_cpu_task_s if main_threads else 0.0
+    roles = network.submit_roles if main_threads and submit_roles else None
     res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations, sharing=sharing,
-                         nic=nic, submit_task_s=0.0 if cpu > 0 and sharing is not None else network.submit_task_s,
-                         submit_cpu_task_s=cpu)
+                         nic=nic, submit_task_s=0.0 if (cpu > 0 or roles) and sharing is not None
+                         else network.submit_task_s, submit_cpu_task_s=cpu, submit_roles=roles,
+                         message_cpu_s=network.message_s / 2 if message_cpu else 0.0)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,

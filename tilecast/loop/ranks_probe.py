@@ -4,8 +4,10 @@ cost per message falls short inside a step.
 ``calibrate --ranks`` runs a probe step (:data:`PROBE`: another model, tiling and distribution than
 those usually forecast) with ``tilecast run --ranks``. Its runs give the time each rank's main thread
 takes per task it submits, in wall time (``submit_task_s``) and in CPU time (``submit_cpu_task_s``,
-``time.thread_time``), which the forecast charges on the cores the main thread shares with the rank's
-other threads (:mod:`tilecast.simulator.ranks_submission`). The cost per message stays the ping-pong's: the probe also reports, by
+``time.thread_time``), and, from each insertion's time, its CPU time per task by its role in the task
+(``submit_roles``, :mod:`tilecast.simulator.submit_roles`), which the forecast charges on the cores the
+main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks_submission`). The cost per
+message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
 probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
 a cost fitted on one step stands for whatever the model misses there, and misprices steps of another
@@ -19,7 +21,10 @@ from dataclasses import replace
 
 import numpy as np
 
-PROBE = dict(model="gpt2-tiny", batch=4, seq=64, tile="32,batch=1", distribution="layer", sched="lws")
+# tile 16: 25,710 tasks, whose submission lasts several time slices (20-40 ms), interleaved with the rank's
+# worker as the long submissions it predicts are; at tile 32 (4,370 tasks, 3.5 ms) it fit in one slice and
+# cost 0.79 us of CPU per task on a quiet machine, where steps of 22-25 thousand tasks took 0.9-1.4
+PROBE = dict(model="gpt2-tiny", batch=4, seq=64, tile="16,batch=1", distribution="layer", sched="lws")
 
 
 def fit_message_cost(measured_s: float, predict, low: float = 0.0, high: float = 0.1, tol: float = 1e-3) -> float:
@@ -36,6 +41,29 @@ def fit_message_cost(measured_s: float, predict, low: float = 0.0, high: float =
         else:
             high = mid
     return 0.5 * (low + high)
+
+
+def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | None:
+    """The main threads' CPU time per task by role (:func:`tilecast.simulator.submit_roles.fit_roles`) from the
+    insertion times of the runs' last steps, scaled to those steps' CPU time; None when no run timed them or too
+    few of a role's insertions kept their core (the forecast then charges ``submit_cpu_task_s`` per task)."""
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.owner_computes import plan
+    from tilecast.simulator.submit_roles import fit_roles, role_counts
+
+    timed = [r for r in results if r.submit_at_s is not None]
+    if not timed:
+        return None
+    graph, dist = prepare(built, ranks, distribution)
+    p = plan(graph, dist.owner, ranks)
+    counts = role_counts(p.task_rank, p.transfers, ranks)
+    seconds = np.concatenate([np.diff(r.submit_at_s, axis=1) for r in timed])
+    cpu = ([float(r.submit_cpu_s[:, -1].sum()) for r in timed] if all(r.submit_cpu_s is not None for r in timed)
+           else None)
+    try:
+        return fit_roles(np.concatenate([counts] * len(timed)), seconds, cpu)
+    except ValueError:  # too few insertions timed without losing the core: one CPU time per task, as before
+        return None
 
 
 def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 2, timeout_s: float = 900.0):
@@ -70,11 +98,12 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     # charges on them (tilecast.simulator.ranks_submission); the wall time above already holds the waits
     cpu = [float(np.median(r.submit_cpu_s[:, 1:] if r.submit_cpu_s.shape[1] > 1 else r.submit_cpu_s)) / r.n_tasks
            for r in results if r.submit_cpu_s is not None]
+    built = build_step(cfg, p["batch"], p["seq"], tiling)
+    roles = submit_roles_of(results, built, ranks, p["distribution"])
     net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
-                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0)
+                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles)
     machine = load_machine("local")
     calibration, host_costs = stored_models(machine)
-    built = build_step(cfg, p["batch"], p["seq"], tiling)
 
     def predict(cost: float) -> float:
         trial = replace(net, message_s=cost)
@@ -86,7 +115,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     probe = {**p, "ranks": ranks, "workers_per_rank": workers, "steps": steps, "runs_s": runs,
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
-             "submit_cpu_task_s": net.submit_cpu_task_s,
+             "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles,
              "background_threads": background}
     src = (f"{net.source}; submission per task measured on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "

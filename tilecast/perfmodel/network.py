@@ -13,7 +13,8 @@ the StarPU-MPI ping-pong. ``tilecast calibrate --ranks N`` measures them
 rank and MPI transport. Open MPI's eager and rendezvous limits (``eager_bytes``, ``rndv_bytes``, from
 ``ompi_info``) say which protocol a message takes (:meth:`Network.protocol`); the ping-pong's extra time
 per protocol is ``protocol_s``; ``submit_task_s`` and ``submit_cpu_task_s`` are a rank's main-thread wall
-and CPU time per task it submits (a probe step, :mod:`tilecast.loop.ranks_probe`).
+and CPU time per task it submits, ``submit_roles`` its CPU time per task by its role in the task (a probe
+step, :mod:`tilecast.loop.ranks_probe`).
 """
 
 from __future__ import annotations
@@ -50,12 +51,19 @@ class Network:
     # message's ({"rendezvous": s, "pipeline": s}, fit_network), in flight like the latency
     submit_cpu_task_s: float = 0.0  # CPU s of a rank's main thread per task it submits (the probe step), which
     # it asks of the cores it shares with the workers and progress threads
+    submit_roles: dict | None = None  # CPU s of a rank's main thread per task by its role in it ({"exec", "other",
+    # "send", "recv"}: tilecast.simulator.submit_roles), fitted on the probe step's insertion times; where set,
+    # the forecast charges these instead of submit_cpu_task_s
 
     def __post_init__(self):
         for name in ("latency_s", "message_s", "submit_task_s", "submit_cpu_task_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
                 raise FieldError(f"network {name} must be a number >= 0, got {v!r}")
+        if self.submit_roles is not None:
+            if not isinstance(self.submit_roles, dict) or not all(
+                    isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in self.submit_roles.values()):
+                raise FieldError(f"network submit_roles must map roles to seconds >= 0, got {self.submit_roles!r}")
         if not (isinstance(self.bandwidth_Bps, (int, float)) and self.bandwidth_Bps > 0):
             raise FieldError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
 

@@ -112,7 +112,8 @@ def augmented_accesses(graph, task_rank: np.ndarray, transfers, ranks: int):
 def simulate_ranks(graph, distribution, machine: Machine, network: Network, sched: str = "dmda",
                    workers_per_rank: int = 1, durations: np.ndarray | None = None, calibration=None,
                    priority: np.ndarray | None = None, seed: int = 0, sharing=None,
-                   nic: str = "pair", submit_task_s: float = 0.0, submit_cpu_task_s: float = 0.0) -> RankSimResult:
+                   nic: str = "pair", submit_task_s: float = 0.0, submit_cpu_task_s: float = 0.0,
+                   submit_roles: dict | None = None, message_cpu_s: float = 0.0) -> RankSimResult:
     """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
     ``workers_per_rank`` workers of ``machine`` joined by ``network``.
 
@@ -122,7 +123,11 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
 
     submit_task_s: s of a rank's main thread per task (wall), the order in which tasks join their ranks'
     queues; submit_cpu_task_s (with ``sharing``): its CPU time per task instead, the main threads then
-    sharing the cores until they have submitted the step (:mod:`tilecast.simulator.ranks_submission`).
+    sharing the cores until they have submitted the step (:mod:`tilecast.simulator.ranks_submission`);
+    submit_roles (with ``sharing``): that CPU time per task by the rank's role in it instead
+    (:mod:`tilecast.simulator.submit_roles`: whether it runs the task, the messages it posts for it).
+    message_cpu_s (with ``sharing`` where the progress thread runs worker 0): that thread's CPU per message on
+    each side, which delays the worker's next task (:class:`tilecast.simulator.ranks_threads.ThreadedRankEngine`).
     """
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import POLICIES, USES_ESTIMATES, USES_PRIORITIES, task_priorities
@@ -189,12 +194,17 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     task_link[~is_task] = [link_worker[(int(s), int(d))] for s, d in zip(tr.src[msg_ids], tr.dst[msg_ids])]
     kind_index = {k: i for i, k in enumerate(kinds)}
     release = None
-    if sharing is not None and submit_cpu_task_s > 0:
+    if sharing is not None and (submit_cpu_task_s > 0 or submit_roles):
         from tilecast.simulator.ranks_submission import Submitting, release_times
 
         if not np.isfinite(submit_cpu_task_s):
             raise ValueError(f"submit_cpu_task_s must be a finite number >= 0, got {submit_cpu_task_s!r}")
-        rel = release_times(sharing, graph.n_tasks, submit_cpu_task_s)
+        cost = submit_cpu_task_s
+        if submit_roles:
+            from tilecast.simulator.submit_roles import role_counts, task_seconds
+
+            cost = task_seconds(submit_roles, role_counts(p.task_rank, tr, ranks))
+        rel = release_times(sharing, graph.n_tasks, cost)
         by_rank = np.empty(n_aug, dtype=np.int64)
         turn = np.empty(n_aug, dtype=np.int64)
         by_rank[is_task], turn[is_task] = p.task_rank[task_ids], task_ids
@@ -223,7 +233,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         worker_rank = [r for r in range(ranks) for _ in range(workers_per_rank)] + [-1] * len(link_worker)
         eng = ThreadedRankEngine(*args, worker_rank=worker_rank, msg=msg.tolist(), msg_src=tr.src.tolist(),
                                  msg_dst=tr.dst.tolist(), msg_bytes=tr.nbytes.tolist(), network=network,
-                                 sharing=sharing, nic=nic, **kw)
+                                 sharing=sharing, nic=nic, message_cpu_s=message_cpu_s, **kw)
     eng.fused_loops = False  # RankPolicy has no fused loop; its sub-policies' would see only one rank
     eng.run()
     start, end, where = eng.arrays()

@@ -15,7 +15,8 @@ threads, not from other work: while rank r submits, its main thread and that wor
 worker's slots (processor sharing within the slot), and the other threads keep theirs.
 :func:`release_times` gives, per task index, when each rank's main thread has submitted it, from its CPU time
 per task (``submit_cpu_task_s``, measured with ``time.thread_time`` around the submission of a probe step,
-:mod:`tilecast.loop.ranks_probe`).
+:mod:`tilecast.loop.ranks_probe`), or from its CPU time per task by its role in each task
+(:mod:`tilecast.simulator.submit_roles`).
 """
 
 from __future__ import annotations
@@ -31,15 +32,22 @@ def main_threads_share(sharing: CoreSharing) -> bool:
     return sharing.threads + sharing.ranks + sharing.background > sharing.cores
 
 
-def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s: float) -> np.ndarray:
-    """(ranks, n_tasks): when each rank's main thread has submitted task i: i + 1 tasks' CPU time at half the
-    rate of the rank's first worker thread's slots (at full rate on a core of its own)."""
+def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s) -> np.ndarray:
+    """(ranks, n_tasks): when each rank's main thread has submitted task i: the CPU time of tasks 0..i at half
+    the rate of the rank's first worker thread's slots (at full rate on a core of its own). ``cpu_per_task_s``:
+    seconds per task, one figure for every rank and task, or (ranks, n_tasks) of them
+    (:func:`tilecast.simulator.submit_roles.task_seconds`)."""
     rate = 2.0 if main_threads_share(sharing) else 1.0
+    if np.ndim(cpu_per_task_s) == 0:
+        done = np.tile(rate * np.arange(1, n_tasks + 1) * float(cpu_per_task_s), (sharing.ranks, 1))
+    else:
+        done = rate * np.cumsum(np.broadcast_to(np.asarray(cpu_per_task_s, dtype=np.float64),
+                                                (sharing.ranks, n_tasks)), axis=1)
     out = np.empty((sharing.ranks, n_tasks))
     for r in range(sharing.ranks):
         th = sharing.worker_thread(r, 0)
         for i in range(n_tasks):
-            out[r, i] = sharing.finish(th, 0.0, rate * (i + 1) * cpu_per_task_s)
+            out[r, i] = sharing.finish(th, 0.0, float(done[r, i]))
     return out
 
 

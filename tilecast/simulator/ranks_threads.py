@@ -184,6 +184,18 @@ class CoreSharing:
         x = (t - self.phase(thread)) % self.period
         return t + (self.period - x)
 
+    def wake(self, thread: int, t: float) -> float:
+        """When the main thread of ``thread``'s rank, woken at ``t``, runs: where other work holds the cores,
+        at the rank's next slot (:meth:`next_turn`; measured at load 11-13: steps ending 68-75 ms after their
+        last task); where the cores are the ranks' alone, at once (the rank's spinning progress thread yields
+        to the woken thread, EEVDF's wakeup preemption; measured on the quiet AMD EPYC: steps ending 0.1-0.3 ms
+        after their last task). Between the two the wait scales with the other work per core, in full from
+        one thread of it per core (a ``background`` of 0.01-0.2, what a quiet machine measures, does not
+        charge the turns a loaded one does)."""
+        if not self.shared:
+            return t
+        return t + min(1.0, self.background / self.cores) * (self.next_turn(thread, t) - t)
+
     def step_end(self, rank_end) -> float:
         """When ``run --ranks``'s step ends, given when each rank's last task or message ended: each rank's
         main thread, asleep in ``starpu_task_wait_for_all``, wakes (a turn), sends the keep-alive message
@@ -192,16 +204,17 @@ class CoreSharing:
         (``_starpu_mpi_barrier``, ``mpi/src/mpi/starpu_mpi_mpi.c``) and wakes (a turn); ``MPI_Barrier``
         then ends when the last rank is there and every other rank next runs
         (``starpu_mpi_wait_for_all`` = ``starpu_task_wait_for_all`` + ``starpu_mpi_barrier``,
-        ``mpi/src/starpu_mpi.c``). The last event itself when every thread has a core (microseconds)."""
+        ``mpi/src/starpu_mpi.c``). The last event itself when every thread has a core (microseconds); a wake
+        waits as :meth:`wake` says."""
         rank_end = list(rank_end)
         if not self.shared:
             return max(rank_end)
         there = []
         for r, t in enumerate(rank_end):
             th = self.progress_thread(r)
-            t = self.next_turn(th, t)  # the main thread wakes
+            t = self.wake(th, t)  # the main thread wakes
             t = self.next_on(th, t)  # the progress thread handles the keep-alive message
-            there.append(self.next_turn(th, t))  # the main thread wakes from the barrier's wait
+            there.append(self.wake(th, t))  # the main thread wakes from the barrier's wait
         last = max(there)
         return max(self.next_on(self.progress_thread(r), last) for r in range(len(rank_end)))
 
@@ -230,7 +243,7 @@ class ThreadedRankEngine(Engine):
     """
 
     def __init__(self, *args, worker_rank, msg, msg_src, msg_dst, msg_bytes, network, sharing=None,
-                 nic: str = "node", ndetached_send: int = 10, **kw):
+                 nic: str = "node", ndetached_send: int = 10, message_cpu_s: float = 0.0, **kw):
         if nic not in ("node", "pair"):
             raise ValueError(f"nic must be 'node' or 'pair', got {nic!r}")
         super().__init__(*args, **kw)
@@ -256,6 +269,9 @@ class ThreadedRankEngine(Engine):
         self.in_free = [0.0] * ranks
         self.pair_free: dict = {}
         self.current_end = [0.0] * self.n_workers  # the end of the task each worker runs (or ran last)
+        # the progress thread's CPU per message on each side (posting the send; testing, completing and releasing
+        # the receive), taken from worker 0 where that thread runs it
+        self.message_cpu = float(message_cpu_s) if sharing is not None and sharing.progress_drives_worker else 0.0
 
     def _thread(self, w: int) -> int:
         return self.sharing.worker_thread(self.worker_rank[w], self.local_index[w]) if self.sharing else 0
@@ -270,6 +286,16 @@ class ThreadedRankEngine(Engine):
             if self.busy[w0] and self.current_end[w0] > t:
                 t = self.current_end[w0]
         return sh.next_on(sh.progress_thread(rank), t)
+
+    def _progress_work(self, rank: int, t: float) -> None:
+        """The rank's progress thread, running worker 0, handles a message from ``t``: that worker begins no
+        task before it is done (:attr:`message_cpu`)."""
+        if self.message_cpu <= 0.0:
+            return
+        w0 = self.first_worker[rank]
+        h = self.hold[w0]
+        start = t if t >= h else h
+        self.hold[w0] = self.sharing.finish(self._thread(w0), start, self.message_cpu)
 
     def _begin(self, w: int, t: int) -> None:
         if self.msg[t] >= 0:
@@ -328,6 +354,7 @@ class ThreadedRankEngine(Engine):
         # together overlap it (see the module's docstring, "Per-message cost")
         hold = self.msg_bytes[k] / net.bandwidth_Bps
         leave = self._poll(src, now)
+        self._progress_work(src, leave)
         if self.nic == "node":
             wire = max(leave, self.out_free[src], self.in_free[dst])
             self.out_free[src] = self.in_free[dst] = wire + hold
@@ -355,6 +382,7 @@ class ThreadedRankEngine(Engine):
         now = self.env._now
         k = self.msg[t]
         done = self._poll(self.msg_dst[k], now)
+        self._progress_work(self.msg_dst[k], done)
         self.end[t] = done
         then = self._matched if self._pipelined(k) else self._received
         if done > now:

@@ -17,6 +17,7 @@ int tcs_init_sigint_blocked(int (*init)(struct starpu_conf *), struct starpu_con
 static int started;
 static double *rec_start, *rec_end;
 static int32_t *rec_worker;
+static double *rec_submit; /* tcsm_record_submit: when each starpu_mpi_task_insert returned */
 static int64_t executed;
 
 static int mpi_by_us; /* MPI was initialised here (tcsm_pingpong raw) before StarPU-MPI started */
@@ -178,6 +179,9 @@ int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param
         return 0;
     }
     struct starpu_data_descr descr[STARPU_NMAXBUFS];
+    double *at = rec_submit;
+    if (at)
+        at[0] = starpu_timing_now();
     int64_t i = 0;
     for (; i < n_tasks; i++) {
         const int64_t a = acc_ptr[i], nb = acc_ptr[i + 1] - a;
@@ -201,8 +205,15 @@ int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param
             *err = ret;
             break;
         }
+        if (at)
+            at[i + 1] = starpu_timing_now();
     }
     return i;
+}
+
+void tcsm_record_submit(double *out)
+{
+    rec_submit = out;
 }
 
 double tcsm_wait_all(void)

@@ -29,6 +29,10 @@ void tcsm_unregister(int64_t n, void **handles);
 int64_t tcsm_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_ptr, const double *params,
                     const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode, void **handles,
                     const int32_t *priority, double *out_start, double *out_end, int32_t *out_worker, int *err);
+/* From the next tcsm_submit on, out[0] gets starpu_timing_now (microseconds) before the first insertion and
+ * out[i + 1] just after task i's starpu_mpi_task_insert returned (out: n_tasks + 1 entries; NULL: stop). A clock
+ * read per task (CLOCK_MONOTONIC through the vDSO, tens of ns) beside the microseconds an insertion takes. */
+void tcsm_record_submit(double *out);
 /* Wait for every task and communication of every rank (starpu_mpi_wait_for_all); returns starpu_timing_now. */
 double tcsm_wait_all(void);
 /* MPI barrier over the ranks (starpu_mpi_barrier); returns starpu_timing_now just after it. */
