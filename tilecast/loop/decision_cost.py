@@ -114,17 +114,20 @@ def _misfit(machine, sched, graphs, durations, target) -> float:
     return float(r @ r)
 
 
-def _fit_walk(machine, sched, graphs, durations, target) -> tuple[float, float]:
-    """(walk, its misfit): the grid, then a bounded refinement around its best point."""
+def _fit_walk(machine, sched, graphs, durations, target, cap: float = 0.0) -> tuple[float, float]:
+    """(walk, its misfit): the grid, then a bounded refinement around its best point; with ``cap`` > 0 (the
+    cost a step measured on StarPU, :func:`tilecast.loop.queue_probe.measure_sorted`) no walk above it."""
     seen = {}
 
     def cost(walk: float) -> float:
         walk = max(float(walk), 0.0)
+        if cap > 0.0:
+            walk = min(walk, cap)
         if walk not in seen:
             seen[walk] = _misfit(machine.with_push_walk(walk), sched, graphs, durations, target)
         return seen[walk]
 
-    grid = list(WALK_GRID)
+    grid = [g for g in WALK_GRID if cap <= 0.0 or g < cap] + ([cap] if cap > 0.0 else [])
     i = min(range(len(grid)), key=lambda j: cost(grid[j]))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
     if hi > lo:
@@ -146,15 +149,23 @@ def fit_push_walk(machine, calibration, graphs, makespans, sched: str = "dmdas",
     return _fit_walk(machine, sched, graphs, durations, target)[0]
 
 
-def fit_sorting(machine, calibration, graphs, makespans, sched: str, beside, own_overhead) -> tuple[float, float]:
+def fit_sorting(machine, calibration, graphs, makespans, sched: str, beside, own_overhead,
+                cap: float = 0.0) -> tuple[float, float]:
     """(seconds per task walked past, the runtime's cost per task) of a sorted policy on its probes.
 
     Either the walk, with ``machine``'s cost per task (its companion's, measured beside it: ``beside``), or
     no walk and the policy's own measured cost per task (its probes' mean start delay, ``own_overhead``),
     whichever reproduces the probes better: where the probes' queues are too short for the walk to show
-    (two workers, sometimes), the policy's own start delays say more than a walk fitted to noise."""
+    (two workers, sometimes), the policy's own start delays say more than a walk fitted to noise.
+
+    ``cap`` (> 0): the cost of a step measured on StarPU on a queue of known length
+    (:func:`tilecast.loop.queue_probe.measure_sorted`); the fitted walk stays at most that. The probes'
+    searches walk past 28-90 tasks on average (at most about 500): a cost per step fitted on them takes in
+    whatever else makes the sorted policy slower than its companion there, and a step 10x longer
+    multiplies it (26 ns a step fitted, 2-8 ns measured; gpt2-2x384 at tile 32 on one worker, 876 steps a
+    search, came out +192%)."""
     durations, target = _probe_target(machine, calibration, graphs, makespans, beside)
-    walk, misfit = _fit_walk(machine, sched, graphs, durations, target)
+    walk, misfit = _fit_walk(machine, sched, graphs, durations, target, cap)
     if own_overhead is not None:
         alone = machine.with_task_overhead(own_overhead).with_push_walk(0.0)
         if _misfit(alone, sched, graphs, durations, target) < misfit:

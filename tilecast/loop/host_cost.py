@@ -32,11 +32,13 @@ from scipy.optimize import nnls
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 10  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 11  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
-# 10: the cost of a task started on another worker than the one that made it ready (gap_handoff_s)
+# 10: the cost of a task started on another worker than the one that made it ready (gap_handoff_s);
+# 11: a scheduler's probe fit keeps the worker count's fixed and per-tile host costs (fit_beside), and dmdas's
+# cost per task walked past measured on a queue of known length (walk_step_s) bounds the fitted one
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -84,6 +86,9 @@ class HostCost:
     # level of its priority tree searched on a push or a pop (tilecast.loop.decision_cost.fit_push_walk,
     # tilecast.simulator.queue_costs); 0: not charged
     push_walk_s: float = 0.0
+    # dmdas: seconds per task walked past measured on StarPU on queues of known length
+    # (tilecast.loop.queue_probe.measure_sorted), the most push_walk_s is fitted to; 0: not measured
+    walk_step_s: float = 0.0
     # the runtime's cost between a worker's tasks beyond task_overhead_s (tilecast.simulator.gap_cost), fitted
     # on the probes' start delays (tilecast.loop.runtime_overhead.fit_gap_model): seconds per buffer of the
     # starting task, per buffer and per successor of the worker's ended task, per successor it made ready;
@@ -157,6 +162,30 @@ class HostCost:
         o = np.asarray(overheads, dtype=np.float64).reshape(-1, 2)
         overhead = float(np.average(o[:, 1], weights=o[:, 0])) if len(o) and o[:, 0].sum() > 0 else None
         return cls(workers, float(c[0]), float(c[1]), float(c[2]), p.tolist(), overhead, o.tolist())
+
+
+def fit_beside(base: "HostCost | None", workers: int, points, overheads=()) -> HostCost:
+    """A scheduler's host cost on its own probe steps (:data:`SCHED_PROBES`), beside the worker count's fit
+    ``base`` (eager's, on all of :data:`PROBES`): ``base``'s fixed and per-tile costs (the executor loads the
+    batch and registers and unregisters the tiles the same way under every scheduler), and its own cost per
+    task, fitted on what is left of its steps' host time (least squares on the relative error, not below 0).
+
+    The scheduler probes are the three with the most tasks (1,214-13,402 tasks, 877-3,849 tiles on
+    gpt2-tiny), where the host time is a few percent of the step: three points cannot tell a fixed cost
+    from costs per tile and per task. Fitted on them, the fixed cost came out 8-13 ms where the five probes,
+    down to 163 tasks, gave eager's 0-2.5 ms; added to a step of 200-800 tasks (15-30 ms), that made prio on
+    two workers 53-75% slow in first-use predictions. Without ``base`` (no eager fit stored), the three-term
+    fit."""
+    if base is None:
+        return HostCost.fit(workers, points, overheads)
+    out = HostCost.fit(workers, points, overheads)
+    p = np.asarray(points, dtype=np.float64).reshape(-1, 4)
+    left = p[:, 3] - base.fixed_s - base.per_tile_s * p[:, 0]
+    wt = 1.0 / (p[:, 2] + p[:, 3])
+    x, y = p[:, 1] * wt, left * wt
+    out.fixed_s, out.per_tile_s = float(base.fixed_s), float(base.per_tile_s)
+    out.per_task_s = max(float(x @ y / (x @ x)), 0.0) if x @ x > 0 else 0.0
+    return out
 
 
 MAX_POINTS = 60  # a scheduler's own points kept per fit: the most recent runs
@@ -402,7 +431,8 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     if companion is not None and companion.probe_points == probe.probe_points:  # measured on the same probes
         beside = (WALKING[sched], [p[2] for p in companion.points[:companion.probe_points]])
     probe.push_walk_s, probe.task_overhead_s = fit_sorting(m, calibration, graphs, makespans, sched, beside,
-                                                           own if own != probe.task_overhead_s else None)
+                                                           own if own != probe.task_overhead_s else None,
+                                                           cap=probe.walk_step_s)
     if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
         probe.set_gap_costs(own_gaps)
 
@@ -452,7 +482,11 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1),
+        from tilecast.loop.queue_probe import SORTED_SIZES
+
+        sorted_runs = sum(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
+        bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1)
+                   + sorted_runs,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
     sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
     try:
@@ -470,6 +504,16 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
     return fits
 
 
+#: policies whose sorted insertion's cost a step is also measured on a queue of known length (and bounds the
+#: fitted one): dmdas (dmdasd takes dmdas's walk)
+SORTED_WALK = ("dmdas",)
+
+
+def sorted_key(workers: int) -> str:
+    """Key of the sorted-insertion measurement among :class:`ProbeSessions`' passes."""
+    return f"sorted:{workers}"
+
+
 class ProbeSessions:
     """The probe sessions of one :func:`ensure_host_costs` (each a
     :class:`tilecast.loop.interference.GuardedPass`: one StarPU session of probe steps per worker count, and
@@ -477,6 +521,7 @@ class ProbeSessions:
 
     def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
         from tilecast.loop.interference import GuardedPass
+        from tilecast.loop.queue_probe import measure_sorted
 
         self.base, self.todo, self.sched_todo, self.tick = dict(base), list(todo), list(sched_todo), tick
         self.by_key = {w: GuardedPass(f"executor probes ({w} worker{'s' if w > 1 else ''})",
@@ -485,6 +530,10 @@ class ProbeSessions:
             self.by_key[probe_key(w, sched)] = GuardedPass(
                 f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''})",
                 lambda w=w, sched=sched: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
+            if sched in SORTED_WALK:
+                self.by_key[sorted_key(w)] = GuardedPass(
+                    f"sorted insertions ({sched}, {w} worker{'s' if w > 1 else ''})",
+                    lambda w=w: measure_sorted(w, progress=self._tick))
 
     @property
     def passes(self) -> list:
@@ -498,6 +547,7 @@ class ProbeSessions:
         """(fits, kernel calibration) from the sessions' results: the stored fits with the measured ones set, and
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
+        from tilecast.loop.queue_probe import step_cost
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -511,10 +561,12 @@ class ProbeSessions:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
-            probe = HostCost.fit(w, points, overheads)
+            probe = fit_beside(fits.get(w), w, points, overheads)
             probe.fit_gap_model(traced)
             probe.probe_points = len(points)
             probe.submit_task_s = submit
+            if sorted_key(w) in self.by_key and sched in SORTED_WALK:
+                probe.walk_step_s = step_cost(self.by_key[sorted_key(w)].result)
             if sched in WALKING:
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           [g for g, _ in traced])

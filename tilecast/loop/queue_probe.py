@@ -1,4 +1,5 @@
-"""prio's cost per level of its priority tree, measured on StarPU with queues of known length.
+"""The searches through queues, measured on StarPU with queues of known length: prio's cost per level of
+its priority tree, and dmdas's cost per task its sorted insertion walks past (:func:`measure_sorted`).
 
 ``n`` independent tiny tasks (fills of tiles of their own) are submitted
 while the workers are paused, so every task is queued before the first pop,
@@ -78,6 +79,57 @@ def level_cost(rows) -> float:
     """Seconds per tree level: the least-squares slope through 0 of the makespan differences over the extra
     levels (0 when the differences are not positive)."""
     x = np.array([r["extra_levels"] for r in rows], dtype=np.float64)
+    y = np.array([r["distinct_s"] - r["equal_s"] for r in rows], dtype=np.float64)
+    if not len(x) or x @ x <= 0:
+        return 0.0
+    return max(float(x @ y / (x @ x)), 0.0)
+
+
+SORTED_SIZES = (1024, 2048, 4096)
+
+
+def walk_steps(n: int) -> int:
+    """Tasks walked past by ``n`` insertions of decreasing priorities into one sorted queue: each walks past
+    every task queued before it (fifo_queues.c, ``_starpu_fifo_push_sorted_task``)."""
+    return n * (n - 1) // 2
+
+
+def measure_sorted(workers: int = 1, sizes=SORTED_SIZES, repeats: int = 5, progress=None) -> list[dict]:
+    """dmdas's sorted insertion on a queue of known length: per size, the submitting thread's median time for
+    ``n`` independent fills submitted while the workers are paused under dmdas, with priorities decreasing in
+    submission order (every insertion walks past every task queued before it: :func:`walk_steps`) and with
+    equal priorities (appended at once, no walk), run alternately ``repeats`` times each in one session.
+
+    StarPU 1.3.10: ``push_task_on_best_worker`` (src/sched_policies/deque_modeling_policy_data_aware.c) calls
+    ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c) in the thread that pushes; with
+    the workers paused that is the submitting thread, whose time the session reports
+    (``last_submit_s``). Everything else a push does (the decision, the locks) is the same in both runs."""
+    from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.reference.tiles import TileStore
+
+    rows = []
+    with StarPUSession("dmdas", workers) as session:
+        for n in sizes:
+            g = fills(n)
+            store = TileStore(g)
+            weights = {"distinct": np.arange(n, 0, -1, dtype=np.float64), "equal": np.ones(n)}
+            got = {"distinct": [], "equal": []}
+            session.execute(g, store, submit_paused=True, trace=False, priority=weights["equal"])  # warm-up
+            for _ in range(repeats):
+                for name, w in weights.items():
+                    session.execute(g, store, submit_paused=True, trace=False, priority=w)
+                    got[name].append(session.last_submit_s)
+                    if progress:
+                        progress()
+            rows.append({"tasks": n, "workers": workers, "distinct_s": float(np.median(got["distinct"])),
+                         "equal_s": float(np.median(got["equal"])), "steps": walk_steps(n)})
+    return rows
+
+
+def step_cost(rows) -> float:
+    """Seconds per task walked past: the least-squares slope through 0 of the submission time differences
+    over the tasks walked past (0 when not positive)."""
+    x = np.array([r["steps"] for r in rows], dtype=np.float64)
     y = np.array([r["distinct_s"] - r["equal_s"] for r in rows], dtype=np.float64)
     if not len(x) or x @ x <= 0:
         return 0.0
