@@ -84,6 +84,7 @@ def test_3072_gpu_configuration_under_a_second():
     t0 = time.process_time()
     r = evaluate(load_model("gpt3-175b"), st, c)
     elapsed = time.process_time() - t0
+    print(f"one 3072-GPU configuration: {elapsed:.3f} s of CPU")
     assert r.gpus == 3072
     assert elapsed < 1.0, f"{elapsed:.2f} s of CPU for one 3072-GPU configuration"
 
@@ -99,4 +100,5 @@ def test_search_space_speed_1000_configs_per_minute():
     for st in cands:
         evaluate(shape, st, c)
     elapsed = time.process_time() - t0
+    print(f"200 configurations: {elapsed:.2f} s of CPU")
     assert elapsed < 12.0, f"{elapsed:.1f} s of CPU for 200 configurations (budget: 1000 per minute)"

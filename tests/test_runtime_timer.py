@@ -69,6 +69,7 @@ def test_prio_lanes_run_each_shape_back_to_back():
     # under prio with the chain order, a worker moves to the next shape about once per shape
     n, prio = _case_switches("prio")
     _, eager = _case_switches("eager")
+    print(f"shape switches per worker of {n} shapes: prio {prio}, eager {eager}")
     assert max(prio) <= 2 * n, prio
     assert max(eager) > 2 * n, eager  # one worker at least interleaves (how the two share them depends on timing)
 
@@ -85,6 +86,8 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
     assert np.isnan(med[-1]) and np.isfinite(med[:-1]).all() and (med[:-1] > 0).all()
     assert (mad[:-1] >= 0).all() and sum(done) == len(cases) - 1
     flops = [2 * cases[i][1][2] * cases[i][1][3] * cases[i][1][4] for i in gemm]
+    print(f"gemm of {max(flops):.0f} flops: {med[gemm[int(np.argmax(flops))]] * 1e6:.2f} us, "
+          f"of {min(flops):.0f}: {med[gemm[int(np.argmin(flops))]] * 1e6:.2f} us")
     assert med[gemm[int(np.argmax(flops))]] >= med[gemm[int(np.argmin(flops))]]  # more work takes longer
 
 

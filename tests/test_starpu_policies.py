@@ -123,6 +123,7 @@ def test_two_workers_place_tasks_where_the_simulated_dm_does(sched):
         if runs[-1] == sim.worker.tolist():
             break
     history = gemm_history()
+    print(f"{sched}: placed {runs}, simulated {sim.worker.tolist()}, history {history_line(history)}")
     have = {n: history.get(3 * n * n * 4, (0.0, 0))[1] for n in (BIG, SMALL)}
     if sim.worker.tolist() not in runs and min(have.values()) < 10:
         pytest.skip(f"StarPU's history holds {have[BIG]} samples of the {BIG}^3 GEMM's footprint and "
