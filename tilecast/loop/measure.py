@@ -79,8 +79,8 @@ def traced_plan(warmup: int, steps: int, traced: int = TRACED_PER_ROUND) -> tupl
     Python, while StarPU's workers are paused, and the next step pays for it when it resumes them (the
     submitting thread, having used its share of the cores, waits for one before it submits the first task:
     measured with ``benchmarks/step_decomposition.py``, gpt2-tiny 32 x 128, tile 64, eager, 2 workers on the
-    2 cores: 10.7 ms from the submitting call to the makespan's origin after a traced step, 0.01 ms after an
-    untraced one, machine loaded). Back-to-back training steps, as ``tilecast run`` times them and as
+    2 cores, machine loaded: medians of 5-16 ms from the submitting call to the makespan's origin after a
+    traced step in 4 of 5 runs, 0.01-0.04 ms with no step traced in 6 of 6). Back-to-back training steps, as ``tilecast run`` times them and as
     ``tilecast calibrate``'s probes measure the host cost, build no trace in between. So one more step is run
     per traced step but the first, and the timed steps are the warm-up, the untraced steps and the first
     traced step (``warmup + steps`` in all); every traced step's trace is kept.
