@@ -52,7 +52,7 @@ def reference_step(workers: int) -> float:
     """The fastest of a few reference steps on ``workers`` StarPU workers (seconds; own session, one warm-up)."""
     from tilecast.loop.measure import measure_round
 
-    steps, _, _ = measure_round(reference_config(workers), REFERENCE_STEPS, 1)
+    steps, _, _ = measure_round(reference_config(workers), REFERENCE_STEPS, 1, traced=1)  # no trace is used
     return float(min(steps[1:]))
 
 

@@ -71,17 +71,37 @@ def split_steps(steps: int, rounds: int) -> list:
 TRACED_PER_ROUND = 3  # the last timed steps of a session whose traces are kept (bounded memory on big graphs)
 
 
-def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None):
-    """One StarPU session of ``warmup + steps`` training steps: (step times, makespans, the run's result,
-    whose ``traces`` are those of its last ``TRACED_PER_ROUND`` timed steps)."""
+def traced_plan(warmup: int, steps: int, traced: int = TRACED_PER_ROUND) -> tuple[int, int, list]:
+    """(steps to run, the first traced step, the indices of the steps timed) of a session of ``warmup`` and
+    ``steps`` timed steps whose last ``traced`` steps are traced.
+
+    A step that follows a traced one is run but not timed: the trace is built between the two steps, in
+    Python, while StarPU's workers are paused, and the next step pays for it when it resumes them (the
+    submitting thread, having used its share of the cores, waits for one before it submits the first task:
+    measured with ``benchmarks/step_decomposition.py``, gpt2-tiny 32 x 128, tile 64, eager, 2 workers on the
+    2 cores, machine loaded: medians of 5-16 ms from the submitting call to the makespan's origin after a
+    traced step in 4 of 5 runs, 0.01-0.04 ms with no step traced in 6 of 6). Back-to-back training steps, as ``tilecast run`` times them and as
+    ``tilecast calibrate``'s probes measure the host cost, build no trace in between. So one more step is run
+    per traced step but the first, and the timed steps are the warm-up, the untraced steps and the first
+    traced step (``warmup + steps`` in all); every traced step's trace is kept.
+    """
+    k = min(max(traced, 1), max(steps, 0))
+    total = warmup + steps + max(k - 1, 0)
+    first = total - k
+    return total, first, [i for i in range(total) if not (first < i < total)]
+
+
+def measure_round(config, steps: int, warmup: int, seed: int = 0, progress=None, traced: int = TRACED_PER_ROUND):
+    """One StarPU session of ``warmup + steps`` timed training steps (:func:`traced_plan`): (step times,
+    makespans, the run's result, whose ``traces`` are those of its last ``traced`` steps)."""
     from tilecast.executor.starpu_run import run_steps
     from tilecast.reference.step import restore_built_step
 
+    total, first, timed = traced_plan(warmup, steps, traced)
     res = run_steps(config.model, config.batch, config.seq, config.tiling, config.sched, config.workers,
-                    warmup + steps, seed=seed, progress=progress,
-                    trace_from=warmup + max(0, steps - TRACED_PER_ROUND), recompute=config.recompute)
+                    total, seed=seed, progress=progress, trace_from=first, recompute=config.recompute)
     restore_built_step(res.graph)  # the models learn from these traces
-    return list(res.step_s), list(res.makespan_s), res
+    return [res.step_s[i] for i in timed], [res.makespan_s[i] for i in timed], res
 
 
 def measurement_of(rounds: list, warmup: int) -> Measurement:
