@@ -46,6 +46,22 @@ def extra_levels(n: int) -> int:
     return sum(tree_levels(k) for k in range(1, n + 1)) - n
 
 
+def _alternate(session, g, store, distinct, repeats: int, figure: str, progress=None) -> dict:
+    """``g`` submitted with the workers paused, with the ``distinct`` priorities and with equal ones,
+    alternately ``repeats`` times each after a warm-up: the median of the session's ``figure`` for each
+    (``distinct_s``, ``equal_s``)."""
+    equal = np.ones(len(distinct))
+    got = {"distinct": [], "equal": []}
+    session.execute(g, store, submit_paused=True, trace=False, priority=equal)  # warm-up
+    for _ in range(repeats):
+        for name, w in (("distinct", distinct), ("equal", equal)):
+            session.execute(g, store, submit_paused=True, trace=False, priority=w)
+            got[name].append(getattr(session, figure))
+            if progress:
+                progress()
+    return {"distinct_s": float(np.median(got["distinct"])), "equal_s": float(np.median(got["equal"]))}
+
+
 def measure(workers: int = 1, sizes=SIZES, repeats: int = 5, progress=None, shuffled: bool = False) -> list[dict]:
     """Per size: the median makespans (s) of the fills under prio with distinct and with equal priorities,
     run alternately ``repeats`` times each in one StarPU session, and the extra levels searched. ``shuffled``:
@@ -61,17 +77,8 @@ def measure(workers: int = 1, sizes=SIZES, repeats: int = 5, progress=None, shuf
             store = TileStore(g)
             order = np.random.default_rng(n).permutation(n) if shuffled else np.arange(n)[::-1]
             distinct = order.astype(np.float64) + 1.0  # weights: a higher one is popped first
-            equal = np.ones(n)
-            got = {"distinct": [], "equal": []}
-            session.execute(g, store, submit_paused=True, trace=False, priority=equal)  # warm-up
-            for _ in range(repeats):
-                for name, w in (("distinct", distinct), ("equal", equal)):
-                    session.execute(g, store, submit_paused=True, trace=False, priority=w)
-                    got[name].append(session.last_makespan_s)
-                    if progress:
-                        progress()
-            rows.append({"tasks": n, "workers": workers, "distinct_s": float(np.median(got["distinct"])),
-                         "equal_s": float(np.median(got["equal"])), "extra_levels": extra_levels(n)})
+            got = _alternate(session, g, store, distinct, repeats, "last_makespan_s", progress)
+            rows.append({"tasks": n, "workers": workers, **got, "extra_levels": extra_levels(n)})
     return rows
 
 
@@ -112,17 +119,9 @@ def measure_sorted(workers: int = 1, sizes=SORTED_SIZES, repeats: int = 5, progr
         for n in sizes:
             g = fills(n)
             store = TileStore(g)
-            weights = {"distinct": np.arange(n, 0, -1, dtype=np.float64), "equal": np.ones(n)}
-            got = {"distinct": [], "equal": []}
-            session.execute(g, store, submit_paused=True, trace=False, priority=weights["equal"])  # warm-up
-            for _ in range(repeats):
-                for name, w in weights.items():
-                    session.execute(g, store, submit_paused=True, trace=False, priority=w)
-                    got[name].append(session.last_submit_s)
-                    if progress:
-                        progress()
-            rows.append({"tasks": n, "workers": workers, "distinct_s": float(np.median(got["distinct"])),
-                         "equal_s": float(np.median(got["equal"])), "steps": walk_steps(n)})
+            distinct = np.arange(n, 0, -1, dtype=np.float64)
+            got = _alternate(session, g, store, distinct, repeats, "last_submit_s", progress)
+            rows.append({"tasks": n, "workers": workers, **got, "steps": walk_steps(n)})
     return rows
 
 
