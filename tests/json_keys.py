@@ -30,6 +30,7 @@ NAMED = {
     "whatif --search": {"search_sweeps"},
     "whatif --inference --search": {"search_sweeps"},
     "validate": {"median_abs_error_lopo_by_source"},
+    "accuracy": {"per_shape", "views", "views.*.per_shape", "rows.peak_memory_bytes"},
 }
 # (section, path) -> the section whose table documents the objects there ("section:key": that key's row); the row
 # says so ("each as `whatif`'s object")
@@ -45,12 +46,19 @@ AS_SECTION = {
 # (section, key) -> names its row gives that the runs do not print, and why
 UNPRINTED = {
     ("run", "predicted"): {"error": "only when the forecast fails"},
+    ("compare", "files"): {"pred_chrome_json": "without --no-chrome", "real_chrome_json": "without --no-chrome"},
     ("whatif", "sweeps"): {"error": "only for a value the layout or the hardware cannot take"},
     ("whatif --inference", "sweeps"): {"error": "only for a value the layout or the hardware cannot take"},
     ("whatif --inference", "mode"): {"continuous": "a value, with --request-rate"},
     **{("calibrate", key): {k: "held-out errors need more shapes per kernel than --per-kernel 2 times (minutes)"
                             for k in ("n_fit", "n_heldout", "median_rel_err", "max_rel_err", "base_median_rel_err",
                                       "fit", "fixed_us", "gflops", "GBps")} for key in ("heldout", "heldout_hot")},
+    ("accuracy", "views"): {"note": "only where a view stands for another: a suite of one model shape"},
+    ("accuracy", "conditions"): {
+        **{k: "only when calibration was timed in the run (the test's home is calibrated already)"
+           for k in ("calibration_passes", "passes", "disturbed", "retaken", "still_disturbed", "seconds",
+                     "retaken_what")},
+        "reference_note": "only when the reference steps of calibration and measurement differ by over 12%"},
     ("calibrate", "extrapolated"): {k: "no shape of a small step is over the bound"
                                     for k in ("n", "decades", "heldout")},
     ("calibrate", "disk"): {k: "fitted with --offload-dir on probe steps under a memory limit: minutes of StarPU runs"
