@@ -16,6 +16,7 @@ import pytest
 
 from tilecast.cli import COMMANDS, build_parser
 
+import json_keys
 from loop_home import loop_home, loop_home_dir  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,6 +247,7 @@ TINY = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32"]
 H100 = ["--machine", "h100-sxm5-80gb-8"]
 ONE = ["--workers", "1", "--sched", "eager"]
 LAYOUT = ["--cluster", "dgx-h100", "--model", "llama2-7b", "--seq", "2048", "--global-batch", "64"]
+RANKS = [*TINY[:6], "--tile", "32,batch=1", "--ranks", "2"]
 SERVE = ["--inference", "--cluster", "dgx-h100", "--model", "llama2-7b", "--input-len", "128", "--output-len", "16"]
 
 # docs/cli.md's section -> the command lines, small settings, whose --json objects it documents; together they
@@ -266,6 +268,9 @@ JSON_RUNS = {
     "compare": [["compare", "{trace}", "{trace}", "--any-source", "--no-chrome", "--before", "{trace}",
                  "--out", "{tmp}/report"]],
     "tune": [["tune", *TINY[:6], *H100, "--tiles", "32;64", "--scheds", "eager"]],
+    "simulate --ranks": [["simulate", *RANKS, "--distribution", "layer", "--network", "5,10,10"]],
+    "tune --ranks": [["tune", *TINY[:6], "--tiles", "32;32,batch=1", "--ranks", "2", "--scheds", "eager",
+                      "--distributions", "data,layer", "--network", "5,10,10"]],  # data: skips tiling 32
     "demo": [["demo", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--execute", "1", "--steps", "1",
               "--out", "{tmp}/demo"]],
     "tune --execute": [["tune", *TINY[:6], "--tiles", "32;64", "--scheds", "eager", "--worker-counts", "1",
@@ -282,25 +287,20 @@ JSON_RUNS = {
                                      "--sweep", "hbm_gb=80,141"]],
     "validate": [["validate"]],
 }
-
-
-def _documented_keys(section: str) -> set:
-    """The keys in the first column of the table under docs/cli.md's ``### section``, and those of the section
-    it extends ("The keys of `tune`, and:")."""
-    text = open(os.path.join(ROOT, "docs", "cli.md")).read()
-    found = re.search(rf"^### {re.escape(section)}\n(.*?)(?=^#)", text + "\n#", re.S | re.M)
-    assert found, f"docs/cli.md has no section '### {section}'"
-    rows = re.findall(r"^\|([^|\n]*)\|", found.group(1), re.M)
-    keys = {k for row in rows for k in re.findall(r"`([a-z_][a-z0-9_]*)`", row)}
-    base = re.search(r"^The keys of `([^`]+)`, and", found.group(1), re.M)
-    return keys | _documented_keys(base.group(1)) if base else keys
+# sections whose commands run on StarPU-MPI (mpirun, ~10 s a run): the test files that run them anyway check their
+# keys (json_keys.assert_documented)
+CHECKED_BY = {"run --ranks": "tests/test_mpi_run.py", "train --ranks": "tests/test_mpi_train.py",
+              "calibrate --ranks": "tests/test_mpi_network.py"}
 
 
 def test_every_command_has_its_json_documented_and_run():
     assert {s.split()[0] for s in JSON_RUNS} == set(COMMANDS)
+    assert not set(JSON_RUNS) & set(CHECKED_BY)
     text = open(os.path.join(ROOT, "docs", "cli.md")).read()
     json_part = text[text.index("## `--json` keys"):]
-    assert set(re.findall(r"^### (.+)$", json_part, re.M)) == set(JSON_RUNS)
+    assert set(re.findall(r"^### (.+)$", json_part, re.M)) == set(JSON_RUNS) | set(CHECKED_BY)
+    for section, test_file in CHECKED_BY.items():  # those tests check the section's keys on their own runs
+        assert f'assert_documented("{section}"' in open(os.path.join(ROOT, test_file)).read(), (section, test_file)
 
 
 def _json(capsys, argv) -> dict:
@@ -333,24 +333,24 @@ WRITES_CALIBRATION = {"tune --execute", "accuracy"}
 @pytest.mark.parametrize("section", list(JSON_RUNS))  # in order: the runs on StarPU calibrate the home first
 def test_json_keys_are_the_documented_ones(section, tmp_path, capsys, simulated_trace, loop_home,  # noqa: F811
                                            monkeypatch):
-    """Every key a command prints is in docs/cli.md, and every key there is printed by one of the runs."""
+    """Every key a command prints, top-level or nested, is in docs/cli.md, and every key there is printed by one of
+    the runs (tests/json_keys.py)."""
     if section in WRITES_CALIBRATION:
         import shutil
 
         shutil.copytree(loop_home, tmp_path / "home")
         monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
-    printed = {}
+    printed, objects = {}, []
     for i, argv in enumerate(JSON_RUNS[section]):
         (tmp_path / str(i)).mkdir()
         argv = [a.format(tmp=tmp_path / str(i), trace=simulated_trace) for a in argv]
-        for key in _json(capsys, argv):
+        objects.append(_json(capsys, argv))
+        for key in objects[-1]:
             printed.setdefault(key, " ".join(argv))
-    documented = _documented_keys(section)
-    undocumented = sorted(set(printed) - documented)
+    undocumented = sorted(set(printed) - set(json_keys.rows(section)))
     assert not undocumented, f"docs/cli.md does not document {section} --json keys {undocumented}: " + \
         "; ".join(f"{k} from `{printed[k]}`" for k in undocumented)
-    gone = sorted(documented - set(printed))
-    assert not gone, f"docs/cli.md documents {section} --json keys no run printed: {gone}"
+    json_keys.assert_documented(section, objects)
 
 
 # --- bad input: one line naming the flag, from the library's field names -------------------------------------

@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 
+from json_keys import assert_documented
+
 from tilecast.cli import main
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed "
@@ -23,6 +25,8 @@ def test_pingpong_is_stored_and_used(capsys, tmp_path, monkeypatch):
     assert main(["calibrate", "--ranks", "2", "--no-probe", "--sizes", "8,65536,262144", "--round-trips", "5",
                  "--json"]) == 0
     net = json.loads(capsys.readouterr().out)
+    # every key, nested ones too, in docs/cli.md, and only those
+    assert_documented("calibrate --ranks", [net], unrun={"probe": "--no-probe: the probe is two more mpirun runs"})
     assert net["ranks"] == 2 and net["bandwidth_Bps"] > 0 and net["latency_s"] >= 0 and net["message_s"] >= 0
     assert [p[0] for p in net["points"]] == [8, 65536, 262144]
     assert all(p[1] > 0 and p[2] > 0 for p in net["points"])  # one-way times through StarPU-MPI and MPI

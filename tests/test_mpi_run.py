@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from json_keys import assert_documented
+
 from tilecast.cli import main
 from tilecast.executor.mpi_threads import progress_drives_worker
 
@@ -40,6 +42,7 @@ def test_ranks_equal_reference_and_model(capsys, tmp_path, distribution, sched, 
     rc, res = run_json(capsys, "--ranks", str(ranks), "--distribution", distribution, "--sched", sched,
                        "--steps", str(steps), "--check", "--trace", str(trace), "--recompute", recompute, *batch)
     assert rc == 0 and res["check"]["ok"], res["check"]
+    assert_documented("run --ranks", [res])  # every key, nested ones too, in docs/cli.md, and only those
     assert res["recompute"] == recompute
     assert res["ranks"] == ranks and res["workers_per_rank"] == 1 and len(res["step_times_s"]) == steps
     # on a machine with fewer cores than workers and progress threads, the progress thread runs worker 0

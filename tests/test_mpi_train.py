@@ -6,6 +6,8 @@ import shutil
 
 import pytest
 
+from json_keys import assert_documented
+
 from tilecast.cli import main
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed "
@@ -25,6 +27,7 @@ def test_train_ranks_checkpoint_and_resume(capsys, tmp_path):
     ck = tmp_path / "ck"
     rc, first = train_json(capsys, "--steps", "2", "--checkpoint", str(ck))
     assert rc == 0 and len(first["losses"]) == 2
+    assert_documented("train --ranks", [first])  # every key, nested ones too, in docs/cli.md, and only those
     manifest = json.loads((ck / "manifest.json").read_text())
     assert manifest["step"] == 2 and [s["rank"] for s in manifest["shards"]] == [0, 1]
     assert sorted(p.name for p in ck.iterdir()) == ["manifest.json", "rank0-step2.npz", "rank1-step2.npz"]

@@ -76,7 +76,7 @@ def test_equal_priorities_make_a_shallower_tree():
 
 @st.composite
 def prio_cases(draw):
-    graph, machine, durations, _, transfers = draw(cases())
+    graph, machine, durations, _, transfers = draw(cases(["prio"]))
     walk = draw(st.sampled_from([1e-7, 3e-6, 2e-5]))
     return graph, machine.with_push_walk(walk), durations, "prio", transfers
 

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from sim_graphs import random_graph
 from sim_machines import cpu_machine, two_device_machine
 
+from tilecast.errors import FieldError
 from tilecast.simulator.engine import Engine, SimulationError
 from tilecast.simulator.simulate import simulate
+from tilecast.simulator.valid_durations import CHOOSE_AMONG_KINDS
 
 TILE = 32
 TILE_BYTES = TILE * TILE * 4
@@ -22,7 +24,9 @@ FUSED = ("dm", "dmda", "dmdas")
 
 
 @st.composite
-def cases(draw):
+def cases(draw, scheds=FUSED):
+    """(graph, machine, durations, one of ``scheds``, transfers)."""
+    sched = draw(st.sampled_from(list(scheds)))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
     graph = random_graph(rng, draw(st.integers(1, 120)), draw(st.integers(3, 14)), TILE)
@@ -39,11 +43,11 @@ def cases(draw):
     kinds = len(machine.kind_names)
     # coarse durations make ties (equal ends, equal expected completions) frequent
     durations = rng.integers(1, 5, size=(kinds, graph.n_tasks)) * 1e-5
-    if kinds > 1 and draw(st.booleans()):
+    if kinds > 1 and sched in CHOOSE_AMONG_KINDS and draw(st.booleans()):
         durations[0, rng.random(graph.n_tasks) < 0.2] = np.inf  # some tasks only one kind can run
-    if draw(st.integers(0, 9)) == 0:  # invalid durations must fail (or not) the same way on both paths
+    if draw(st.integers(0, 9)) == 0:  # NaN, or inf, refused (FieldError) or not the same way on every path
         durations.flat[rng.integers(0, durations.size)] = draw(st.sampled_from([np.nan, np.inf]))
-    return graph, machine, durations, draw(st.sampled_from(FUSED)), draw(st.booleans())
+    return graph, machine, durations, sched, draw(st.booleans())
 
 
 def _outcome(graph, machine, durations, sched, transfers, fused, native=False):
@@ -53,7 +57,7 @@ def _outcome(graph, machine, durations, sched, transfers, fused, native=False):
     Engine.native_loop = native
     try:
         r = simulate(graph, machine, sched, durations=durations, transfers=transfers)
-    except (SimulationError, RuntimeError) as e:
+    except (SimulationError, RuntimeError, FieldError) as e:
         return f"{type(e).__name__}: {e}"
     finally:
         Engine.fused_loops = True

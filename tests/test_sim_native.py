@@ -25,14 +25,8 @@ from tilecast.simulator.simulate import POLICIES, simulate
 pytestmark = pytest.mark.skipif(native.library() is None, reason="the C loop cannot be built here (cffi or cc missing)")
 
 
-@st.composite
-def any_policy_cases(draw):
-    graph, machine, durations, _, transfers = draw(cases())
-    return graph, machine, durations, draw(st.sampled_from(list(POLICIES))), transfers
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(any_policy_cases())
+@given(cases(POLICIES))
 def test_the_c_loop_equals_the_general_loop(case):
     assert_same_outcome(_outcome(*case, fused=False), _outcome(*case, fused=False, native=True))
 

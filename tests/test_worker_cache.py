@@ -92,11 +92,11 @@ def _run(graph, machine, d, sched, transfers, fused, native_loop=False, worker_c
 
 @st.composite
 def lane_cases(draw):
-    graph, machine, durations, _, transfers = draw(cases())
+    graph, machine, durations, sched, transfers = draw(cases(POLICIES))
     rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
     cache = float(draw(st.sampled_from([1, 3, 6, 40])) * TILE * TILE * 4)
     d, _ = _with_lanes(graph, durations, rng, cache)
-    return graph, machine, d, draw(st.sampled_from(list(POLICIES))), transfers
+    return graph, machine, d, sched, transfers
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

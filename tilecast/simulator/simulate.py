@@ -23,6 +23,7 @@ from tilecast.simulator import gap_cost, native
 from tilecast.simulator.engine import Engine
 from tilecast.simulator.worker_cache import WorkerCache, native_inputs
 from tilecast.simulator.links import Links
+from tilecast.simulator.valid_durations import check_durations
 from tilecast.simulator.memory import Memory
 from tilecast.simulator.policies.central import Eager, Prio
 from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
@@ -117,6 +118,10 @@ def simulate(graph, machine, sched: str = "dmda", durations: np.ndarray | None =
     when it starts (:mod:`tilecast.simulator.worker_cache`); priorities, the dm
     family's estimates and the summary's bounds keep the graph-order durations.
     transfers: model data replicas and transfers (False: data is everywhere).
+    Durations NaN, negative, or inf for a task on every kind the machine's workers have raise
+    :class:`~tilecast.errors.FieldError` ("durations: ..."), and so does inf on some kind under a policy
+    other than the dm family, which alone chooses among the kinds that can run a task
+    (:mod:`tilecast.simulator.valid_durations`).
     """
     if sched not in POLICIES:
         raise ValueError(f"unknown scheduling policy {sched!r} (known: {', '.join(POLICIES)})")
@@ -142,11 +147,12 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     if durations.ndim != 2 or durations.shape[1] != graph.n_tasks or durations.shape[0] not in (1, n_kinds):
         raise ValueError(f"durations: shape {durations.shape}, expected (worker kinds, tasks) = "
                          f"({n_kinds}, {graph.n_tasks})")
+    kind_index = {k: i for i, k in enumerate(machine.kind_names)}
+    worker_kind = [kind_index[w.kind] for w in machine.workers]
+    check_durations(durations, machine.kind_names, worker_kind, sched)  # NaN, or a task no worker can run: refused
     pred_ptr, pred = graph.dependencies
     if priority is None and sched in USES_PRIORITIES:
         priority = task_priorities(durations + machine.task_overhead, pred_ptr, pred, sched)
-    kind_index = {k: i for i, k in enumerate(machine.kind_names)}
-    worker_kind = [kind_index[w.kind] for w in machine.workers]
     worker_node = [w.node for w in machine.workers]
     links = Links(machine)
     memory = None
