@@ -68,16 +68,43 @@ def test_a_recently_written_tile_is_read_from_the_cache_an_old_one_from_the_devi
     assert (disk.hits, disk.misses) == (2, 1)
 
 
-def test_a_device_read_stops_the_write_back():
-    """The flusher writes nothing while the device reads: after a miss that takes the whole interval, the dirty
-    bytes are what they were."""
+def test_a_device_read_waits_for_the_write_back_request_ahead_and_the_flusher_goes_on():
+    """Reads and the write-back share the device: a read from the device while the flusher writes back takes its
+    own time plus one write-back request of as many bytes at the device's write bandwidth (the sum of both bytes
+    over their bandwidths), and the flusher does not stop meanwhile."""
     disk = CachedDisk(NODE, CACHE)
-    t0 = write_stream(disk, 90)[-1]  # about 85 MB dirty then, over the background threshold
+    t0 = write_stream(disk, 90)[-1]  # about 85 MB dirty then, over the 50 MB background threshold
     dirty, written = disk.dirty, disk.written_back
-    took = disk.read(5000, 100 * MB, t0)  # a 50 ms read from the device
-    assert took == pytest.approx(NODE.device_read_latency + 0.05, rel=1e-12) and disk.dirty == dirty
-    disk.read(0, MB, t0 + took + 0.010)  # 10 ms after the device's read: 10 MB written back meanwhile
-    assert disk.written_back - written == pytest.approx(10 * MB, rel=1e-6)
+    assert dirty > CACHE.background_bytes + MB
+    took = disk.read(5000, MB, t0)  # a tile never cached: the device's
+    own = NODE.device_read_latency + MB / NODE.device_read_bandwidth
+    assert took == pytest.approx(own + MB / NODE.device_write_bandwidth, rel=1e-12)
+    assert disk.reads_behind_writeback == 1
+    disk.read(0, MB, t0 + took)  # a cached tile, read when the device's read ended: the flusher wrote meanwhile
+    assert disk.written_back - written == pytest.approx(took * NODE.device_write_bandwidth, rel=1e-9)
+
+
+def test_a_device_read_with_nothing_to_write_back_is_the_device_alone():
+    disk = CachedDisk(NODE, CACHE)
+    write_stream(disk, 40)  # 40 MB dirty: under the background threshold, the flusher idle
+    took = disk.read(5000, MB, 1.0)
+    assert took == pytest.approx(NODE.device_read_latency + MB / NODE.device_read_bandwidth, rel=1e-12)
+    assert disk.reads_behind_writeback == 0 and disk.written_back == 0
+
+
+def test_writers_past_the_threshold_wait_for_the_measured_write_back_rate():
+    """Where the flusher's sustained rate was measured (far under the device's O_DIRECT bandwidth), a stream of
+    writes past the dirty threshold runs at that rate, and waits for it."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9, device_writeback_source="test figures")
+    disk = CachedDisk(slow, CACHE)
+    ends = write_stream(disk, 1000)
+    steady = (ends[-1] - ends[499]) / (500 * MB)
+    assert steady == pytest.approx(1 / slow.device_writeback_bandwidth, rel=1e-6)
+    assert disk.dirty == pytest.approx(CACHE.dirty_bytes, rel=1e-9)
+    fast = CachedDisk(NODE, CACHE)  # not measured: the device's write bandwidth, 10 times as fast here
+    write_stream(fast, 1000)
+    assert disk.throttled_s > 5 * fast.throttled_s > 0
+    assert "write-back 0.100 GB/s" in slow.describe()
 
 
 def test_thresholds_read_from_the_machine(tmp_path):

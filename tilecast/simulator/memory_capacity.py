@@ -239,6 +239,8 @@ class CappedMemory(Memory):
         self.task_drops = np.zeros(n_tasks + 1, np.int32)
         self.task_read_bytes = np.zeros(n_tasks + 1, np.int64)
         self.task_writeback_bytes = np.zeros(n_tasks + 1, np.int64)
+        self.task_wait = np.zeros(n_tasks + 1)  # seconds its worker waited for the disk transfers (reads, write-backs)
+        self.task_cost = np.zeros(n_tasks + 1)  # seconds of StarPU's time charged to its worker (worker_costs)
 
     def task_events(self) -> dict:
         """Per task of the step: ``allocs``, ``reads``, ``writebacks``, ``drops`` (tiles), ``read_bytes``,
@@ -370,8 +372,12 @@ class CappedMemory(Memory):
         ready = super().acquire(task, node, now)
         self.task = -1
         if node == 0:
+            if ready > now:
+                self.task_wait[task] = ready - now
             if self.worker_costs:
-                ready = (ready if ready > now else now) + self._worker_cost(task)
+                cost = self._worker_cost(task)
+                self.task_cost[task] = cost
+                ready = (ready if ready > now else now) + cost
             valid, dirty = self.valid, self.dirty
             for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
                 if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
@@ -570,4 +576,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
         summary["page_cache"] = page_cache.describe()
     res = LimitedSimResult(start, end, worker, summary, tr, graph, m)
     res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
+    res.task_waits = memory.task_wait[:-1]  # per task: seconds its worker waited for disk transfers
+    res.task_costs = memory.task_cost[:-1]  # per task: StarPU's time charged to its worker (worker_costs)
     return res
