@@ -155,3 +155,25 @@ def test_the_device_is_timed_with_o_direct(tmp_path):
     else:  # a file system without O_DIRECT (tmpfs): said so, and the forecast keeps the cache's figures
         assert fields["device_source"].startswith("not measured")
         assert not replace(NODE, device_write_bandwidth=0.0).has_device
+
+
+def test_a_writer_waiting_for_write_back_does_not_hold_the_disk_link():
+    """A write past the dirty threshold sleeps until the flusher has made room; the device meanwhile serves reads:
+    a read asked for then starts when the write's own part (the cache's) ended, not after its wait."""
+    from tilecast.simulator.memory_capacity import DiskLinks, with_disk
+
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    m = with_disk(cpu_machine(1), 1 << 30, slow)
+    cache = CachedDisk(slow, CACHE)
+    links, disk = DiskLinks(m, cache), len(m.nodes) - 1
+    t = 0.0
+    for i in range(150):  # 150 MB written back to back: past the 100 MB threshold, the last writes wait
+        before = cache.throttled_s
+        links.tile = i
+        t = links.transfer(0, disk, MB, t)
+    waited = cache.throttled_s - before
+    assert waited > 0.009  # 1 MB at the flusher's 0.1 GB/s, less the cache's part
+    links.tile = 10_000  # a tile never cached: the device's, behind one write-back request
+    end = links.transfer(disk, 0, MB, 0.0)
+    read = NODE.device_read_latency + MB / NODE.device_read_bandwidth + MB / NODE.device_write_bandwidth
+    assert end == pytest.approx(t - waited + read, rel=1e-9)

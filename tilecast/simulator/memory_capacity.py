@@ -159,7 +159,7 @@ class DiskLinks(Links):
     write-backs issued before it, and the other way round). With ``cache`` (a
     :class:`~tilecast.perfmodel.page_cache.CachedDisk`) a disk transfer takes what the page cache in front of
     the device says, plus StarPU's constant cost per transfer (``runtime_latency``), instead of the link's
-    figures."""
+    figures; a write's wait for the write-back (past Linux's dirty threshold) does not hold the link."""
 
     def __init__(self, machine, cache=None, runtime_latency: float = 0.0):
         super().__init__(machine)
@@ -181,14 +181,20 @@ class DiskLinks(Links):
             if free_at[tl[i]] > start:
                 start = free_at[tl[i]]
         cache = self.cache
+        busy_until = -1.0
         if cache is not None and dst == self.disk_node:
+            waited = cache.throttled_s
             end = start + self.runtime_latency + cache.write(self.tile, nbytes, start) + self.extra
+            # a writer waiting for the write-back (balance_dirty_pages) sleeps: the device meanwhile writes back
+            # (the flusher's pace, in the cache's model) and serves the reads, which do not queue behind it
+            busy_until = end - (cache.throttled_s - waited)
         elif cache is not None and src == self.disk_node:
             end = start + self.runtime_latency + cache.read(self.tile, nbytes, start) + self.extra
         else:
             end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
+        held = end if busy_until < 0.0 else busy_until
         for i in route:
-            free_at[tl[i]] = end
+            free_at[tl[i]] = held
         self.flat_log.extend((src, dst, nbytes, start, end))
         return end
 
