@@ -177,3 +177,15 @@ def test_a_writer_waiting_for_write_back_does_not_hold_the_disk_link():
     end = links.transfer(disk, 0, MB, 0.0)
     read = NODE.device_read_latency + MB / NODE.device_read_bandwidth + MB / NODE.device_write_bandwidth
     assert end == pytest.approx(t - waited + read, rel=1e-9)
+
+
+def test_writers_waiting_together_queue_for_the_flusher():
+    """Two writes past the threshold asked for at the same moment: the second waits for the room the flusher makes
+    after the first's, and the dirty bytes stay at the threshold (no writer is let past it)."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    disk = CachedDisk(slow, CACHE)
+    t = write_stream(disk, 100)[-1]  # at the 100 MB threshold
+    first = disk.write(1000, MB, t)
+    second = disk.write(1001, MB, t)
+    assert second == pytest.approx(first + MB / slow.device_writeback_bandwidth, rel=1e-6)
+    assert disk.dirty <= CACHE.dirty_bytes * (1 + 1e-9)

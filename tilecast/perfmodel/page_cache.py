@@ -165,8 +165,9 @@ class CachedDisk:
         self._flush(start)
         took = self.w_lat + nbytes * self.w_inv
         over = self.dirty + nbytes - self.cache.dirty_bytes
-        if over > 0:
-            wait = over * self.wb_inv
+        if over > 0:  # room is made once the flusher, busy up to its clock with earlier writers', has written over
+            begin = start if start > self.t else self.t
+            wait = begin + over * self.wb_inv - start
             if wait > took:
                 self.throttled_s += wait - took
                 took = wait
