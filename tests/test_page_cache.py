@@ -189,3 +189,15 @@ def test_writers_waiting_together_queue_for_the_flusher():
     second = disk.write(1001, MB, t)
     assert second == pytest.approx(first + MB / slow.device_writeback_bandwidth, rel=1e-6)
     assert disk.dirty <= CACHE.dirty_bytes * (1 + 1e-9)
+
+
+def test_the_write_back_owed_at_the_end_of_a_step_is_owed_in_the_next():
+    """Writers that waited past a step's end left the flusher busy beyond it: the next step's first write past the
+    threshold waits for that too (the flusher's clock carries over, less the step's length)."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    disk = CachedDisk(slow, CACHE)
+    t = write_stream(disk, 100)[-1]
+    ends = [t + disk.write(1000 + i, MB, t) for i in range(5)]  # five writers at once: the flusher owes 5 MB
+    disk.next_step(after=t)  # the step ended when they were asked for
+    assert disk.t == pytest.approx(ends[-1] - t, rel=1e-9)
+    assert disk.write(2000, MB, 0.0) == pytest.approx(ends[-1] - t + MB / slow.device_writeback_bandwidth, rel=1e-6)

@@ -129,9 +129,11 @@ class CachedDisk:
         self.throttled_s = 0.0  # seconds writers waited for write-back
         self.written_back = 0.0  # bytes the flusher wrote to the device
 
-    def next_step(self) -> None:
-        """A new step's clock (the cache's contents and dirty bytes stay)."""
-        self.t = 0.0
+    def next_step(self, after: float = 0.0) -> None:
+        """A new step's clock, the last step having ended at ``after`` (s): the cache's contents and dirty bytes
+        stay, and so does the write-back the flusher owes its waiting writers beyond that moment (its clock
+        carried over)."""
+        self.t = self.t - after if self.t > after else 0.0
         self.hits = self.misses = self.hit_bytes = self.miss_bytes = self.reads_behind_writeback = 0
         self.throttled_s = self.written_back = 0.0
 

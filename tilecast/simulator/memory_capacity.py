@@ -550,7 +550,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                 links = DiskLinks(m, cache, disk.runtime_latency)
                 memory.next_step(links)
                 if cache is not None:
-                    cache.next_step()
+                    cache.next_step(eng.makespan)
             policy = POLICIES[sched](priority, seed, estimate)
             if throttle:
                 n_w = len(m.workers)
