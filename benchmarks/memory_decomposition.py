@@ -46,12 +46,7 @@ def decompose(res, disk) -> dict:
         wait = float(res.task_waits[mine].sum())
         workers.append({"worker": int(w), "tasks": int(mine.sum()), "kernels_s": kernels, "starpu_s": starpu,
                         "disk_wait_s": wait, "other_s": makespan - kernels - starpu - wait})
-    tr = res.transfers
-    disk_node = len(res.machine.nodes) - 1
-    on_disk = (tr["src"] == disk_node) | (tr["dst"] == disk_node)
-    out = {"makespan_s": makespan, "workers": workers,
-           "disk_link_busy_s": float((tr["end"][on_disk] - tr["start"][on_disk]).sum()),
-           "disk_written_bytes": s["disk_written_bytes"], "disk_read_bytes": s["disk_read_bytes"],
+    out = {"makespan_s": makespan, "workers": workers, "disk_written_bytes": s["disk_written_bytes"], "disk_read_bytes": s["disk_read_bytes"],
            "disk_reads": s["disk_reads"], "disk_writes": s["disk_writes"]}
     if "page_cache" in s:
         misses, miss_bytes = s["page_cache_read_misses"], s["page_cache_miss_bytes"]
@@ -136,7 +131,7 @@ def main() -> int:
     for w in out["workers"]:
         print(f"  worker {w['worker']}: {w['tasks']} tasks, kernels {w['kernels_s']:.2f} s, StarPU's time "
               f"{w['starpu_s']:.2f} s, waiting for the disk {w['disk_wait_s']:.2f} s, other {w['other_s']:.2f} s")
-    print(f"  disk link busy {out['disk_link_busy_s']:.2f} s: {out['disk_written_bytes'] / 2**30:.2f} GiB written "
+    print(f"  disk: {out['disk_written_bytes'] / 2**30:.2f} GiB written "
           f"({out['disk_writes']} tiles), {out['disk_read_bytes'] / 2**30:.2f} GiB read ({out['disk_reads']} tiles)")
     if "page_cache" in out:
         print(f"  {out['page_cache']}: {out['read_misses']} reads from the device ({out['device_read_s']:.2f} s of "
