@@ -68,16 +68,43 @@ def test_a_recently_written_tile_is_read_from_the_cache_an_old_one_from_the_devi
     assert (disk.hits, disk.misses) == (2, 1)
 
 
-def test_a_device_read_stops_the_write_back():
-    """The flusher writes nothing while the device reads: after a miss that takes the whole interval, the dirty
-    bytes are what they were."""
+def test_a_device_read_waits_for_the_write_back_request_ahead_and_the_flusher_goes_on():
+    """Reads and the write-back share the device: a read from the device while the flusher writes back takes its
+    own time plus one write-back request of as many bytes at the device's write bandwidth (the sum of both bytes
+    over their bandwidths), and the flusher does not stop meanwhile."""
     disk = CachedDisk(NODE, CACHE)
-    t0 = write_stream(disk, 90)[-1]  # about 85 MB dirty then, over the background threshold
+    t0 = write_stream(disk, 90)[-1]  # about 85 MB dirty then, over the 50 MB background threshold
     dirty, written = disk.dirty, disk.written_back
-    took = disk.read(5000, 100 * MB, t0)  # a 50 ms read from the device
-    assert took == pytest.approx(NODE.device_read_latency + 0.05, rel=1e-12) and disk.dirty == dirty
-    disk.read(0, MB, t0 + took + 0.010)  # 10 ms after the device's read: 10 MB written back meanwhile
-    assert disk.written_back - written == pytest.approx(10 * MB, rel=1e-6)
+    assert dirty > CACHE.background_bytes + MB
+    took = disk.read(5000, MB, t0)  # a tile never cached: the device's
+    own = NODE.device_read_latency + MB / NODE.device_read_bandwidth
+    assert took == pytest.approx(own + MB / NODE.device_write_bandwidth, rel=1e-12)
+    assert disk.reads_behind_writeback == 1
+    disk.read(0, MB, t0 + took)  # a cached tile, read when the device's read ended: the flusher wrote meanwhile
+    assert disk.written_back - written == pytest.approx(took * NODE.device_write_bandwidth, rel=1e-9)
+
+
+def test_a_device_read_with_nothing_to_write_back_is_the_device_alone():
+    disk = CachedDisk(NODE, CACHE)
+    write_stream(disk, 40)  # 40 MB dirty: under the background threshold, the flusher idle
+    took = disk.read(5000, MB, 1.0)
+    assert took == pytest.approx(NODE.device_read_latency + MB / NODE.device_read_bandwidth, rel=1e-12)
+    assert disk.reads_behind_writeback == 0 and disk.written_back == 0
+
+
+def test_writers_past_the_threshold_wait_for_the_measured_write_back_rate():
+    """Where the flusher's sustained rate was measured (far under the device's O_DIRECT bandwidth), a stream of
+    writes past the dirty threshold runs at that rate, and waits for it."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9, device_writeback_source="test figures")
+    disk = CachedDisk(slow, CACHE)
+    ends = write_stream(disk, 1000)
+    steady = (ends[-1] - ends[499]) / (500 * MB)
+    assert steady == pytest.approx(1 / slow.device_writeback_bandwidth, rel=1e-6)
+    assert disk.dirty == pytest.approx(CACHE.dirty_bytes, rel=1e-9)
+    fast = CachedDisk(NODE, CACHE)  # not measured: the device's write bandwidth, 10 times as fast here
+    write_stream(fast, 1000)
+    assert disk.throttled_s > 5 * fast.throttled_s > 0
+    assert "write-back 0.100 GB/s" in slow.describe()
 
 
 def test_thresholds_read_from_the_machine(tmp_path):
@@ -128,3 +155,49 @@ def test_the_device_is_timed_with_o_direct(tmp_path):
     else:  # a file system without O_DIRECT (tmpfs): said so, and the forecast keeps the cache's figures
         assert fields["device_source"].startswith("not measured")
         assert not replace(NODE, device_write_bandwidth=0.0).has_device
+
+
+def test_a_writer_waiting_for_write_back_does_not_hold_the_disk_link():
+    """A write past the dirty threshold sleeps until the flusher has made room; the device meanwhile serves reads:
+    a read asked for then starts when the write's own part (the cache's) ended, not after its wait."""
+    from tilecast.simulator.memory_capacity import DiskLinks, with_disk
+
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    m = with_disk(cpu_machine(1), 1 << 30, slow)
+    cache = CachedDisk(slow, CACHE)
+    links, disk = DiskLinks(m, cache), len(m.nodes) - 1
+    t = 0.0
+    for i in range(150):  # 150 MB written back to back: past the 100 MB threshold, the last writes wait
+        before = cache.throttled_s
+        links.tile = i
+        t = links.transfer(0, disk, MB, t)
+    waited = cache.throttled_s - before
+    assert waited > 0.009  # 1 MB at the flusher's 0.1 GB/s, less the cache's part
+    links.tile = 10_000  # a tile never cached: the device's, behind one write-back request
+    end = links.transfer(disk, 0, MB, 0.0)
+    read = NODE.device_read_latency + MB / NODE.device_read_bandwidth + MB / NODE.device_write_bandwidth
+    assert end == pytest.approx(t - waited + read, rel=1e-9)
+
+
+def test_writers_waiting_together_queue_for_the_flusher():
+    """Two writes past the threshold asked for at the same moment: the second waits for the room the flusher makes
+    after the first's, and the dirty bytes stay at the threshold (no writer is let past it)."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    disk = CachedDisk(slow, CACHE)
+    t = write_stream(disk, 100)[-1]  # at the 100 MB threshold
+    first = disk.write(1000, MB, t)
+    second = disk.write(1001, MB, t)
+    assert second == pytest.approx(first + MB / slow.device_writeback_bandwidth, rel=1e-6)
+    assert disk.dirty <= CACHE.dirty_bytes * (1 + 1e-9)
+
+
+def test_the_write_back_owed_at_the_end_of_a_step_is_owed_in_the_next():
+    """Writers that waited past a step's end left the flusher busy beyond it: the next step's first write past the
+    threshold waits for that too (the flusher's clock carries over, less the step's length)."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    disk = CachedDisk(slow, CACHE)
+    t = write_stream(disk, 100)[-1]
+    ends = [t + disk.write(1000 + i, MB, t) for i in range(5)]  # five writers at once: the flusher owes 5 MB
+    disk.next_step(after=t)  # the step ended when they were asked for
+    assert disk.t == pytest.approx(ends[-1] - t, rel=1e-9)
+    assert disk.write(2000, MB, 0.0) == pytest.approx(ends[-1] - t + MB / slow.device_writeback_bandwidth, rel=1e-6)

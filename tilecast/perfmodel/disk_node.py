@@ -81,6 +81,12 @@ class DiskNode:
     device_read_bandwidth: float = 0.0
     device_read_latency: float = 0.0
     device_source: str = ""
+    #: the rate the kernel's flusher writes tiles' dirty pages back at, sustained by a stream of buffered tile
+    #: writes past Linux's dirty threshold (bytes/s; ``benchmarks/disk_contention.py``'s ``write_stream``): far
+    #: under the device's O_DIRECT write bandwidth on the AMD EPYC guest (docs/memory.md, 2026-12-01); 0 where not
+    #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
+    device_writeback_bandwidth: float = 0.0
+    device_writeback_source: str = ""
 
     @property
     def has_device(self) -> bool:
@@ -110,6 +116,8 @@ class DiskNode:
         if self.has_device:
             line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
+            if self.device_writeback_bandwidth:
+                line += f", write-back {self.device_writeback_bandwidth / 1e9:.3f} GB/s"
         return line
 
 
@@ -288,6 +296,9 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source)
+    if old is not None and old.device_writeback_bandwidth and disk.has_device:
+        disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
+                       device_writeback_source=old.device_writeback_source)
     return disk, save_disk(machine, disk)
 
 

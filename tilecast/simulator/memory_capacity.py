@@ -159,7 +159,7 @@ class DiskLinks(Links):
     write-backs issued before it, and the other way round). With ``cache`` (a
     :class:`~tilecast.perfmodel.page_cache.CachedDisk`) a disk transfer takes what the page cache in front of
     the device says, plus StarPU's constant cost per transfer (``runtime_latency``), instead of the link's
-    figures."""
+    figures; a write's wait for the write-back (past Linux's dirty threshold) does not hold the link."""
 
     def __init__(self, machine, cache=None, runtime_latency: float = 0.0):
         super().__init__(machine)
@@ -181,14 +181,20 @@ class DiskLinks(Links):
             if free_at[tl[i]] > start:
                 start = free_at[tl[i]]
         cache = self.cache
+        busy_until = -1.0
         if cache is not None and dst == self.disk_node:
+            waited = cache.throttled_s
             end = start + self.runtime_latency + cache.write(self.tile, nbytes, start) + self.extra
+            # a writer waiting for the write-back (balance_dirty_pages) sleeps: the device meanwhile writes back
+            # (the flusher's pace, in the cache's model) and serves the reads, which do not queue behind it
+            busy_until = end - (cache.throttled_s - waited)
         elif cache is not None and src == self.disk_node:
             end = start + self.runtime_latency + cache.read(self.tile, nbytes, start) + self.extra
         else:
             end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
+        held = end if busy_until < 0.0 else busy_until
         for i in route:
-            free_at[tl[i]] = end
+            free_at[tl[i]] = held
         self.flat_log.extend((src, dst, nbytes, start, end))
         return end
 
@@ -239,6 +245,8 @@ class CappedMemory(Memory):
         self.task_drops = np.zeros(n_tasks + 1, np.int32)
         self.task_read_bytes = np.zeros(n_tasks + 1, np.int64)
         self.task_writeback_bytes = np.zeros(n_tasks + 1, np.int64)
+        self.task_wait = np.zeros(n_tasks + 1)  # seconds its worker waited for the disk transfers (reads, write-backs)
+        self.task_cost = np.zeros(n_tasks + 1)  # seconds of StarPU's time charged to its worker (worker_costs)
 
     def task_events(self) -> dict:
         """Per task of the step: ``allocs``, ``reads``, ``writebacks``, ``drops`` (tiles), ``read_bytes``,
@@ -370,8 +378,12 @@ class CappedMemory(Memory):
         ready = super().acquire(task, node, now)
         self.task = -1
         if node == 0:
+            if ready > now:
+                self.task_wait[task] = ready - now
             if self.worker_costs:
-                ready = (ready if ready > now else now) + self._worker_cost(task)
+                cost = self._worker_cost(task)
+                self.task_cost[task] = cost
+                ready = (ready if ready > now else now) + cost
             valid, dirty = self.valid, self.dirty
             for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
                 if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
@@ -538,7 +550,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                 links = DiskLinks(m, cache, disk.runtime_latency)
                 memory.next_step(links)
                 if cache is not None:
-                    cache.next_step()
+                    cache.next_step(eng.makespan)
             policy = POLICIES[sched](priority, seed, estimate)
             if throttle:
                 n_w = len(m.workers)
@@ -570,4 +582,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
         summary["page_cache"] = page_cache.describe()
     res = LimitedSimResult(start, end, worker, summary, tr, graph, m)
     res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
+    res.task_waits = memory.task_wait[:-1]  # per task: seconds its worker waited for disk transfers
+    res.task_costs = memory.task_cost[:-1]  # per task: StarPU's time charged to its worker (worker_costs)
     return res

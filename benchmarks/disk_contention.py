@@ -1,0 +1,221 @@
+"""The offload device with reads and write-back at once: what a write stream past Linux's dirty threshold runs at,
+and what a read from the device waits while the page cache writes back.
+
+A memory-limited step (docs/memory.md) writes tiles back through the page cache while its workers read others
+from the device. This times, in ``--dir``, StarPU's unistd transfers (one file per 256 KiB tile, made once and
+rewritten, one ``pwrite`` or ``pread`` of the whole tile), each side in its own process:
+
+1. ``direct_read``, ``direct_write``: ``O_DIRECT`` reads of a pool of tiles, then rewrites of another pool, each
+   alone for ``--seconds``: the device at one request at a time, as ``calibrate`` times it;
+2. ``cold_read``: buffered reads of tiles not in the page cache (each dropped again after its read,
+   ``posix_fadvise(DONTNEED)``), alone: the read a worker waits for when its tile missed the cache;
+3. ``write_stream``: buffered rewrites of a pool of ``--pool-gib`` of tiles (each once) as fast as they go,
+   alone, for up to ``3 x --seconds``: at the page cache's speed until the dirty bytes reach the threshold, then
+   paced to the write-back (``balance_dirty_pages``); its rate in the first and last thirds, and
+   ``/proc/meminfo``'s Dirty, sampled;
+4. ``cold_read_with_writes``: phase 2 beside a writer rewriting the pool at ``--write-gbps`` (the flusher writing
+   back once the dirty bytes pass ``dirty_background_ratio``): the reads' time, and the writer's.
+
+Every file is removed at the end. ``--store`` keeps the write stream's throttled rate as the local machine's disk
+node's ``device_writeback_bandwidth``, which the forecast's flusher then writes back at
+(:mod:`tilecast.perfmodel.page_cache`). Last line: one JSON object.
+
+    python3 benchmarks/disk_contention.py --dir /scratch/tc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+TILE = 256 << 10
+
+
+def _meminfo() -> dict:
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":")
+            if k in ("Dirty", "Writeback", "MemFree", "MemAvailable"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def _buf():
+    b = mmap.mmap(-1, TILE)  # page-aligned, as O_DIRECT needs
+    b.write(os.urandom(TILE))
+    return b
+
+
+def _make_pool(path: str, n: int) -> str:
+    """One file of ``n`` tiles, written once with ``O_DIRECT`` (on the device, not in the cache; StarPU gives each
+    tile its own file, made at its first write-back and rewritten in place later: one file here, its tiles read
+    and rewritten at shuffled offsets so that neighbouring tiles are not merged into one request)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
+    buf = _buf()
+    for i in range(n):
+        os.pwrite(fd, buf, i * TILE)
+    os.close(fd)
+    return path
+
+
+def _offsets(n: int, seed: int) -> list[int]:
+    import random
+
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return [i * TILE for i in order]
+
+
+def _reader(path, n, direct: bool, seconds: float, q) -> None:
+    """Reads the tiles in turn (shuffled) for ``seconds``; puts (start, seconds) of each read."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    offsets = _offsets(n, 1)
+    buf = _buf()
+    out, i = [], 0
+    end = time.perf_counter() + seconds
+    while True:
+        t = time.perf_counter()
+        if t > end:
+            break
+        off = offsets[i % n]
+        os.preadv(fd, [buf], off)
+        out.append((t, time.perf_counter() - t))
+        if not direct:
+            os.posix_fadvise(fd, off, TILE, os.POSIX_FADV_DONTNEED)  # cold again for its next read
+        i += 1
+    q.put(("read", out))
+
+
+def _writer(path, n, direct: bool, rate: float, seconds: float, q) -> None:
+    """Rewrites the tiles (shuffled) for ``seconds``, each at most once (a step's write-backs of distinct tiles: a
+    rewrite of a page still dirty would add no dirty byte), at most ``rate`` bytes/s (0: as fast as it goes); puts
+    (start, seconds) of each ``pwrite``."""
+    fd = os.open(path, os.O_WRONLY | (os.O_DIRECT if direct else 0))
+    offsets = _offsets(n, 2)
+    buf = _buf()
+    out, i = [], 0
+    begin = time.perf_counter()
+    end = begin + seconds
+    while i < n:
+        t = time.perf_counter()
+        if rate and begin + i * TILE / rate > t:
+            time.sleep(begin + i * TILE / rate - t)
+            t = time.perf_counter()
+        if t > end:
+            break
+        os.pwrite(fd, buf, offsets[i])
+        out.append((t, time.perf_counter() - t))
+        i += 1
+    q.put(("write", out))
+
+
+def _phase(jobs, seconds: float) -> tuple[dict, list]:
+    """Run ``jobs`` ((function, args)) in processes for ``seconds``; their records ("read", "write"), and
+    /proc/meminfo sampled."""
+    q = mp.Queue()
+    procs = [mp.Process(target=f, args=(*a, seconds, q)) for f, a in jobs]
+    t0 = time.perf_counter()
+    for p in procs:
+        p.start()
+    samples = []
+    while any(p.is_alive() for p in procs) and len(samples) < 4 * seconds + 40:
+        time.sleep(0.25)
+        samples.append({"t": round(time.perf_counter() - t0, 2), **_meminfo()})
+        if q.qsize() == len(procs):
+            break
+    results = dict(q.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return results, samples
+
+
+def _stats(rec, since: float | None = None) -> dict:
+    if since is not None:
+        rec = [r for r in rec if r[0] >= since]
+    if not rec:
+        return {"n": 0}
+    times = sorted(d for _, d in rec)
+    n = len(times)
+    wall = rec[-1][0] + rec[-1][1] - rec[0][0]
+    return {"n": n, "gbps": n * TILE / wall / 1e9, "mean_ms": 1e3 * sum(times) / n, "p50_ms": 1e3 * times[n // 2],
+            "p90_ms": 1e3 * times[int(n * 0.9)], "wall_s": wall}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--read-mib", type=int, default=512, help="the pool of tiles read, MiB")
+    ap.add_argument("--pool-gib", type=float, default=10.0, help="the pool of tiles rewritten (each once), GiB")
+    ap.add_argument("--write-gbps", type=float, default=0.5, help="the writer's pace beside the cold reads, GB/s")
+    ap.add_argument("--seconds", type=float, default=6.0, help="each phase (the write stream: 3 times this)")
+    ap.add_argument("--store", action="store_true",
+                    help="store the write stream's throttled rate as the local machine's disk node's "
+                         "device_writeback_bandwidth (the forecast's flusher)")
+    args = ap.parse_args()
+    if not os.path.isdir(args.dir):
+        print(f"disk_contention: --dir: no such directory {args.dir}", file=sys.stderr)
+        return 2
+    work = tempfile.mkdtemp(prefix=".tilecast-contention-", dir=args.dir)
+    vm = {k: open(f"/proc/sys/vm/{k}").read().strip() for k in
+          ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
+    out = {"tile_bytes": TILE, "load_before": os.getloadavg(), "vm": vm, "meminfo_before": _meminfo()}
+    s = args.seconds
+    try:
+        nr, nw = (args.read_mib << 20) // TILE, int(args.pool_gib * 2**30) // TILE
+        reads = (_make_pool(os.path.join(work, "r"), nr), nr)
+        writes = (_make_pool(os.path.join(work, "w"), nw), nw)
+        os.sync()
+        out["direct_read"] = _stats(_phase([(_reader, (*reads, True))], s)[0]["read"])
+        out["direct_write"] = _stats(_phase([(_writer, (*writes, True, 0.0))], s)[0]["write"])
+        out["cold_read"] = _stats(_phase([(_reader, (*reads, False))], s)[0]["read"])
+        for k in ("direct_read", "direct_write", "cold_read"):
+            print(f"{k}: {json.dumps(out[k])}", flush=True)
+        res, samples = _phase([(_writer, (*writes, False, 0.0))], 3 * s)
+        w = res["write"]
+        out["write_stream"] = {"first_third": _stats(w[:len(w) // 3]), "last_third": _stats(w[-(len(w) // 3):]),
+            "dirty_max": max(x["Dirty"] for x in samples), "dirty_mib": [(x["t"], x["Dirty"] >> 20) for x in samples]}
+        print(f"write_stream: {json.dumps(out['write_stream'])}", flush=True)
+        t0 = time.perf_counter()
+        os.sync()
+        out["sync_after_stream_s"] = time.perf_counter() - t0
+        res, samples = _phase([(_reader, (*reads, False)), (_writer, (*writes, False, args.write_gbps * 1e9))],
+                              3 * s)
+        r, w = res["read"], res["write"]
+        t0 = min(r[0][0], w[0][0])
+        out["cold_read_with_writes"] = {"read_last_two_thirds": _stats(r, t0 + s), "write_last_third": _stats(w, t0 + 2 * s),
+                                        "dirty_max": max(x["Dirty"] for x in samples),
+                                        "dirty_mib": [(x["t"], x["Dirty"] >> 20) for x in samples]}
+        print(f"cold_read_with_writes: {json.dumps(out['cold_read_with_writes'])}", flush=True)
+        t0 = time.perf_counter()
+        os.sync()
+        out["sync_after_mixed_s"] = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out["load_after"] = os.getloadavg()
+    if args.store:
+        from dataclasses import replace
+
+        from tilecast.perfmodel import load_machine
+        from tilecast.perfmodel.disk_node import ensure_disk, save_disk
+
+        machine = load_machine("local")
+        rate = out["write_stream"]["last_third"]["gbps"] * 1e9
+        disk = replace(ensure_disk(machine, args.dir), device_writeback_bandwidth=rate, device_writeback_source=(
+            f"measured: benchmarks/disk_contention.py, a stream of buffered 256 KiB tile rewrites past the dirty "
+            f"threshold, its last third; load average {out['load_after'][0]:.1f}"))
+        out["stored"] = save_disk(machine, disk)
+        print(f"stored write-back {rate / 1e9:.3f} GB/s in {out['stored']}", flush=True)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
