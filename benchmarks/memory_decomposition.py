@@ -53,8 +53,7 @@ def decompose(res, disk) -> dict:
         out.update({
             "page_cache": s["page_cache"], "read_misses": misses, "read_hits": s["page_cache_read_hits"],
             "device_read_s": misses * disk.device_read_latency + miss_bytes / disk.device_read_bandwidth,
-            "device_writeback_s": s["page_cache_written_back_bytes"] / (disk.device_writeback_bandwidth
-                                                                       or disk.device_write_bandwidth),
+            "device_writeback_s": s["page_cache_written_back_bytes"] / disk.flusher_bandwidth,
             "written_back_bytes": s["page_cache_written_back_bytes"],
             "writers_throttled_s": s["page_cache_throttled_s"]})
     return out

@@ -94,6 +94,12 @@ class DiskNode:
         :mod:`tilecast.perfmodel.page_cache`)."""
         return self.device_write_bandwidth > 0 and self.device_read_bandwidth > 0
 
+    @property
+    def flusher_bandwidth(self) -> float:
+        """Bytes/s the flusher writes dirty pages back at: the measured sustained pace, else the device's
+        O_DIRECT write bandwidth."""
+        return self.device_writeback_bandwidth or self.device_write_bandwidth
+
     def write_s(self, nbytes: float) -> float:
         return self.runtime_latency + self.write_latency + nbytes / self.write_bandwidth
 

@@ -116,8 +116,7 @@ class CachedDisk:
         self.w_lat, self.w_inv = disk.write_latency, 1.0 / disk.write_bandwidth
         self.r_lat, self.r_inv = disk.read_latency, 1.0 / disk.read_bandwidth
         self.dw_inv = 1.0 / disk.device_write_bandwidth
-        wb = getattr(disk, "device_writeback_bandwidth", 0.0)
-        self.wb_inv = 1.0 / wb if wb > 0 else self.dw_inv  # seconds per byte the flusher writes back
+        self.wb_inv = 1.0 / disk.flusher_bandwidth  # seconds per byte the flusher writes back
         self.dr_lat, self.dr_inv = disk.device_read_latency, 1.0 / disk.device_read_bandwidth
         self.lru: OrderedDict = OrderedDict()  # tile -> bytes, least recently used first
         self.cached = 0  # bytes in the cache
