@@ -186,6 +186,14 @@ def test_gqa_kv_rereads_run_at_the_dies_rate_not_the_hbms():
     assert faster_hbm.gpu.cache_reread_bandwidth == H100.gpu.memory_bandwidth
 
 
+def test_a100_rereads_run_at_its_l2_rate_relative_to_the_h100s():
+    """The re-read rate is stated against the H100 die whose rows fitted ``kv_group_reread``: the A100's is
+    the H100's scaled by the two dies' L2 bandwidths (7,219 / 8,986 GB/s), above its own HBM figure."""
+    a100 = load_cluster("dgx-a100")
+    assert a100.gpu.cache_reread_bandwidth == pytest.approx(H100.gpu.cache_reread_bandwidth * 7219 / 8986, rel=1e-3)
+    assert a100.gpu.cache_reread_bandwidth > a100.gpu.memory_bandwidth * 1.3
+
+
 def test_fused_attention_pads_the_head_dimension_as_its_kernels_do():
     from tilecast.cluster.flops import fused_attention_head_padding
 

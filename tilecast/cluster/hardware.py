@@ -64,7 +64,9 @@ class GPU:
         It is not separable from how much is re-read (the serving engines' ``kv_group_reread``, fitted on
         H100 rows), so it is stated relative to the die whose rows fitted it: unset, the GPU's own HBM
         bandwidth; the H200 (the H100 die with HBM3e) states the H100's, so that its faster HBM does not
-        speed up traffic that never leaves the die.
+        speed up traffic that never leaves the die; the A100 states the H100's scaled by the two dies' L2
+        bandwidths (``dgx-a100.yaml``), not its own HBM figure, which would make the same re-read traffic
+        1.6 times slower on the A100 than on the H100 where its L2 is only 1.24 times slower.
         """
         return self.reread_bandwidth or self.memory_bandwidth
 
