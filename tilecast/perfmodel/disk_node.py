@@ -82,7 +82,8 @@ class DiskNode:
     device_read_latency: float = 0.0
     device_source: str = ""
     #: the rate the kernel's flusher writes tiles' dirty pages back at, sustained by a stream of buffered tile
-    #: writes past Linux's dirty threshold (bytes/s; ``benchmarks/disk_contention.py``'s ``write_stream``): far
+    #: writes past Linux's dirty threshold (bytes/s; :mod:`tilecast.perfmodel.writeback_pace`, run by ``tilecast
+    #: calibrate --offload-dir`` and ``benchmarks/disk_contention.py``): far
     #: under the device's O_DIRECT write bandwidth on the AMD EPYC guest (docs/memory.md, 2026-12-01); 0 where not
     #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
     device_writeback_bandwidth: float = 0.0
@@ -292,7 +293,8 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
 def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
     """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
     and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
-    does not change it)."""
+    does not change it) and the write-back pace measured earlier on the same file system (``tilecast calibrate
+    --offload-dir``: :mod:`tilecast.perfmodel.writeback_pace`)."""
     disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)
@@ -302,7 +304,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source)
-    if old is not None and old.device_writeback_bandwidth and disk.has_device:
+    if (old is not None and old.device_writeback_bandwidth and disk.has_device
+            and same_file_system(old.directory, directory)):  # the pace is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
                        device_writeback_source=old.device_writeback_source)
     return disk, save_disk(machine, disk)
