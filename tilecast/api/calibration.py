@@ -124,8 +124,7 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None)
     with tqdm(total=2 * pool, unit="B", unit_scale=True, file=sys.stderr, leave=False, disable=not progress) as bar:
 
         def told(phase, done, total):
-            bar.n = done + (total if phase == "stream" else 0)
-            bar.refresh()
+            bar.update(done + (total if phase == "stream" else 0) - bar.n)
 
         try:
             pace = measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told)

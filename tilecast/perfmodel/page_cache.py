@@ -199,18 +199,21 @@ class CachedDisk:
         self._enter(tile, nbytes)
         return took
 
-    def throttled_wall_s(self) -> float:
-        """Seconds during which at least one writer waited for write-back (the union of the waits)."""
+    def throttled_wall_s(self, end: float = float("inf")) -> float:
+        """Seconds during which at least one writer waited for write-back (the union of the waits), up to ``end``
+        (the step's end: StarPU's tidying write-backs, which no task waits for, can wait beyond it)."""
         wall, until = 0.0, float("-inf")
         for a, b in sorted(self.throttled):
-            if b > until:
+            b = min(b, end)
+            if b > until and b > a:
                 wall += b - max(a, until)
                 until = b
         return wall
 
-    def summary(self) -> dict:
+    def summary(self, end: float = float("inf")) -> dict:
+        """The step's counts; waits for write-back up to ``end`` (s), the step's end."""
         return {"page_cache_read_hits": self.hits, "page_cache_read_misses": self.misses,
                 "page_cache_hit_bytes": int(self.hit_bytes), "page_cache_miss_bytes": int(self.miss_bytes),
-                "page_cache_throttled_s": self.throttled_s, "page_cache_throttled_wall_s": self.throttled_wall_s(),
+                "page_cache_throttled_s": self.throttled_s, "page_cache_throttled_wall_s": self.throttled_wall_s(end),
                 "page_cache_throttled_writes": len(self.throttled),
                 "page_cache_written_back_bytes": int(self.written_back)}
