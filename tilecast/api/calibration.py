@@ -187,7 +187,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     (default: the budget of first use), the others predicted by the shape model. The shapes are added to the
     machine's stored calibration (or written to ``output``), then probe steps measure the executor's costs
     (``probe``), and the disk node is timed in ``offload_dir`` (with ``offload_dir`` given or ``disk_only``, and
-    ``probe``, StarPU's time in the workers under a limit is then fitted on probe steps there: docs/memory.md).
+    ``probe``, the pace the page cache writes tiles back at past the dirty threshold is then measured there, and
+    StarPU's time in the workers under a limit fitted on probe steps: docs/memory.md).
     ``disk_only``: the disk node alone.
     ``progress``: a line and a bar on standard error."""
     import numpy as np
