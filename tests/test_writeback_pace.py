@@ -101,7 +101,7 @@ def test_the_stored_pace_is_kept_and_taken_by_the_forecast(tmp_path, monkeypatch
     again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
     if again.has_device:  # O_DIRECT measured here: the pace is kept beside the new device figures
         assert again.device_writeback_bandwidth == 0.3e9 and "tilecast calibrate" in again.device_writeback_source
-        monkeypatch.setattr("tilecast.perfmodel.disk_node.same_file_system", lambda a, b: False)
+        monkeypatch.setattr("tilecast.perfmodel.disk_node.other_file_systems", lambda a, b: True)
         other, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
         assert other.device_writeback_bandwidth == 0 and other.flusher_bandwidth == other.device_write_bandwidth
 
@@ -117,3 +117,11 @@ def test_calibrate_says_why_the_pace_is_not_measured_and_keeps_the_stored_one(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the write-back pace is not measured" in err[0] and "0.300 GB/s is kept" in err[0]
     assert disk == paced == load_disk(path) and os.listdir(tmp_path) == ["home"]
+
+
+def test_a_pace_is_dropped_only_for_a_directory_on_another_file_system(tmp_path):
+    from tilecast.perfmodel.disk_node import other_file_systems
+
+    assert other_file_systems(str(tmp_path), "/proc")  # procfs: another file system
+    assert not other_file_systems(str(tmp_path), str(tmp_path))
+    assert not other_file_systems(str(tmp_path / "gone"), str(tmp_path))  # removed since: nothing known
