@@ -108,7 +108,7 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None)
 
     from tilecast.perfmodel.disk_node import save_disk
     from tilecast.perfmodel.page_cache import page_cache_for
-    from tilecast.perfmodel.writeback_pace import NoRoom, measure_writeback, pool_for
+    from tilecast.perfmodel.writeback_pace import STREAM_S, NoRoom, measure_writeback, pool_for
 
     kept = (f"; the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept" if disk.device_writeback_bandwidth
             else "; the forecast's flusher writes at the device's O_DIRECT rate")
@@ -120,7 +120,7 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None)
         return disk, save_disk(machine, disk)
     if progress:
         print(f"disk node: write-back pace, {pool / 2**30:.1f} GiB of tiles written to the device, then rewritten "
-              f"through the page cache past the dirty threshold (at most 15 s)", file=sys.stderr)
+              f"through the page cache past the dirty threshold (at most {STREAM_S:.0f} s)", file=sys.stderr)
     with tqdm(total=2 * pool, unit="B", unit_scale=True, file=sys.stderr, leave=False, disable=not progress) as bar:
 
         def told(phase, done, total):

@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 
 #: StarPU's transfer of a 256 x 256 float32 tile: one pwrite of the whole tile
 TILE = 256 << 10
+#: the longest the buffered stream runs (s), after its pool is written
+STREAM_S = 15.0
 #: seconds between samples of /proc/meminfo during the stream
 SAMPLE_S = 0.1
 #: seconds of the paced stream dropped before the fit (balance_dirty_pages settles on its pace)
@@ -228,7 +230,7 @@ def pool_for(directory: str, thresholds, cap: int | None = None) -> int:
     return want
 
 
-def measure_writeback(directory: str, seconds: float = 15.0, pool_bytes: int | None = None, thresholds=None,
+def measure_writeback(directory: str, seconds: float = STREAM_S, pool_bytes: int | None = None, thresholds=None,
                       progress=None) -> WritebackPace:
     """The write stream of the module's docstring in ``directory``: at most ``seconds`` of buffered writes of a
     pool of ``pool_bytes`` (default: :func:`pool_for`, which raises :class:`NoRoom`) made first with
