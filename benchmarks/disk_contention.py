@@ -9,14 +9,16 @@ rewritten, one ``pwrite`` or ``pread`` of the whole tile), each side in its own 
    alone for ``--seconds``: the device at one request at a time, as ``calibrate`` times it;
 2. ``cold_read``: buffered reads of tiles not in the page cache (each dropped again after its read,
    ``posix_fadvise(DONTNEED)``), alone: the read a worker waits for when its tile missed the cache;
-3. ``write_stream``: buffered rewrites of a pool of ``--pool-gib`` of tiles (each once) as fast as they go,
-   alone, for up to ``3 x --seconds``: at the page cache's speed until the dirty bytes reach the threshold, then
-   paced to the write-back (``balance_dirty_pages``); its rate in the first and last thirds, and
-   ``/proc/meminfo``'s Dirty, sampled;
-4. ``cold_read_with_writes``: phase 2 beside a writer rewriting the pool at ``--write-gbps`` (the flusher writing
-   back once the dirty bytes pass ``dirty_background_ratio``): the reads' time, and the writer's.
+3. ``write_stream``: :func:`tilecast.perfmodel.writeback_pace.measure_writeback`, what ``tilecast calibrate
+   --offload-dir`` runs, for up to ``3 x --seconds``: buffered rewrites of a pool of tiles (each once, the
+   pool sized from the dirty thresholds) as fast as they go, alone: at the page cache's speed until the dirty
+   bytes reach the threshold, then paced to the write-back (``balance_dirty_pages``); the paced rate, the
+   rate over the last third, and ``/proc/meminfo``'s Dirty + Writeback, sampled;
+4. ``cold_read_with_writes``: phase 2 beside a writer rewriting a pool of ``--pool-gib`` at ``--write-gbps``
+   (the flusher writing back once the dirty bytes pass ``dirty_background_ratio``): the reads' time, and the
+   writer's.
 
-Every file is removed at the end. ``--store`` keeps the write stream's throttled rate as the local machine's disk
+Every file is removed at the end. ``--store`` keeps the write stream's paced rate as the local machine's disk
 node's ``device_writeback_bandwidth``, which the forecast's flusher then writes back at
 (:mod:`tilecast.perfmodel.page_cache`). Last line: one JSON object.
 
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import multiprocessing as mp
 import os
 import shutil
@@ -35,50 +36,15 @@ import sys
 import tempfile
 import time
 
-TILE = 256 << 10
-
-
-def _meminfo() -> dict:
-    out = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            k, v = line.split(":")
-            if k in ("Dirty", "Writeback", "MemFree", "MemAvailable"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
-
-
-def _buf():
-    b = mmap.mmap(-1, TILE)  # page-aligned, as O_DIRECT needs
-    b.write(os.urandom(TILE))
-    return b
-
-
-def _make_pool(path: str, n: int) -> str:
-    """One file of ``n`` tiles, written once with ``O_DIRECT`` (on the device, not in the cache; StarPU gives each
-    tile its own file, made at its first write-back and rewritten in place later: one file here, its tiles read
-    and rewritten at shuffled offsets so that neighbouring tiles are not merged into one request)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
-    buf = _buf()
-    for i in range(n):
-        os.pwrite(fd, buf, i * TILE)
-    os.close(fd)
-    return path
-
-
-def _offsets(n: int, seed: int) -> list[int]:
-    import random
-
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    return [i * TILE for i in order]
+from tilecast.perfmodel.writeback_pace import (TILE, make_pool, measure_writeback, meminfo, shuffled_offsets, stats,
+                                               tile_buffer, write_tiles)
 
 
 def _reader(path, n, direct: bool, seconds: float, q) -> None:
     """Reads the tiles in turn (shuffled) for ``seconds``; puts (start, seconds) of each read."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-    offsets = _offsets(n, 1)
-    buf = _buf()
+    offsets = shuffled_offsets(n, 1)
+    buf = tile_buffer()
     out, i = [], 0
     end = time.perf_counter() + seconds
     while True:
@@ -95,26 +61,9 @@ def _reader(path, n, direct: bool, seconds: float, q) -> None:
 
 
 def _writer(path, n, direct: bool, rate: float, seconds: float, q) -> None:
-    """Rewrites the tiles (shuffled) for ``seconds``, each at most once (a step's write-backs of distinct tiles: a
-    rewrite of a page still dirty would add no dirty byte), at most ``rate`` bytes/s (0: as fast as it goes); puts
-    (start, seconds) of each ``pwrite``."""
-    fd = os.open(path, os.O_WRONLY | (os.O_DIRECT if direct else 0))
-    offsets = _offsets(n, 2)
-    buf = _buf()
-    out, i = [], 0
-    begin = time.perf_counter()
-    end = begin + seconds
-    while i < n:
-        t = time.perf_counter()
-        if rate and begin + i * TILE / rate > t:
-            time.sleep(begin + i * TILE / rate - t)
-            t = time.perf_counter()
-        if t > end:
-            break
-        os.pwrite(fd, buf, offsets[i])
-        out.append((t, time.perf_counter() - t))
-        i += 1
-    q.put(("write", out))
+    """:func:`~tilecast.perfmodel.writeback_pace.write_tiles` in a process: puts (start, seconds) of each
+    ``pwrite``."""
+    q.put(("write", write_tiles(path, n, direct, rate, seconds)))
 
 
 def _phase(jobs, seconds: float) -> tuple[dict, list]:
@@ -128,7 +77,7 @@ def _phase(jobs, seconds: float) -> tuple[dict, list]:
     samples = []
     while any(p.is_alive() for p in procs) and len(samples) < 4 * seconds + 40:
         time.sleep(0.25)
-        samples.append({"t": round(time.perf_counter() - t0, 2), **_meminfo()})
+        samples.append({"t": round(time.perf_counter() - t0, 2), **meminfo()})
         if q.qsize() == len(procs):
             break
     results = dict(q.get() for _ in procs)
@@ -137,27 +86,16 @@ def _phase(jobs, seconds: float) -> tuple[dict, list]:
     return results, samples
 
 
-def _stats(rec, since: float | None = None) -> dict:
-    if since is not None:
-        rec = [r for r in rec if r[0] >= since]
-    if not rec:
-        return {"n": 0}
-    times = sorted(d for _, d in rec)
-    n = len(times)
-    wall = rec[-1][0] + rec[-1][1] - rec[0][0]
-    return {"n": n, "gbps": n * TILE / wall / 1e9, "mean_ms": 1e3 * sum(times) / n, "p50_ms": 1e3 * times[n // 2],
-            "p90_ms": 1e3 * times[int(n * 0.9)], "wall_s": wall}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True)
     ap.add_argument("--read-mib", type=int, default=512, help="the pool of tiles read, MiB")
-    ap.add_argument("--pool-gib", type=float, default=10.0, help="the pool of tiles rewritten (each once), GiB")
+    ap.add_argument("--pool-gib", type=float, default=10.0,
+                    help="the pool of tiles the writer beside the cold reads rewrites (each once), GiB")
     ap.add_argument("--write-gbps", type=float, default=0.5, help="the writer's pace beside the cold reads, GB/s")
     ap.add_argument("--seconds", type=float, default=6.0, help="each phase (the write stream: 3 times this)")
     ap.add_argument("--store", action="store_true",
-                    help="store the write stream's throttled rate as the local machine's disk node's "
+                    help="store the write stream's paced rate as the local machine's disk node's "
                          "device_writeback_bandwidth (the forecast's flusher)")
     args = ap.parse_args()
     if not os.path.isdir(args.dir):
@@ -166,22 +104,24 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix=".tilecast-contention-", dir=args.dir)
     vm = {k: open(f"/proc/sys/vm/{k}").read().strip() for k in
           ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes")}
-    out = {"tile_bytes": TILE, "load_before": os.getloadavg(), "vm": vm, "meminfo_before": _meminfo()}
+    out = {"tile_bytes": TILE, "load_before": os.getloadavg(), "vm": vm, "meminfo_before": meminfo()}
     s = args.seconds
     try:
         nr, nw = (args.read_mib << 20) // TILE, int(args.pool_gib * 2**30) // TILE
-        reads = (_make_pool(os.path.join(work, "r"), nr), nr)
-        writes = (_make_pool(os.path.join(work, "w"), nw), nw)
+        reads = (make_pool(os.path.join(work, "r"), nr), nr)
+        writes = (make_pool(os.path.join(work, "w"), nw), nw)
         os.sync()
-        out["direct_read"] = _stats(_phase([(_reader, (*reads, True))], s)[0]["read"])
-        out["direct_write"] = _stats(_phase([(_writer, (*writes, True, 0.0))], s)[0]["write"])
-        out["cold_read"] = _stats(_phase([(_reader, (*reads, False))], s)[0]["read"])
+        out["direct_read"] = stats(_phase([(_reader, (*reads, True))], s)[0]["read"])
+        out["direct_write"] = stats(_phase([(_writer, (*writes, True, 0.0))], s)[0]["write"])
+        out["cold_read"] = stats(_phase([(_reader, (*reads, False))], s)[0]["read"])
         for k in ("direct_read", "direct_write", "cold_read"):
             print(f"{k}: {json.dumps(out[k])}", flush=True)
-        res, samples = _phase([(_writer, (*writes, False, 0.0))], 3 * s)
-        w = res["write"]
-        out["write_stream"] = {"first_third": _stats(w[:len(w) // 3]), "last_third": _stats(w[-(len(w) // 3):]),
-            "dirty_max": max(x["Dirty"] for x in samples), "dirty_mib": [(x["t"], x["Dirty"] >> 20) for x in samples]}
+        pace = measure_writeback(args.dir, 3 * s)  # its own pool, removed before it returns
+        t = [x[0] for x in pace.samples]
+        last = [x for x in pace.samples if x[0] >= 2 * t[-1] / 3] if t else []
+        out["write_stream"] = {**pace.to_dict(), "gbps": pace.bandwidth / 1e9, "last_third_gbps": (
+            (last[-1][1] - last[0][1]) / (last[-1][0] - last[0][0]) / 1e9 if len(last) > 1 else 0.0),
+            "dirty_mib": [(round(x[0], 2), x[2] >> 20) for x in pace.samples[::5]]}
         print(f"write_stream: {json.dumps(out['write_stream'])}", flush=True)
         t0 = time.perf_counter()
         os.sync()
@@ -190,7 +130,7 @@ def main() -> int:
                               3 * s)
         r, w = res["read"], res["write"]
         t0 = min(r[0][0], w[0][0])
-        out["cold_read_with_writes"] = {"read_last_two_thirds": _stats(r, t0 + s), "write_last_third": _stats(w, t0 + 2 * s),
+        out["cold_read_with_writes"] = {"read_last_two_thirds": stats(r, t0 + s), "write_last_third": stats(w, t0 + 2 * s),
                                         "dirty_max": max(x["Dirty"] for x in samples),
                                         "dirty_mib": [(x["t"], x["Dirty"] >> 20) for x in samples]}
         print(f"cold_read_with_writes: {json.dumps(out['cold_read_with_writes'])}", flush=True)
@@ -207,10 +147,13 @@ def main() -> int:
         from tilecast.perfmodel.disk_node import ensure_disk, save_disk
 
         machine = load_machine("local")
-        rate = out["write_stream"]["last_third"]["gbps"] * 1e9
-        disk = replace(ensure_disk(machine, args.dir), device_writeback_bandwidth=rate, device_writeback_source=(
-            f"measured: benchmarks/disk_contention.py, a stream of buffered 256 KiB tile rewrites past the dirty "
-            f"threshold, its last third; load average {out['load_after'][0]:.1f}"))
+        if not pace.paced:
+            print(f"disk_contention: --store: nothing stored: {pace.reason}", file=sys.stderr)
+            print(json.dumps(out))
+            return 1
+        rate = pace.bandwidth
+        disk = replace(ensure_disk(machine, args.dir), device_writeback_bandwidth=rate,
+                       device_writeback_source=pace.source("benchmarks/disk_contention.py"))
         out["stored"] = save_disk(machine, disk)
         print(f"stored write-back {rate / 1e9:.3f} GB/s in {out['stored']}", flush=True)
     print(json.dumps(out))

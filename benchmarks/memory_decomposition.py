@@ -12,7 +12,9 @@ calibration and host costs; the disk node ``--disk`` or the stored one) and spli
 - ``other_s``: the rest (idle: no task ready for it; the scheduler's and the runtime's costs between tasks).
 
 and the disk node's timeline into transfers through the page cache and the device's own time (reads that miss the
-cache; the bytes written back by the flusher), with the seconds writers waited for write-back.
+cache; the bytes written back by the flusher), with the wall time during which at least one writer waited for
+write-back (the writers' waits overlap: their sum is no time of the step) and the writes that waited, with their
+mean wait.
 ``--cache-gib``, ``--device-gbps WRITE,READ`` and ``--writeback-gbps`` fix the page cache and the device (the page cache is otherwise
 what this machine's ``MemAvailable`` leaves now, which moves with the other processes).
 
@@ -55,7 +57,12 @@ def decompose(res, disk) -> dict:
             "device_read_s": misses * disk.device_read_latency + miss_bytes / disk.device_read_bandwidth,
             "device_writeback_s": s["page_cache_written_back_bytes"] / disk.flusher_bandwidth,
             "written_back_bytes": s["page_cache_written_back_bytes"],
-            "writers_throttled_s": s["page_cache_throttled_s"]})
+            # the writers' waits overlap (each worker's write-back waits in turn): their sum is no time of the
+            # step; the wall time during which at least one writer waited is, and each wait's mean
+            "writers_throttled_wall_s": s["page_cache_throttled_wall_s"],
+            "throttled_writes": s["page_cache_throttled_writes"],
+            "throttled_mean_ms": (1e3 * s["page_cache_throttled_s"] / s["page_cache_throttled_writes"]
+                                  if s["page_cache_throttled_writes"] else 0.0)})
     return out
 
 
@@ -135,7 +142,10 @@ def main() -> int:
     if "page_cache" in out:
         print(f"  {out['page_cache']}: {out['read_misses']} reads from the device ({out['device_read_s']:.2f} s of "
               f"the device), {out['written_back_bytes'] / 2**30:.2f} GiB written back ({out['device_writeback_s']:.2f}"
-              f" s of the device), writers waited {out['writers_throttled_s']:.2f} s")
+              f" s of the device)")
+        print(f"  writers waited for write-back during {out['writers_throttled_wall_s']:.2f} s of the "
+              f"{out['makespan_s']:.2f} s makespan: {out['throttled_writes']} writes waited, "
+              f"{out['throttled_mean_ms']:.1f} ms each on average")
     print(json.dumps({**out, "conditions": run_conditions(), "load_after": os.getloadavg()}))
     return 0
 

@@ -201,3 +201,20 @@ def test_the_write_back_owed_at_the_end_of_a_step_is_owed_in_the_next():
     disk.next_step(after=t)  # the step ended when they were asked for
     assert disk.t == pytest.approx(ends[-1] - t, rel=1e-9)
     assert disk.write(2000, MB, 0.0) == pytest.approx(ends[-1] - t + MB / slow.device_writeback_bandwidth, rel=1e-6)
+
+
+def test_overlapping_waits_for_write_back_count_once_in_the_wall_time():
+    """Five writers asked for at once past the threshold wait together: their waits' sum counts the overlap five
+    times, the wall time during which one waited counts it once (the last one's wait)."""
+    slow = replace(NODE, device_writeback_bandwidth=0.1e9)
+    disk = CachedDisk(slow, CACHE)
+    t = write_stream(disk, 100)[-1]
+    took = [disk.write(1000 + i, MB, t) for i in range(5)]
+    cache_part = NODE.write_latency + MB / NODE.write_bandwidth
+    s = disk.summary()
+    assert s["page_cache_throttled_writes"] == 5
+    assert s["page_cache_throttled_wall_s"] == pytest.approx(max(took) - cache_part, rel=1e-9)
+    assert s["page_cache_throttled_s"] == pytest.approx(sum(took) - 5 * cache_part, rel=1e-9)
+    assert s["page_cache_throttled_s"] > 2.5 * s["page_cache_throttled_wall_s"]
+    # up to the step's end only: a wait past it (StarPU's tidying write-backs) is not the step's
+    assert disk.throttled_wall_s(t + cache_part + 0.001) == pytest.approx(0.001, rel=1e-6)

@@ -78,6 +78,7 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     disk, path = measure_and_store(machine, offload_dir)
     if not fit:
         return disk, path, []
+    disk, path = _writeback_pace(machine, disk, offload_dir, progress)
     from tilecast.loop.kernel_calibration import starpu_workers
     from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
@@ -93,6 +94,50 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
 
     disk, rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, min(workers, 2), told)
     return disk, save_disk(machine, disk), rows
+
+
+def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None):
+    """(DiskNode, file): ``disk`` with the pace the flusher writes a stream of tiles back at past the dirty
+    threshold, measured in ``offload_dir`` (:mod:`tilecast.perfmodel.writeback_pace`), stored; where the stream
+    cannot run or is not paced, the reason on standard error and ``disk`` as it was (its stored pace, else none:
+    the forecast's flusher then writes at the device's O_DIRECT rate). ``cache``: the dirty thresholds
+    (:func:`tilecast.perfmodel.page_cache.page_cache_for`, this machine's now, by default)."""
+    from dataclasses import replace
+
+    from tqdm import tqdm
+
+    from tilecast.perfmodel.disk_node import save_disk
+    from tilecast.perfmodel.page_cache import page_cache_for
+    from tilecast.perfmodel.writeback_pace import STREAM_S, NoRoom, measure_writeback, pool_for
+
+    kept = (f"; the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept" if disk.device_writeback_bandwidth
+            else "; the forecast's flusher writes at the device's O_DIRECT rate")
+    cache = page_cache_for(0) if cache is None else cache
+    try:
+        pool = pool_for(offload_dir, cache)
+    except NoRoom as e:
+        print(f"tilecast calibrate: the write-back pace is not measured: {e}{kept}", file=sys.stderr)
+        return disk, save_disk(machine, disk)
+    if progress:
+        print(f"disk node: write-back pace, {pool / 2**30:.1f} GiB of tiles written to the device, then rewritten "
+              f"through the page cache past the dirty threshold (at most {STREAM_S:.0f} s)", file=sys.stderr)
+    with tqdm(total=2 * pool, unit="B", unit_scale=True, file=sys.stderr, leave=False, disable=not progress) as bar:
+
+        def told(phase, done, total):
+            bar.update(done + (total if phase == "stream" else 0) - bar.n)
+
+        try:
+            pace = measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told)
+        except OSError as e:
+            print(f"tilecast calibrate: the write-back pace is not measured: {e.strerror or e} in {offload_dir}"
+                  f"{kept}", file=sys.stderr)
+            return disk, save_disk(machine, disk)
+    if not pace.paced:
+        print(f"tilecast calibrate: the write-back pace is not measured: {pace.reason}{kept}", file=sys.stderr)
+        return disk, save_disk(machine, disk)
+    disk = replace(disk, device_writeback_bandwidth=pace.bandwidth,
+                   device_writeback_source=pace.source("tilecast calibrate"))
+    return disk, save_disk(machine, disk)
 
 
 def _timer(timer: str, workers):
@@ -142,7 +187,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     (default: the budget of first use), the others predicted by the shape model. The shapes are added to the
     machine's stored calibration (or written to ``output``), then probe steps measure the executor's costs
     (``probe``), and the disk node is timed in ``offload_dir`` (with ``offload_dir`` given or ``disk_only``, and
-    ``probe``, StarPU's time in the workers under a limit is then fitted on probe steps there: docs/memory.md).
+    ``probe``, the pace the page cache writes tiles back at past the dirty threshold is then measured there, and
+    StarPU's time in the workers under a limit fitted on probe steps: docs/memory.md).
     ``disk_only``: the disk node alone.
     ``progress``: a line and a bar on standard error."""
     import numpy as np

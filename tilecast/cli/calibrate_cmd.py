@@ -40,10 +40,13 @@ def add_parser(sub):
     add_rank_calibration_args(p)
     p.add_argument("--offload-dir", metavar="DIR",
                    help="also time the disk node of memory-limited runs in DIR (StarPU's unistd transfers of "
-                        "tile-sized blocks, about a second), then run small probe steps on StarPU under a memory "
-                        "limit with the disk node in DIR (about a minute; --no-probe skips them) to fit StarPU's "
-                        "own time per task and per tile allocated, read back, written back and evicted, and store "
-                        "it all with the calibration (default: $TILECAST_HOME/offload, where a calibration without "
+                        "tile-sized blocks, about a second), the pace the page cache writes tiles back at past "
+                        "Linux's dirty threshold (a stream of buffered tile writes of a few GiB in DIR, at most "
+                        "15 s after its pool is written, removed after), then run small probe steps on StarPU "
+                        "under a memory limit with the disk node in DIR (about a minute; --no-probe skips the "
+                        "stream and them) to fit StarPU's own time per task and per tile allocated, read back, "
+                        "written back and evicted, and store it all with the calibration (default: "
+                        "$TILECAST_HOME/offload, where a calibration without "
                         "--offload-dir or --disk-only times the file system only)")
     p.add_argument("--disk-only", action="store_true",
                    help="time the disk node only (see --offload-dir: the file system and StarPU's probe steps), "

@@ -230,7 +230,8 @@ def _print_summary(common, machine, s) -> None:
             if s.get("page_cache"):
                 print(f"  page cache        {s['page_cache']}: {s['page_cache_read_misses']} of "
                       f"{s['page_cache_read_misses'] + s['page_cache_read_hits']} reads from the device, writers "
-                      f"waited {s['page_cache_throttled_s']:.3f} s for write-back")
+                      f"waited for write-back during {s['page_cache_throttled_wall_s']:.3f} s "
+                      f"({s['page_cache_throttled_writes']} writes)")
         else:
             print(f"memory limit        {human(s['memory_limit_bytes'], 'B')}, no disk node: every tile fits")
     print()

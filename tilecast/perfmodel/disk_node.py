@@ -82,7 +82,8 @@ class DiskNode:
     device_read_latency: float = 0.0
     device_source: str = ""
     #: the rate the kernel's flusher writes tiles' dirty pages back at, sustained by a stream of buffered tile
-    #: writes past Linux's dirty threshold (bytes/s; ``benchmarks/disk_contention.py``'s ``write_stream``): far
+    #: writes past Linux's dirty threshold (bytes/s; :mod:`tilecast.perfmodel.writeback_pace`, run by ``tilecast
+    #: calibrate --offload-dir`` and ``benchmarks/disk_contention.py``): far
     #: under the device's O_DIRECT write bandwidth on the AMD EPYC guest (docs/memory.md, 2026-12-01); 0 where not
     #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
     device_writeback_bandwidth: float = 0.0
@@ -276,6 +277,14 @@ def same_file_system(a: str, b: str) -> bool:
         return False
 
 
+def other_file_systems(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` both exist on different file systems (a directory gone since says nothing)."""
+    try:
+        return os.stat(a).st_dev != os.stat(b).st_dev
+    except OSError:
+        return False
+
+
 def ensure_disk(machine, directory: str | None = None) -> DiskNode:
     """The disk node of ``machine`` in ``directory`` (default ``$TILECAST_HOME/offload``): the stored one if it
     was measured on the same file system, else measured now in ``directory`` and stored. (A disk node stored
@@ -292,7 +301,8 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
 def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
     """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
     and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
-    does not change it)."""
+    does not change it) and the write-back pace measured earlier (``tilecast calibrate --offload-dir``:
+    :mod:`tilecast.perfmodel.writeback_pace`) unless it was measured on another file system."""
     disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)
@@ -302,7 +312,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source)
-    if old is not None and old.device_writeback_bandwidth and disk.has_device:
+    if (old is not None and old.device_writeback_bandwidth and disk.has_device
+            and not other_file_systems(old.directory, directory)):  # the pace is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
                        device_writeback_source=old.device_writeback_source)
     return disk, save_disk(machine, disk)

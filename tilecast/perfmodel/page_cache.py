@@ -125,7 +125,8 @@ class CachedDisk:
         self.hits = self.misses = 0
         self.hit_bytes = self.miss_bytes = 0
         self.reads_behind_writeback = 0  # reads from the device that waited for a write-back request
-        self.throttled_s = 0.0  # seconds writers waited for write-back
+        self.throttled_s = 0.0  # seconds writers waited for write-back, summed over writers (they overlap)
+        self.throttled = []  # (from, to) of each writer's wait for write-back
         self.written_back = 0.0  # bytes the flusher wrote to the device
 
     def next_step(self, after: float = 0.0) -> None:
@@ -135,6 +136,7 @@ class CachedDisk:
         self.t = self.t - after if self.t > after else 0.0
         self.hits = self.misses = self.hit_bytes = self.miss_bytes = self.reads_behind_writeback = 0
         self.throttled_s = self.written_back = 0.0
+        self.throttled = []
 
     def _flush(self, until: float) -> None:
         """The flusher's write-back from the clock to ``until`` (reads beside it do not stop it)."""
@@ -171,6 +173,7 @@ class CachedDisk:
             wait = begin + over * self.wb_inv - start
             if wait > took:
                 self.throttled_s += wait - took
+                self.throttled.append((start + took, start + wait))
                 took = wait
         self.dirty += nbytes
         self._enter(tile, nbytes)
@@ -196,7 +199,21 @@ class CachedDisk:
         self._enter(tile, nbytes)
         return took
 
-    def summary(self) -> dict:
+    def throttled_wall_s(self, end: float = float("inf")) -> float:
+        """Seconds during which at least one writer waited for write-back (the union of the waits), up to ``end``
+        (the step's end: StarPU's tidying write-backs, which no task waits for, can wait beyond it)."""
+        wall, until = 0.0, float("-inf")
+        for a, b in sorted(self.throttled):
+            b = min(b, end)
+            if b > until and b > a:
+                wall += b - max(a, until)
+                until = b
+        return wall
+
+    def summary(self, end: float = float("inf")) -> dict:
+        """The step's counts; waits for write-back up to ``end`` (s), the step's end."""
         return {"page_cache_read_hits": self.hits, "page_cache_read_misses": self.misses,
                 "page_cache_hit_bytes": int(self.hit_bytes), "page_cache_miss_bytes": int(self.miss_bytes),
-                "page_cache_throttled_s": self.throttled_s, "page_cache_written_back_bytes": int(self.written_back)}
+                "page_cache_throttled_s": self.throttled_s, "page_cache_throttled_wall_s": self.throttled_wall_s(end),
+                "page_cache_throttled_writes": len(self.throttled),
+                "page_cache_written_back_bytes": int(self.written_back)}

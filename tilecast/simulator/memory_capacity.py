@@ -578,7 +578,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
     summary["allocations"] = int(memory.task_allocs.sum())
     if cache is not None:
-        summary.update(cache.summary())
+        summary.update(cache.summary(summary["makespan_s"]))
         summary["page_cache"] = page_cache.describe()
     res = LimitedSimResult(start, end, worker, summary, tr, graph, m)
     res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
