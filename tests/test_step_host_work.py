@@ -80,3 +80,27 @@ def test_host_time_is_reported_and_small_beside_the_step():
         if ratio < 0.5:
             break
     assert ratio < 0.5  # a loose bound: benchmarks/host_time.py measures the target
+
+
+# The executor's marks of a step, in the order a step passes them (perf_counter's clock; the glue's marks are
+# StarPU's clock moved onto it, to within a microsecond).
+MARK_ORDER = ("step_start", "batch_loaded", "entered", "submit_called", "origin", "first_start", "last_end",
+              "last_callback", "woken", "wait_returned", "paused", "all_done", "done", "loss_read")
+
+
+def test_step_marks_are_in_order_and_bound_the_step():
+    cfg = load_model("gpt2-tiny")
+    g = build_gpt2_step(cfg, 2, 16, Tiling.parse("16"))
+    data = np.random.default_rng(2).integers(0, cfg.vocab_size, size=(3, 2, 17))
+    with StarPUSession("eager", 2) as s:
+        tr = StarPUTraining(s, g, TrainState(init_gpt2_params(cfg, 0)), data)
+        for _ in range(3):
+            seconds, _, _ = tr.step(trace=False)
+            m = tr.marks
+            times = [m[k] for k in MARK_ORDER]
+            late = [(a, b) for (a, ta), (b, tb) in zip(zip(MARK_ORDER, times), zip(MARK_ORDER[1:], times[1:]))
+                    if tb < ta - 2e-6]
+            assert not late, f"marks out of order: {late}"
+            assert m["origin"] <= m["submit_loop_end"] <= m["submit_returned"] + 2e-6
+            assert abs((m["done"] - m["step_start"]) - seconds) < 1e-9
+            assert abs((m["last_end"] - m["origin"]) - s.last_makespan_s) < 2e-6

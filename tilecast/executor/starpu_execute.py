@@ -191,6 +191,7 @@ def graph_priorities(session, graph, priority=None) -> np.ndarray | None:
 
 def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool = False, trace: bool = True,
                   priority=None):
+    entered = time.perf_counter()
     g = glue()
     lib, f = g.lib, g.ffi.from_buffer
     n = graph.n_tasks
@@ -206,14 +207,17 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
     if session.memory is not None:
         submit_paused = False  # throttled submission blocks until tasks finish: the workers must run
     try:
+        called = time.perf_counter()
         submitted = lib.tcs_submit(
             n, f("int16_t[]", a["kernel"]), f("int64_t[]", a["param_ptr"]), f("double[]", a["params"]),
             f("int64_t[]", a["acc_ptr"]), f("int32_t[]", a["acc_tile"]), f("int8_t[]", a["acc_mode"]), handles,
             g.ffi.NULL if prio is None else f("int32_t[]", prio),
             (lib.TCS_DRY if dry else 0) | (lib.TCS_SUBMIT_PAUSED if submit_paused else 0),
             f("double[]", start), f("double[]", end), f("int32_t[]", worker), err)
+        returned = time.perf_counter()
         while lib.tcs_wait(WAIT_SLICE_MS) < submitted:
             pass
+        waited = time.perf_counter()
     except BaseException:
         lib.tcs_abort()  # remaining tasks skip their kernels, so that StarPU drains quickly
         raise
@@ -225,6 +229,7 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
     session.tasks_done_at = time.perf_counter()  # a step's end, before the trace (instrumentation) is built
     session.last_makespan_s = float(np.nanmax(end)) if n else 0.0  # submission to the last task's end
     session.last_submit_s = float(lib.tcs_submit_seconds())  # the submitting thread's time for the graph
+    session.last_marks = step_marks(lib, g.ffi, entered, called, returned, waited, session.tasks_done_at, start, end)
     if not trace:
         return None
     names = np.array([k.name for k in all_kernels()], dtype=object)
@@ -234,6 +239,24 @@ def execute_graph(session, graph, store, dry: bool = False, submit_paused: bool 
         bytes=np.asarray(graph.bytes, dtype=np.int64), flops=graph.flops, source="real",
         tag=np.array(graph.tags, dtype=object)[graph.tag] if n else np.zeros(0, dtype=object),
     )
+
+
+def step_marks(lib, ffi, entered, called, returned, waited, done, start, end) -> dict:
+    """The last execution's timeline, seconds on perf_counter's clock (StarPU's is the same, CLOCK_MONOTONIC):
+    the call entered, the submitting call made and returned, the wait returned in Python, the call's end
+    (``done``); from the glue, the submission loop's start (the makespan's origin) and end, the last
+    task's callback, the waiting thread woken, the workers paused, StarPU's wait for all tasks returned;
+    from the tasks, the first start and the last end."""
+    c = ffi.new("double[6]")
+    lib.tcs_marks(c)
+    origin = c[0]
+    finite = np.isfinite(start)
+    return {"entered": entered, "submit_called": called, "origin": origin, "submit_loop_end": c[1],
+            "submit_returned": returned,
+            "first_start": origin + float(start[finite].min()) if finite.any() else float("nan"),
+            "last_end": origin + float(np.nanmax(end)) if finite.any() else float("nan"),
+            "last_callback": c[2], "woken": c[3], "wait_returned": waited, "paused": c[4], "all_done": c[5],
+            "done": done}
 
 
 def baseline_graph(session, graph, store, profiling: bool = False) -> float:

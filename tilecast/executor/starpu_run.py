@@ -127,17 +127,23 @@ class StarPUTraining:
         else:
             self.store = load_step(graph, state, data[0, :, :-1], data[0, :, 1:], store=store)
         self.t = 0
+        self.marks = {}  # the last step's timeline (see step)
 
     def step(self, trace: bool = True):
-        """Run the next step; returns (seconds, loss, trace or None)."""
+        """Run the next step; returns (seconds, loss, trace or None). ``marks`` then holds the step's
+        timeline (perf_counter seconds: the session's marks, the step's start, the batch loaded, the loss read)."""
         t = self.t
         t0 = time.perf_counter()
         if t:
             set_batch(self.graph, self.store, self.data[t, :, :-1], self.data[t, :, 1:], t + 1)
+        batch = time.perf_counter()
         trace = self.session.execute(self.graph, self.store, trace=trace)
         seconds = self.session.tasks_done_at - t0  # building the trace is not part of the step
         self.t += 1
-        return seconds, step_loss(self.store), trace
+        loss = step_loss(self.store)
+        self.marks = dict(self.session.last_marks, step_start=t0, batch_loaded=batch,
+                          loss_read=time.perf_counter())
+        return seconds, loss, trace
 
 
 def session_store(session, graph):

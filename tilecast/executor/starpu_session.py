@@ -85,6 +85,7 @@ class StarPUSession:
         self.tasks_done_at = 0.0  # perf_counter() when the last executed graph's tasks were all done
         self.last_makespan_s = 0.0  # that graph's makespan (its tasks' traced times, untraced steps too)
         self.last_submit_s = 0.0  # and how long its submission took
+        self.last_marks = {}  # that graph's timeline (starpu_execute.step_marks)
 
     # --- lifetime ----------------------------------------------------------
     def start(self) -> "StarPUSession":

@@ -32,6 +32,7 @@ static struct {
     volatile int abort;
     double t0_us;
     double submit_s;  /* the last submission loop's wall time */
+    double last_cb_us, woken_us, paused_us, done_us; /* the run's marks after its last task (tcs_marks) */
     double *start, *end;
     int32_t *worker;
     pthread_mutex_t lock;
@@ -98,12 +99,21 @@ int tcs_start(const char *sched, int ncpus)
     return 0;
 }
 
+/* Pause the workers unless they are already: paused is set by the one thread that wins it (this one, or the
+ * worker that ran a run's last callback), so that StarPU's pause depth is raised once. */
+static int pause_once(void)
+{
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&paused, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+    starpu_pause();
+    return 1;
+}
+
 void tcs_pause(void)
 {
-    if (started && !paused) {
-        starpu_pause();
-        paused = 1;
-    }
+    if (started)
+        pause_once();
 }
 
 void tcs_resume(void)
@@ -282,13 +292,16 @@ static void done_cb(void *arg)
     }
     /* Lock-free count; only the last task takes the lock to wake the waiting thread. */
     if (__atomic_add_fetch(&run.done, 1, __ATOMIC_ACQ_REL) >= __atomic_load_n(&run.submitted, __ATOMIC_ACQUIRE)) {
+        run.last_cb_us = starpu_timing_now();
+        /* Pause the workers here rather than in the waiting thread once it runs: this build's idle
+         * workers spin (STARPU_NON_BLOCKING_DRIVERS), and on a machine with as many cores as workers the
+         * thread just woken waited for one of them to be preempted (medians 2.5-5.7 ms on the 2-core VM
+         * at load 9, docs/benchmarks.md). Paused, they block on StarPU's pause condition as soon as this task's
+         * termination is done. Nothing is left to run; the next run resumes them. */
+        pause_once();
         pthread_mutex_lock(&run.lock);
         pthread_cond_broadcast(&run.cond);
         pthread_mutex_unlock(&run.lock);
-        /* Give this core to the thread just woken: idle workers spin, so with every core busy the
-         * waiting thread otherwise ran 0.5-1 ms after the last task (measured on 2 cores). Nothing is
-         * left to run, so the worker loses nothing. */
-        usleep(50);
     }
 }
 
@@ -324,11 +337,19 @@ int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_
     run.done = 0;
     /* Count every task as submitted up front so that early completions never see done == submitted. */
     run.submitted = n_tasks;
-    if (!(flags & TCS_SUBMIT_PAUSED))
-        tcs_resume();
+    run.last_cb_us = run.woken_us = run.paused_us = run.done_us = 0.0;
+    /* The workers are resumed once the graph's first tasks are queued, not before the first one: woken
+     * (they spin, STARPU_NON_BLOCKING_DRIVERS) with nothing to run, they took the cores from this thread
+     * before it submitted anything (2-15 ms at the 90th percentile on the loaded 2-core VM). */
+    const int64_t resume_at = (flags & TCS_SUBMIT_PAUSED) ? -1 : 2 * (int64_t)starpu_worker_get_count();
+    int resumed = 0;
     run.t0_us = starpu_timing_now();
     int64_t i = 0;
     for (; i < n_tasks; i++) {
+        if (i == resume_at) {
+            tcs_resume();
+            resumed = 1;
+        }
         struct starpu_task *t = &run.tasks[i];
         if (i < run.used)
             starpu_task_clean(t);
@@ -357,7 +378,8 @@ int64_t tcs_submit(int64_t n_tasks, const int16_t *kernel, const int64_t *param_
     run.submit_s = (starpu_timing_now() - run.t0_us) * 1e-6;
     /* Policies that wait for the whole graph (graph_test) start scheduling here. */
     starpu_do_schedule();
-    tcs_resume();
+    if (!resumed) /* else the last task's callback may have paused them since */
+        tcs_resume();
     const int64_t filled = i < n_tasks ? i + 1 : i; /* a refused task was initialised too */
     for (int64_t k = filled; k < run.used; k++) /* slots the previous, larger run left */
         starpu_task_clean(&run.tasks[k]);
@@ -387,6 +409,8 @@ int64_t tcs_wait(int timeout_ms)
             break;
     int64_t done = __atomic_load_n(&run.done, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&run.lock);
+    if (done >= __atomic_load_n(&run.submitted, __ATOMIC_ACQUIRE) && run.woken_us == 0.0)
+        run.woken_us = starpu_timing_now();
     return done;
 }
 
@@ -400,18 +424,32 @@ double tcs_submit_seconds(void)
     return run.submit_s;
 }
 
+void tcs_marks(double *out)
+{
+    /* StarPU's clock is CLOCK_MONOTONIC less its value at starpu_init: put that back */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double offset = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - starpu_timing_now() * 1e-6;
+    const double us[6] = {run.t0_us, run.t0_us + run.submit_s * 1e6, run.last_cb_us, run.woken_us,
+                          run.paused_us, run.done_us};
+    for (int k = 0; k < 6; k++)
+        out[k] = us[k] * 1e-6 + offset;
+}
+
 double tcs_finish(void)
 {
     if (!run.active)
         return 0.0;
     while (tcs_wait(1000) < run.submitted)
         ;
-    /* Pause first: idle workers then block instead of spinning, so this thread gets a core as soon as
-     * the last task's termination (after its callback) wakes it; then wait for that termination, which
-     * the pause does not hold up (a worker finishes a job before it looks at the pause). */
+    /* The last task's callback paused the workers (else, after an error, pause them here): idle
+     * workers block instead of spinning; then wait for that task's termination, which the pause does
+     * not hold up (a worker finishes a job before it looks at the pause). */
     tcs_pause();
+    run.paused_us = starpu_timing_now();
     starpu_task_wait_for_all();
-    const double wall = (starpu_timing_now() - run.t0_us) * 1e-6;
+    run.done_us = starpu_timing_now();
+    const double wall = (run.done_us - run.t0_us) * 1e-6;
     run.active = 0;
     run.start = run.end = NULL;
     run.worker = NULL;

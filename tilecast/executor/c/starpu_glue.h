@@ -52,6 +52,9 @@ void tcs_abort(void);
 double tcs_finish(void);
 /* Seconds the last run's submission loop took (the submitting thread's time for the graph). */
 double tcs_submit_seconds(void);
+/* The last run's marks, seconds on CLOCK_MONOTONIC (Python's perf_counter): submission start and end, the
+ * last task's callback, the waiting thread's wake-up, the workers paused, StarPU's wait for all returned. */
+void tcs_marks(double *out);
 
 /* StarPU's own cost: n empty tasks over the same handles, no callbacks, profiling on or off. */
 double tcs_baseline(int64_t n_tasks, const int64_t *acc_ptr, const int32_t *acc_tile, const int8_t *acc_mode,
