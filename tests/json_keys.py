@@ -53,6 +53,8 @@ UNPRINTED = {
     **{("calibrate", key): {k: "held-out errors need more shapes per kernel than --per-kernel 2 times (minutes)"
                             for k in ("n_fit", "n_heldout", "median_rel_err", "max_rel_err", "base_median_rel_err",
                                       "fit", "fixed_us", "gflops", "GBps")} for key in ("heldout", "heldout_hot")},
+    ("calibrate --ranks", "probe"): {k: "submit_roles is null where too few insertions kept their core (load)"
+                                     for k in ("exec", "other", "send", "recv")},
     ("accuracy", "views"): {"note": "only where a view stands for another: a suite of one model shape"},
     ("accuracy", "conditions"): {
         **{k: "only when calibration was timed in the run (the test's home is calibrated already)"

@@ -36,6 +36,31 @@ def test_import_is_light_and_graph_is_both_package_and_entry_point():
         tc.nothing_here  # noqa: B018
 
 
+# entry points that hand back a plain object rather than a result: a figure, a DataFrame, a cluster description
+NOT_RESULTS = {"gantt": "a matplotlib figure", "kernel_times": "a DataFrame", "load_cluster": "a Cluster"}
+
+
+def test_every_entry_point_returns_a_typed_result():
+    """Each tc.* call (but NOT_RESULTS) is annotated to return a dataclass result with its own to_frame() and
+    the shared to_dict() and _repr_html_() (tilecast.api.base._Result); --ranks runs: or None on ranks other
+    than 0 under the user's mpirun."""
+    import dataclasses
+    import typing
+
+    from tilecast import api
+    from tilecast.api.base import _Result
+
+    wrong = []
+    for name in set(tc.ENTRY_POINTS) - set(NOT_RESULTS):
+        returned = typing.get_type_hints(getattr(api, name)).get("return")
+        kinds = [t for t in typing.get_args(returned) if t is not type(None)] or [returned]
+        cls = kinds[0] if len(kinds) == 1 else None
+        if not (isinstance(cls, type) and issubclass(cls, _Result) and dataclasses.is_dataclass(cls)
+                and cls.to_frame is not _Result.to_frame and dataclasses.fields(cls)):
+            wrong.append(f"{name} -> {returned}")
+    assert not wrong, f"entry points without a typed result: {wrong}"
+
+
 def test_model():
     m = tc.model("gpt2-tiny")
     assert (m.n_layer, m.n_embd, m.n_head) == (2, 64, 4) and m.params == m.config.n_params()

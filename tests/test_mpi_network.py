@@ -1,5 +1,6 @@
 """tilecast calibrate --ranks: a ping-pong between StarPU-MPI ranks, stored and used by simulate --ranks."""
 
+import functools
 import json
 import shutil
 
@@ -14,19 +15,29 @@ pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's m
 
 
 def test_pingpong_is_stored_and_used(capsys, tmp_path, monkeypatch):
+    import tilecast.loop.ranks_probe as rp
     import tilecast.perfmodel.network as rn
 
     monkeypatch.setattr(rn, "_path", lambda machine: str(tmp_path / "network.json"))  # not this home's own fit
+    # the probe step on the smallest step, one run of two steps (about 3 s), so its object's keys are checked too
+    small = dict(model="gpt2-tiny", batch=2, seq=32, tile="32,batch=1", distribution="data", sched="lws")
+    monkeypatch.setattr(rp, "PROBE", small)
+    monkeypatch.setattr(rp, "probe_network", functools.partial(rp.probe_network, steps=2, repeats=1))
     sim = ["simulate", "--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32,batch=1", "--ranks", "2",
            "--distribution", "layer", "--json"]
     assert main(sim) == 2  # no network stored yet: one line saying how to measure it
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run tilecast calibrate --ranks 2" in err[0]
-    assert main(["calibrate", "--ranks", "2", "--no-probe", "--sizes", "8,65536,262144", "--round-trips", "5",
-                 "--json"]) == 0
+    assert main(["calibrate", "--ranks", "2", "--sizes", "8,65536,262144", "--round-trips", "5", "--json"]) == 0
     net = json.loads(capsys.readouterr().out)
-    # every key, nested ones too, in docs/cli.md, and only those
-    assert_documented("calibrate --ranks", [net], unrun={"probe": "--no-probe: the probe is two more mpirun runs"})
+    # every key, nested ones too (the probe's), in docs/cli.md, and only those
+    assert_documented("calibrate --ranks", [net])
+    probe = net["probe"]
+    assert {k: probe[k] for k in small} == small and probe["ranks"] == 2 and probe["steps"] == 2
+    assert len(probe["runs_s"]) == 1 and probe["step_s"] == probe["runs_s"][0] > 0
+    assert probe["predicted_with_pingpong_s"] > 0 and probe["message_s_pingpong"] == net["message_s"]
+    assert probe["message_s_fitted"] >= probe["message_s_pingpong"]  # bisected upwards from the ping-pong's cost
+    assert net["submit_task_s"] == probe["submit_task_s"] > 0 and net["submit_cpu_task_s"] > 0
     assert net["ranks"] == 2 and net["bandwidth_Bps"] > 0 and net["latency_s"] >= 0 and net["message_s"] >= 0
     assert [p[0] for p in net["points"]] == [8, 65536, 262144]
     assert all(p[1] > 0 and p[2] > 0 for p in net["points"])  # one-way times through StarPU-MPI and MPI

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tilecast.executor.mpi_launch import DEFAULT_TIMEOUT_S, _launch, mpirun_command
+from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.errors import FieldError
 
@@ -107,9 +108,8 @@ def run_pingpong_rank(spec: dict) -> None:
         raise RuntimeError(f"the StarPU-MPI ping-pong failed: error {ret}")
     if lib.tcsm_rank() == 0:
         path = Path(spec["run_dir"]) / RESULT
-        np.savez(str(path) + ".tmp.npz", sizes=sizes, mpi_rtt_s=raw.reshape(len(sizes), reps),
-                 starpu_rtt_s=via.reshape(len(sizes), reps))
-        os.replace(str(path) + ".tmp.npz", path)
+        with atomic_write(path) as f:
+            np.savez(f, sizes=sizes, mpi_rtt_s=raw.reshape(len(sizes), reps), starpu_rtt_s=via.reshape(len(sizes), reps))
     lib.tcsm_barrier()
     lib.tcsm_stop()
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tilecast.atomic_file import atomic_write
+
 RESULT = "rank{}.npz"
 
 
@@ -245,8 +247,8 @@ def run_rank(spec: dict, bottom=None) -> None:
     if snapshot is not None:
         out["owned"], out["owned_values"] = snapshot
     path = Path(spec["run_dir"]) / RESULT.format(me)
-    np.savez(str(path) + ".tmp.npz", **out)
-    os.replace(str(path) + ".tmp.npz", path)
+    with atomic_write(path) as f:  # rank 0 reads it whole or not at all
+        np.savez(f, **out)
     lib.tcsm_unregister(graph.n_tiles, handles)
     lib.tcsm_barrier()  # every rank's file is written (a user-started mpirun: rank 0 reads them next)
     lib.tcsm_stop()
