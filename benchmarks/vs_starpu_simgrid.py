@@ -54,6 +54,19 @@ process (``tilecast_startup_s``), and the first prediction, which also fits
 the kernels' shape models on the calibration (``tilecast_first_predict_s``;
 they are kept for later predictions with the same calibration).
 
+Every run that measures stores what the comparison needs under
+``$TILECAST_HOME/vs_starpu_simgrid/<suite>/``: StarPU's histories as the
+learning pass left them (before the measured steps add their own samples) and
+the measured steps (``measured.pkl``: per configuration its Measurement, traces
+included). ``--reuse`` predicts again from them without running StarPU: both
+simulators from the same learning pass (tilecast's models as stored under
+``$TILECAST_HOME``, SimGrid from the stored histories) against the same
+measured steps, so that a change to tilecast's model is compared before/after
+on the same figures. The learning pass's measurements are stored too
+(``learned.pkl``): ``--reuse --relearn central|median`` learns tilecast's
+kernel models again from them (in memory), by the current rule or by the one
+before it, so that both rules are compared on the same learning pass.
+
 ``--wall-only`` skips the learning pass and the measurements: both simulators
 are timed on the models and histories already stored (tilecast's under
 ``$TILECAST_HOME``, StarPU's under ``--starpu-home``); errors are not computed.
@@ -69,6 +82,7 @@ tilecast's, summed over configurations), targets_met, rows, conditions.
 Targets: tilecast at least as accurate on both figures, at least 10x faster.
 
     python3 benchmarks/vs_starpu_simgrid.py [--suite quick|default] [--source DIR] [--steps 5] [--repeats 3]
+    python3 benchmarks/vs_starpu_simgrid.py --reuse [--relearn central|median] [--suite quick|default]
     python3 benchmarks/vs_starpu_simgrid.py --wall-only [--simgrid-home DIR] [--starpu-home DIR]
 """
 
@@ -136,6 +150,71 @@ def replay_in(simgrid_home: Path) -> Path:
     return exe
 
 
+def reuse_dir(suite: str) -> Path:
+    """Where a run stores the learning pass's StarPU histories and the measured steps for ``--reuse``."""
+    from tilecast.home import home
+
+    return home("vs_starpu_simgrid", suite)
+
+
+def keep_histories(starpu_dir: Path, dest: Path) -> Path:
+    """A copy of ``starpu_dir``'s samples (histories, bus calibration) as a STARPU_HOME of its own."""
+    import shutil
+
+    target = dest / "starpu"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(Path(starpu_dir) / ".starpu" / "sampling", target / ".starpu" / "sampling")
+    return target
+
+
+MEASURED, LEARNED = "measured.pkl", "learned.pkl"  # the measured steps; the learning pass's (the models' input)
+
+
+def save_measured(dest: Path, cfgs, measurements, name: str = MEASURED) -> Path:
+    """Store ``measurements`` (one per configuration, traces included) as ``dest/name``."""
+    import pickle
+
+    path = dest / name
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump({c.label(): m for c, m in zip(cfgs, measurements)}, f)
+    tmp.replace(path)
+    return path
+
+
+def load_measured(dest: Path, cfgs, name: str = MEASURED) -> list:
+    import pickle
+
+    path = dest / name
+    if not path.is_file() or not (dest / "starpu").is_dir():
+        sys.exit(f"vs_starpu_simgrid: --reuse: no {name} in {dest} (run this benchmark once without --reuse, "
+                 f"same --suite)")
+    with open(path, "rb") as f:
+        stored = pickle.load(f)
+    missing = [c.label() for c in cfgs if c.label() not in stored]
+    if missing:
+        sys.exit(f"vs_starpu_simgrid: --reuse: {path} has no measurement of {', '.join(missing)}")
+    return [stored[c.label()] for c in cfgs]
+
+
+def relearn(cfgs, learned, machine, cal, how: str):
+    """The kernel calibration learned again from the learning pass's stored measurements (``how``: "central",
+    the current rule; "median", each shape's median over the steps of its per-step mean, the rule before)."""
+    from tilecast.loop.execute import learning_groups
+    from tilecast.perfmodel import from_trace
+
+    keep = from_trace.central_steps
+    if how == "median":
+        from_trace.central_steps = lambda per_step: None  # over_steps then takes the median over the steps
+    try:
+        for graph, traces, workers in learning_groups(cfgs, learned):
+            cal = from_trace.calibration_from_trace(graph, traces, machine, base=cal, workers=workers)
+    finally:
+        from_trace.central_steps = keep
+    return cal
+
+
 def fresh(graph):
     """The same task list without the figures a graph caches once computed (dependencies, flops, ...)."""
     return dataclasses.replace(graph)
@@ -195,6 +274,13 @@ def main() -> int:
                     help="timed predictions per configuration and simulator, taking turns; medians (default 3)")
     ap.add_argument("--no-learning-pass", action="store_true",
                     help="predict from the models and histories as they are (e.g. after an earlier run)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="predict again from the learning pass and measured steps a run of this suite stored "
+                         "(no StarPU run)")
+    ap.add_argument("--relearn", choices=("central", "median"),
+                    help="with --reuse: learn tilecast's kernel models again from the stored learning pass (not "
+                         "saved): per shape, the mean over the central steps (as now) or the median over the "
+                         "steps of each step's mean (as before 2026-12-01)")
     ap.add_argument("--wall-only", action="store_true",
                     help="time both simulators on the stored models and histories only: no learning pass, no "
                          "measured steps, no errors")
@@ -208,6 +294,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats: at least 1, got {args.repeats}")
+    if args.relearn and not args.reuse:
+        ap.error("--relearn: only with --reuse")
+    if args.reuse and (args.wall_only or args.no_learning_pass or args.starpu_home):
+        ap.error("--reuse: predicts from what a run stored; not with --wall-only, --no-learning-pass or --starpu-home")
 
     # before any StarPU session starts: histories of every task, every sample kept (see the docstring)
     os.environ["STARPU_CALIBRATE"] = "1"
@@ -234,8 +324,14 @@ def main() -> int:
             graphs[c.graph_key] = c.build()
     load_before = os.getloadavg()
 
-    if args.wall_only:
+    store = reuse_dir(args.suite)
+    if args.reuse:
+        measured = load_measured(store, cfgs)
+        starpu_dir = store / "starpu"
+    if args.wall_only or args.reuse:
         cal, host = stored_models(machine)
+    if args.relearn:
+        cal = relearn(cfgs, load_measured(store, cfgs, LEARNED), machine, cal, args.relearn)
         if cal is None:
             sys.exit("vs_starpu_simgrid: --wall-only: no stored calibration for this machine under $TILECAST_HOME "
                      "(run `tilecast calibrate`, or this benchmark once without --wall-only)")
@@ -258,9 +354,14 @@ def main() -> int:
             print("learning pass: every configuration runs once; tilecast's models and StarPU's histories learn "
                   "from it", file=sys.stderr)
             preds = [predict(c, machine, cal, host, graph=graphs[c.graph_key]) for c in cfgs]
-            execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup, recalibrate=True,
-                    guard=guard()).save_models(machine)
+            learning = execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup,
+                               recalibrate=True, guard=guard())
+            learning.save_models(machine)
             cal, host = models()
+        store.mkdir(parents=True, exist_ok=True)
+        keep_histories(starpu_dir, store)  # SimGrid's inputs as the learning pass left them
+        if not args.no_learning_pass:
+            save_measured(store, cfgs, learning.learned, LEARNED)
 
     print("predicting: tilecast and StarPU in SimGrid mode in turn", file=sys.stderr)
     # first use: lazy imports, and the kernels' shape models fitted on the calibration (then kept for it)
@@ -299,12 +400,17 @@ def main() -> int:
                           "conditions": conditions}))
         return 0 if speedup >= TARGET_SPEEDUP else 1
 
-    print("measuring every configuration afresh", file=sys.stderr)
-    ex = execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup, guard=guard())
+    if args.reuse:
+        ex = None
+        print(f"measured steps and StarPU histories: stored in {store}", file=sys.stderr)
+    else:
+        print("measuring every configuration afresh", file=sys.stderr)
+        ex = execute(preds, preds, machine, cal, host, steps=args.steps, warmup=args.warmup, guard=guard())
+        measured = [k.measurement for k in ex.checked]
+        print(f"stored for --reuse: {save_measured(store, cfgs, measured)}", file=sys.stderr)
 
     rows = []
-    for c, p, s, tw, sw, ss in zip(ex.checked, preds, sg, tc_wall, sg_wall, sg_step):
-        m = c.measurement
+    for m, p, s, tw, sw, ss in zip(measured, preds, sg, tc_wall, sg_wall, sg_step):
         rows.append({
             "config": p.config.label(), "tasks": p.tasks, "real_step_s": m.median_s,
             "real_makespan_s": m.makespan_s, "host_s": p.host_s,
@@ -351,12 +457,12 @@ def main() -> int:
           f"{out['simgrid_makespan_median_abs_error']:.1%}; max: tilecast "
           f"{out['tilecast_makespan_max_abs_error']:.1%}, SimGrid {out['simgrid_makespan_max_abs_error']:.1%}")
     print(timing_line)
-    note = ex.busy_note()
+    note = ex.busy_note() if ex is not None else None
     if note:
         print(note)
     print(json.dumps({**out, "targets_met": met, "target_speedup": TARGET_SPEEDUP, "suite": args.suite,
                       "workers": workers, "steps": args.steps, "warmup": args.warmup,
-                      "learning_pass": not args.no_learning_pass, "rows": rows, "conditions": conditions}))
+                      "learning_pass": not args.no_learning_pass, "reused": args.reuse, "rows": rows, "conditions": conditions}))
     return 0 if all(met.values()) else 1
 
 

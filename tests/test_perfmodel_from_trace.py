@@ -95,3 +95,28 @@ def test_several_traces_give_the_median_over_steps_of_each_steps_mean():
     assert got[0.0] == pytest.approx(np.median(means[0])) and got[0.0] == pytest.approx(2.2e-5)
     assert got[1.0] == pytest.approx(np.median(means[1]))
     assert got[1.0] > 5.5e-5  # the first step's mean, with its interrupted task, is the median of the three
+
+
+@pytest.mark.parametrize("extra", [3e-5, 3e-4])  # under, and over, 4x either shape's median: counted in full
+def test_many_traces_give_each_shapes_mean_over_the_central_steps(extra):
+    """Each step has one interrupted task, in one shape or the other: the median over the steps of either
+    shape's mean leaves the interruption out, the steps do not. Learned points add up to the central steps'
+    work; a step in a slow spell, or one with no interruption, lies outside the interquartile range."""
+    g = gemm_chain_graph(n_layers=2, tiles=2, tile=32)
+    beta = g.params[g.param_ptr[:-1] + get("gemm").params.index("beta")]
+    base = np.where(beta == 0, 2e-5, 5e-5)
+    steps = []
+    for i in range(8):
+        s = base.copy()
+        s[np.flatnonzero(beta == (0 if i < 4 else 1))[i % 4]] += extra
+        steps.append(s)
+    steps += [base.copy(), base.copy(), base * 3.0]  # two with no interruption; a slow spell
+    cal = calibration_from_trace(g, [_trace(g, s) for s in steps], load_machine("local"))
+    got = dict(zip([s[6] for s in cal.points["gemm"]["shapes"]], cal.points["gemm"]["median_s"]))
+    for b in (0.0, 1.0):
+        n = int((beta == b).sum())
+        assert got[b] == pytest.approx(base[beta == b][0] + extra / 2 / n)  # interrupted in half the central steps
+    learned = sum(got[b] * (beta == b).sum() for b in (0.0, 1.0))
+    assert learned == pytest.approx(base.sum() + extra)  # every central step's work
+    old = sum(np.median([s[beta == b].mean() for s in steps]) * (beta == b).sum() for b in (0.0, 1.0))
+    assert old == pytest.approx(base.sum())  # what the median over the steps gave: short by the interruption

@@ -108,6 +108,9 @@ def test_simgrid_replays_a_serial_run_from_the_history(graph):
     for m in run.makespans_s:
         assert executed <= m <= executed + graph.n_tasks * 10e-6
     assert run.makespans_s[0] == pytest.approx(run.makespans_s[1], rel=1e-6)  # virtual time: no jitter
+    # per worker: the one worker ran every task, busy for their history means (StarPU's task profiling)
+    assert run.worker_tasks == [graph.n_tasks]
+    assert run.worker_busy_s[0] == pytest.approx(executed, rel=1e-3)
 
 
 def test_build_says_what_is_missing(tmp_path, monkeypatch):

@@ -115,6 +115,8 @@ class SimGridRun:
     workers: int
     wall_s: float  # the replay program's wall time: StarPU's start, the simulation of every step, shutdown
     warnings: list = field(default_factory=list)  # StarPU's messages (e.g. footprints with few samples)
+    worker_tasks: list = field(default_factory=list)  # per worker, the tasks it ran in the last step
+    worker_busy_s: list = field(default_factory=list)  # per worker, the sum of their simulated execution times
 
     @property
     def makespan_s(self) -> float:
@@ -164,4 +166,6 @@ def simgrid_makespans(graph, sched: str, workers: int, starpu_home, steps: int =
     if len(makespans) != steps:
         raise RuntimeError(f"the SimGrid replay printed {len(makespans)} makespans, expected {steps}:\n{res.stdout}")
     warnings = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    return SimGridRun(makespans, nworkers, wall, warnings)
+    per_worker = [ln.split() for ln in lines if ln.startswith("worker ")][-nworkers:] if nworkers else []
+    return SimGridRun(makespans, nworkers, wall, warnings, [int(f[3]) for f in per_worker],
+                      [float(f[5]) for f in per_worker])

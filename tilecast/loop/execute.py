@@ -213,7 +213,8 @@ def learning_groups(configs, learned: list) -> list:
     """``(graph, traces, workers)`` per task graph and worker count: the traces of every measured configuration
     that runs it on that many workers (the same tiling under several schedulers), learned from together.
 
-    A shape's figure is then the median over all those steps. Learning from
+    A shape's figure is then its mean over the central ones of all those steps
+    (:func:`tilecast.perfmodel.from_trace.central_steps`). Learning from
     each configuration in turn let the last one measured replace the shapes
     of the others: on the 2-core machine a single 20 s session of a 2.7 s
     step can run 3-7% slow with references that looked quiet, and the

@@ -10,7 +10,8 @@
  *
  * Usage: simgrid_replay GRAPH SCHED NCPUS [STEPS]
  * Output: "workers N", then per step "makespan_s SECONDS" (first submission to the last task's end,
- * virtual time). Built with -DTCS_PARSE_ONLY (no StarPU), it only reads GRAPH and prints its summary.
+ * virtual time) followed by one line per worker, "worker W tasks N busy_s SECONDS" (the tasks it ran and the
+ * sum of their execution times, from StarPU's task profiling). Built with -DTCS_PARSE_ONLY (no StarPU), it only reads GRAPH and prints its summary.
  *
  * GRAPH: a text header, then little-endian binary arrays:
  *   tilecast-graph 1
@@ -139,8 +140,12 @@ int main(int argc, char **argv)
 }
 #else
 
+#define MAX_WORKERS 256
+
 static int64_t done, total;
 static double t0_us, last_end_us;
+static int64_t worker_tasks[MAX_WORKERS];
+static double worker_busy_us[MAX_WORKERS];
 
 static void cpu_func(void *buffers[], void *cl_arg)
 {
@@ -155,6 +160,14 @@ static void done_cb(void *arg)
     if (now > last_end_us)
         last_end_us = now;
     done++;
+    const int w = starpu_worker_get_id();
+    struct starpu_task *t = starpu_task_get_current();
+    if (w >= 0 && w < MAX_WORKERS) {
+        worker_tasks[w]++;
+        if (t && t->profiling_info)
+            worker_busy_us[w] += starpu_timing_timespec_to_us(&t->profiling_info->end_time)
+                                 - starpu_timing_timespec_to_us(&t->profiling_info->start_time);
+    }
 }
 
 static enum starpu_data_access_mode mode_of(int8_t m)
@@ -222,6 +235,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < steps; s++) {
         done = 0;
         total = g.n_tasks;
+        memset(worker_tasks, 0, sizeof worker_tasks);
+        memset(worker_busy_us, 0, sizeof worker_busy_us);
         t0_us = starpu_timing_now();
         last_end_us = t0_us;
         for (int64_t i = 0; i < g.n_tasks; i++) {
@@ -250,6 +265,9 @@ int main(int argc, char **argv)
         starpu_do_schedule();
         starpu_task_wait_for_all();
         printf("makespan_s %.9f\n", (last_end_us - t0_us) * 1e-6);
+        const unsigned nw = starpu_worker_get_count();
+        for (unsigned w = 0; w < nw && w < MAX_WORKERS; w++)
+            printf("worker %u tasks %lld busy_s %.9f\n", w, (long long)worker_tasks[w], worker_busy_us[w] * 1e-6);
         fflush(stdout);
     }
     for (int64_t i = 0; i < g.n_tiles; i++)
