@@ -24,8 +24,14 @@ before the ranks' main threads and the ping-pong's per-protocol costs were model
 ``protocol_s``) and the forecast with Open MPI's pipelined rendezvous turns (``+pipe``,
 ``pred_step_pipeline_turns_s``: ``pipeline_turns=True``), and the forecast with one CPU time per submitted
 task and no CPU per message on the progress threads (``flat``, ``pred_step_flat_s``: ``submit_roles=False,
-message_cpu=False``). ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+message_cpu=False``), and the forecast with the main thread given half its rank's slots while it submits
+(``even``, ``pred_step_even_share_s``: ``submit_share=False``) instead of the probe's measured part. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
 (StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
+``thread_cpu`` (with ``--threads``): per run and rank, each thread group's seconds on a core and waiting for one over a step
+(:func:`tilecast.executor.mpi_threads.thread_groups`, the scheduler's ``schedstat`` counts);
+``cpu_over_cores_wall``: the ranks' threads' CPU over cores x the step; ``worker_wait_beyond_main_s``: per rank,
+what its worker thread waited for a core beyond its own main thread's CPU (taken by the other rank's threads or
+by other work: near 0 where the ranks had the machine to themselves).
 
     python3 benchmarks/mpi_forecast.py [--repeats 3] [--steps 4] [--tiles "64,batch=1;128,batch=1;32,batch=1"]
 """
@@ -40,7 +46,7 @@ from dataclasses import replace
 import numpy as np
 
 from tilecast.executor.mpi_launch import run_mpi
-from tilecast.executor.mpi_threads import progress_drives_worker, runnable_others, runnable_threads
+from tilecast.executor.mpi_threads import progress_drives_worker, runnable_others, runnable_threads, thread_groups
 from tilecast.loop.ranks_load import background_from_share, background_now, measured_share
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
@@ -66,6 +72,9 @@ def main() -> None:
                     help="write, per configuration, the forecast's trace and the last run's merged trace "
                          "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
     ap.add_argument("--progress", choices=("auto", "own"), default="auto")
+    ap.add_argument("--threads", action="store_true",
+                    help="read every rank's threads' scheduler counts in each step (thread_cpu in the JSON; "
+                         "0.1-0.3 ms of each rank's main thread per reading, inside the step)")
     ap.add_argument("--count", choices=("share", "groups", "threads"), default="share",
                     help="how other work becomes background threads: the measured share of a core (default), "
                          "runnable threads per session, or runnable threads")
@@ -82,7 +91,7 @@ def main() -> None:
           f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
-          f"{'flat':>7}"
+          f"{'flat':>7}{'even':>7}"
           f"{'meas ms':>9}"
           f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
@@ -119,6 +128,9 @@ def main() -> None:
                 os.makedirs(args.traces, exist_ok=True)
                 g, _ = prepare(build_step(cfg, BATCH, SEQ, tiling), args.ranks, dist)
                 tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
+            # the main thread's half of its rank's slots while it submits, the rule before the probe measured it
+            fe = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress, background=bg, submit_share=False)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
             # the model before the main threads' submission and the ping-pong's per-protocol costs were
@@ -128,10 +140,10 @@ def main() -> None:
                                 main_threads=False)
             fp = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress, background=bg, pipeline_turns=True)
-            runs, moved, busy, submit, submit_cpu, drives = [], None, [], [], [], None
+            runs, moved, busy, submit, submit_cpu, drives, threads = [], None, [], [], [], None, []
             for _ in range(0 if args.predict_only else args.repeats):
                 r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
-                            progress=args.progress)
+                            progress=args.progress, read_threads=args.threads)
                 drives = r.progress_drives_worker
                 runs.append(r.median_step_s)
                 moved = r.bytes_moved[-1]
@@ -139,6 +151,8 @@ def main() -> None:
                 busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
                                         minlength=args.ranks).tolist())
                 submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+                if r.threads is not None:
+                    threads.append(thread_groups(r.threads))
                 if r.submit_cpu_s is not None:
                     c = r.submit_cpu_s
                     submit_cpu.append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
@@ -158,13 +172,21 @@ def main() -> None:
                        error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
                        tasks=f.tasks, core_share=f.core_share,
                        busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
-                       kernel_predicted_s=kernel_pred, pred_step_flat_s=ff.step_s,
+                       kernel_predicted_s=kernel_pred, pred_step_flat_s=ff.step_s, pred_step_even_share_s=fe.step_s,
                        load_average=os.getloadavg()[0],
-                       submit_s=submit, submit_cpu_s=submit_cpu)
+                       submit_s=submit, submit_cpu_s=submit_cpu, thread_cpu=threads)
+            if threads:
+                # the ranks' threads' CPU over cores x wall, and what each rank's worker thread waited beyond its
+                # own main thread's CPU (the core taken by the other rank's threads or by other work), medians
+                row["cpu_over_cores_wall"] = float(np.median(
+                    [sum(g[k][0] for g in run for k in g) for run in threads])) / (cores * med)
+                row["worker_wait_beyond_main_s"] = [float(np.median([run[k]["worker"][1] - run[k]["main"][0]
+                                                                     for run in threads]))
+                                                    for k in range(args.ranks)]
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
             print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
-                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
+                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
@@ -174,7 +196,7 @@ def main() -> None:
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
                                   "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": net.submit_roles,
-                                  "protocol_s": net.protocol_s,
+                                  "protocol_s": net.protocol_s, "submit_share": net.submit_share,
                                   "eager_bytes": net.eager_limit(), "rndv_bytes": net.rendezvous_limit()}}))
 
 

@@ -82,5 +82,8 @@ def run_rank_calibration(args) -> int:
             print(f"  CPU per task by role        {r['exec'] * 1e6:.2f} us run here, {r['other'] * 1e6:.2f} us run "
                   f"elsewhere, {r['send'] * 1e6:.2f} us per send, {r['recv'] * 1e6:.2f} us per receive posted "
                   f"(each insertion timed)")
+        if net.submit_share:
+            print(f"  main thread's share          {net.submit_share:.2f} of its rank's CPU while it submits "
+                  f"(the scheduler's per-thread counts; 0.50 is an even split)")
     print(f"stored in {path}")
     return 0

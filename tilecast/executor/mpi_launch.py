@@ -64,6 +64,10 @@ class MPIRunResult:
     # task i (column i + 1), seconds from its exit of the step's first barrier
     submit_at_s: np.ndarray | None = None
     progress_drives_worker: bool = False  # StarPU-MPI's progress thread ran worker 0 (executor/mpi_threads.py)
+    # per rank, its threads over each step (barrier's exit to wait_all's end): {"name": [...], "run_s": (steps,
+    # threads) seconds on a core, "wait_s": seconds runnable but waiting for one, "submit": the same from the
+    # barrier's exit to the submission's end} (mpi_threads.thread_times)
+    threads: list | None = None
 
     @property
     def median_step_s(self) -> float:
@@ -188,7 +192,11 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
     drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
-    return dict(drives=drives, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
+    threads = ([{"name": f["thread_name"].tolist(), "run_s": f["thread_run_s"], "wait_s": f["thread_wait_s"],
+                 "submit": {"name": f["submit_thread_name"].tolist(), "run_s": f["submit_thread_run_s"],
+                            "wait_s": f["submit_thread_wait_s"]}}
+                for f in files] if all("submit_thread_run_s" in f for f in files) else None)
+    return dict(drives=drives, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
                 submit_at=submit_at, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
@@ -196,14 +204,16 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
             timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None,
-            progress: str = "auto") -> MPIRunResult:
+            progress: str = "auto", read_threads: bool = False) -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ``train``: batches from the byte corpus instead of random tokens, and checkpoints
     (:mod:`tilecast.data.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
     ``settings`` (what a resumed checkpoint must match). ``progress``: ``auto`` lets StarPU-MPI's progress
     thread run worker 0 where the ranks' threads would outnumber the cores, ``own`` always gives it a
-    thread of its own (:mod:`tilecast.executor.mpi_threads`).
+    thread of its own (:mod:`tilecast.executor.mpi_threads`). ``read_threads``: each rank reads its threads'
+    scheduler counts at each step's start, submission's end and end (``MPIRunResult.threads``; 0.1-0.3 ms of
+    the main thread per reading, inside the step: off unless asked).
 
     FieldError (naming the field) on bad input, before anything starts;
     :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
@@ -245,6 +255,7 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
                      timeout_s, run_dir, recompute, train)
         spec["progress"] = progress
+        spec["read_threads"] = read_threads
         if bottom is not None:
             np.save(run_dir / "bottom_level.npy", bottom)
             spec["bottom_level"] = str(run_dir / "bottom_level.npy")
@@ -311,7 +322,8 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         executed=got["executed"], n_tasks=graph.n_tasks, tokens_per_step=batch * seq,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
-        submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"])
+        submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"],
+        threads=got.get("threads"))
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

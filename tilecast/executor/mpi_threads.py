@@ -77,3 +77,75 @@ def runnable_others(samples: int = 20, every_s: float = 0.05) -> float:
         if i + 1 < samples:
             time.sleep(every_s)
     return float(max(np.median(got), 0.0)) if got else 0.0
+
+
+def thread_times() -> dict:
+    """This process's threads now: ``{tid: (name, seconds on a core, seconds runnable but waiting for one)}``, from
+    ``/proc/self/task/<tid>/schedstat`` (the scheduler's own nanosecond counts, ``kernel/sched/stats.h``;
+    ``/proc/<tid>/stat``'s utime is in 10 ms ticks, too coarse for a step of tens of ms). Empty where unreadable."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (name, run_ns * 1e-9, wait_ns * 1e-9)
+    return out
+
+
+def thread_deltas(before: dict, after: dict) -> dict:
+    """Per thread alive at ``after``: (name, seconds on a core, seconds waiting for one) between two
+    :func:`thread_times` readings (a thread started between them counts from 0)."""
+    return {tid: (name, run - before.get(tid, (name, 0.0, 0.0))[1], wait - before.get(tid, (name, 0.0, 0.0))[2])
+            for tid, (name, run, wait) in after.items()}
+
+
+def thread_groups(threads: list, skip_first: bool = True) -> list:
+    """Per rank of a run's ``MPIRunResult.threads``: ``{group: [s on a core, s waiting for one]}``, medians over the
+    steps (after the first with ``skip_first``), by group: ``main`` (the thread that submits), ``worker`` (the
+    threads StarPU names ``CPU <i>``: the workers, and the progress thread once it runs worker 0, as the CPU
+    driver's initialisation names it) and ``other`` (Open MPI's and StarPU's helper threads, the allocator's)."""
+    out = []
+    for th in threads:
+        run, wait = np.asarray(th["run_s"]), np.asarray(th["wait_s"])
+        if skip_first and len(run) > 1:
+            run, wait = run[1:], wait[1:]
+        names = ["main" if n == "main" else "worker" if n.startswith("CPU ") else "other" for n in th["name"]]
+        g = {}
+        for k in ("main", "worker", "other"):
+            cols = [i for i, n in enumerate(names) if n == k]
+            g[k] = [float(np.median(run[:, cols].sum(axis=1))) if cols else 0.0,
+                    float(np.median(wait[:, cols].sum(axis=1))) if cols else 0.0]
+        out.append(g)
+    return out
+
+
+def submit_share_of(results) -> float | None:
+    """The main thread's part of its rank's CPU while it submits: over runs (``MPIRunResult``), ranks and steps
+    after the first, the median of the main thread's seconds on a core over its own and the rank's worker
+    threads' (``CPU <i>``, the progress thread among them where it runs worker 0) from the barrier's exit to
+    the submission's end. None when no run read its threads or none of them ran."""
+    got = []
+    for r in results:
+        for th in r.threads or []:
+            sub = th.get("submit")
+            if not sub:
+                continue
+            run = np.asarray(sub["run_s"])
+            run = run[1:] if len(run) > 1 else run
+            main = [i for i, n in enumerate(sub["name"]) if n == "main"]
+            work = [i for i, n in enumerate(sub["name"]) if n.startswith("CPU ")]
+            if not main or not work:
+                continue
+            m, w = run[:, main].sum(axis=1), run[:, work].sum(axis=1)
+            ok = (m + w) > 0
+            got += (m[ok] / (m + w)[ok]).tolist()
+    share = float(np.median(got)) if got else None
+    return share if share is not None and 0.0 < share < 1.0 else None

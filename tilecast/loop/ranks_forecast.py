@@ -94,7 +94,8 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                    calibration, host_costs, network, workers_per_rank: int = 1, recompute: str = "none",
                    built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
                    nic: str = "node", slice_s: float | None = None, main_threads: bool = True,
-                   pipeline_turns: bool = False, submit_roles: bool = True, message_cpu: bool = True) -> RankForecast:
+                   pipeline_turns: bool = False, submit_roles: bool = True, message_cpu: bool = True,
+                   submit_share: bool = True) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
     when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
     on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
@@ -108,7 +109,9 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     says (off by default: on the measured steps it turned the forecasts of tilings with such messages from
     10-43% short to 22-68% long, docs/mpi.md); without it such a message is received at the receiver's first
     turn.
-    The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way."""
+    The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way. ``submit_share``: a main thread
+    has the part of its rank's slots the probe measured (``Network.submit_share``) while it submits (False, or
+    none measured: half, the earlier rule)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -128,7 +131,8 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations, sharing=sharing,
                          nic=nic, submit_task_s=0.0 if (cpu > 0 or roles) and sharing is not None
                          else network.submit_task_s, submit_cpu_task_s=cpu, submit_roles=roles,
-                         message_cpu_s=network.message_s / 2 if message_cpu else 0.0)
+                         message_cpu_s=network.message_s / 2 if message_cpu else 0.0,
+                         submit_share=network.submit_share if submit_share and network.submit_share else 0.5)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,

@@ -6,7 +6,9 @@ those usually forecast) with ``tilecast run --ranks``. Its runs give the time ea
 takes per task it submits, in wall time (``submit_task_s``) and in CPU time (``submit_cpu_task_s``,
 ``time.thread_time``), and, from each insertion's time, its CPU time per task by its role in the task
 (``submit_roles``, :mod:`tilecast.simulator.submit_roles`), which the forecast charges on the cores the
-main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks_submission`). The cost per
+main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks_submission`), and, from the
+scheduler's per-thread counts, the main thread's part of its rank's CPU while it submits (``submit_share``,
+:func:`tilecast.executor.mpi_threads.submit_share_of`). The cost per
 message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
 probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
@@ -88,7 +90,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     # other work on the machine, as the background threads giving the ranks the same share of the cores
     background = background_now(ours, int(cores))["background"] if cores else runnable_others()
     results = [run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
-                       timeout_s=timeout_s) for _ in range(repeats)]
+                       timeout_s=timeout_s, read_threads=True) for _ in range(repeats)]
     runs = [r.median_step_s for r in results]
     measured = float(np.median(runs))
     # the main thread's time per task it submits: each rank's median over the steps after the first
@@ -100,8 +102,13 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
            for r in results if r.submit_cpu_s is not None]
     built = build_step(cfg, p["batch"], p["seq"], tiling)
     roles = submit_roles_of(results, built, ranks, p["distribution"])
+    # how the rank's slots split between the main thread and the worker thread it shares them with while it
+    # submits: the scheduler's per-thread counts over the submission (Linux's fair share is half each)
+    from tilecast.executor.mpi_threads import submit_share_of
+
+    share = submit_share_of(results)
     net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
-                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles)
+                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles, submit_share=share)
     machine = load_machine("local")
     calibration, host_costs = stored_models(machine)
 
@@ -115,7 +122,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     probe = {**p, "ranks": ranks, "workers_per_rank": workers, "steps": steps, "runs_s": runs,
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
-             "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles,
+             "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles, "submit_share": share,
              "background_threads": background}
     src = (f"{net.source}; submission per task measured on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "

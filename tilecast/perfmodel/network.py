@@ -54,6 +54,8 @@ class Network:
     submit_roles: dict | None = None  # CPU s of a rank's main thread per task by its role in it ({"exec", "other",
     # "send", "recv"}: tilecast.simulator.submit_roles), fitted on the probe step's insertion times; where set,
     # the forecast charges these instead of submit_cpu_task_s
+    submit_share: float | None = None  # the main thread's part of its rank's CPU while it submits (the probe step's
+    # scheduler counts: tilecast.executor.mpi_threads.submit_share_of); None: half (ranks_submission.EVEN_SHARE)
 
     def __post_init__(self):
         for name in ("latency_s", "message_s", "submit_task_s", "submit_cpu_task_s"):
@@ -64,6 +66,9 @@ class Network:
             if not isinstance(self.submit_roles, dict) or not all(
                     isinstance(v, (int, float)) and np.isfinite(v) and v >= 0 for v in self.submit_roles.values()):
                 raise FieldError(f"network submit_roles must map roles to seconds >= 0, got {self.submit_roles!r}")
+        if self.submit_share is not None and not (isinstance(self.submit_share, (int, float))
+                                                  and 0.0 < self.submit_share < 1.0):
+            raise FieldError(f"network submit_share must be a number between 0 and 1, got {self.submit_share!r}")
         if not (isinstance(self.bandwidth_Bps, (int, float)) and self.bandwidth_Bps > 0):
             raise FieldError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
 

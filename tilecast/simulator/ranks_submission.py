@@ -7,6 +7,11 @@ local), then sleeps in ``starpu_task_wait_for_all``. While it submits it is one 
 on the cores the ranks share: a task (or a message) joins its rank's queues only once the main thread has had
 the CPU time to submit it, and the workers and progress threads get less of the cores until submission ends.
 
+How the rank's slots split between its main thread and that worker thread while it submits is measured on
+``calibrate --ranks``'s probe step (``Network.submit_share``: the main thread's CPU over its own and the
+rank's worker threads' between the barrier and the submission's end, from the scheduler's per-thread counts,
+:func:`tilecast.executor.mpi_threads.submit_share_of`); half each where not measured (:data:`EVEN_SHARE`).
+
 The rule (:class:`Submitting`): the main thread shares the time slots of the rank's first worker thread
 (the one StarPU-MPI's progress thread drives where ``run --ranks`` lets it). Linux shares the CPU between
 sessions before threads (autogroups, ``kernel/sched/autogroup.c``; ``run --ranks`` starts its ranks in a
@@ -32,12 +37,27 @@ def main_threads_share(sharing: CoreSharing) -> bool:
     return sharing.threads + sharing.ranks + sharing.background > sharing.cores
 
 
-def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s) -> np.ndarray:
-    """(ranks, n_tasks): when each rank's main thread has submitted task i: the CPU time of tasks 0..i at half
-    the rate of the rank's first worker thread's slots (at full rate on a core of its own). ``cpu_per_task_s``:
-    seconds per task, one figure for every rank and task, or (ranks, n_tasks) of them
-    (:func:`tilecast.simulator.submit_roles.task_seconds`)."""
-    rate = 2.0 if main_threads_share(sharing) else 1.0
+#: the main thread's part of its rank's slots while it submits, where nothing was measured: Linux's fair share of
+#: two runnable threads of equal weight
+EVEN_SHARE = 0.5
+
+
+def check_share(share: float) -> float:
+    """``share`` as a float, or ValueError unless 0 < share < 1."""
+    share = float(share)
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"submit_share must be between 0 and 1 (the main thread's part of its rank's slots), "
+                         f"got {share!r}")
+    return share
+
+
+def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s, share: float = EVEN_SHARE) -> np.ndarray:
+    """(ranks, n_tasks): when each rank's main thread has submitted task i: the CPU time of tasks 0..i at
+    ``share`` of the rate of the rank's first worker thread's slots (at full rate on a core of its own).
+    ``cpu_per_task_s``: seconds per task, one figure for every rank and task, or (ranks, n_tasks) of them
+    (:func:`tilecast.simulator.submit_roles.task_seconds`). ``share``: the main thread's part of those slots
+    while it submits (:data:`EVEN_SHARE`, or the probe's measurement, ``Network.submit_share``)."""
+    rate = 1.0 / check_share(share) if main_threads_share(sharing) else 1.0
     if np.ndim(cpu_per_task_s) == 0:
         done = np.tile(rate * np.arange(1, n_tasks + 1) * float(cpu_per_task_s), (sharing.ranks, 1))
     else:
@@ -52,12 +72,13 @@ def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s) -> np.ndar
 
 
 class Submitting:
-    """``after`` (a :class:`CoreSharing`) where rank r's first worker thread runs at half speed until
-    ``until[r]`` s (its main thread has the other half; unless every thread has a core of its own). Everything but :meth:`finish` and :meth:`step_end`
-    is ``after``'s."""
+    """``after`` (a :class:`CoreSharing`) where rank r's first worker thread runs at ``1 - share`` of its speed
+    until ``until[r]`` s (its main thread has ``share`` of its slots; unless every thread has a core of its own).
+    Everything but :meth:`finish` and :meth:`step_end` is ``after``'s."""
 
-    def __init__(self, after: CoreSharing, until):
+    def __init__(self, after: CoreSharing, until, share: float = EVEN_SHARE):
         self.after = after
+        self.share = check_share(share)
         self.until = [float(u) for u in until]
         self.shared_thread = ({after.worker_thread(r, 0): u for r, u in enumerate(self.until)}
                               if main_threads_share(after) else {})
@@ -72,10 +93,11 @@ class Submitting:
     def finish(self, thread: int, t: float, work: float) -> float:
         until = self.shared_thread.get(thread)
         if until is not None and t < until and work > 0.0:
-            half = 0.5 * self.after.on_time(thread, t, until)
-            if work <= half:
-                return min(self.after.finish(thread, t, 2.0 * work), until)
-            work -= half
+            left = 1.0 - self.share
+            avail = left * self.after.on_time(thread, t, until)
+            if work <= avail:
+                return min(self.after.finish(thread, t, work / left), until)
+            work -= avail
             t = until
         return self.after.finish(thread, t, work)
 
