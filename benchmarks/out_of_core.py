@@ -26,7 +26,7 @@ Last line: one JSON object with ``step_s`` (median measured step, seconds),
 ``predicted_disk_transfers``, ``predicted_disk_writes``, ``predicted_disk_reads`` (tiles per step) and
 ``predicted_resident_per_transfer`` (tiles main memory holds, mean over the disk transfers),
 ``predicted_page_cache`` (the page cache in front of the device, where ``calibrate`` measured the device: its
-figures, reads from it and from the device, seconds writers waited for write-back), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
+figures, reads from it and from the device, seconds during which writers waited for write-back), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
 (peak RSS less the limit), ``expected_overhead_bytes`` (the formula's), ``rss_before_start_bytes``, ``tiles``,
 the per-step lists and the run conditions.
 
@@ -103,7 +103,8 @@ def main() -> int:
         if forecast.get("page_cache"):
             print(f"  through the {forecast['page_cache']}: {forecast['page_cache_read_misses']} of "
                   f"{forecast['page_cache_read_misses'] + forecast['page_cache_read_hits']} reads from the device, "
-                  f"writers waited {forecast['page_cache_throttled_s']:.1f} s for write-back", flush=True)
+                  f"writers waited for write-back during {forecast['page_cache_throttled_wall_s']:.1f} s "
+                  f"({forecast['page_cache_throttled_writes']} writes)", flush=True)
 
         def progress(t, dt, loss):
             print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
@@ -149,7 +150,8 @@ def main() -> int:
         "predicted_disk_writes": forecast["disk_writes"], "predicted_disk_reads": forecast["disk_reads"],
         "predicted_resident_per_transfer": forecast["resident_per_transfer"],
         "predicted_page_cache": {k: forecast[k] for k in ("page_cache", "page_cache_read_hits",
-                                                          "page_cache_read_misses", "page_cache_throttled_s")},
+                                                          "page_cache_read_misses", "page_cache_throttled_wall_s",
+                                                          "page_cache_throttled_writes")},
         "peak_rss_bytes": res.peak_rss_bytes, "overhead_bytes": over, "expected_overhead_bytes": expected,
         "rss_before_start_bytes": before_start, "tiles": tiles, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,

@@ -120,8 +120,8 @@ def forecast(args) -> int:
             print(f"{item:<12} {os.path.basename(path):<20} forecast {p.step_s:9.2f} s{err}; "
                   f"{s['disk_written_bytes'] / 1e9:.3f} GB written, {s['disk_read_bytes'] / 1e9:.3f} GB read"
                   + (f"; {s['page_cache']}, read misses {s['page_cache_read_misses']}/"
-                     f"{s['page_cache_read_misses'] + s['page_cache_read_hits']}, writers throttled "
-                     f"{s['page_cache_throttled_s']:.1f} s" if "page_cache" in s else ""), flush=True)
+                     f"{s['page_cache_read_misses'] + s['page_cache_read_hits']}, writers throttled during "
+                     f"{s['page_cache_throttled_wall_s']:.1f} s" if "page_cache" in s else ""), flush=True)
         if m:
             print(f"{item:<12} measured {m['measured_step_s']:.2f} s (repeats "
                   f"{', '.join(f'{x:.2f}' for x in m['repeats_step_s'])})", flush=True)

@@ -49,10 +49,13 @@ def predicted_fields(p) -> dict:
             "disk_writes": s.get("disk_writes", 0), "disk_reads": s.get("disk_reads", 0),
             "resident_per_transfer": s.get("resident_per_transfer", 0.0),
             # the page cache in front of the device (where calibrate measured the device): its figures, reads
-            # served from it and from the device, and the seconds writers waited for write-back
+            # served from it and from the device, the writers' waits for write-back (summed over writers, and
+            # the time during which at least one waited) and the writes that waited
             "page_cache": s.get("page_cache"), "page_cache_read_hits": s.get("page_cache_read_hits", 0),
             "page_cache_read_misses": s.get("page_cache_read_misses", 0),
-            "page_cache_throttled_s": s.get("page_cache_throttled_s", 0.0)}
+            "page_cache_throttled_s": s.get("page_cache_throttled_s", 0.0),
+            "page_cache_throttled_wall_s": s.get("page_cache_throttled_wall_s", 0.0),
+            "page_cache_throttled_writes": s.get("page_cache_throttled_writes", 0)}
 
 
 def predicted_fields_apart(*args, **kwargs) -> dict:
