@@ -43,12 +43,17 @@ def test_tiles_set_from_one_array_do_not_share_memory():
     assert not zeros.any()
 
 
-def test_steps_after_the_first_register_no_tile():
+def tiny_training(session, seed):
+    """gpt2-tiny, batch 2 x 16, tile 16, three steps' batches drawn from ``seed``: (graph, data, training)."""
     cfg = load_model("gpt2-tiny")
     g = build_gpt2_step(cfg, 2, 16, Tiling.parse("16"))
-    data = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(3, 2, 17))
+    data = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=(3, 2, 17))
+    return g, data, StarPUTraining(session, g, TrainState(init_gpt2_params(cfg, 0)), data)
+
+
+def test_steps_after_the_first_register_no_tile():
     with StarPUSession("eager", 2) as s:
-        tr = StarPUTraining(s, g, TrainState(init_gpt2_params(cfg, 0)), data)
+        g, data, tr = tiny_training(s, 1)
         tr.step(trace=False)
         assert s.tile_handles.last_registered == g.n_tiles
         for _ in range(2):
@@ -89,11 +94,8 @@ MARK_ORDER = ("step_start", "batch_loaded", "entered", "submit_called", "origin"
 
 
 def test_step_marks_are_in_order_and_bound_the_step():
-    cfg = load_model("gpt2-tiny")
-    g = build_gpt2_step(cfg, 2, 16, Tiling.parse("16"))
-    data = np.random.default_rng(2).integers(0, cfg.vocab_size, size=(3, 2, 17))
     with StarPUSession("eager", 2) as s:
-        tr = StarPUTraining(s, g, TrainState(init_gpt2_params(cfg, 0)), data)
+        _, _, tr = tiny_training(s, 2)
         for _ in range(3):
             seconds, _, _ = tr.step(trace=False)
             m = tr.marks
