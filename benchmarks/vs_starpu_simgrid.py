@@ -330,11 +330,11 @@ def main() -> int:
         starpu_dir = store / "starpu"
     if args.wall_only or args.reuse:
         cal, host = stored_models(machine)
-    if args.relearn:
-        cal = relearn(cfgs, load_measured(store, cfgs, LEARNED), machine, cal, args.relearn)
         if cal is None:
-            sys.exit("vs_starpu_simgrid: --wall-only: no stored calibration for this machine under $TILECAST_HOME "
-                     "(run `tilecast calibrate`, or this benchmark once without --wall-only)")
+            sys.exit("vs_starpu_simgrid: --wall-only/--reuse: no stored calibration for this machine under "
+                     "$TILECAST_HOME (run `tilecast calibrate`, or this benchmark once without them)")
+        if args.relearn:
+            cal = relearn(cfgs, load_measured(store, cfgs, LEARNED), machine, cal, args.relearn)
     else:
         from tilecast.loop.execute import execute
         from tilecast.loop.host_cost import ensure_host_costs
