@@ -202,16 +202,10 @@ def relearn(cfgs, learned, machine, cal, how: str):
     """The kernel calibration learned again from the learning pass's stored measurements (``how``: "central",
     the current rule; "median", each shape's median over the steps of its per-step mean, the rule before)."""
     from tilecast.loop.execute import learning_groups
-    from tilecast.perfmodel import from_trace
+    from tilecast.perfmodel.from_trace import calibration_from_trace
 
-    keep = from_trace.central_steps
-    if how == "median":
-        from_trace.central_steps = lambda per_step: None  # over_steps then takes the median over the steps
-    try:
-        for graph, traces, workers in learning_groups(cfgs, learned):
-            cal = from_trace.calibration_from_trace(graph, traces, machine, base=cal, workers=workers)
-    finally:
-        from_trace.central_steps = keep
+    for graph, traces, workers in learning_groups(cfgs, learned):
+        cal = calibration_from_trace(graph, traces, machine, base=cal, workers=workers, central=how == "central")
     return cal
 
 

@@ -116,6 +116,7 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator.ranks import simulate_ranks
+    from tilecast.simulator.ranks_submission import EVEN_SHARE
 
     built = built if built is not None else build_step(cfg, batch, seq, tiling, recompute=recompute)
     graph, dist = prepare(built, ranks, distribution)
@@ -132,7 +133,7 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                          nic=nic, submit_task_s=0.0 if (cpu > 0 or roles) and sharing is not None
                          else network.submit_task_s, submit_cpu_task_s=cpu, submit_roles=roles,
                          message_cpu_s=network.message_s / 2 if message_cpu else 0.0,
-                         submit_share=network.submit_share if submit_share and network.submit_share else 0.5)
+                         submit_share=network.submit_share if submit_share and network.submit_share else EVEN_SHARE)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,

@@ -78,7 +78,8 @@ def over_steps(step_means: pd.Series, central: np.ndarray) -> pd.Series:
 
 
 def calibration_from_trace(graph, trace, machine, kind: str | None = None,
-                           base: Calibration | None = None, source: str = TRACE, workers: int = 0) -> Calibration:
+                           base: Calibration | None = None, source: str = TRACE, workers: int = 0,
+                           central: bool = True) -> Calibration:
     """Calibration points from the task rows of a ``source='real'`` trace of ``graph`` (or a list of them).
 
     Points measured here replace those of ``base`` (if given) for the same
@@ -92,13 +93,14 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
     on the same count), and predictions for that many workers take them first
     (:meth:`Calibration.arrays`): in-step durations on one worker and on two
     differ, and learning both into one median made the two-worker steps of
-    short tasks too fast.
+    short tasks too fast. ``central`` False: the rule for few traces whatever
+    their number (the rule before 2026-12-01, for comparisons).
     """
     traces = list(trace) if isinstance(trace, (list, tuple)) else [trace]
     if not traces:
         raise ValueError("no trace to learn from")
     per_step = [task_seconds(graph, t) for t in traces]
-    central = central_steps(per_step)
+    central = central_steps(per_step) if central else None
     cal = Calibration(machine.name, machine.fingerprint(), kind or machine.kind_names[0], source)
     learned_class = source in LEARNED
     learned = set()
