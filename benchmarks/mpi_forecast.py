@@ -25,7 +25,10 @@ before the ranks' main threads and the ping-pong's per-protocol costs were model
 ``pred_step_pipeline_turns_s``: ``pipeline_turns=True``), and the forecast with one CPU time per submitted
 task and no CPU per message on the progress threads (``flat``, ``pred_step_flat_s``: ``submit_roles=False,
 message_cpu=False``), and the forecast with the main thread given half its rank's slots while it submits
-(``even``, ``pred_step_even_share_s``: ``submit_share=False``) instead of the probe's measured part. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+(``even``, ``pred_step_even_share_s``: ``submit_share=False``) instead of the probe's measured part, and the
+forecast without the worker's per-task round of the progress loop and with ``message_s / 2`` of CPU per message
+(``no tc``, ``pred_step_before_task_costs_s``, ``error_before_task_costs``: ``task_costs=False``) instead of the
+probe's measured ``progress_task_s`` and ``message_cpu_s``. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
 (StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
 ``thread_cpu`` (with ``--threads``): per run and rank, each thread group's seconds on a core and waiting for one over a step
 (:func:`tilecast.executor.mpi_threads.thread_groups`, the scheduler's ``schedstat`` counts);
@@ -92,8 +95,8 @@ def main() -> None:
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
           f"{'flat':>7}{'even':>7}"
-          f"{'meas ms':>9}"
-          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
+          f"{'no tc':>7}{'meas ms':>9}"
+          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
     rows = []
     for dist in args.distributions.split(","):
         for tile in args.tiles.split(";"):
@@ -131,6 +134,10 @@ def main() -> None:
             # the main thread's half of its rank's slots while it submits, the rule before the probe measured it
             fe = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress, background=bg, submit_share=False)
+            # the worker's per-task round of the progress loop and per-message CPU as before the probe measured
+            # them (none, and message_s / 2): the model before 2026-12-01's task costs
+            ft = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress, background=bg, task_costs=False)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
             # the model before the main threads' submission and the ping-pong's per-protocol costs were
@@ -163,9 +170,11 @@ def main() -> None:
             med = float(np.median(runs)) if runs else float("nan")
             err = (f.step_s - med) / med if runs else float("nan")
             err_before = (fb.step_s - med) / med if runs else float("nan")
+            err_costs = (ft.step_s - med) / med if runs else float("nan")
             row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
                        pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
-                       pred_step_pipeline_turns_s=fp.step_s,
+                       pred_step_pipeline_turns_s=fp.step_s, pred_step_before_task_costs_s=ft.step_s,
+                       error_before_task_costs=err_costs,
                        submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
                        progress_drives_worker=drives,
                        threads=f.summary.get("threads"), step_s=med, runs_s=runs,
@@ -186,7 +195,7 @@ def main() -> None:
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
             print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
-                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}"
+                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
@@ -197,6 +206,7 @@ def main() -> None:
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
                                   "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": net.submit_roles,
                                   "protocol_s": net.protocol_s, "submit_share": net.submit_share,
+                                  "progress_task_s": net.progress_task_s, "message_cpu_s": net.message_cpu_s,
                                   "eager_bytes": net.eager_limit(), "rndv_bytes": net.rendezvous_limit()}}))
 
 

@@ -85,5 +85,12 @@ def run_rank_calibration(args) -> int:
         if net.submit_share:
             print(f"  main thread's share          {net.submit_share:.2f} of its rank's CPU while it submits "
                   f"(the scheduler's per-thread counts; 0.50 is an even split)")
+        if net.progress_task_s is not None:
+            print(f"  worker's gap per task       {probe['task_gap_mean_s'] * 1e6:10.2f} us (the probe's traces, after "
+                  f"the submission), {net.progress_task_s * 1e6:.2f} us over the one-process "
+                  f"{probe['flat_task_overhead_s'] * 1e6:.2f} us: StarPU-MPI's progress round per task")
+        if net.message_cpu_s is not None:
+            print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (the gaps after a "
+                  f"send and before a receive's reader)")
     print(f"stored in {path}")
     return 0

@@ -95,7 +95,7 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                    built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
                    nic: str = "node", slice_s: float | None = None, main_threads: bool = True,
                    pipeline_turns: bool = False, submit_roles: bool = True, message_cpu: bool = True,
-                   submit_share: bool = True) -> RankForecast:
+                   submit_share: bool = True, task_costs: bool = True) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
     when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
     on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
@@ -111,7 +111,10 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     turn.
     The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way. ``submit_share``: a main thread
     has the part of its rank's slots the probe measured (``Network.submit_share``) while it submits (False, or
-    none measured: half, the earlier rule)."""
+    none measured: half, the earlier rule). ``task_costs``: where the progress thread runs worker 0, that
+    worker's round of the progress loop per task and the thread's CPU per message as the probe's traces measured
+    them (``Network.progress_task_s``, ``Network.message_cpu_s``: :mod:`tilecast.loop.ranks_task_cost`); False,
+    or none measured: no round, and ``message_s / 2`` per message (the earlier rule)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -132,8 +135,9 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     res = simulate_ranks(graph, dist, m, network, sched, workers_per_rank, durations=durations, sharing=sharing,
                          nic=nic, submit_task_s=0.0 if (cpu > 0 or roles) and sharing is not None
                          else network.submit_task_s, submit_cpu_task_s=cpu, submit_roles=roles,
-                         message_cpu_s=network.message_s / 2 if message_cpu else 0.0,
-                         submit_share=network.submit_share if submit_share and network.submit_share else EVEN_SHARE)
+                         message_cpu_s=message_cpu_of(network, task_costs) if message_cpu else 0.0,
+                         submit_share=network.submit_share if submit_share and network.submit_share else EVEN_SHARE,
+                         progress_task_s=(network.progress_task_s or 0.0) if task_costs else 0.0)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,
@@ -141,6 +145,14 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                         tasks=int(graph.n_tasks), bytes_moved=s["bytes_moved"], messages=s["messages"],
                         core_share=share, summary={**s, "task_overhead_s": m.task_overhead},
                         result=res if keep_result else None)
+
+
+def message_cpu_of(network, task_costs: bool = True) -> float:
+    """The progress thread's CPU per message on each side: the probe's traces' (``Network.message_cpu_s``) where
+    measured and ``task_costs``, else half the ping-pong's cost per message."""
+    if task_costs and network.message_cpu_s is not None:
+        return float(network.message_cpu_s)
+    return network.message_s / 2
 
 
 def network_or_error(machine, ranks: int, workers_per_rank: int):

@@ -8,7 +8,9 @@ takes per task it submits, in wall time (``submit_task_s``) and in CPU time (``s
 (``submit_roles``, :mod:`tilecast.simulator.submit_roles`), which the forecast charges on the cores the
 main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks_submission`), and, from the
 scheduler's per-thread counts, the main thread's part of its rank's CPU while it submits (``submit_share``,
-:func:`tilecast.executor.mpi_threads.submit_share_of`). The cost per
+:func:`tilecast.executor.mpi_threads.submit_share_of`), and, from the runs' traces, what a task and a message
+cost the worker that the progress thread runs beyond the one-process model (``progress_task_s``,
+``message_cpu_s``: :mod:`tilecast.loop.ranks_task_cost`). The cost per
 message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
 probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
@@ -68,6 +70,22 @@ def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | Non
         return None
 
 
+def task_costs_of(results, built, ranks: int, workers: int, distribution: str, flat_overhead_s: float) -> dict | None:
+    """:func:`tilecast.loop.ranks_task_cost.fit_task_costs` on the runs' last steps; None where the progress
+    thread did not run the worker (nothing to measure), a rank has several workers, or no run was traced."""
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.owner_computes import plan
+    from tilecast.loop.ranks_task_cost import fit_task_costs
+
+    traced = [r for r in results if r.progress_drives_worker and r.submit_at_s is not None]
+    if workers != 1 or not traced:
+        return None
+    graph, dist = prepare(built, ranks, distribution)
+    transfers = plan(graph, dist.owner, ranks).transfers
+    traces = [(r.start_s, r.end_s, r.task_rank, r.submit_at_s[:, -1]) for r in traced]
+    return fit_task_costs(traces, graph, transfers, flat_overhead_s)
+
+
 def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 2, timeout_s: float = 900.0):
     """(``net`` with ``message_s`` fitted on the probe step, the probe's figures). Runs the probe ``repeats``
     times on ``ranks`` ranks; the step time is the median of the runs' medians."""
@@ -78,7 +96,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     from tilecast.graph.models import build_step
     from tilecast.loop.predict import stored_models
     from tilecast.perfmodel import load_machine
-    from tilecast.loop.ranks_forecast import forecast_ranks
+    from tilecast.loop.ranks_forecast import forecast_ranks, rank_machine_costs
 
     p = PROBE
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])
@@ -107,10 +125,15 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     from tilecast.executor.mpi_threads import submit_share_of
 
     share = submit_share_of(results)
-    net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
-                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles, submit_share=share)
     machine = load_machine("local")
     calibration, host_costs = stored_models(machine)
+    # the worker's round of StarPU-MPI's progress loop per task and its CPU per message, from the runs' traces
+    costs = task_costs_of(results, built, ranks, workers, p["distribution"],
+                          rank_machine_costs(machine, host_costs, workers, p["sched"]).task_overhead)
+    net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
+                  submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles, submit_share=share,
+                  progress_task_s=costs["progress_task_s"] if costs else None,
+                  message_cpu_s=costs["message_cpu_s"] if costs else None)
 
     def predict(cost: float) -> float:
         trial = replace(net, message_s=cost)
@@ -123,6 +146,9 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
              "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles, "submit_share": share,
+             "progress_task_s": net.progress_task_s, "message_cpu_s": net.message_cpu_s,
+             "task_gap_mean_s": costs["gap_mean_s"] if costs else None,
+             "flat_task_overhead_s": costs["flat_overhead_s"] if costs else None,
              "background_threads": background}
     src = (f"{net.source}; submission per task measured on a probe step ({p['model']}, batch {p['batch']} x "
            f"{p['seq']}, tiling {p['tile']}, {p['distribution']}, {p['sched']}: median {measured * 1e3:.0f} ms "

@@ -56,6 +56,11 @@ class Network:
     # the forecast charges these instead of submit_cpu_task_s
     submit_share: float | None = None  # the main thread's part of its rank's CPU while it submits (the probe step's
     # scheduler counts: tilecast.executor.mpi_threads.submit_share_of); None: half (ranks_submission.EVEN_SHARE)
+    progress_task_s: float | None = None  # s a worker run by StarPU-MPI's progress thread spends per task beyond
+    # the one-process cost (its round of the progress loop), measured on the probe's traces
+    # (tilecast.loop.ranks_task_cost); None: not measured, nothing added
+    message_cpu_s: float | None = None  # that thread's CPU per message on each side, measured there; None:
+    # message_s / 2
 
     def __post_init__(self):
         for name in ("latency_s", "message_s", "submit_task_s", "submit_cpu_task_s"):
@@ -69,6 +74,10 @@ class Network:
         if self.submit_share is not None and not (isinstance(self.submit_share, (int, float))
                                                   and 0.0 < self.submit_share < 1.0):
             raise FieldError(f"network submit_share must be a number between 0 and 1, got {self.submit_share!r}")
+        for name in ("progress_task_s", "message_cpu_s"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+                raise FieldError(f"network {name} must be a number >= 0 or null, got {v!r}")
         if not (isinstance(self.bandwidth_Bps, (int, float)) and self.bandwidth_Bps > 0):
             raise FieldError(f"network bandwidth_Bps must be a number > 0, got {self.bandwidth_Bps!r}")
 

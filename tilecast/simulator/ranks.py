@@ -114,7 +114,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
                    priority: np.ndarray | None = None, seed: int = 0, sharing=None,
                    nic: str = "pair", submit_task_s: float = 0.0, submit_cpu_task_s: float = 0.0,
                    submit_roles: dict | None = None, message_cpu_s: float = 0.0,
-                   submit_share: float = 0.5) -> RankSimResult:
+                   submit_share: float = 0.5, progress_task_s: float = 0.0) -> RankSimResult:
     """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
     ``workers_per_rank`` workers of ``machine`` joined by ``network``.
 
@@ -131,6 +131,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     (:mod:`tilecast.simulator.ranks_submission`).
     message_cpu_s (with ``sharing`` where the progress thread runs worker 0): that thread's CPU per message on
     each side, which delays the worker's next task (:class:`tilecast.simulator.ranks_threads.ThreadedRankEngine`).
+    progress_task_s (likewise): that thread's round of the progress loop before each task of worker 0.
     """
     from tilecast.graph import priorities as _prio
     from tilecast.simulator.simulate import POLICIES, USES_ESTIMATES, USES_PRIORITIES, task_priorities
@@ -236,7 +237,8 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         worker_rank = [r for r in range(ranks) for _ in range(workers_per_rank)] + [-1] * len(link_worker)
         eng = ThreadedRankEngine(*args, worker_rank=worker_rank, msg=msg.tolist(), msg_src=tr.src.tolist(),
                                  msg_dst=tr.dst.tolist(), msg_bytes=tr.nbytes.tolist(), network=network,
-                                 sharing=sharing, nic=nic, message_cpu_s=message_cpu_s, **kw)
+                                 sharing=sharing, nic=nic, message_cpu_s=message_cpu_s,
+                                 progress_task_s=progress_task_s, **kw)
     eng.fused_loops = False  # RankPolicy has no fused loop; its sub-policies' would see only one rank
     eng.run()
     start, end, where = eng.arrays()

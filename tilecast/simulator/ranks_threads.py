@@ -243,7 +243,8 @@ class ThreadedRankEngine(Engine):
     """
 
     def __init__(self, *args, worker_rank, msg, msg_src, msg_dst, msg_bytes, network, sharing=None,
-                 nic: str = "node", ndetached_send: int = 10, message_cpu_s: float = 0.0, **kw):
+                 nic: str = "node", ndetached_send: int = 10, message_cpu_s: float = 0.0,
+                 progress_task_s: float = 0.0, **kw):
         if nic not in ("node", "pair"):
             raise ValueError(f"nic must be 'node' or 'pair', got {nic!r}")
         super().__init__(*args, **kw)
@@ -272,6 +273,9 @@ class ThreadedRankEngine(Engine):
         # the progress thread's CPU per message on each side (posting the send; testing, completing and releasing
         # the receive), taken from worker 0 where that thread runs it
         self.message_cpu = float(message_cpu_s) if sharing is not None and sharing.progress_drives_worker else 0.0
+        # and its round of the progress loop before each task of that worker (tilecast.loop.ranks_task_cost)
+        self.progress_task = float(progress_task_s) if sharing is not None and sharing.progress_drives_worker \
+            else 0.0
 
     def _thread(self, w: int) -> int:
         return self.sharing.worker_thread(self.worker_rank[w], self.local_index[w]) if self.sharing else 0
@@ -311,7 +315,8 @@ class ThreadedRankEngine(Engine):
             d = d * self.submit_stretch
         if self.sharing is not None:
             th = self._thread(w)
-            begin = self.sharing.finish(th, begin, self.overhead)
+            over = self.overhead + (self.progress_task if self.local_index[w] == 0 else 0.0)
+            begin = self.sharing.finish(th, begin, over)
             begin = self.sharing.next_on(th, begin) if d > 0 else begin
             end = self.sharing.finish(th, begin, d)
         else:
