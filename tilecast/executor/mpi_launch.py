@@ -68,6 +68,9 @@ class MPIRunResult:
     # threads) seconds on a core, "wait_s": seconds runnable but waiting for one, "submit": the same from the
     # barrier's exit to the submission's end} (mpi_threads.thread_times)
     threads: list | None = None
+    # per rank: its exit of the last step's first barrier on CLOCK_MONOTONIC, less rank 0's, in seconds (None when
+    # a rank ran on another host or did not record it). start_s/end_s/submit_at_s + it: every rank on one clock.
+    clock_shift_s: np.ndarray | None = None
 
     @property
     def median_step_s(self) -> float:
@@ -180,6 +183,10 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
         worker[f["task"]] = f["worker"]
     submit_at = (np.stack([(f["submit_at_us"] - float(f["t0_us"][0])) * 1e-6 for f in files])
                  if all("submit_at_us" in f for f in files) else None)
+    clock_shift = None
+    if all("clock_offset_us" in f and "host" in f for f in files) and len({str(f["host"][0]) for f in files}) == 1:
+        at = np.array([float(f["t0_us"][0]) + float(f["clock_offset_us"][-1]) for f in files])
+        clock_shift = (at - at[0]) * 1e-6
     store = None
     if want_snapshot:
         from tilecast.reference.tiles import TileStore
@@ -197,7 +204,7 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                             "wait_s": f["submit_thread_wait_s"]}}
                 for f in files] if all("submit_thread_run_s" in f for f in files) else None)
     return dict(drives=drives, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
-                submit_at=submit_at, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+                submit_at=submit_at, clock_shift=clock_shift, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
@@ -323,7 +330,7 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
         submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"],
-        threads=got.get("threads"))
+        threads=got.get("threads"), clock_shift_s=got.get("clock_shift"))
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -215,6 +216,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     submit_at_c = f("double[]", submit_at)
     lib.tcsm_record_submit(submit_at_c)
     t0_first = None
+    clock_us = []
     from tilecast.executor.mpi_threads import thread_deltas, thread_times
 
     threads, submitting = [], []  # the same until the submission's end; per step: {tid: (name, s on a core, s waiting for one)} from the barrier's exit to wait_all's end
@@ -228,6 +230,7 @@ def run_rank(spec: dict, bottom=None) -> None:
         start[:], end[:], worker[:] = np.nan, np.nan, -1
         before, done_before = list(amounts), lib.tcsm_executed()
         t0 = lib.tcsm_barrier()
+        clock_us.append(lib.tcsm_clock_offset_us())  # this step's trace time + it = CLOCK_MONOTONIC, shared by the host's ranks
         t0_first = t0 if t0_first is None else t0_first
         th0 = thread_times() if read else None
         s0, c0 = time.perf_counter(), time.thread_time()
@@ -263,6 +266,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     out = dict(rank=me, step_s=np.array(step_s), submit_s=np.array(submit_s), submit_cpu_s=np.array(submit_cpu_s), sent=np.array(sent, dtype=np.int64),
                executed=np.array(executed), losses=np.array(losses), task=ran, start_us=start[ran],
                end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]),
+               clock_offset_us=np.array(clock_us), host=np.array([socket.gethostname()]),
                submit_at_us=submit_at,
                drives=np.array([drives]))
     if read:

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <starpu.h>
 #include <starpu_mpi.h>
@@ -227,6 +228,18 @@ double tcsm_barrier(void)
 {
     starpu_mpi_barrier(MPI_COMM_WORLD);
     return starpu_timing_now();
+}
+
+double tcsm_clock_offset_us(void)
+{
+    /* starpu_timing_now is CLOCK_MONOTONIC less the time of starpu_init (src/common/timing.c,
+       _starpu_clock_gettime): the offset is one constant per process, read here between two monotonic reads. */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    const double now = starpu_timing_now();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const double mono = 0.5 * ((double)a.tv_sec * 1e6 + a.tv_nsec * 1e-3 + (double)b.tv_sec * 1e6 + b.tv_nsec * 1e-3);
+    return mono - now;
 }
 
 void tcsm_flush_cache(void)

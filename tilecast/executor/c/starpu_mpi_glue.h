@@ -37,6 +37,9 @@ void tcsm_record_submit(double *out);
 double tcsm_wait_all(void);
 /* MPI barrier over the ranks (starpu_mpi_barrier); returns starpu_timing_now just after it. */
 double tcsm_barrier(void);
+/* CLOCK_MONOTONIC minus starpu_timing_now, in us, read back to back: the ranks of one host share the
+   monotonic clock, so this puts every rank's trace on one time base. */
+double tcsm_clock_offset_us(void);
 /* Drop every received copy (StarPU-MPI's cache), e.g. after tiles were rewritten outside tasks. */
 void tcsm_flush_cache(void);
 /* Bytes this rank sent to each rank so far (needs STARPU_COMM_STATS=1); out has tcsm_size() entries. */
