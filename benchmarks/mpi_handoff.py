@@ -60,6 +60,43 @@ def summary(h: dict, src: int, dst: int, first: int = 8) -> list[str]:
     return out
 
 
+def idle_line(g: dict) -> str:
+    """Per direction: the first reader's wait, and the rest summed over the readers whose worker was idle."""
+    out = []
+    for s, d in ((0, 1), (1, 0)):
+        sel = np.flatnonzero((g["src"] == s) & (g["dst"] == d))
+        if not len(sel):
+            continue
+        k = sel[np.argmin(g["start"][sel])]
+        idle = sel[g["cause"][sel] != "free"]
+        rest = g["start"][idle] - g["ready"][idle]
+        out.append(f"{s}->{d} first reader: written {1e3 * g['written'][k]:.1f}, starts {1e3 * g['start'][k]:.1f} "
+                   f"(rest {1e3 * (g['start'][k] - g['ready'][k]):.2f}); {len(idle)} readers waited, rest median "
+                   f"{1e3 * np.median(rest):.2f} max {1e3 * rest.max():.2f} sum {1e3 * rest.sum():.1f} ms")
+    return "; ".join(out)
+
+
+def forecast(cfg, batch, seq, tiling, sched, dist_name, graph, tr) -> dict:
+    """The rank forecast of the same step, with the other work running now (as mpi_probe_costs.py), and its
+    hand-offs (its trace is on one clock; the insertions are not in it: ``send`` and ``recv`` are 0)."""
+    from tilecast.executor.mpi_threads import progress_drives_worker, runnable_threads
+    from tilecast.loop.predict import stored_models
+    from tilecast.loop.ranks_forecast import forecast_ranks, network_or_error
+    from tilecast.loop.ranks_load import background_now
+    from tilecast.perfmodel import load_machine
+
+    machine = load_machine("local")
+    calibration, host_costs = stored_models(machine)
+    net = network_or_error(machine, 2, 1)
+    cores = int(machine.meta["hardware"]["cores"])
+    bg = background_now(2 * runnable_threads(1, progress_drives_worker(2, 1, cores)), cores)["background"]
+    f = forecast_ranks(cfg, batch, seq, tiling, sched, 2, dist_name, machine, calibration, host_costs, net, 1,
+                       keep_result=True, background=bg)
+    sim = f.result
+    h = handoffs(graph, tr, sim.task_rank, sim.start, sim.end, np.zeros((2, graph.n_tasks + 1)), np.zeros(2))
+    return dict(step_s=f.step_s, background=bg, readers=per_reader(h))
+
+
 def main() -> None:
     from tilecast.executor.mpi_launch import run_mpi
     from tilecast.graph import Tiling
@@ -79,6 +116,8 @@ def main() -> None:
     ap.add_argument("--sched", default="lws")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--npz", metavar="FILE")
+    ap.add_argument("--forecast", action="store_true", help="the rank forecast's hand-offs beside (needs "
+                    "tilecast calibrate and calibrate --ranks 2 in this home)")
     args = ap.parse_args()
     if args.probe:
         p = PROBE
@@ -92,6 +131,9 @@ def main() -> None:
     cfg, tiling = load_model(model), Tiling.parse(tile)
     graph, dist = prepare(build_step(cfg, batch, seq, tiling), 2, dist_name)
     tr = plan(graph, dist.owner, 2).transfers
+    predicted = None
+    if args.forecast:
+        predicted = forecast(cfg, batch, seq, tiling, sched, dist_name, graph, tr)
     r = run_mpi(cfg, batch, seq, tiling, sched, 1, args.steps, 2, dist_name, timeout_s=900)
     if r.clock_shift_s is None or r.submit_at_s is None:
         raise SystemExit("the ranks' clocks were not recorded (ranks on different hosts?)")
@@ -107,6 +149,10 @@ def main() -> None:
     g = per_reader(h) if len(h) else {}
     for s, d in ((0, 1), (1, 0)):
         print("\n".join(summary(g, s, d)) if g else f" {s}->{d}: no messages")
+    print(" measured: " + idle_line(g))
+    if predicted is not None:
+        print(f" forecast ({predicted['step_s'] * 1e3:.1f} ms with {predicted['background']:.1f} threads of other work): "
+              + idle_line(predicted["readers"]))
     if args.npz:
         np.savez(args.npz, start=r.start_s, end=r.end_s, task_rank=r.task_rank, submit_at=r.submit_at_s,
                  shift=shift, step_s=np.asarray(r.step_s), **{"h_" + k: v for k, v in h.items()})

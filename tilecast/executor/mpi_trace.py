@@ -7,8 +7,10 @@ from the insert-task model (:mod:`tilecast.graph.owner_computes`), the
 messages StarPU-MPI sends, checked against its byte counts: ``node`` the
 receiving rank, ``worker`` MPI_TRACK + the sending rank, and a window, not a
 measured duration: from the end of the task that last wrote the tile (or the
-step's start) to the start of the first task on the receiving rank that
-reads it (or of the owner's next task, for a tile sent back).
+step's start) to the start of the first task on the receiving rank that reads
+it (or of the owner's next task, for a tile sent back), the two on one clock
+where the ranks recorded it (``MPIRunResult.clock_shift_s``), drawn on the
+receiving rank's.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ def merged_trace(res):
                  bytes=np.asarray(graph.bytes, dtype=np.int64)[ran], flops=graph.flops[ran], tag=tags[ran])
     p = plan(graph, distribute(graph, res.ranks, res.distribution).owner, res.ranks)
     t = p.transfers
-    # When each tile was last written before each transfer's task, and when its first reader there started.
-    last_write_end = _last_write_end(graph, res.end_s, t.task, t.tile)
+    # When each tile was last written before each transfer's task, and when its first reader there started:
+    # on one clock where the ranks recorded it (clock_shift_s), then on the receiving rank's, where it is drawn
+    shift = np.zeros(res.ranks) if getattr(res, "clock_shift_s", None) is None else np.asarray(res.clock_shift_s)
+    on = np.where(res.task_rank >= 0, shift[np.maximum(res.task_rank, 0)], 0.0)
+    last_write_end = np.maximum(_last_write_end(graph, res.end_s + on, t.task, t.tile) - shift[t.dst], 0.0)
     until = np.nan_to_num(res.start_s[t.task], nan=0.0)
     rows = dict(task=np.full(len(t), -1, np.int64), kernel=np.full(len(t), "transfer", dtype=object),
                 worker=(MPI_TRACK + t.src).astype(np.int64), node=t.dst.astype(np.int64),
