@@ -150,6 +150,12 @@ def main() -> int:
               + (f", past the background threshold {100 * dirty:.0f}% of the step" if dirty is not None else ""))
     step_s = float(np.median(steps))
     err = (forecast["step_s"] - step_s) / step_s
+    # StarPU's CPU workers poll while they wait for their tiles (1.3.10, src/drivers/cpu/driver_cpu.c,
+    # _starpu_cpu_driver_run_once), so a step keeps its workers' cores busy throughout: on a machine shared with
+    # other work, the processor time the process got per step is the figure to set beside workers x the forecast
+    cpu_s = float(np.median([c["process_user_s"] + c["process_system_s"] for c in system])) if system else 0.0
+    print(f"this process's processor time per timed step (median) {cpu_s:.1f} s; the forecast's {args.workers} "
+          f"workers x {forecast['step_s']:.2f} s = {args.workers * forecast['step_s']:.1f} s")
     print(f"\nmedian step {step_s:.2f} s ({res.n_tasks} tasks); predicted {forecast['step_s']:.2f} s "
           f"({100 * err:+.0f}%)")
     print(f"disk per step (median): {format_size(np.median(written))} written, {format_size(np.median(read))} read; "
@@ -179,6 +185,7 @@ def main() -> int:
         "peak_rss_bytes": res.peak_rss_bytes, "overhead_bytes": over, "expected_overhead_bytes": expected,
         "rss_before_start_bytes": before_start, "tiles": tiles, "step_times_s": steps, "disk_written_bytes": written,
         "disk_read_bytes": read, "losses": res.losses, "conditions": conditions, "system_per_step": system,
+        "process_cpu_s_per_step": cpu_s,
         "load_after": os.getloadavg(),
     }))
     return 0

@@ -79,6 +79,7 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     assert all(0 <= x <= 1 for x in shares) and sum(shares) <= 1 + 1e-9
     assert system["process_user_s"] + system["process_system_s"] > 0 and system["dirty_max_bytes"] >= 0
     assert system["device_written_bytes"] >= 0 and 0 <= system["device_busy"]
+    assert res["process_cpu_s_per_step"] == system["process_user_s"] + system["process_system_s"]
 
 
 def _mapped_and_freed(setting: bool) -> tuple[int, float]:
