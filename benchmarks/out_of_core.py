@@ -28,7 +28,9 @@ Last line: one JSON object with ``step_s`` (median measured step, seconds),
 ``predicted_page_cache`` (the page cache in front of the device, where ``calibrate`` measured the device: its
 figures, reads from it and from the device, seconds during which writers waited for write-back), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
 (peak RSS less the limit), ``expected_overhead_bytes`` (the formula's), ``rss_before_start_bytes``, ``tiles``,
-the per-step lists and the run conditions.
+the per-step lists, ``system_per_step`` (what the machine did during each timed step: the offload device's bytes
+and busy share, the processors' split, this process's processor time, the dirty bytes;
+``benchmarks/system_counters.py``) and the run conditions.
 
     python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
     python3 benchmarks/out_of_core.py --model gpt2-tiny --batch 8 --seq 128 --tile 32 --memory-limit 2MiB
@@ -55,6 +57,9 @@ from tilecast.home import home
 from tilecast.loop.predict_memory import predicted_fields_apart
 from tilecast.simulator.engine import SimulationError
 from tilecast.perfmodel.local import conditions_line, run_conditions
+from tilecast.perfmodel.page_cache import page_cache_for, run_process_bytes
+
+from system_counters import StepCounters
 
 
 def main() -> int:
@@ -106,13 +111,20 @@ def main() -> int:
                   f"writers waited for write-back during {forecast['page_cache_throttled_wall_s']:.1f} s "
                   f"({forecast['page_cache_throttled_writes']} writes)", flush=True)
 
+        counters = StepCounters(offload, page_cache_for(run_process_bytes(memory.limit_bytes, 0)).background_bytes)
+
         def progress(t, dt, loss):
+            counters.mark()
             print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
 
         before_start = current_rss_bytes()
-        res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
-                        args.warmup + args.steps, seed=0, progress=progress, memory=memory,
-                        recompute=args.recompute)
+        counters.start()
+        try:
+            res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
+                            args.warmup + args.steps, seed=0, progress=progress, memory=memory,
+                            recompute=args.recompute)
+        finally:
+            counters.stop()
     except MemoryLimitError as e:
         print(f"out_of_core: {e}", file=sys.stderr)
         return 2
@@ -124,8 +136,26 @@ def main() -> int:
     print(f"\n{'step':>5}{'time s':>10}{'disk written':>15}{'disk read':>15}{'loss':>9}")
     for k, (dt, w, r, loss) in enumerate(zip(steps, written, read, res.losses[timed])):
         print(f"{args.warmup + k + 1:>5}{dt:>10.2f}{format_size(w):>15}{format_size(r):>15}{loss:>9.4f}")
+    system = counters.steps()[timed]
+    print(f"\nthe machine during each timed step (device {system[0]['device'] if system else None}; processors: all "
+          f"processes):")
+    for k, c in enumerate(system):
+        dirty = c["dirty_over_background_share"]
+        print(f"  step {args.warmup + k + 1}: device wrote {c['device_written_bytes'] / c['seconds'] / 1e9:.3f} GB/s, "
+              f"read {c['device_read_bytes'] / c['seconds'] / 1e9:.3f} GB/s, busy {100 * c['device_busy']:.0f}%; "
+              f"processors {100 * c['cpu_user']:.0f}% user, {100 * c['cpu_system']:.0f}% system, "
+              f"{100 * c['cpu_idle']:.0f}% idle, {100 * c['cpu_iowait']:.0f}% I/O wait; this process "
+              f"{c['process_user_s']:.1f} s user + {c['process_system_s']:.1f} s system; dirty at most "
+              f"{format_size(c['dirty_max_bytes'])}"
+              + (f", past the background threshold {100 * dirty:.0f}% of the step" if dirty is not None else ""))
     step_s = float(np.median(steps))
     err = (forecast["step_s"] - step_s) / step_s
+    # StarPU's CPU workers poll while they wait for their tiles (1.3.10, src/drivers/cpu/driver_cpu.c,
+    # _starpu_cpu_driver_run_once), so a step keeps its workers' cores busy throughout: on a machine shared with
+    # other work, the processor time the process got per step is the figure to set beside workers x the forecast
+    cpu_s = float(np.median([c["process_user_s"] + c["process_system_s"] for c in system])) if system else 0.0
+    print(f"this process's processor time per timed step (median) {cpu_s:.1f} s; the forecast's {args.workers} "
+          f"workers x {forecast['step_s']:.2f} s = {args.workers * forecast['step_s']:.1f} s")
     print(f"\nmedian step {step_s:.2f} s ({res.n_tasks} tasks); predicted {forecast['step_s']:.2f} s "
           f"({100 * err:+.0f}%)")
     print(f"disk per step (median): {format_size(np.median(written))} written, {format_size(np.median(read))} read; "
@@ -154,7 +184,9 @@ def main() -> int:
                                                           "page_cache_throttled_writes")},
         "peak_rss_bytes": res.peak_rss_bytes, "overhead_bytes": over, "expected_overhead_bytes": expected,
         "rss_before_start_bytes": before_start, "tiles": tiles, "step_times_s": steps, "disk_written_bytes": written,
-        "disk_read_bytes": read, "losses": res.losses, "conditions": conditions,
+        "disk_read_bytes": read, "losses": res.losses, "conditions": conditions, "system_per_step": system,
+        "process_cpu_s_per_step": cpu_s,
+        "load_after": os.getloadavg(),
     }))
     return 0
 
