@@ -67,3 +67,64 @@ def test_the_costs_between_tasks_a_simulation_charged_are_read_back_from_its_tra
     one = cpu_machine(n_workers=1, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
     solo = simulate(g, one, sched, durations=durations).trace()  # one worker: every gap is the charge
     assert fit_gap_model([(g, solo)]) == pytest.approx([*costs[:5], 0.0], rel=1e-6, abs=1e-12)
+
+
+def _solo_trace_with_extra_waits(every: int, extra_s: float):
+    """A one-worker simulated trace whose every ``every``-th gap (in start order) is ``extra_s`` longer (the
+    tasks after it shifted by as much), the graph, the costs charged and the extras added."""
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, 400, 20)
+    costs = np.array([3e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6, 0.0])
+    m = cpu_machine(n_workers=1, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:])
+    trace = simulate(g, m, "eager", durations=rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))).trace()
+    tasks = trace[trace["task"] >= 0].sort_values("start_s").reset_index(drop=True)
+    shift = np.zeros(len(tasks))
+    shift[every::every] = extra_s
+    shift = np.cumsum(shift)  # a late task delays every later one on the one worker, by as much
+    tasks["start_s"] += shift
+    tasks["end_s"] += shift
+    return g, tasks, costs, extra_s * ((len(tasks) - 1) // every)
+
+
+def test_the_fit_gives_the_mean_delay_where_the_trim_gives_the_typical_one():
+    """Every 25th gap 8 us longer: the trimmed fit leaves most of that out; with ``mean`` its constant rises
+    so that the model's mean delay over the trace is the trace's (a makespan adds every delay up)."""
+    from tilecast.loop.runtime_overhead import fit_gap_model, gap_terms, mean_excess
+
+    g, tasks, costs, added = _solo_trace_with_extra_waits(25, 8e-6)
+    d, x = gap_terms(g, tasks)
+    assert d.sum() == pytest.approx((x @ costs).sum() + added, rel=1e-9)
+    typical = fit_gap_model([(g, tasks)], mean=False)
+    fitted = fit_gap_model([(g, tasks)])
+    assert (x @ typical).mean() < d.mean() - 0.1e-6  # the trim left out some of the extra waits
+    assert (x @ fitted).mean() == pytest.approx(d.mean(), rel=1e-9)
+    assert fitted[1:] == pytest.approx(typical[1:]) and fitted[0] > typical[0]
+    assert mean_excess([(g, tasks)], costs) == pytest.approx(added / len(d), rel=1e-9)
+
+
+def test_a_preempted_worker_is_not_the_runtimes_cost():
+    """A wait of 2 ms (a time slice lost to another process) does not move the constant; the same wait
+    counts where every delay is asked for."""
+    from tilecast.loop.runtime_overhead import fit_gap_model, gap_terms, mean_excess
+
+    g, tasks, costs, _ = _solo_trace_with_extra_waits(300, 2e-3)
+    d, _ = gap_terms(g, tasks)
+    assert np.sum(d > 1e-3) == 1
+    assert mean_excess([(g, tasks)], costs) == pytest.approx(0.0, abs=1e-12)
+    assert mean_excess([(g, tasks)], costs, preempted_s=None) == pytest.approx(2e-3 / len(d), rel=1e-9)
+    assert fit_gap_model([(g, tasks)]) == pytest.approx([*costs[:5], 0.0], rel=1e-6, abs=1e-12)
+
+
+def test_what_runs_wait_beyond_their_simulation_is_read_per_task():
+    """The delay excess of a run over its simulation: 0 for the simulated trace itself, the added waits per
+    delay for the trace with extra waits (the median over several traces)."""
+    from tilecast.loop.runtime_overhead import delay_excess, start_delays
+
+    g, late, costs, added = _solo_trace_with_extra_waits(10, 3e-6)
+    m = cpu_machine(n_workers=1, overhead_us=costs[0] * 1e6).with_gap_costs(*costs[1:5])
+    rng = np.random.default_rng(5)
+    random_graph(rng, 400, 20)  # the same draws as the helper's, for the same durations
+    sim = simulate(g, m, "eager", durations=rng.uniform(1e-5, 1e-4, size=(1, g.n_tasks))).trace()
+    n = len(start_delays(g, late))
+    assert delay_excess(g, [sim], sim) == pytest.approx(0.0, abs=1e-15)
+    assert delay_excess(g, [sim, late, late], sim) == pytest.approx(added / n, rel=1e-9)

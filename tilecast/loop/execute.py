@@ -186,13 +186,14 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     return out
 
 
-def learn_from_measurements(configs, measurements, machine, calibration, host_costs) -> tuple:
+def learn_from_measurements(configs, measurements, machine, calibration, host_costs, excess: bool = True) -> tuple:
     """(kernel calibration, host-cost fits) refined from measured runs of ``configs``.
 
     The kernel models learn every measurement's traces (those of one task
     graph and worker count together, :func:`learning_groups`); the host-cost fits and the
     runtime's cost per task learn the step times and traces
-    (:func:`tilecast.loop.host_cost.learn_from_runs`).
+    (:func:`tilecast.loop.host_cost.learn_from_runs`), and the constant cost between tasks
+    what the traces wait beyond it (:func:`learn_delay_excess`; ``excess`` False: not, as before).
     """
     from tilecast.loop.host_cost import learn_from_runs
     from tilecast.loop.runtime_overhead import task_overhead
@@ -206,7 +207,41 @@ def learn_from_measurements(configs, measurements, machine, calibration, host_co
         overhead = float(np.median([task_overhead(m.graph, t) for t in m.traces]))
         runs.append((cfg.workers, cfg.sched, m.graph.n_tiles, m.graph.n_tasks, m.makespan_s,
                      m.makespan_s + m.host_s, overhead))
-    return cal, learn_from_runs(host_costs or {}, runs)
+    fits = learn_from_runs(host_costs or {}, runs)
+    return cal, learn_delay_excess(configs, measurements, machine, cal, fits) if excess else fits
+
+
+def learn_delay_excess(configs, measurements, machine, calibration, fits: dict) -> dict:
+    """``fits`` with each (worker count, scheduler)'s constant cost between tasks raised (or lowered, not below
+    0) by what its measured runs wait between tasks beyond their simulation with ``calibration`` and ``fits``
+    (:func:`tilecast.loop.runtime_overhead.delay_excess`), the mean over its runs weighted by their tasks per
+    second of step, as the cost per task matters.
+
+    Durations learned from a run's traces are its tasks' means, every interruption counted; the cost between
+    tasks is the probes' model, fitted on the typical delay of other graphs. Without this the simulation of
+    a run from its own traces left out what its workers spent between tasks beyond that model, and learning
+    from a configuration's own runs predicted it faster than measured (accuracy run 12: repeatability bias
+    -11.9%, docs/accuracy.md)."""
+    from dataclasses import replace
+
+    from tilecast.loop.host_cost import fit_key
+    from tilecast.loop.predict import predict
+    from tilecast.loop.runtime_overhead import delay_excess
+
+    found: dict = {}
+    for cfg, m in zip(configs, measurements):
+        key = fit_key(cfg.workers, cfg.sched)
+        if key not in fits or fits[key].task_overhead_s is None or not m.traces:
+            continue
+        p = predict(cfg, machine, calibration, fits, graph=m.graph, keep_result=True)
+        rate = m.graph.n_tasks / max(m.median_s, 1e-9)
+        found.setdefault(key, []).append((rate, delay_excess(m.graph, m.traces, p.result.trace())))
+    out = dict(fits)
+    for key, rows in found.items():
+        w = np.array([r[0] for r in rows])
+        excess = float(np.average([r[1] for r in rows], weights=w))
+        out[key] = replace(fits[key], task_overhead_s=max(0.0, fits[key].task_overhead_s + excess))
+    return out
 
 
 def learning_groups(configs, learned: list) -> list:
