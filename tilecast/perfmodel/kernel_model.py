@@ -90,8 +90,9 @@ _FITTED: dict = {}
 _FITTED_MAX = 512
 
 
-def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarray, np.ndarray]:
-    """``cal.arrays(name, workers=workers, lane=lane)``, kept while the calibration holds the very same lists of
+def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool = False) -> tuple:
+    """``cal.arrays(name, workers=workers, lane=lane)`` (``with_digest``: and a key of their content, hashed once),
+    kept while the calibration holds the very same lists of
     points and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
@@ -107,14 +108,16 @@ def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarra
             del _POINTS[k]
     hit = held[1].get(key)
     if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
-        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers, lane=lane))
-    return hit[2]
+        shapes, t = cal.arrays(name, workers=workers, lane=lane)
+        digest = (shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest())  # _fit's key of their content
+        hit = held[1][key] = (lists, sizes, (shapes, t), digest)
+    return hit[2] if not with_digest else (*hit[2], hit[3])
 
 
 # where a task's duration came from (DurationModel.provenance): fitted = interpolated + extrapolated
 SOURCES = ("measured", "fitted", "roofline", "interpolated", "extrapolated")
 
-_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays)})
+_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays, digest)})
 
 
 class DurationModel:
@@ -135,14 +138,13 @@ class DurationModel:
     def _fit(self, kernel_id: int, lane: str = "cold"):
         if (kernel_id, lane) not in self._fits:
             workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
-            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane)
+            shapes, t, digest = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane, True)
             kind = self.machine.kinds[self.calibration.kind]
             caches = self.caches()
             # the model depends only on these points (and, below 3 of them, the kind's roofline) and the cache
             # regimes: fitted once per content and reused by every prediction made with them (tune and accuracy
             # predict many steps)
-            key = (kernel_id, shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest(),
-                   None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
+            key = (kernel_id, *digest, None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
             if key not in _FITTED:
                 measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
                 if len(t) >= MIN_FIT_POINTS:
@@ -182,21 +184,26 @@ class DurationModel:
                       ) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, provenance code 0 measured / 1 interpolated / 2 roofline / 3 extrapolated) for rows of
         shapes, from the cold lane times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
-        wk = self.machine.kinds[kind]
-        n_params = len(all_kernels()[kernel_id].params)
-        out = wk.roofline(shape_flops(kernel_id, shapes[:, :n_params]), shape_bytes(kernel_id, shapes[:, n_params:]))
+        out = np.empty(len(shapes))
         how = np.full(len(shapes), 2)
+        have = np.zeros(len(shapes), dtype=bool)
         if self._calibrated(kind):
             fit = self._fit(kernel_id, lane)
             measured = self._measured[kernel_id, lane]
             known = [measured.get(tuple(row)) for row in shapes.tolist()]
             have = np.array([v is not None for v in known], dtype=bool)
-            if fit is not None and not have.all():
-                out[~have] = fit.predict(shapes[~have])
-                how[~have] = np.where(fit.beyond(shapes[~have]) > 0, 3, 1)
             if have.any():
                 out[have] = [v for v in known if v is not None]
                 how[have] = 0
+            if fit is not None and not have.all():
+                out[~have] = fit.predict(shapes[~have])
+                how[~have] = np.where(fit.beyond(shapes[~have]) > 0, 3, 1)
+                have[:] = True
+        if not have.all():  # elementwise: the roofline of the rest alone is the same figure as over all rows
+            rest = shapes[~have]
+            n_params = len(all_kernels()[kernel_id].params)
+            out[~have] = self.machine.kinds[kind].roofline(shape_flops(kernel_id, rest[:, :n_params]),
+                                                          shape_bytes(kernel_id, rest[:, n_params:]))
         return out, how
 
     def durations(self, graph) -> np.ndarray:

@@ -36,10 +36,12 @@ class KernelShapes:
 def graph_shapes(graph) -> list[KernelShapes]:
     """Distinct shapes per kernel of a graph (kernels without tasks are left out)."""
     out = []
-    for k in all_kernels():
-        ids, p = graph.kernel_params(k.id)
-        if not len(ids):
+    kernels = all_kernels()
+    present = np.bincount(graph.kernel, minlength=len(kernels)) > 0  # most kernels have no task in a graph
+    for k in kernels:
+        if not present[k.id]:
             continue
+        ids, p = graph.kernel_params(k.id)
         nb = len(k.buffers)
         tiles = graph.acc_tile[graph.acc_ptr[ids][:, None] + np.arange(nb)]
         mat = np.concatenate([p, graph.tile_nbytes[tiles].astype(np.float64)], axis=1)
