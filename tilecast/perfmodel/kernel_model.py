@@ -45,7 +45,6 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from tilecast.kernels import all_kernels
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
@@ -69,6 +68,8 @@ class FittedKernel:
 
     @classmethod
     def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray) -> "FittedKernel":
+        from scipy.optimize import nnls  # 0.3 s to import: only where a fit is made
+
         x = _features(kernel_id, shapes)
         scale = x.max(axis=0)
         scale[scale == 0] = 1.0
