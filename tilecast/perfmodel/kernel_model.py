@@ -132,13 +132,17 @@ class DurationModel:
         self._measured: dict[tuple, dict] = {}
         self.provenance: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self._caches = None
+        self._workers = None  # the machine's workers of the calibrated kind
+        self._cache_bytes: dict = {}  # kind -> cache_bytes(kind)
 
     def _calibrated(self, kind: str) -> bool:
         return self.calibration is not None and self.calibration.kind == kind
 
     def _fit(self, kernel_id: int, lane: str = "cold"):
         if (kernel_id, lane) not in self._fits:
-            workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
+            if self._workers is None:
+                self._workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
+            workers = self._workers
             shapes, t, digest = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane, True)
             kind = self.machine.kinds[self.calibration.kind]
             caches = self.caches()
@@ -172,14 +176,17 @@ class DurationModel:
     def cache_bytes(self, kind: str) -> float:
         """The cache within which a task's inputs are hot: the worker kind's stated level-2 cache per core,
         else the calibration's, else :data:`tilecast.perfmodel.cache_size.FALLBACK_L2_BYTES`."""
-        from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES
+        if kind not in self._cache_bytes:
+            from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES
 
-        stated = self.machine.kinds[kind].cache_bytes
-        if stated > 0:
-            return float(stated)
-        if self.calibration is not None and self.calibration.cache_bytes > 0:
-            return float(self.calibration.cache_bytes)
-        return float(FALLBACK_L2_BYTES)
+            stated = self.machine.kinds[kind].cache_bytes
+            if stated > 0:
+                self._cache_bytes[kind] = float(stated)
+            elif self.calibration is not None and self.calibration.cache_bytes > 0:
+                self._cache_bytes[kind] = float(self.calibration.cache_bytes)
+            else:
+                self._cache_bytes[kind] = float(FALLBACK_L2_BYTES)
+        return self._cache_bytes[kind]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray, lane: str = "cold"
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -213,31 +220,43 @@ class DurationModel:
         (:func:`tilecast.perfmodel.reuse.cold_fraction`)."""
         from tilecast.perfmodel.reuse import cold_fraction, interpolate
 
-        out = np.zeros((len(self.kinds), graph.n_tasks), dtype=np.float64)
-        self.provenance = dict.fromkeys(SOURCES, 0)
+        n = graph.n_tasks
+        out = np.zeros((len(self.kinds), n), dtype=np.float64)
         names = ("measured", "interpolated", "roofline", "extrapolated")
+        counts = np.zeros(4, dtype=np.int64)
         fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
         lanes = None  # (hot, cold - hot, graph-order cold share) once a kernel has hot lane times
-        for ks in graph_shapes(graph):
-            for r, kind in enumerate(self.kinds):
-                sec, how = self.shape_seconds(kind, ks.kernel, ks.shapes)
-                out[r, ks.tasks] = sec[ks.inverse]
-                if self._calibrated(kind) and self.calibration.has_hot(all_kernels()[ks.kernel].name):
-                    hot, _ = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")
-                    c = self.cache_bytes(kind)
-                    if c not in fraction:
-                        fraction[c] = cold_fraction(graph, c)
-                    if lanes is None:
-                        lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
-                    cold = out[r, ks.tasks]
-                    lanes[0][r, ks.tasks] = hot[ks.inverse]
-                    lanes[1][r, ks.tasks] = cold - hot[ks.inverse]
-                    lanes[2][r, ks.tasks] = fraction[c][ks.tasks]
-                    out[r, ks.tasks] = interpolate(hot[ks.inverse], cold, fraction[c][ks.tasks])
-                counts = np.bincount(how[ks.inverse], minlength=4)
-                for j in range(4):
-                    self.provenance[names[j]] += int(counts[j])
-                self.provenance["fitted"] += int(counts[1] + counts[3])
+        shapes = graph_shapes(graph)
+        hot_kernels = {ks.kernel for ks in shapes if self.calibration is not None
+                       and self.calibration.has_hot(all_kernels()[ks.kernel].name)}
+        # per kind, every kernel's figures scattered to its tasks first, then each figure over all tasks at
+        # once (elementwise: the same numbers as kernel by kernel, without the per-kernel array calls)
+        for r, kind in enumerate(self.kinds):
+            cold, how = out[r], np.empty(n, dtype=np.int64)
+            hot, is_hot = None, None
+            for ks in shapes:
+                sec, h = self.shape_seconds(kind, ks.kernel, ks.shapes)
+                cold[ks.tasks] = sec[ks.inverse]
+                how[ks.tasks] = h[ks.inverse]
+                if ks.kernel in hot_kernels and self._calibrated(kind):
+                    if hot is None:
+                        hot, is_hot = np.empty(n), np.zeros(n, dtype=bool)
+                    hot[ks.tasks] = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")[0][ks.inverse]
+                    is_hot[ks.tasks] = True
+            counts += np.bincount(how, minlength=4)[:4]
+            if hot is not None:
+                c = self.cache_bytes(kind)
+                if c not in fraction:
+                    fraction[c] = cold_fraction(graph, c)
+                if lanes is None:
+                    lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
+                h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
+                lanes[0][r, is_hot] = h
+                lanes[1][r, is_hot] = k - h
+                lanes[2][r, is_hot] = f
+                out[r, is_hot] = interpolate(h, k, f)
+        self.provenance = {**dict.fromkeys(SOURCES, 0), **{names[j]: int(counts[j]) for j in range(4)},
+                           "fitted": int(counts[1] + counts[3])}
         if lanes is not None:  # a simulation computes the cold share per worker from them (task_lanes)
             from tilecast.perfmodel.task_lanes import TaskLanes, attach
 
