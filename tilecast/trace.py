@@ -42,9 +42,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a trace is made or read (0.4 s): predictions need none
+    import pandas as pd
 
 COLUMNS = {
     "task": "int64",
@@ -76,6 +79,8 @@ def make_trace(**columns) -> pd.DataFrame:
     for name, dtype in COLUMNS.items():
         v = columns[name]
         data[name] = np.broadcast_to(np.asarray(v), (n,)) if np.ndim(v) == 0 else np.asarray(v)
+    import pandas as pd
+
     df = pd.DataFrame(data)
     return validate(df)
 
@@ -146,6 +151,8 @@ def save(df: pd.DataFrame, path: str, graph=None) -> str:
 
 def load(path: str) -> pd.DataFrame:
     """Read a trace table written by :func:`save` (.parquet or .csv)."""
+    import pandas as pd
+
     ext = os.path.splitext(path)[1].lower()
     if not os.path.exists(path):
         raise TraceError(f"trace: no file {path}")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from tilecast.graph.graph import Graph
 from tilecast.kernels import all_kernels
 
+if TYPE_CHECKING:  # imported by kernel_table alone (0.4 s): a simulation needs none
+    import pandas as pd
+
 
 def kernel_table(graph: Graph) -> pd.DataFrame:
     """Tasks, flops and bytes per kernel, most flops first."""
+    import pandas as pd
+
     names = [k.name for k in all_kernels()]
     kid = np.asarray(graph.kernel, dtype=np.int64)
     tasks = np.bincount(kid, minlength=len(names))

@@ -12,6 +12,7 @@ StarPU codelet sees them: one contiguous buffer per tile.
 
 from __future__ import annotations
 
+import functools
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,9 +51,14 @@ class Kernel:
         ``modes`` gives each access's mode (default: the registry's); see :func:`access_bytes`.
         """
         nbytes = np.atleast_2d(np.asarray(nbytes, dtype=np.float64))
-        if modes is None:
-            modes = np.broadcast_to(np.asarray(self.modes, dtype=np.int8), nbytes.shape)
+        if modes is None:  # the registry's modes: one weight per buffer (byte counts: exact in any order)
+            return (nbytes * self._mode_weights).sum(axis=1)
         return access_bytes(nbytes, modes).sum(axis=1)
+
+    @functools.cached_property
+    def _mode_weights(self) -> np.ndarray:
+        """:func:`access_bytes`'s factor per buffer under the registry's modes (1 or 2)."""
+        return access_bytes(np.ones(len(self.modes)), np.asarray(self.modes, dtype=np.int8))
 
     def unpack(self, values) -> tuple:
         """Turn a task's parameter vector into a namedtuple of Python floats."""
@@ -118,6 +124,14 @@ def all_kernels() -> list[Kernel]:
     return list(KERNEL_LIST)
 
 
+_LOADED = False
+
+
 def _load() -> None:
-    # Importing the definition modules registers their kernels.
+    # Importing the definition modules registers their kernels (once: all_kernels is called per shape).
+    global _LOADED
+    if _LOADED:
+        return
     from tilecast.kernels import definitions  # noqa: F401
+
+    _LOADED = True

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import nnls
 
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
@@ -153,6 +152,8 @@ class HostCost:
 
     @classmethod
     def fit(cls, workers: int, points, overheads=()) -> "HostCost":
+        from scipy.optimize import nnls  # 0.3 s to import: only where a fit is made
+
         p = np.asarray(points, dtype=np.float64)
         x = np.stack([np.ones(len(p)), p[:, 0], p[:, 1]], axis=1)
         w = 1.0 / (p[:, 2] + p[:, 3])  # relative error of the step time: small and large steps weigh alike

@@ -29,6 +29,7 @@ buffers' size and are left out.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,16 +96,23 @@ class CacheRegimes:
         return flops < self.balance * np.maximum(nbytes, 1.0)
 
 
+@functools.lru_cache(maxsize=1)
+def _sysfs() -> tuple:
+    """(:func:`~tilecast.perfmodel.cache_size.l2_per_core`, :func:`~tilecast.perfmodel.cache_size.last_level`) of
+    this machine, read once a process: every prediction asks (the files do not change while it runs)."""
+    from tilecast.perfmodel.cache_size import l2_per_core, last_level
+
+    return l2_per_core(), last_level()
+
+
 def machine_regimes(kind, calibration=None, lanes: int | None = None) -> CacheRegimes:
     """The regimes of a worker kind (a :class:`tilecast.perfmodel.machine.WorkerKind`) whose shapes
     ``calibration`` timed: its level-2 cache per core (the kind's, else the calibration's, else this machine's),
     this machine's last-level cache over the lanes that shared it while timing (``lanes``, default the
     calibration's busy workers; at most the CPUs sharing it), the kind's memory bandwidth and its balance of
     peak flops to it."""
-    from tilecast.perfmodel.cache_size import l2_per_core, last_level
-
-    l2 = float(kind.cache_bytes or (calibration.cache_bytes if calibration is not None else 0) or l2_per_core()[0])
-    llc, sharing, _ = last_level()
+    l2 = float(kind.cache_bytes or (calibration.cache_bytes if calibration is not None else 0) or _sysfs()[0][0])
+    llc, sharing, _ = _sysfs()[1]
     if lanes is None:
         lanes = int(getattr(calibration, "lane_workers", 0) or 1)
     lanes = max(1, min(int(lanes), sharing))

@@ -45,7 +45,6 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
 
 from tilecast.kernels import all_kernels
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
@@ -69,6 +68,8 @@ class FittedKernel:
 
     @classmethod
     def fit(cls, kernel_id: int, shapes: np.ndarray, seconds: np.ndarray) -> "FittedKernel":
+        from scipy.optimize import nnls  # 0.3 s to import: only where a fit is made
+
         x = _features(kernel_id, shapes)
         scale = x.max(axis=0)
         scale[scale == 0] = 1.0
@@ -90,8 +91,9 @@ _FITTED: dict = {}
 _FITTED_MAX = 512
 
 
-def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarray, np.ndarray]:
-    """``cal.arrays(name, workers=workers, lane=lane)``, kept while the calibration holds the very same lists of
+def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool = False) -> tuple:
+    """``cal.arrays(name, workers=workers, lane=lane)`` (``with_digest``: and a key of their content, hashed once),
+    kept while the calibration holds the very same lists of
     points and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
@@ -107,14 +109,16 @@ def _points(cal, name: str, workers: int, lane: str = "cold") -> tuple[np.ndarra
             del _POINTS[k]
     hit = held[1].get(key)
     if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
-        hit = held[1][key] = (lists, sizes, cal.arrays(name, workers=workers, lane=lane))
-    return hit[2]
+        shapes, t = cal.arrays(name, workers=workers, lane=lane)
+        digest = (shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest())  # _fit's key of their content
+        hit = held[1][key] = (lists, sizes, (shapes, t), digest)
+    return hit[2] if not with_digest else (*hit[2], hit[3])
 
 
 # where a task's duration came from (DurationModel.provenance): fitted = interpolated + extrapolated
 SOURCES = ("measured", "fitted", "roofline", "interpolated", "extrapolated")
 
-_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays)})
+_POINTS: dict = {}  # id(calibration) -> (weak reference to it, {(kernel, ...): (its lists, their lengths, arrays, digest)})
 
 
 class DurationModel:
@@ -128,21 +132,24 @@ class DurationModel:
         self._measured: dict[tuple, dict] = {}
         self.provenance: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self._caches = None
+        self._workers = None  # the machine's workers of the calibrated kind
+        self._cache_bytes: dict = {}  # kind -> cache_bytes(kind)
 
     def _calibrated(self, kind: str) -> bool:
         return self.calibration is not None and self.calibration.kind == kind
 
     def _fit(self, kernel_id: int, lane: str = "cold"):
         if (kernel_id, lane) not in self._fits:
-            workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
-            shapes, t = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane)
+            if self._workers is None:
+                self._workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
+            workers = self._workers
+            shapes, t, digest = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane, True)
             kind = self.machine.kinds[self.calibration.kind]
             caches = self.caches()
             # the model depends only on these points (and, below 3 of them, the kind's roofline) and the cache
             # regimes: fitted once per content and reused by every prediction made with them (tune and accuracy
             # predict many steps)
-            key = (kernel_id, shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest(),
-                   None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
+            key = (kernel_id, *digest, None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
             if key not in _FITTED:
                 measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
                 if len(t) >= MIN_FIT_POINTS:
@@ -169,34 +176,42 @@ class DurationModel:
     def cache_bytes(self, kind: str) -> float:
         """The cache within which a task's inputs are hot: the worker kind's stated level-2 cache per core,
         else the calibration's, else :data:`tilecast.perfmodel.cache_size.FALLBACK_L2_BYTES`."""
-        from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES
+        if kind not in self._cache_bytes:
+            from tilecast.perfmodel.cache_size import FALLBACK_L2_BYTES
 
-        stated = self.machine.kinds[kind].cache_bytes
-        if stated > 0:
-            return float(stated)
-        if self.calibration is not None and self.calibration.cache_bytes > 0:
-            return float(self.calibration.cache_bytes)
-        return float(FALLBACK_L2_BYTES)
+            stated = self.machine.kinds[kind].cache_bytes
+            if stated > 0:
+                self._cache_bytes[kind] = float(stated)
+            elif self.calibration is not None and self.calibration.cache_bytes > 0:
+                self._cache_bytes[kind] = float(self.calibration.cache_bytes)
+            else:
+                self._cache_bytes[kind] = float(FALLBACK_L2_BYTES)
+        return self._cache_bytes[kind]
 
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray, lane: str = "cold"
                       ) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, provenance code 0 measured / 1 interpolated / 2 roofline / 3 extrapolated) for rows of
         shapes, from the cold lane times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
-        wk = self.machine.kinds[kind]
-        n_params = len(all_kernels()[kernel_id].params)
-        out = wk.roofline(shape_flops(kernel_id, shapes[:, :n_params]), shape_bytes(kernel_id, shapes[:, n_params:]))
+        out = np.empty(len(shapes))
         how = np.full(len(shapes), 2)
+        have = np.zeros(len(shapes), dtype=bool)
         if self._calibrated(kind):
             fit = self._fit(kernel_id, lane)
             measured = self._measured[kernel_id, lane]
             known = [measured.get(tuple(row)) for row in shapes.tolist()]
             have = np.array([v is not None for v in known], dtype=bool)
-            if fit is not None and not have.all():
-                out[~have] = fit.predict(shapes[~have])
-                how[~have] = np.where(fit.beyond(shapes[~have]) > 0, 3, 1)
             if have.any():
                 out[have] = [v for v in known if v is not None]
                 how[have] = 0
+            if fit is not None and not have.all():
+                out[~have] = fit.predict(shapes[~have])
+                how[~have] = np.where(fit.beyond(shapes[~have]) > 0, 3, 1)
+                have[:] = True
+        if not have.all():  # elementwise: the roofline of the rest alone is the same figure as over all rows
+            rest = shapes[~have]
+            n_params = len(all_kernels()[kernel_id].params)
+            out[~have] = self.machine.kinds[kind].roofline(shape_flops(kernel_id, rest[:, :n_params]),
+                                                          shape_bytes(kernel_id, rest[:, n_params:]))
         return out, how
 
     def durations(self, graph) -> np.ndarray:
@@ -205,31 +220,43 @@ class DurationModel:
         (:func:`tilecast.perfmodel.reuse.cold_fraction`)."""
         from tilecast.perfmodel.reuse import cold_fraction, interpolate
 
-        out = np.zeros((len(self.kinds), graph.n_tasks), dtype=np.float64)
-        self.provenance = dict.fromkeys(SOURCES, 0)
+        n = graph.n_tasks
+        out = np.zeros((len(self.kinds), n), dtype=np.float64)
         names = ("measured", "interpolated", "roofline", "extrapolated")
+        counts = np.zeros(4, dtype=np.int64)
         fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
         lanes = None  # (hot, cold - hot, graph-order cold share) once a kernel has hot lane times
-        for ks in graph_shapes(graph):
-            for r, kind in enumerate(self.kinds):
-                sec, how = self.shape_seconds(kind, ks.kernel, ks.shapes)
-                out[r, ks.tasks] = sec[ks.inverse]
-                if self._calibrated(kind) and self.calibration.has_hot(all_kernels()[ks.kernel].name):
-                    hot, _ = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")
-                    c = self.cache_bytes(kind)
-                    if c not in fraction:
-                        fraction[c] = cold_fraction(graph, c)
-                    if lanes is None:
-                        lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
-                    cold = out[r, ks.tasks]
-                    lanes[0][r, ks.tasks] = hot[ks.inverse]
-                    lanes[1][r, ks.tasks] = cold - hot[ks.inverse]
-                    lanes[2][r, ks.tasks] = fraction[c][ks.tasks]
-                    out[r, ks.tasks] = interpolate(hot[ks.inverse], cold, fraction[c][ks.tasks])
-                counts = np.bincount(how[ks.inverse], minlength=4)
-                for j in range(4):
-                    self.provenance[names[j]] += int(counts[j])
-                self.provenance["fitted"] += int(counts[1] + counts[3])
+        shapes = graph_shapes(graph)
+        hot_kernels = {ks.kernel for ks in shapes if self.calibration is not None
+                       and self.calibration.has_hot(all_kernels()[ks.kernel].name)}
+        # per kind, every kernel's figures scattered to its tasks first, then each figure over all tasks at
+        # once (elementwise: the same numbers as kernel by kernel, without the per-kernel array calls)
+        for r, kind in enumerate(self.kinds):
+            cold, how = out[r], np.empty(n, dtype=np.int64)
+            hot, is_hot = None, None
+            for ks in shapes:
+                sec, h = self.shape_seconds(kind, ks.kernel, ks.shapes)
+                cold[ks.tasks] = sec[ks.inverse]
+                how[ks.tasks] = h[ks.inverse]
+                if ks.kernel in hot_kernels and self._calibrated(kind):
+                    if hot is None:
+                        hot, is_hot = np.empty(n), np.zeros(n, dtype=bool)
+                    hot[ks.tasks] = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")[0][ks.inverse]
+                    is_hot[ks.tasks] = True
+            counts += np.bincount(how, minlength=4)[:4]
+            if hot is not None:
+                c = self.cache_bytes(kind)
+                if c not in fraction:
+                    fraction[c] = cold_fraction(graph, c)
+                if lanes is None:
+                    lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
+                h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
+                lanes[0][r, is_hot] = h
+                lanes[1][r, is_hot] = k - h
+                lanes[2][r, is_hot] = f
+                out[r, is_hot] = interpolate(h, k, f)
+        self.provenance = {**dict.fromkeys(SOURCES, 0), **{names[j]: int(counts[j]) for j in range(4)},
+                           "fitted": int(counts[1] + counts[3])}
         if lanes is not None:  # a simulation computes the cold share per worker from them (task_lanes)
             from tilecast.perfmodel.task_lanes import TaskLanes, attach
 

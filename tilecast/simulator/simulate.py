@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a trace is made (0.4 s): predictions need none
+    import pandas as pd
 
 from tilecast.kernels import all_kernels
 from tilecast.graph.analysis import longest_path_end
