@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.test_rank_simulator import cpu_machine
-from tests.test_rank_threads import fan_in_graph
+from tests.test_rank_threads import driven_fan_in, fan_in_graph
 from tilecast.errors import FieldError
 from tilecast.graph.owner_computes import plan
 from tilecast.perfmodel.network import Network
@@ -86,20 +86,13 @@ def test_the_progress_thread_handles_each_message_between_tasks():
     # every x_i arrives at c; rank 1's progress thread runs its worker, so it receives one message per gap
     # between tasks and spends m on it before the next task: the step is c + k (m + overhead + d)
     k, c, m_cpu, d = 8, 1e-3, 0.2e-3, 1e-4
-    g, dist = fan_in_graph(k)
-    m = cpu_machine(1)
-    net = Network(latency_s=0.0, bandwidth_Bps=1e15, message_s=c)
-    sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, slice_s=1e-3)
-    durs = np.full((1, k), d)
-    without = simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sh, nic="node")
-    with_cpu = simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sh, nic="node",
-                              message_cpu_s=m_cpu)
-    assert without.makespan == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)
-    assert with_cpu.makespan == pytest.approx(c + k * (m_cpu + m.task_overhead + d), rel=1e-6)
+    sim, m = driven_fan_in(k, c, d)
+    without = sim()
+    assert without == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)
+    assert sim(message_cpu_s=m_cpu) == pytest.approx(c + k * (m_cpu + m.task_overhead + d), rel=1e-6)
     # a progress thread of its own (not running the worker): its time is not taken from the worker here
     own = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=False)
-    assert simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=own, nic="node",
-                          message_cpu_s=m_cpu).makespan == pytest.approx(without.makespan, rel=1e-6)
+    assert sim(own, message_cpu_s=m_cpu) == pytest.approx(without, rel=1e-6)
 
 
 def test_a_quiet_machine_ends_the_step_at_once():

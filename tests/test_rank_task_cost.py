@@ -4,8 +4,7 @@ trace (tilecast.loop.ranks_task_cost) and charged by the rank simulator (ranks_t
 import numpy as np
 import pytest
 
-from tests.test_rank_simulator import cpu_machine
-from tests.test_rank_threads import fan_in_graph
+from tests.test_rank_threads import driven_fan_in
 from tilecast.errors import FieldError
 from tilecast.graph import GraphBuilder, Tiling
 from tilecast.graph.distribution import Distribution
@@ -13,7 +12,6 @@ from tilecast.graph.owner_computes import plan
 from tilecast.loop.ranks_forecast import message_cpu_of
 from tilecast.loop.ranks_task_cost import WAIT_S, fit_task_costs, received, sent_after
 from tilecast.perfmodel.network import Network
-from tilecast.simulator.ranks import simulate_ranks
 from tilecast.simulator.ranks_threads import CoreSharing
 
 
@@ -76,17 +74,9 @@ def test_the_round_is_charged_before_each_task_of_the_driven_worker():
     # every x_i arrives at c; rank 1's worker then runs its k tasks, each after the per-task cost and the round:
     # the step is c + k (p + overhead + d); a progress thread of its own takes no round from the worker
     k, c, p_s, d = 8, 1e-3, 0.3e-3, 1e-4
-    g, dist = fan_in_graph(k)
-    m = cpu_machine(1)
-    net = Network(latency_s=0.0, bandwidth_Bps=1e15, message_s=c)
-    drives = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, slice_s=1e-3)
-    durs = np.full((1, k), d)
-
-    def sim(sharing, **kw):
-        return simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sharing, nic="node", **kw).makespan
-
-    assert sim(drives) == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)
-    assert sim(drives, progress_task_s=p_s) == pytest.approx(c + k * (p_s + m.task_overhead + d), rel=1e-6)
+    sim, m = driven_fan_in(k, c, d)
+    assert sim() == pytest.approx(c + k * (m.task_overhead + d), rel=1e-6)
+    assert sim(progress_task_s=p_s) == pytest.approx(c + k * (p_s + m.task_overhead + d), rel=1e-6)
     own = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=False)
     assert sim(own, progress_task_s=p_s) == pytest.approx(sim(own), rel=1e-6)
 

@@ -130,6 +130,25 @@ def fan_in_graph(k: int, tile: int = 16):
     return g, Distribution("test", 2, owner)
 
 
+def driven_fan_in(k: int, message_s: float, d: float):
+    """A run of :func:`fan_in_graph` on one worker per rank whose progress thread runs the worker (2 cores), each
+    message ``message_s`` and no bandwidth cost, each task ``d`` seconds: ``simulate(**kw)``, the simulated
+    step's makespan, and the machine (for its task overhead). The step is ``message_s + k * (overhead + d)``
+    plus what ``kw`` charges the worker per task."""
+    g, dist = fan_in_graph(k)
+    m = cpu_machine(1)
+    net = Network(latency_s=0.0, bandwidth_Bps=1e15, message_s=message_s)
+    durs = np.full((1, k), d)
+
+    def simulate(sharing=None, **kw):
+        sharing = sharing or CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True,
+                                         slice_s=1e-3)
+        return simulate_ranks(g, dist, m, net, "lws", 1, durations=durs, sharing=sharing, nic="node",
+                              **kw).makespan
+
+    return simulate, m
+
+
 def test_messages_posted_together_pay_their_cost_once():
     # StarPU-MPI posts the k sends together and tests them together (_starpu_mpi_progress_thread_func):
     # every x_i arrives after one message cost c, then rank 1 runs its k tasks one after another. Held per
