@@ -122,3 +122,38 @@ def test_the_fit_recovers_the_cost_per_level_beside_eager(tmp_path, monkeypatch)
     eager = [1.2 * simulate(g, one, "eager").makespan for g in probes]
     walk = fit_push_walk(one, None, probes, measured, sched="prio", beside=("eager", eager))
     assert walk == pytest.approx(truth, rel=0.2)
+
+
+def test_the_pushing_worker_does_not_keep_the_other_workers_idle():
+    """Two workers: the worker that ends task 0 pushes 1, 2, 3 while the other is idle. The idle one is offered
+    the first task pushed (it is not the pushing worker, who pops once it has pushed all three), so two of
+    the three run at once, as without the charge. (Offering it to the pushing worker, the lowest-numbered
+    idle one, left the other idle for good: prio on two workers simulated as one.)"""
+    g = fan_out()
+    d = np.full((1, g.n_tasks), 1e-3)
+    prio = np.array([100, 10, 20, 5])
+    for walk in (0.0, WALK):
+        for name, (start, end, worker) in loops(g, cpu_machine(2).with_push_walk(walk), d, "prio", prio).items():
+            assert worker[1] != worker[2], (walk, name)
+            assert start[1] < end[2] and start[2] < end[1], (walk, name)  # they overlap
+            assert max(end) < 3.5e-3, (walk, name)  # three rounds of 1 ms, not four
+
+
+def test_a_small_charge_per_level_keeps_both_workers_busy():
+    """On a random graph, prio on two workers with a cost per tree level far below a task's duration gives
+    about the step without it (not the one-worker step it gave when the pusher held the others idle)."""
+    g = random_graph(np.random.default_rng(5), 600, 500, TILE)
+    two, one = cpu_machine(2), cpu_machine(1)
+    d = np.random.default_rng(6).integers(10, 50, size=(1, g.n_tasks)) * 1e-6
+    free = simulate(g, two, "prio", durations=d).makespan
+    alone = simulate(g, one, "prio", durations=d).makespan
+    assert free < 0.8 * alone  # the graph has work for two
+    for native_loop in ((False, True) if HAS_C else (False,)):
+        from tilecast.simulator.engine import Engine
+
+        Engine.native_loop = native_loop
+        try:
+            charged = simulate(g, two.with_push_walk(1e-10), "prio", durations=d).makespan
+        finally:
+            Engine.native_loop = True
+        assert charged < 1.05 * free, native_loop

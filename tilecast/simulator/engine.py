@@ -63,7 +63,8 @@ class Engine:
         inserting a task walks past (dmdas, dmdasd), a level of prio's tree on
         each push and pop (:meth:`walk`; :mod:`tilecast.simulator.queue_costs`). The worker that pushes pays it before
         its next task, and pops that task only once it has pushed every task its
-        ended one released (``pushing``), as a StarPU worker does.
+        ended one released (``pushing``), as a StarPU worker does; meanwhile a
+        shared queue's tasks go to the other idle workers (:meth:`wake_first_idle`).
     gap_before, release:
         per task, seconds charged before it starts beyond ``overhead``, and seconds
         its ending worker spends releasing it before its next task can start (None:
@@ -177,6 +178,18 @@ class Engine:
                 f"{self.n_tasks - self.n_done} of {self.n_tasks} tasks never ran "
                 f"(policy {self.policy.name!r} left them unscheduled or the dependencies have a cycle)")
         return self
+
+    def wake_first_idle(self) -> None:
+        """Offer work to the lowest-numbered idle worker other than the one pushing what its ended task
+        released (``pushing``: it pops once it has pushed them all), if any. Offering it to the pushing
+        worker instead would leave every other idle worker idle while a shared queue holds tasks."""
+        p = self.pushing
+        w = -1
+        for i in self.idle:
+            if i != p and (w < 0 or i < w):
+                w = i
+        if w >= 0:
+            self.wake(w)
 
     def wake(self, w: int) -> None:
         """Give worker ``w`` its next task if it is idle and the policy has one for it."""

@@ -51,6 +51,14 @@ class RankView:
     def wake(self, i: int) -> None:
         self.e.wake(self.gw[i])
 
+    def wake_first_idle(self) -> None:
+        """:meth:`Engine.wake_first_idle` among this rank's workers."""
+        idle, pushing = self.e.idle, self.e.pushing
+        for w in self.gw:
+            if w in idle and w != pushing:
+                self.e.wake(w)
+                return
+
     def decide(self, locked: int, scanned: int) -> None:
         self.e.decide(locked, scanned)
 

@@ -536,9 +536,9 @@ static void wake(tcsim_t *s, priv_t *p, int w) {  /* Engine.wake */
     if (t >= 0) begin(s, p, w, t);
 }
 
-static inline int first_idle(const tcsim_t *s, const priv_t *p) {
+static inline int first_idle(const tcsim_t *s, const priv_t *p) {  /* Engine.wake_first_idle: not the pushing one */
     for (int w = 0; w < s->n_workers; w++)
-        if (!p->busy[w]) return w;
+        if (!p->busy[w] && w != p->pushing) return w;
     return -1;
 }
 

@@ -44,10 +44,8 @@ class Policy:
         """Called when ``task`` ended on ``worker``, before its successors are pushed."""
 
     def wake_idle(self) -> None:
-        """Offer work to the lowest-numbered idle worker, if any (deterministic)."""
-        idle = self.engine.idle
-        if idle:
-            self.engine.wake(min(idle))
+        """Offer work to the lowest-numbered idle worker, if any (deterministic; not the pushing one)."""
+        self.engine.wake_first_idle()
 
 
 def speed_weights(engine) -> np.ndarray:

@@ -41,9 +41,7 @@ class Eager(Policy):
             self.queue.appendleft(task)
         else:
             self.queue.append(task)
-        idle = self.engine.idle
-        if idle:
-            self.engine.wake(min(idle))
+        self.engine.wake_first_idle()
 
     def pop(self, worker: int) -> int:
         return self.queue.popleft() if self.queue else -1
@@ -68,9 +66,7 @@ class Prio(Policy):
             self.engine.walk(by, self.stages.add(task))
         self.pushed += 1
         heapq.heappush(self.heap, (self.neg[task], self.pushed, task))
-        idle = self.engine.idle
-        if idle:
-            self.engine.wake(min(idle))
+        self.engine.wake_first_idle()
 
     def pop(self, worker: int) -> int:
         if not self.heap:
