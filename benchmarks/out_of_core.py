@@ -149,7 +149,10 @@ def main() -> int:
               f"read {c['device_read_bytes'] / c['seconds'] / 1e9:.3f} GB/s, busy {100 * c['device_busy']:.0f}%; "
               f"processors {100 * c['cpu_user']:.0f}% user, {100 * c['cpu_system']:.0f}% system, "
               f"{100 * c['cpu_idle']:.0f}% idle, {100 * c['cpu_iowait']:.0f}% I/O wait; this process "
-              f"{c['process_user_s']:.1f} s user + {c['process_system_s']:.1f} s system; dirty at most "
+              f"{c['process_user_s']:.1f} s user + {c['process_system_s']:.1f} s system (the workers' own threads "
+              f"{c['workers_cpu_s']:.1f} s, its other threads {c['process_other_cpu_s']:.1f} s; outside it "
+              f"{c['outside_process_cpu_s']:.1f} s); page cache reclaimed {format_size(c['reclaimed_bytes'])}; "
+              f"dirty at most "
               f"{format_size(c['dirty_max_bytes'])}"
               + (f", past the background threshold {100 * dirty:.0f}% of the step" if dirty is not None else ""))
     step_s = float(np.median(steps))

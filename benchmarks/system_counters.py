@@ -10,6 +10,12 @@ StarPU's and the kernels' time on the workers; these counters say what the machi
   shared machine, others' too);
 - ``/proc/self/stat``: this process's user and system seconds (its workers, StarPU's threads, the ``pwrite`` and
   ``pread`` copies through the page cache; not the kernel's flusher threads);
+- ``/proc/self/task/*/stat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from the
+  rest. glibc's POSIX AIO helper threads, which run the unistd disk backend's ``pread``/``pwrite``, take the name
+  of the worker that created them but live about a second each: a worker's own thread is one of that name alive
+  at both ends of the step (docs/memory.md, "Whose threads take the processors");
+- ``/proc/vmstat``: pages the kernel reclaimed (``pgsteal_kswapd``, ``pgsteal_direct``), i.e. bytes the full page
+  cache gave up for the step's reads and writes;
 - ``/proc/meminfo`` sampled every ``interval`` seconds by a thread: the largest ``Dirty + Writeback`` and the
   share of samples at 90% of the background threshold or more (the flusher writing back; Linux holds a paced
   writer's dirty bytes near there: docs/memory.md, "``calibrate`` measures the write-back pace").
@@ -62,6 +68,40 @@ def _self_cpu() -> tuple[float, float]:
     return int(p[11]) / tick, int(p[12]) / tick
 
 
+def _worker_threads() -> dict[int, float]:
+    """{thread id: user + system seconds} of this process's threads named as StarPU's CPU workers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        if name.startswith("CPU "):
+            p = text.rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(p[11]) + int(p[12])) / tick
+    return out
+
+
+def _reclaimed_pages() -> int:
+    out = 0
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                k, v = line.split()
+                if k in ("pgsteal_kswapd", "pgsteal_direct"):
+                    out += int(v)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def _dirty() -> int:
     out = 0
     with open("/proc/meminfo") as f:
@@ -83,7 +123,7 @@ class StepCounters:
         self._stop = threading.Event()
 
     def _snapshot(self):
-        return time.perf_counter(), _disk(self.device), _cpu(), _self_cpu()
+        return time.perf_counter(), _disk(self.device), _cpu(), _self_cpu(), _worker_threads(), _reclaimed_pages()
 
     def _sample(self):
         while not self._stop.wait(self.interval):
@@ -104,10 +144,15 @@ class StepCounters:
     def steps(self) -> list[dict]:
         """One dict per interval between marks (the first: from :meth:`start`)."""
         out = []
-        for (t0, d0, c0, s0), (t1, d1, c1, s1) in zip(self.marks, self.marks[1:]):
+        tick = os.sysconf("SC_CLK_TCK")
+        page = os.sysconf("SC_PAGE_SIZE")
+        for (t0, d0, c0, s0, w0, r0), (t1, d1, c1, s1, w1, r1) in zip(self.marks, self.marks[1:]):
             dt = t1 - t0
             cpu = [b - a for a, b in zip(c0, c1)]
             total = sum(cpu[:8]) or 1
+            busy_s = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all processors, all processes
+            process_s = (s1[0] - s0[0]) + (s1[1] - s0[1])
+            workers_s = sum(w1[t] - w0[t] for t in w1 if t in w0)
             dirty = [d for t, d in self.samples if t0 <= t <= t1]
             out.append({
                 "seconds": dt, "device": self.device,
@@ -116,6 +161,11 @@ class StepCounters:
                 "cpu_user": (cpu[0] + cpu[1]) / total, "cpu_system": (cpu[2] + cpu[5] + cpu[6]) / total,
                 "cpu_idle": cpu[3] / total, "cpu_iowait": cpu[4] / total,
                 "process_user_s": s1[0] - s0[0], "process_system_s": s1[1] - s0[1],
+                # the workers' own threads; the process's other threads (AIO helpers, StarPU's, Python's); the
+                # processors' busy time outside the process (kswapd, the flusher, other processes)
+                "workers_cpu_s": workers_s, "process_other_cpu_s": process_s - workers_s,
+                "outside_process_cpu_s": busy_s - process_s,
+                "reclaimed_bytes": (r1 - r0) * page,
                 "dirty_max_bytes": max(dirty, default=0),
                 "dirty_over_background_share": (sum(d >= 0.9 * self.background for d in dirty) / len(dirty)
                                                 if dirty and self.background > 0 else None)})

@@ -55,6 +55,8 @@ def test_the_pool_is_refused_where_the_directory_lacks_the_space(tmp_path):
         pool_for(str(tmp_path), huge, cap=1 << 60)
     small = PageCache(8 * GiB, 64 << 20, 32 << 20)
     assert pool_for(str(tmp_path), small) % TILE == 0 and pool_for(str(tmp_path), small, cap=4 * TILE) == 4 * TILE
+    # twice the hard threshold and a GiB: the dirty bytes pass the free-run ceiling with the flusher at full speed
+    assert pool_for(str(tmp_path), small) == (2 * (64 << 20) + GiB) // TILE * TILE
 
 
 def test_a_short_real_stream_gives_a_rate_and_leaves_no_file(tmp_path):

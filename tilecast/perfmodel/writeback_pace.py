@@ -12,7 +12,7 @@ Linux paces a writer so that those dirty bytes stay at a set point between ``dir
 ``dirty_ratio`` of the dirtyable memory: they rise at the cache's speed, then hold still. The paced rate is what
 the flusher wrote back once they hold (from 90% of their level over the stream's second half, after a second to
 settle): the slope against time of the bytes written less the dirty bytes. The thresholds are read as
-:func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool: the hard threshold and 1 GiB); the
+:func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool: twice the hard threshold and 1 GiB); the
 kernel's dirtyable memory (free and file pages) is less than ``MemAvailable``, so the level sits lower than they
 say (0.96 of the background threshold on the AMD EPYC guest). A level under half the background threshold, dirty
 bytes that do not hold, or a pool or a time too small to get there give no pace (:attr:`WritebackPace.paced`
@@ -43,7 +43,11 @@ SAMPLE_S = 0.1
 SETTLE_S = 1.0
 #: the fewest seconds of paced stream a pace is fitted on
 MIN_PACED_S = 2.0
-#: the pool beyond the hard threshold, and its cap
+#: the pool: this many times the hard threshold, and a margin beyond, and its cap. Once, the hard threshold and 1
+#: GiB (5.6 GiB) was too little: with the whole page cache free the flusher kept the dirty bytes at 3.6 GiB, under
+#: balance_dirty_pages' free-run ceiling (halfway between the thresholds, 3.7 GiB), and the stream ran out in 1.5 s
+#: unpaced (docs/memory.md, "The write-back pace's stream, too short once")
+POOL_THRESHOLDS = 2
 POOL_MARGIN_BYTES = 1 << 30
 POOL_CAP_BYTES = 16 << 30
 
@@ -217,11 +221,12 @@ class NoRoom(RuntimeError):
 
 
 def pool_for(directory: str, thresholds, cap: int | None = None) -> int:
-    """Bytes of the pool a stream in ``directory`` rewrites: the hard threshold and :data:`POOL_MARGIN_BYTES`
-    beyond it (at most ``cap``, default :data:`POOL_CAP_BYTES`), a whole number of tiles; :class:`NoRoom` where
-    that is over half of the directory's free space."""
+    """Bytes of the pool a stream in ``directory`` rewrites: :data:`POOL_THRESHOLDS` times the hard threshold and
+    :data:`POOL_MARGIN_BYTES` beyond (at most ``cap``, default :data:`POOL_CAP_BYTES`), a whole number of tiles,
+    so that the dirty bytes pass the free-run ceiling even while the flusher writes back at the device's speed,
+    and seconds of paced stream follow; :class:`NoRoom` where that is over half of the directory's free space."""
     cap = POOL_CAP_BYTES if cap is None else cap
-    want = min(int(thresholds.dirty_bytes) + POOL_MARGIN_BYTES, cap) // TILE * TILE
+    want = min(POOL_THRESHOLDS * int(thresholds.dirty_bytes) + POOL_MARGIN_BYTES, cap) // TILE * TILE
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
     if want > free // 2:
