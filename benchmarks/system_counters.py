@@ -6,8 +6,8 @@ StarPU's and the kernels' time on the workers; these counters say what the machi
 
 - ``/proc/diskstats`` for the device holding the offload directory: bytes written and read, and the fraction of
   the step it had a request in flight (``io_ticks``): a step bound by the device has it near 1;
-- ``/proc/stat``: the machine's processor time split into user, system, idle and I/O wait (all processes: on a
-  shared machine, others' too);
+- ``/proc/stat``: the machine's processor time split into user, system, idle, I/O wait and, in a virtual
+  machine, steal (time the hypervisor ran other guests instead; all processes: on a shared machine, others' too);
 - ``/proc/self/stat``: this process's user and system seconds (its workers, StarPU's threads, the ``pwrite`` and
   ``pread`` copies through the page cache; not the kernel's flusher threads);
 - ``/proc/self/task/*/stat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from the
@@ -150,7 +150,8 @@ class StepCounters:
             dt = t1 - t0
             cpu = [b - a for a, b in zip(c0, c1)]
             total = sum(cpu[:8]) or 1
-            busy_s = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all processors, all processes
+            # all processors, all processes; not the time the hypervisor gave to other guests (steal)
+            busy_s = (sum(cpu[:8]) - cpu[3] - cpu[4] - cpu[7]) / tick
             process_s = (s1[0] - s0[0]) + (s1[1] - s0[1])
             workers_s = sum(w1[t] - w0[t] for t in w1 if t in w0)
             dirty = [d for t, d in self.samples if t0 <= t <= t1]
@@ -159,7 +160,7 @@ class StepCounters:
                 "device_written_bytes": d1[1] - d0[1], "device_read_bytes": d1[0] - d0[0],
                 "device_busy": (d1[2] - d0[2]) / 1e3 / dt if dt > 0 else 0.0,
                 "cpu_user": (cpu[0] + cpu[1]) / total, "cpu_system": (cpu[2] + cpu[5] + cpu[6]) / total,
-                "cpu_idle": cpu[3] / total, "cpu_iowait": cpu[4] / total,
+                "cpu_idle": cpu[3] / total, "cpu_iowait": cpu[4] / total, "cpu_steal": cpu[7] / total,
                 "process_user_s": s1[0] - s0[0], "process_system_s": s1[1] - s0[1],
                 # the workers' own threads; the process's other threads (AIO helpers, StarPU's, Python's); the
                 # processors' busy time outside the process (kswapd, the flusher, other processes)

@@ -75,7 +75,7 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     # what the machine did during the timed step: one entry, spanning the step, shares of the processors' time
     (system,) = res["system_per_step"]
     assert system["seconds"] >= res["step_times_s"][0] * 0.999
-    shares = [system[k] for k in ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait")]
+    shares = [system[k] for k in ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_steal")]
     assert all(0 <= x <= 1 for x in shares) and sum(shares) <= 1 + 1e-9
     assert system["process_user_s"] + system["process_system_s"] > 0 and system["dirty_max_bytes"] >= 0
     assert system["device_written_bytes"] >= 0 and 0 <= system["device_busy"]

@@ -37,6 +37,20 @@ def test_the_paced_rate_is_what_the_flusher_wrote_once_the_dirty_bytes_hold():
     assert 0.9 < reached < 1.3  # the free-running part (2.1 GiB at 2 GB/s) is left out
 
 
+def test_a_stream_whose_dirty_bytes_overshoot_is_fitted_once_they_fell_back_to_their_level():
+    # as measured with the page cache free: up to 3.5 GiB at the cache's speed, back to 2.1 GiB within a second
+    # (the flusher catching up), then held there at the pace
+    base = stream(seconds=12.0)
+    shaped = []
+    for t, b, d in base:
+        if 1.0 <= t < 2.0:
+            d = int(2.1 * GiB + 1.4 * GiB * (2.0 - t))  # 3.5 GiB falling to 2.1 GiB
+        shaped.append((t, b, d))
+    rate, reached, why = paced_rate(shaped, BG)
+    assert why == "" and reached >= 1.9, (rate, reached, why)  # fitted from the fall back, not the first rise
+    assert rate == pytest.approx(0.3e9, rel=0.05)
+
+
 def test_no_pace_under_the_background_threshold_or_without_a_hold():
     rate, reached, why = paced_rate(stream(level=0.5 * GiB), BG)  # the flusher never had to keep up
     assert rate == 0 and reached is None and "under 50% of the background threshold" in why

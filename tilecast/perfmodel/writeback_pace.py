@@ -143,6 +143,10 @@ def stats(rec, since: float | None = None) -> dict:
 LEVEL_SHARE = 0.5
 #: while paced, the dirty bytes move by at most this share of the bytes written
 HOLD_SHARE = 0.25
+#: dirty bytes past this multiple of their level overshot it: with the page cache free they rose at the cache's
+#: speed to 3.3-3.7 GiB, then fell back to a level of 2.1-2.2 GiB, where the writer was paced (docs/memory.md,
+#: "The write-back pace's stream, too short once")
+OVERSHOOT = 1.1
 
 
 def paced_rate(samples, background_bytes: float, settle_s: float = SETTLE_S,
@@ -151,7 +155,8 @@ def paced_rate(samples, background_bytes: float, settle_s: float = SETTLE_S,
     time order; dirty: ``Dirty`` + ``Writeback``, what ``balance_dirty_pages`` holds at its set point): the
     least-squares slope against time of the bytes written less the dirty bytes (what the flusher wrote back) from
     ``settle_s`` after the dirty bytes first reached 90%
-    of their level (their median over the stream's second half), and that moment. No pace (0) where the level is
+    of their level (their median over the stream's second half), or, where they first ran past
+    :data:`OVERSHOOT` times it, after they fell back under that, and that moment. No pace (0) where the level is
     under :data:`LEVEL_SHARE` of ``background_bytes`` (the flusher never had to keep up; moment None), where
     less than ``min_span_s`` of stream followed, or where the dirty bytes did not hold (they moved by more than
     :data:`HOLD_SHARE` of the bytes written: the stream was not paced); ``why not`` says which."""
@@ -165,6 +170,10 @@ def paced_rate(samples, background_bytes: float, settle_s: float = SETTLE_S,
         return 0.0, None, (f"the dirty bytes stayed at {level / 2**30:.2f} GiB, under {LEVEL_SHARE:.0%} of the "
                            f"background threshold {background_bytes / 2**30:.2f} GiB")
     reached = next(t for t, _, dirty in samples if dirty >= 0.9 * level)
+    peak = max(range(len(samples)), key=lambda i: samples[i][2])
+    if samples[peak][2] > OVERSHOOT * level:  # they ran past the level first, then fell back to it: paced from there
+        back = next((t for t, _, dirty in samples[peak:] if dirty <= OVERSHOOT * level), None)
+        reached = reached if back is None else back  # (never back: they kept rising, which the hold test refuses)
     kept = [(t, b, d) for t, b, d in samples if t >= reached + settle_s]
     if len(kept) < 3 or kept[-1][0] - kept[0][0] < min_span_s:
         return 0.0, reached, (f"the stream ended {samples[-1][0] - reached:.1f} s after the dirty bytes reached "
