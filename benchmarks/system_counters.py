@@ -10,8 +10,8 @@ StarPU's and the kernels' time on the workers; these counters say what the machi
   machine, steal (time the hypervisor ran other guests instead; all processes: on a shared machine, others' too);
 - ``/proc/self/stat``: this process's user and system seconds (its workers, StarPU's threads, the ``pwrite`` and
   ``pread`` copies through the page cache; not the kernel's flusher threads);
-- ``/proc/self/task/*/stat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from the
-  rest. glibc's POSIX AIO helper threads, which run the unistd disk backend's ``pread``/``pwrite``, take the name
+- ``/proc/self/task/*/schedstat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from
+  the rest, their time on a core and their time runnable but waiting for one. glibc's POSIX AIO helper threads, which run the unistd disk backend's ``pread``/``pwrite``, take the name
   of the worker that created them but live about a second each: a worker's own thread is one of that name alive
   at both ends of the step (docs/memory.md, "Whose threads take the processors");
 - ``/proc/vmstat``: pages the kernel reclaimed (``pgsteal_kswapd``, ``pgsteal_direct``), i.e. bytes the full page
@@ -30,6 +30,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+
+from tilecast.executor.mpi_threads import thread_times
 
 
 def device_of(path: str) -> str | None:
@@ -68,25 +70,10 @@ def _self_cpu() -> tuple[float, float]:
     return int(p[11]) / tick, int(p[12]) / tick
 
 
-def _worker_threads() -> dict[int, float]:
-    """{thread id: user + system seconds} of this process's threads named as StarPU's CPU workers."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                text = f.read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        if name.startswith("CPU "):
-            p = text.rsplit(")", 1)[1].split()
-            out[int(tid)] = (int(p[11]) + int(p[12])) / tick
-    return out
+def _worker_threads() -> dict[int, tuple[float, float]]:
+    """{thread id: (seconds on a core, seconds runnable but waiting for one)} of this process's threads named as
+    StarPU's CPU workers (:func:`tilecast.executor.mpi_threads.thread_times`: the scheduler's own counts)."""
+    return {tid: (run, wait) for tid, (name, run, wait) in thread_times().items() if name.startswith("CPU ")}
 
 
 def _reclaimed_pages() -> int:
@@ -153,7 +140,8 @@ class StepCounters:
             # all processors, all processes; not the time the hypervisor gave to other guests (steal)
             busy_s = (sum(cpu[:8]) - cpu[3] - cpu[4] - cpu[7]) / tick
             process_s = (s1[0] - s0[0]) + (s1[1] - s0[1])
-            workers_s = sum(w1[t] - w0[t] for t in w1 if t in w0)
+            workers_s = sum(w1[t][0] - w0[t][0] for t in w1 if t in w0)
+            workers_waiting_s = sum(w1[t][1] - w0[t][1] for t in w1 if t in w0)
             dirty = [d for t, d in self.samples if t0 <= t <= t1]
             out.append({
                 "seconds": dt, "device": self.device,
@@ -165,6 +153,7 @@ class StepCounters:
                 # the workers' own threads; the process's other threads (AIO helpers, StarPU's, Python's); the
                 # processors' busy time outside the process (kswapd, the flusher, other processes)
                 "workers_cpu_s": workers_s, "process_other_cpu_s": process_s - workers_s,
+                "workers_waiting_for_a_core_s": workers_waiting_s,
                 "outside_process_cpu_s": busy_s - process_s,
                 "reclaimed_bytes": (r1 - r0) * page,
                 "dirty_max_bytes": max(dirty, default=0),

@@ -82,7 +82,7 @@ def test_out_of_core_peak_rss_within_the_limit_plus_the_overhead_formula(tmp_pat
     assert res["process_cpu_s_per_step"] == system["process_user_s"] + system["process_system_s"]
     # the StarPU workers' own threads apart from the process's others (clock ticks of 10 ms: a tick's slack)
     process_s = system["process_user_s"] + system["process_system_s"]
-    assert 0 < system["workers_cpu_s"] <= process_s + 0.02
+    assert 0 < system["workers_cpu_s"] <= process_s + 0.02 and system["workers_waiting_for_a_core_s"] >= 0
     assert system["process_other_cpu_s"] == pytest.approx(process_s - system["workers_cpu_s"])
     assert system["outside_process_cpu_s"] >= -0.05 and system["reclaimed_bytes"] >= 0
 

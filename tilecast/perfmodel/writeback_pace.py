@@ -10,14 +10,14 @@ place), then rewritten with buffered writes, each tile once, in shuffled order, 
 
 Linux paces a writer so that those dirty bytes stay at a set point between ``dirty_background_ratio`` and
 ``dirty_ratio`` of the dirtyable memory: they rise at the cache's speed, then hold still. The paced rate is what
-the flusher wrote back once they hold (from 90% of their level over the stream's second half, after a second to
-settle): the slope against time of the bytes written less the dirty bytes. The thresholds are read as
-:func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool: twice the hard threshold and 1 GiB); the
-kernel's dirtyable memory (free and file pages) is less than ``MemAvailable``, so the level sits lower than they
-say (0.96 of the background threshold on the AMD EPYC guest). A level under half the background threshold, dirty
-bytes that do not hold, or a pool or a time too small to get there give no pace (:attr:`WritebackPace.paced`
-false): where none is stored, the forecast then takes the device's ``O_DIRECT`` write bandwidth
-(``DiskNode.flusher_bandwidth``).
+the flusher wrote back once they hold (from 90% of their level over the stream's second half, or from where they
+fell back to it after overshooting, after a second to settle): the slope against time of the bytes written less the
+dirty bytes. The thresholds are read as :func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool:
+twice the hard threshold and 1 GiB); the kernel's dirtyable memory (free and file pages) is less than
+``MemAvailable``, so the level sits lower than they say (0.96 of the background threshold on the AMD EPYC guest). A
+level under half the background threshold, dirty bytes that do not hold, or a pool or a time too small to get there
+give no pace (:attr:`WritebackPace.paced` false): where none is stored, the forecast then takes the device's
+``O_DIRECT`` write bandwidth (``DiskNode.flusher_bandwidth``).
 
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
 ``tilecast calibrate --offload-dir`` and ``benchmarks/disk_contention.py``.
