@@ -11,9 +11,10 @@ StarPU's and the kernels' time on the workers; these counters say what the machi
 - ``/proc/self/stat``: this process's user and system seconds (its workers, StarPU's threads, the ``pwrite`` and
   ``pread`` copies through the page cache; not the kernel's flusher threads);
 - ``/proc/self/task/*/schedstat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from
-  the rest, their time on a core and their time runnable but waiting for one. glibc's POSIX AIO helper threads, which run the unistd disk backend's ``pread``/``pwrite``, take the name
-  of the worker that created them but live about a second each: a worker's own thread is one of that name alive
-  at both ends of the step (docs/memory.md, "Whose threads take the processors");
+  the rest, their time on a core and their time runnable but waiting for one. glibc's POSIX AIO helper threads,
+  which run the unistd disk backend's ``pread``/``pwrite``, take the name of the worker that created them but
+  live about a second each: a worker's own thread is one of that name alive at both ends of the step
+  (docs/memory.md, "Whose threads take the processors");
 - ``/proc/vmstat``: pages the kernel reclaimed (``pgsteal_kswapd``, ``pgsteal_direct``), i.e. bytes the full page
   cache gave up for the step's reads and writes;
 - ``/proc/meminfo`` sampled every ``interval`` seconds by a thread: the largest ``Dirty + Writeback`` and the
