@@ -128,3 +128,25 @@ def test_what_runs_wait_beyond_their_simulation_is_read_per_task():
     n = len(start_delays(g, late))
     assert delay_excess(g, [sim], sim) == pytest.approx(0.0, abs=1e-15)
     assert delay_excess(g, [sim, late, late], sim) == pytest.approx(added / n, rel=1e-9)
+
+
+def test_a_fit_whose_constant_would_go_below_zero_shrinks_its_other_costs_to_the_mean_delay():
+    """Two small traces with the costs ``c`` and one four times larger with 4 ``c``: the pooled fit's costs per
+    buffer and successor are the large trace's, above what the median trace waits, so the constant alone
+    cannot bring the model to the median trace's mean delay without going below 0; it is 0 and the other
+    costs shrink, keeping their proportions, until the model gives that mean."""
+    from tilecast.loop.runtime_overhead import fit_gap_model, mean_excess
+
+    rng = np.random.default_rng(6)
+    costs = np.array([0.5e-6, 2e-6, 0.5e-6, 1.5e-6, 2.5e-6, 0.0])
+    samples = []
+    for n, k in ((150, 1.0), (150, 1.0), (1200, 4.0)):
+        g = random_graph(rng, n, 20)
+        m = cpu_machine(n_workers=1, overhead_us=costs[0] * k * 1e6).with_gap_costs(*(costs[1:] * k))
+        samples.append((g, simulate(g, m, "eager", durations=rng.uniform(1e-5, 1e-4, size=(1, n))).trace()))
+    typical = fit_gap_model(samples, mean=False)
+    assert typical[0] + mean_excess(samples, typical) < 0  # the constant alone would go below 0
+    fitted = fit_gap_model(samples)
+    assert fitted[0] == 0.0 and np.all(fitted[1:] < typical[1:] + 1e-15) and fitted[1:].sum() > 0
+    assert fitted[1:] / fitted[1:].sum() == pytest.approx(typical[1:] / typical[1:].sum(), rel=1e-9)
+    assert mean_excess(samples, fitted) == pytest.approx(0.0, abs=1e-12)

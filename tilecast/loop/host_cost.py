@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 12  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 13  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -39,6 +39,7 @@ FORMAT = 12  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 11: a scheduler's probe fit keeps the worker count's fixed and per-tile host costs (fit_beside), and dmdas's
 # cost per task walked past measured on a queue of known length (walk_step_s) bounds the fitted one;
 # 12: the cost between tasks' constant gives the probes' mean start delay, none trimmed (fit_gap_model's mean)
+# 13: where that constant would go below 0, it is 0 and the costs per buffer and successor shrink to that mean
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.

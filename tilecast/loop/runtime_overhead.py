@@ -145,8 +145,9 @@ def fit_gap_model(samples, trim: float = TRIM, terms=GAP_TERMS, mean: bool = Tru
     the long delays the model explains (a task releasing many successors) are kept. ``terms``: the terms
     fitted (the others are 0; ``benchmarks/gap_decomposition.py`` fits the model without the handoff).
 
-    ``mean`` (the default): the constant is then moved by :func:`mean_excess` (not below 0), so that the
-    model gives the traces' mean delay, the trimmed ones included but for a preempted worker's. A makespan adds every delay up, as it
+    ``mean`` (the default): the constant is then moved by :func:`mean_excess` (where that would take it below
+    0, it is 0 and the other costs shrink instead: :func:`_slopes_to_mean`), so that the model gives the traces'
+    mean delay, the trimmed ones included but for a preempted worker's. A makespan adds every delay up, as it
     adds every task's duration, which are learned as means (:mod:`tilecast.perfmodel.from_trace`); the
     trimmed fit alone gives the typical delay: on the traced steps of 2026-12-01 it gave 3-13% less
     than the mean of their delays shorter than 100 us (docs/accuracy.md). False: the fit as it was before."""
@@ -164,8 +165,24 @@ def fit_gap_model(samples, trim: float = TRIM, terms=GAP_TERMS, mean: bool = Tru
         c, _ = nnls(x[keep] / scale, d[keep])
     c = c / scale
     if mean:
-        c[0] = max(0.0, c[0] + mean_excess(samples, c))
+        c[0] += mean_excess(samples, c)
+        if c[0] < 0.0:
+            c = _slopes_to_mean(samples, c)
     return c
+
+
+def _slopes_to_mean(samples, c: np.ndarray) -> np.ndarray:
+    """``c`` with its constant at 0 and its other costs scaled down so that the model gives the traces' mean
+    delay (:func:`mean_excess` 0), where the constant alone would have had to go below 0 for that: the pooled
+    fit's costs per buffer and successor were set by longer delays than the median trace's (probes of different
+    shapes on two workers)."""
+    from scipy.optimize import brentq
+
+    slopes = np.concatenate([[0.0], c[1:]])
+    if mean_excess(samples, np.zeros_like(slopes)) <= 0.0:  # the traces wait less than nothing: no cost
+        return np.zeros_like(slopes)
+    s = brentq(lambda k: mean_excess(samples, slopes * k), 0.0, 1.0, xtol=1e-9)
+    return slopes * s
 
 
 def delay_excess(graph, traces, simulated) -> float:
