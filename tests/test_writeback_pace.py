@@ -4,6 +4,7 @@ taken by the forecast's flusher over the device's O_DIRECT rate."""
 
 import math
 import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -84,6 +85,28 @@ def test_a_short_real_stream_gives_a_rate_and_leaves_no_file(tmp_path):
     assert math.isfinite(pace.stream_bandwidth) and pace.stream_bandwidth > 0
     assert pace.written_bytes == 16 << 20 and not pace.paced and pace.bandwidth == 0 and pace.reason
     assert os.listdir(tmp_path) == []
+
+
+def test_a_stream_beside_busy_threads_keeps_them_computing_and_says_so(tmp_path):
+    """Two threads multiply matrices for the stream's whole length (each did products; none after the end),
+    the pace records them, its source names them, and the BLAS is left with the threads it had."""
+    from threadpoolctl import threadpool_info
+
+    from tilecast.perfmodel.writeback_pace import BusyCores
+
+    before = [p["num_threads"] for p in threadpool_info()]
+    with BusyCores(2) as busy:
+        time.sleep(0.3)
+    done = list(busy.products)
+    time.sleep(0.1)
+    assert len(done) == 2 and min(done) > 0 and busy.products == done
+    assert [p["num_threads"] for p in threadpool_info()] == before
+    try:
+        pace = measure_writeback(str(tmp_path), seconds=0.5, pool_bytes=8 << 20, busy=2)
+    except OSError as e:
+        pytest.skip(f"O_DIRECT refused in {tmp_path}: {e}")
+    assert pace.busy == 2 and pace.to_dict()["busy"] == 2 and os.listdir(tmp_path) == []
+    assert "beside 2 computing threads" in replace(pace, bandwidth=1e8, paced_from_s=1.0).source("a test")
 
 
 @pytest.mark.parametrize("phase", ["pool", "stream"])

@@ -78,11 +78,11 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     disk, path = measure_and_store(machine, offload_dir)
     if not fit:
         return disk, path, []
-    disk, path = _writeback_pace(machine, disk, offload_dir, progress)
     from tilecast.loop.kernel_calibration import starpu_workers
     from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
     workers = starpu_workers(machine)
+    disk, path = _writeback_pace(machine, disk, offload_dir, progress, busy=workers or 0)
     if not workers:
         print("tilecast calibrate: StarPU cannot run here: the disk node's StarPU costs are not fitted (the file "
               "system's figures alone are stored)", file=sys.stderr)
@@ -96,9 +96,10 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     return disk, save_disk(machine, disk), rows
 
 
-def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None):
+def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None, busy: int = 0):
     """(DiskNode, file): ``disk`` with the pace the flusher writes a stream of tiles back at past the dirty
-    threshold, measured in ``offload_dir`` (:mod:`tilecast.perfmodel.writeback_pace`), stored; where the stream
+    threshold, measured in ``offload_dir`` beside ``busy`` computing threads, as a step's workers compute beside
+    their write-backs (:mod:`tilecast.perfmodel.writeback_pace`), stored; where the stream
     cannot run or is not paced, the reason on standard error and ``disk`` as it was (its stored pace, else none:
     the forecast's flusher then writes at the device's O_DIRECT rate). ``cache``: the dirty thresholds
     (:func:`tilecast.perfmodel.page_cache.page_cache_for`, this machine's now, by default)."""
@@ -120,14 +121,15 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None)
         return disk, save_disk(machine, disk)
     if progress:
         print(f"disk node: write-back pace, {pool / 2**30:.1f} GiB of tiles written to the device, then rewritten "
-              f"through the page cache past the dirty threshold (at most {STREAM_S:.0f} s)", file=sys.stderr)
+              f"through the page cache past the dirty threshold (at most {STREAM_S:.0f} s, beside {busy} computing "
+              f"threads)", file=sys.stderr)
     with tqdm(total=2 * pool, unit="B", unit_scale=True, file=sys.stderr, leave=False, disable=not progress) as bar:
 
         def told(phase, done, total):
             bar.update(done + (total if phase == "stream" else 0) - bar.n)
 
         try:
-            pace = measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told)
+            pace = measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told, busy=busy)
         except OSError as e:
             print(f"tilecast calibrate: the write-back pace is not measured: {e.strerror or e} in {offload_dir}"
                   f"{kept}", file=sys.stderr)

@@ -19,6 +19,11 @@ level under half the background threshold, dirty bytes that do not hold, or a po
 give no pace (:attr:`WritebackPace.paced` false): where none is stored, the forecast then takes the device's
 ``O_DIRECT`` write bandwidth (``DiskNode.flusher_bandwidth``).
 
+A step does not write beside idle cores: its workers compute while the flusher and glibc's AIO helpers write
+the evicted tiles back. With ``busy`` threads multiplying matrices (one BLAS thread each, as a StarPU worker runs
+its kernels) during the stream, the pace is the one a step's write-backs get: on the AMD EPYC guest, beside two
+such threads, 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute apart (docs/memory.md).
+
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
 ``tilecast calibrate --offload-dir`` and ``benchmarks/disk_contention.py``.
 """
@@ -204,6 +209,7 @@ class WritebackPace:
     directory: str
     load_average: float
     reason: str = ""
+    busy: int = 0  # threads computing beside the stream (BusyCores)
     #: (seconds, bytes written, dirty and write-back bytes) sampled during the stream
     samples: tuple = field(default=(), repr=False)
 
@@ -219,8 +225,9 @@ class WritebackPace:
 
     def source(self, by: str) -> str:
         """The ``device_writeback_source`` of this pace, measured by ``by``."""
+        beside = f" beside {self.busy} computing thread{'s' if self.busy > 1 else ''}" if self.busy else ""
         return (f"measured: {by}, {self.written_bytes / 2**30:.1f} GiB of buffered 256 KiB tile rewrites in "
-                f"{self.seconds:.0f} s, paced from {self.paced_from_s:.1f} s (dirty and write-back bytes at most "
+                f"{self.seconds:.0f} s{beside}, paced from {self.paced_from_s:.1f} s (dirty and write-back bytes at most "
                 f"{self.dirty_max_bytes / 2**30:.2f} GiB, thresholds {self.background_bytes / 2**30:.2f} / "
                 f"{self.dirty_bytes / 2**30:.2f} GiB); load average {self.load_average:.1f}")
 
@@ -244,13 +251,56 @@ def pool_for(directory: str, thresholds, cap: int | None = None) -> int:
     return want
 
 
+#: the matrices the busy threads multiply (float32, n x n): an in-cache SGEMM of a few milliseconds
+BUSY_N = 256
+
+
+class BusyCores:
+    """``n`` threads multiplying matrices until the block ends, each with one BLAS thread (numpy releases the
+    GIL in the product): a StarPU worker's load beside the write stream. ``products``: how many each did."""
+
+    def __init__(self, n: int):
+        import threading
+
+        self.n = n
+        self.products = [0] * n
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
+
+    def _run(self, i: int) -> None:
+        import numpy as np
+
+        a = np.random.default_rng(i).random((BUSY_N, BUSY_N), dtype=np.float32)
+        while not self._stop.is_set():
+            a = a @ a
+            a *= 1.0 / max(float(abs(a[0, 0])), 1.0)  # kept finite
+            self.products[i] += 1
+
+    def __enter__(self):
+        from threadpoolctl import threadpool_limits
+
+        self._limits = threadpool_limits(1) if self.n else None
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+        return False
+
+
 def measure_writeback(directory: str, seconds: float = STREAM_S, pool_bytes: int | None = None, thresholds=None,
-                      progress=None) -> WritebackPace:
+                      progress=None, busy: int = 0) -> WritebackPace:
     """The write stream of the module's docstring in ``directory``: at most ``seconds`` of buffered writes of a
     pool of ``pool_bytes`` (default: :func:`pool_for`, which raises :class:`NoRoom`) made first with
     ``O_DIRECT``. ``thresholds``: a :class:`~tilecast.perfmodel.page_cache.PageCache` (default: this machine's
     now, for no process). ``progress``: called with (phase, bytes done, bytes in all), phase ``pool`` then
-    ``stream``. Raises OSError where the directory refuses the files (O_DIRECT on tmpfs)."""
+    ``stream``. ``busy``: threads kept computing during the stream (:class:`BusyCores`; 0: none). Raises OSError
+    where the directory refuses the files (O_DIRECT on tmpfs)."""
     from tilecast.perfmodel.page_cache import page_cache_for
 
     if not os.path.isdir(directory):
@@ -277,7 +327,8 @@ def measure_writeback(directory: str, seconds: float = STREAM_S, pool_bytes: int
             if progress is not None:
                 progress("stream", written, pool)
 
-        rec = write_tiles(path, n, False, 0.0, seconds, sample)
+        with BusyCores(busy):
+            rec = write_tiles(path, n, False, 0.0, seconds, sample)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # unlinking drops the dirty pages: no write-back owed
     rate, reached, why = paced_rate(samples, cache.background_bytes)
@@ -287,4 +338,4 @@ def measure_writeback(directory: str, seconds: float = STREAM_S, pool_bytes: int
     reason = f"{why} (pool {pool / 2**30:.2f} GiB, at most {seconds:.0f} s)" if why else ""
     return WritebackPace(rate, written / wall if wall > 0 else 0.0, reached, wall, written, pool,
                          cache.background_bytes, cache.dirty_bytes, dirty_max, os.path.abspath(directory),
-                         os.getloadavg()[0], reason, tuple(samples))
+                         os.getloadavg()[0], reason, busy, tuple(samples))
