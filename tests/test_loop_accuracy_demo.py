@@ -136,6 +136,10 @@ def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
     assert q["reference_probes"] >= sessions + 1 and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
     for r in rows:
         assert 0 <= r["sessions_disturbed"] <= len(r["real_rounds_s"]) and r["reference_ratio_max"] >= 1.0
+        # each session: its median step and the probes around it, as the counts above add them up
+        assert [s["median_s"] for s in r["sessions"]] == pytest.approx(r["real_round_medians_s"])
+        assert sum(s["disturbed"] for s in r["sessions"]) == r["sessions_disturbed"]
+        assert max(max(s["probe_before"], s["probe_after"]) for s in r["sessions"]) == r["reference_ratio_max"]
 
 
 def test_accuracy_bad_input(capsys):

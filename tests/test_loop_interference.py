@@ -187,3 +187,46 @@ def test_configurations_of_one_task_graph_are_learned_from_together():
     groups = learning_groups(cfgs, learned)
     # one group per graph, in the order first measured; a later scheduler's steps join, never replace
     assert groups == [("g0", ["t0a", "t0b", "t2a", "t2b"], 2), ("g1", ["t1a", "t1b"], 2)]
+
+
+def test_a_shared_budget_caps_each_wait_so_that_later_sessions_still_wait():
+    """A budget of 10 s over 10 sessions, shared at twice the even share: the first session waits at most 2 s
+    in a long slow spell, its retakes included (then runs, reported disturbed) and leaves 8 s; unshared, the
+    same session took it all."""
+    slow = [1.0] + [1.3] * 30 + [1.0] * 5
+    g, c = guard(slow, poll_s=0.5, max_wait_s=10.0)
+    g.check()
+    g.share_budget(10)
+    assert g.session_wait_s == pytest.approx(2.0)
+    _, info = g.measure(lambda: None)
+    assert g.verdict(info)["disturbed"] and info["retakes"] == 0  # no retake once its share is waited
+    assert c.slept == pytest.approx(2.0) and g.budget_left_s == pytest.approx(8.0)
+    g.share_budget(9)  # 8 s left for 9 sessions
+    assert g.session_wait_s == pytest.approx(2 * 8.0 / 9)
+    g.share_budget(1)
+    assert g.session_wait_s == pytest.approx(16.0)  # the last session may wait for all that is left, and more
+    whole, c2 = guard(slow, poll_s=0.5, max_wait_s=10.0)
+    whole.check()
+    whole.measure(lambda: None)
+    assert c2.slept == pytest.approx(10.0) and whole.budget_left_s == 0.0
+
+
+def test_measuring_sessions_shares_the_budget_over_the_sessions_left(monkeypatch):
+    """execute's session loop shares the budget before each session: the caps it set, in order, are twice the
+    budget left over the sessions left."""
+    ex = importlib.import_module("tilecast.loop.execute")
+
+    caps = []
+    g, _ = guard([1.0] * 40, max_wait_s=6.0)
+    real = g.share_budget
+    monkeypatch.setattr(g, "share_budget", lambda n: (real(n), caps.append((n, g.session_wait_s))))
+    monkeypatch.setattr(ex, "measure_round", lambda cfg, n, warmup: ([0.1] * n, [0.1] * n, None))
+
+    class P:
+        class config:
+            @staticmethod
+            def label():
+                return "a configuration"
+
+    ex._measure_sessions([P(), P()], [[3, 3], [3]], 1, g, progress=False)
+    assert [n for n, _ in caps] == [3, 2, 1] and [c for _, c in caps] == pytest.approx([4.0, 6.0, 12.0])

@@ -47,6 +47,11 @@ class Checked:
             out["sessions_disturbed"] = sum(s["disturbed"] for s in self.sessions)
             out["sessions_retaken"] = sum(s["retakes"] for s in self.sessions)
             out["reference_ratio_max"] = max(max(s["probe_before"], s["probe_after"]) for s in self.sessions)
+            # per session, in the order measured: its median step and the reference probes around it, as
+            # ratios to the run's fastest probe (what tells a slow spell of the machine from the configuration)
+            out["sessions"] = [{"median_s": m, "probe_before": s["probe_before"], "probe_after": s["probe_after"],
+                                "disturbed": bool(s["disturbed"]), "retakes": s["retakes"]}
+                               for m, s in zip(self.measurement.round_medians_s, self.sessions)]
         if self.after is not None:
             out["pred_step_s_recalibrated"] = self.after.step_s
             out["error_recalibrated"] = self.error_after
@@ -280,9 +285,11 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
     """Every session of every configuration, in :func:`session_order`; per configuration, its sessions'
     :func:`measure_round` results and (with a ``guard``) their reference probes.
 
-    With a guard, a last pass retakes the sessions that the run's fastest
-    reference shows disturbed though they looked quiet when measured (the
-    run began in a slow spell), while the guard has waiting budget left.
+    With a guard, each session's wait for quiet gets a share of the waiting
+    budget (:meth:`~tilecast.loop.interference.QuietGuard.share_budget`), and a
+    last pass retakes the sessions that the run's fastest reference shows
+    disturbed though they looked quiet when measured (the run began in a slow
+    spell), while the guard has waiting budget left.
     """
     order = session_order(plans)
     done = [[None] * len(p) for p in plans]
@@ -304,6 +311,8 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
         done[i][k], probes[i][k] = result, info
 
     for j, (i, k) in enumerate(order):
+        if guard is not None:
+            guard.share_budget(len(order) - j)
         run(i, k, f"{j + 1}/{len(order)}")
     if guard is not None:
         late = [(i, k) for i, k in order
@@ -311,6 +320,7 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
         for j, (i, k) in enumerate(late):
             if guard.budget_left_s <= 0:
                 break
+            guard.share_budget(len(late) - j)
             guard.retaken += 1
             run(i, k, f"again {j + 1}/{len(late)}")
     return done, probes

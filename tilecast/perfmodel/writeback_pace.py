@@ -21,8 +21,9 @@ give no pace (:attr:`WritebackPace.paced` false): where none is stored, the fore
 
 A step does not write beside idle cores: its workers compute while the flusher and glibc's AIO helpers write
 the evicted tiles back. With ``busy`` threads multiplying matrices (one BLAS thread each, as a StarPU worker runs
-its kernels) during the stream, the pace is the one a step's write-backs get: on the AMD EPYC guest, beside two
-such threads, 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute apart (docs/memory.md).
+its kernels) during the stream, the pace is nearer the one a step's write-backs get: on the AMD EPYC guest,
+beside two threads multiplying matrices, 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute apart
+(docs/memory.md, 2026-12-02).
 
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
 ``tilecast calibrate --offload-dir`` and ``benchmarks/disk_contention.py``.
