@@ -122,10 +122,10 @@ class QuietGuard:
 
     def share_budget(self, sessions_left: int, factor: float = SHARE_FACTOR) -> None:
         """Let the next sessions wait for quiet (their retakes included) at most ``factor`` times the waiting budget
-        left per session still to measure (and at least one poll): the budget then lasts the whole run. Spent on the first sessions, it
-        left every later one measured in whatever spell it met: in accuracy runs 13-15 (2026-12-01) the
-        240 s were gone within the first of eight blocks of sessions, whose sessions then ran 7-8% faster than
-        their configurations' medians (docs/accuracy.md)."""
+        left per session still to measure (and at least one poll): the budget then lasts the whole run. Spent on
+        the first sessions, it left every later one measured in whatever spell it met: in accuracy runs 13-15
+        (2026-12-01) the 240 s were gone within the first of eight blocks of sessions, whose sessions then ran
+        7-8% faster than their configurations' medians (docs/accuracy.md)."""
         self.session_wait_s = max(self.poll_s, factor * self.budget_left_s / max(sessions_left, 1))
 
     def measure(self, run):

@@ -181,8 +181,9 @@ def _slopes_to_mean(samples, c: np.ndarray) -> np.ndarray:
     slopes = np.concatenate([[0.0], c[1:]])
     if mean_excess(samples, np.zeros_like(slopes)) <= 0.0:  # the traces wait less than nothing: no cost
         return np.zeros_like(slopes)
-    s = brentq(lambda k: mean_excess(samples, slopes * k), 0.0, 1.0, xtol=1e-9)
-    return slopes * s
+    if mean_excess(samples, slopes) >= 0.0:  # the whole slopes already within the mean (a preempted delay let in)
+        return slopes
+    return slopes * brentq(lambda k: mean_excess(samples, slopes * k), 0.0, 1.0, xtol=1e-9)
 
 
 def delay_excess(graph, traces, simulated) -> float:
