@@ -88,8 +88,8 @@ def test_a_short_real_stream_gives_a_rate_and_leaves_no_file(tmp_path):
 
 
 def test_a_stream_beside_busy_threads_keeps_them_computing_and_says_so(tmp_path):
-    """Two threads multiply matrices for the stream's whole length (each did products; none after the end),
-    the pace records them, its source names them, and the BLAS is left with the threads it had."""
+    """Two threads multiply matrices while the block lasts (each did products; none after it ends) and leave the
+    BLAS with the threads it had; a stream beside them records them, and its source names them."""
     from threadpoolctl import threadpool_info
 
     from tilecast.perfmodel.writeback_pace import BusyCores
