@@ -82,7 +82,10 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
     workers = starpu_workers(machine)
-    disk, path = _writeback_pace(machine, disk, offload_dir, progress, busy=workers or 0)
+    # the pace alone: beside busy threads the stream's own writer is starved and paces itself, under what the
+    # flusher wrote in real steps (docs/memory.md); the computing time the traffic takes is measured apart
+    disk, path = _writeback_pace(machine, disk, offload_dir, progress)
+    disk, path = _io_cpu(machine, disk, offload_dir, progress)
     if not workers:
         print("tilecast calibrate: StarPU cannot run here: the disk node's StarPU costs are not fitted (the file "
               "system's figures alone are stored)", file=sys.stderr)
@@ -98,8 +101,8 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
 
 def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None, busy: int = 0):
     """(DiskNode, file): ``disk`` with the pace the flusher writes a stream of tiles back at past the dirty
-    threshold, measured in ``offload_dir`` beside ``busy`` computing threads, as a step's workers compute beside
-    their write-backs (:mod:`tilecast.perfmodel.writeback_pace`), stored; where the stream
+    threshold, measured in ``offload_dir`` beside ``busy`` computing threads (0: alone, as calibrate measures it;
+    :mod:`tilecast.perfmodel.writeback_pace`), stored; where the stream
     cannot run or is not paced, the reason on standard error and ``disk`` as it was (its stored pace, else none:
     the forecast's flusher then writes at the device's O_DIRECT rate). ``cache``: the dirty thresholds
     (:func:`tilecast.perfmodel.page_cache.page_cache_for`, this machine's now, by default)."""
@@ -139,6 +142,44 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None,
         return disk, save_disk(machine, disk)
     disk = replace(disk, device_writeback_bandwidth=pace.bandwidth,
                    device_writeback_source=pace.source("tilecast calibrate"))
+    return disk, save_disk(machine, disk)
+
+
+def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = None, nbytes: int | None = None):
+    """(DiskNode, file): ``disk`` with the computing time its traffic takes from ``busy`` threads that fill the
+    cores (default: this process's cores) per byte, measured in ``offload_dir`` with blocks of ``nbytes`` (default
+    :data:`~tilecast.perfmodel.io_cpu.BLOCK_BYTES`; :mod:`tilecast.perfmodel.io_cpu`), stored; where it cannot be
+    measured, the reason on standard error and ``disk`` as it was."""
+    import os
+    from dataclasses import replace
+
+    from tilecast.perfmodel.disk_node import save_disk
+    from tilecast.perfmodel.io_cpu import BLOCK_BYTES, measure_io_cpu
+
+    busy = busy or len(os.sched_getaffinity(0))
+    nbytes = nbytes or BLOCK_BYTES
+    kept = "; the stored figures are kept" if disk.io_cpu_busy else "; the forecast charges the workers none"
+    st = os.statvfs(offload_dir)
+    if 2 * nbytes > st.f_bavail * st.f_frsize // 2:
+        print(f"tilecast calibrate: the computing time of disk traffic is not measured: it needs "
+              f"{2 * nbytes / 2**30:.1f} GiB in {offload_dir}, which has {st.f_bavail * st.f_frsize / 2**30:.1f} "
+              f"GiB free (at most half is used){kept}", file=sys.stderr)
+        return disk, save_disk(machine, disk)
+
+    def told(block):
+        if progress:
+            print(f"disk node: computing time lost beside {busy} busy threads, {nbytes / 2**30:.1f} GiB of "
+                  f"tiles {dict(write='written and synced', read='read from the device', hit='read from the cache')[block]}",
+                  file=sys.stderr)
+
+    try:
+        io = measure_io_cpu(offload_dir, busy, nbytes, progress=told)
+    except OSError as e:
+        print(f"tilecast calibrate: the computing time of disk traffic is not measured: {e.strerror or e} in "
+              f"{offload_dir}{kept}", file=sys.stderr)
+        return disk, save_disk(machine, disk)
+    disk = replace(disk, io_cpu_write=io.write, io_cpu_read=io.read, io_cpu_hit=io.hit, io_cpu_busy=io.busy,
+                   io_cpu_source=io.source("tilecast calibrate"))
     return disk, save_disk(machine, disk)
 
 

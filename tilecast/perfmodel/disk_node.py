@@ -88,6 +88,15 @@ class DiskNode:
     #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
     device_writeback_bandwidth: float = 0.0
     device_writeback_source: str = ""
+    #: seconds of computing the disk traffic takes from workers that fill the cores, per byte written through the
+    #: page cache (``io_cpu_write``: the copy and the write-back), read from the device through it (``io_cpu_read``)
+    #: and read from it (``io_cpu_hit``), measured beside ``io_cpu_busy`` computing threads
+    #: (:mod:`tilecast.perfmodel.io_cpu`, run by ``tilecast calibrate --offload-dir``); 0 where not measured
+    io_cpu_write: float = 0.0
+    io_cpu_read: float = 0.0
+    io_cpu_hit: float = 0.0
+    io_cpu_busy: int = 0
+    io_cpu_source: str = ""
 
     @property
     def has_device(self) -> bool:
@@ -125,6 +134,10 @@ class DiskNode:
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
             if self.device_writeback_bandwidth:
                 line += f", write-back {self.device_writeback_bandwidth / 1e9:.3f} GB/s"
+        if self.io_cpu_busy:
+            line += (f"; computing lost beside {self.io_cpu_busy} busy threads {self.io_cpu_write * 2**30:.2f} s per GiB "
+                     f"written, {self.io_cpu_read * 2**30:.2f} read from the device, {self.io_cpu_hit * 2**30:.2f} read "
+                     f"from the cache")
         return line
 
 
@@ -301,8 +314,9 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
 def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
     """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
     and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
-    does not change it) and the write-back pace measured earlier (``tilecast calibrate --offload-dir``:
-    :mod:`tilecast.perfmodel.writeback_pace`) unless it was measured on another file system."""
+    does not change it), and the write-back pace and the computing time lost to disk traffic measured earlier
+    (``tilecast calibrate --offload-dir``: :mod:`tilecast.perfmodel.writeback_pace`,
+    :mod:`tilecast.perfmodel.io_cpu`) unless they were measured on another file system."""
     disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)
@@ -316,6 +330,9 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
             and not other_file_systems(old.directory, directory)):  # the pace is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
                        device_writeback_source=old.device_writeback_source)
+    if old is not None and old.io_cpu_busy and not other_file_systems(old.directory, directory):
+        disk = replace(disk, io_cpu_write=old.io_cpu_write, io_cpu_read=old.io_cpu_read, io_cpu_hit=old.io_cpu_hit,
+                       io_cpu_busy=old.io_cpu_busy, io_cpu_source=old.io_cpu_source)
     return disk, save_disk(machine, disk)
 
 

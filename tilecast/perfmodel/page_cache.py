@@ -128,6 +128,7 @@ class CachedDisk:
         self.throttled_s = 0.0  # seconds writers waited for write-back, summed over writers (they overlap)
         self.throttled = []  # (from, to) of each writer's wait for write-back
         self.written_back = 0.0  # bytes the flusher wrote to the device
+        self.last_hit = False  # whether the last read found its tile cached
 
     def next_step(self, after: float = 0.0) -> None:
         """A new step's clock, the last step having ended at ``after`` (s): the cache's contents and dirty bytes
@@ -189,6 +190,7 @@ class CachedDisk:
             self.lru.move_to_end(tile)
             self.hits += 1
             self.hit_bytes += nbytes
+            self.last_hit = True
             return self.r_lat + nbytes * self.r_inv
         took = self.dr_lat + nbytes * self.dr_inv
         if self.dirty > self.cache.background_bytes:  # the flusher's request ahead of it on the device
@@ -196,6 +198,7 @@ class CachedDisk:
             self.reads_behind_writeback += 1
         self.misses += 1
         self.miss_bytes += nbytes
+        self.last_hit = False
         self._enter(tile, nbytes)
         return took
 

@@ -19,11 +19,12 @@ level under half the background threshold, dirty bytes that do not hold, or a po
 give no pace (:attr:`WritebackPace.paced` false): where none is stored, the forecast then takes the device's
 ``O_DIRECT`` write bandwidth (``DiskNode.flusher_bandwidth``).
 
-A step does not write beside idle cores: its workers compute while the flusher and glibc's AIO helpers write
-the evicted tiles back. With ``busy`` threads multiplying matrices (one BLAS thread each, as a StarPU worker runs
-its kernels) during the stream, the pace is nearer the one a step's write-backs get: on the AMD EPYC guest,
-beside two threads multiplying matrices, 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute apart
-(docs/memory.md, 2026-12-02).
+``busy`` threads multiplying matrices (one BLAS thread each, as a StarPU worker runs its kernels) may run beside
+the stream: on the AMD EPYC guest it was then paced at 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute
+apart, but a gpt2-xl step's flusher kept up with 0.25-0.30 GB/s of write-backs beside its two busy workers without
+a writer being paced: beside busy threads the stream's own writer, starved of a core, measures itself
+(docs/memory.md, 2026-12-02). ``tilecast calibrate`` measures the pace alone, and the computing time the disk
+traffic takes from busy cores apart (:mod:`tilecast.perfmodel.io_cpu`).
 
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
 ``tilecast calibrate --offload-dir`` and ``benchmarks/disk_contention.py``.

@@ -214,6 +214,7 @@ class Engine:
             if by >= 0 and by != w:
                 begin = begin + self.gap_handoff
         if self.memory is not None:
+            self.memory.worker = w
             ready = self.memory.acquire(t, self.worker_node[w], now)
             if ready > begin:
                 begin = ready

@@ -49,6 +49,15 @@ with the StarPU 1.3.10 code each follows:
   ``tilecast calibrate`` on probe steps from the tasks' measured delays
   (:mod:`tilecast.loop.disk_fit`); the events are counted per task
   (:meth:`CappedMemory.task_events`).
+- **The disk traffic's computing time.** StarPU's CPU workers poll while
+  their tiles are in transfer (``src/drivers/cpu/driver_cpu.c``,
+  ``_starpu_cpu_driver_run_once``), so with as many workers as cores the page
+  cache's work (glibc's AIO helpers' copies, the flusher's write-back) runs on
+  their cores. Each byte written to or read from the disk node costs the
+  computing time ``tilecast calibrate`` measured beside busy threads
+  (``DiskNode.io_cpu_*``, :mod:`tilecast.perfmodel.io_cpu`); the step's sum so
+  far is shared evenly by the workers, each paying what it owes before its
+  next task starts (:func:`io_share`: nothing where a core is left free).
 - **A read of a tile held only on disk copies it back** over the disk link, and
   both copies stay valid (shared) until a task writes it, which drops the disk
   copy (the coherency protocol, ``src/datawizard/coherency.c``).
@@ -161,7 +170,7 @@ class DiskLinks(Links):
     the device says, plus StarPU's constant cost per transfer (``runtime_latency``), instead of the link's
     figures; a write's wait for the write-back (past Linux's dirty threshold) does not hold the link."""
 
-    def __init__(self, machine, cache=None, runtime_latency: float = 0.0):
+    def __init__(self, machine, cache=None, runtime_latency: float = 0.0, node=None):
         super().__init__(machine)
         names = [ln.name for ln in machine.links]
         disk = [i for i, ln in enumerate(machine.links) if DISK_NODE in (ln.src, ln.dst)]
@@ -172,6 +181,12 @@ class DiskLinks(Links):
         self.cache, self.runtime_latency = cache, runtime_latency
         self.disk_node = len(machine.nodes) - 1
         self.tile = -1  # the tile of the next disk transfer (CappedMemory sets it; the page cache tracks tiles)
+        # computing seconds the disk traffic takes from workers that fill the cores, per byte (DiskNode.io_cpu_*),
+        # and their sum over the transfers so far (CappedMemory charges it to the workers)
+        self.cpu_write = float(getattr(node, "io_cpu_write", 0.0) or 0.0)
+        self.cpu_read = float(getattr(node, "io_cpu_read", 0.0) or 0.0)
+        self.cpu_hit = float(getattr(node, "io_cpu_hit", 0.0) or 0.0)
+        self.io_cpu = 0.0
 
     def transfer(self, src: int, dst: int, nbytes: int, not_before: float) -> float:
         route = self.route[src][dst]
@@ -188,10 +203,16 @@ class DiskLinks(Links):
             # a writer waiting for the write-back (balance_dirty_pages) sleeps: the device meanwhile writes back
             # (the flusher's pace, in the cache's model) and serves the reads, which do not queue behind it
             busy_until = end - (cache.throttled_s - waited)
+            self.io_cpu += self.cpu_write * nbytes
         elif cache is not None and src == self.disk_node:
             end = start + self.runtime_latency + cache.read(self.tile, nbytes, start) + self.extra
+            self.io_cpu += (self.cpu_hit if cache.last_hit else self.cpu_read) * nbytes
         else:
             end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
+            if dst == self.disk_node:
+                self.io_cpu += self.cpu_write * nbytes
+            elif src == self.disk_node:  # no device measured: every read is the cache's
+                self.io_cpu += self.cpu_hit * nbytes
         held = end if busy_until < 0.0 else busy_until
         for i in route:
             free_at[tl[i]] = held
@@ -217,6 +238,10 @@ class CappedMemory(Memory):
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
         self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
+        # the share of the disk traffic's computing time (DiskLinks.io_cpu) each worker pays, and what each has paid
+        self.io_share = 0.0
+        self.io_paid = {}
+        self.worker = -1  # the worker whose task is being acquired (the engine sets it)
         # persistent tiles as the host loaded them one at a time: the last ones loaded in main memory (the
         # earlier ones evicted first, in LRU order), the others on disk
         held, disk_bit = self.avail[0], 1 << self.disk
@@ -247,6 +272,7 @@ class CappedMemory(Memory):
         self.task_writeback_bytes = np.zeros(n_tasks + 1, np.int64)
         self.task_wait = np.zeros(n_tasks + 1)  # seconds its worker waited for the disk transfers (reads, write-backs)
         self.task_cost = np.zeros(n_tasks + 1)  # seconds of StarPU's time charged to its worker (worker_costs)
+        self.task_io = np.zeros(n_tasks + 1)  # seconds of the disk traffic's computing charged to its worker
 
     def task_events(self) -> dict:
         """Per task of the step: ``allocs``, ``reads``, ``writebacks``, ``drops`` (tiles), ``read_bytes``,
@@ -269,6 +295,7 @@ class CappedMemory(Memory):
         self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
         self.resident_sum = 0
         self.disk_written = self.disk_read = 0
+        self.io_paid = {}
         self._new_task_events(len(self.task_allocs) - 1)
 
     def _make_room(self, node: int, nbytes: int, now: float) -> float:
@@ -384,6 +411,12 @@ class CappedMemory(Memory):
                 cost = self._worker_cost(task)
                 self.task_cost[task] = cost
                 ready = (ready if ready > now else now) + cost
+            if self.io_share:
+                owed = self.links.io_cpu * self.io_share - self.io_paid.get(self.worker, 0.0)
+                if owed > 0.0:
+                    self.io_paid[self.worker] = self.io_paid.get(self.worker, 0.0) + owed
+                    self.task_io[task] = owed
+                    ready = (ready if ready > now else now) + owed
             valid, dirty = self.valid, self.dirty
             for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
                 if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
@@ -491,6 +524,15 @@ class Throttled(Policy):
                 self.inner.push(t, -1)
 
 
+def io_share(disk, workers: int) -> float:
+    """The share of the disk traffic's computing time (``DiskNode.io_cpu_*``, measured beside as many computing
+    threads as the machine has cores) each of ``workers`` polling workers pays: ``1 / workers`` where they fill the
+    cores it was measured beside (the page cache's work then runs on their cores), else 0 (it runs on a free
+    core)."""
+    busy = int(getattr(disk, "io_cpu_busy", 0) or 0)
+    return 1.0 / workers if busy and workers >= busy else 0.0
+
+
 def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str = "dmda", durations=None,
                             calibration=None, priority=None, seed: int = 0, throttle=(16, 8),
                             warmup: bool = True, tidy: bool = True, prefetches: bool | None = None,
@@ -536,18 +578,19 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
         if page_cache is None:
             page_cache = page_cache_for(run_process_bytes(limit_bytes, graph.n_tiles))
         cache = CachedDisk(disk, page_cache)
-    links = DiskLinks(m, cache, disk.runtime_latency)
+    links = DiskLinks(m, cache, disk.runtime_latency, disk)
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
     memory.worker_costs = {k: float(v) for k, v in (getattr(disk, "worker_costs", None) or {}).items()}
+    memory.io_share = io_share(disk, len(m.workers))
     collecting = gc.isenabled()
     gc.disable()
     try:
         warm = None
         for step in range(1 + int(warmup)):
             if step:
-                links = DiskLinks(m, cache, disk.runtime_latency)
+                links = DiskLinks(m, cache, disk.runtime_latency, disk)
                 memory.next_step(links)
                 if cache is not None:
                     cache.next_step(eng.makespan)
@@ -577,6 +620,8 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe()})
     summary["allocations"] = int(memory.task_allocs.sum())
+    summary["io_cpu_s"] = float(links.io_cpu)  # the step's disk traffic's computing time
+    summary["io_cpu_charged_s"] = float(memory.task_io.sum())  # what of it the workers paid
     if cache is not None:
         summary.update(cache.summary(summary["makespan_s"]))
         summary["page_cache"] = page_cache.describe()
@@ -584,4 +629,5 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     res.task_events = memory.task_events()  # per task: what its worker did in main memory before it started
     res.task_waits = memory.task_wait[:-1]  # per task: seconds its worker waited for disk transfers
     res.task_costs = memory.task_cost[:-1]  # per task: StarPU's time charged to its worker (worker_costs)
+    res.task_io = memory.task_io[:-1]  # per task: the disk traffic's computing time charged to its worker
     return res

@@ -1,0 +1,143 @@
+"""The computing time a memory-limited step's disk traffic takes from its workers, per byte.
+
+StarPU's CPU workers never sleep: while their task's tiles are in transfer they poll (StarPU 1.3.10,
+``src/drivers/cpu/driver_cpu.c``, ``_starpu_cpu_driver_run_once``), so with as many workers as cores every core is
+taken all the step. The page cache's work for the disk node then runs on those same cores: glibc's AIO helper
+threads copy each tile between the worker's buffer and the cache (StarPU's unistd backend reads and writes through
+``aio_read``/``aio_write``), the flusher writes the dirty pages back, and the kernel allocates and frees the
+cache's pages. On the AMD EPYC guest, in a gpt2-xl step under a 12 GiB limit, the workers' threads were runnable
+but waiting for a core 35-39 s of each 91-114 s step (docs/memory.md, "The pace beside computing threads").
+
+This measures that time the way it is lost: ``busy`` threads multiply matrices
+(:class:`tilecast.perfmodel.writeback_pace.BusyCores`, as many as the cores a step's workers fill) while 256 KiB
+tiles are written with buffered ``pwrite`` and then synced (the copies and the write-back), read cold from the
+device through the cache, and read again from the cache; the threads' products per second during each block,
+against their rate in the blocks alone before and after it, give the computing seconds lost per byte:
+``busy x (1 - rate during / rate alone) x seconds / bytes``. Not in it: the reclaim of a full page cache (the
+cache has room here; in the gpt2-xl step kswapd took about 10 s of a core a step to reclaim 41-46 GiB).
+
+Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
+``tilecast calibrate --offload-dir``; the forecast charges it to the workers
+(:class:`tilecast.simulator.memory_capacity.CappedMemory`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+from tilecast.perfmodel.writeback_pace import TILE, BusyCores, make_pool, shuffled_offsets, tile_buffer
+
+#: bytes moved in each block (written, read cold, read again)
+BLOCK_BYTES = 1 << 30
+#: seconds the busy threads run alone before and after each block (their rate without the traffic)
+ALONE_S = 1.5
+
+
+@dataclass(frozen=True)
+class IoCpu:
+    """Seconds of computing lost by ``busy`` threads per byte written (``write``: the copy into the cache and the
+    write-back), read from the device through the cache (``read``) and read from the cache (``hit``), and what
+    each block measured."""
+
+    write: float
+    read: float
+    hit: float
+    busy: int
+    blocks: dict
+    directory: str
+    load_average: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    nbytes: int = BLOCK_BYTES
+
+    def source(self, by: str) -> str:
+        rates = ", ".join(f"{k} {b['gbps']:.2f} GB/s" for k, b in self.blocks.items())
+        return (f"measured: {by}, {self.nbytes / 2**30:.2f} GiB of 256 KiB tiles in each block ({rates}) beside {self.busy} "
+                f"threads multiplying matrices, their products per second against theirs alone; load average "
+                f"{self.load_average:.1f}")
+
+
+def _rate(busy: BusyCores, seconds: float) -> float:
+    """Products per second of ``busy`` over the next ``seconds``."""
+    p0, t0 = sum(busy.products), time.perf_counter()
+    time.sleep(seconds)
+    return (sum(busy.products) - p0) / (time.perf_counter() - t0)
+
+
+def _block(busy: BusyCores, work) -> tuple[float, float]:
+    """(products per second, seconds) of ``busy`` while ``work()`` runs."""
+    p0, t0 = sum(busy.products), time.perf_counter()
+    work()
+    return (sum(busy.products) - p0) / (time.perf_counter() - t0), time.perf_counter() - t0
+
+
+def lost_per_byte(alone_before: float, during: float, alone_after: float, seconds: float, nbytes: int,
+                  busy: int) -> float:
+    """Computing seconds lost per byte: ``busy`` threads ran ``during`` products/s for ``seconds`` against the
+    mean of their rates alone around it; 0 where they lost nothing (noise above their rate alone)."""
+    alone = (alone_before + alone_after) / 2
+    if alone <= 0 or nbytes <= 0:
+        return 0.0
+    return max(busy * (1.0 - during / alone) * seconds / nbytes, 0.0)
+
+
+def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s: float = ALONE_S,
+                   progress=None) -> IoCpu:
+    """The blocks of the module's docstring in ``directory`` beside ``busy`` computing threads, ``nbytes`` each.
+    ``progress``: called with the name of each block as it starts. Raises OSError where the directory refuses
+    the files (O_DIRECT on tmpfs), ValueError for ``busy`` under 1."""
+    if busy < 1:
+        raise ValueError("the computing time lost needs at least one busy thread")
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no such directory {directory}")
+    n = max(int(nbytes) // TILE, 1)
+    work = tempfile.mkdtemp(prefix=".tilecast-io-cpu-", dir=directory)
+    try:
+        written, cold = os.path.join(work, "written"), os.path.join(work, "read")
+        make_pool(written, n)
+        make_pool(cold, n)  # O_DIRECT: on the device, not in the cache
+        buf = tile_buffer()
+        offsets = shuffled_offsets(n, 5)
+
+        def write():
+            fd = os.open(written, os.O_WRONLY)
+            try:
+                for o in offsets:
+                    os.pwrite(fd, buf, o)
+                os.fsync(fd)  # the write-back inside the block
+            finally:
+                os.close(fd)
+
+        def read():
+            fd = os.open(cold, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # a tile at a time, as StarPU's files are read
+                for o in offsets:
+                    os.preadv(fd, [buf], o)
+            finally:
+                os.close(fd)
+
+        blocks = {}
+        with BusyCores(busy) as cores:
+            before = _rate(cores, alone_s)
+            for name, fn in (("write", write), ("read", read), ("hit", read)):
+                if progress is not None:
+                    progress(name)
+                during, seconds = _block(cores, fn)
+                after = _rate(cores, alone_s)
+                blocks[name] = {"alone_before": before, "during": during, "alone_after": after, "seconds": seconds,
+                                "gbps": n * TILE / seconds / 1e9,
+                                "lost_s_per_gib": lost_per_byte(before, during, after, seconds, n * TILE, busy)
+                                * 2**30}
+                before = after
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    per_byte = {k: b["lost_s_per_gib"] / 2**30 for k, b in blocks.items()}
+    return IoCpu(per_byte["write"], per_byte["read"], per_byte["hit"], busy, blocks, os.path.abspath(directory),
+                 os.getloadavg()[0], n * TILE)
