@@ -9,6 +9,8 @@ calibration and host costs; the disk node ``--disk`` or the stored one) and spli
   read back, written back, evicted clean);
 - ``disk_wait_s``: what its tasks waited for their disk transfers (reads back, write-backs of victims), beyond
   StarPU's time;
+- ``io_cpu_s``: its share of the disk traffic's computing time, paid before its tasks (``DiskNode.io_cpu_*``:
+  the page cache's work on the workers' cores);
 - ``other_s``: the rest (idle: no task ready for it; the scheduler's and the runtime's costs between tasks).
 
 and the disk node's timeline into transfers through the page cache and the device's own time (reads that miss the
@@ -46,8 +48,9 @@ def decompose(res, disk) -> dict:
         kernels = float((res.end[mine] - res.start[mine]).sum())
         starpu = float(res.task_costs[mine].sum())
         wait = float(res.task_waits[mine].sum())
+        io = float(res.task_io[mine].sum())
         workers.append({"worker": int(w), "tasks": int(mine.sum()), "kernels_s": kernels, "starpu_s": starpu,
-                        "disk_wait_s": wait, "other_s": makespan - kernels - starpu - wait})
+                        "disk_wait_s": wait, "io_cpu_s": io, "other_s": makespan - kernels - starpu - wait - io})
     out = {"makespan_s": makespan, "workers": workers, "disk_written_bytes": s["disk_written_bytes"], "disk_read_bytes": s["disk_read_bytes"],
            "disk_reads": s["disk_reads"], "disk_writes": s["disk_writes"]}
     if "page_cache" in s:
@@ -136,7 +139,8 @@ def main() -> int:
     print(f"  disk node: {out['disk_node']}")
     for w in out["workers"]:
         print(f"  worker {w['worker']}: {w['tasks']} tasks, kernels {w['kernels_s']:.2f} s, StarPU's time "
-              f"{w['starpu_s']:.2f} s, waiting for the disk {w['disk_wait_s']:.2f} s, other {w['other_s']:.2f} s")
+              f"{w['starpu_s']:.2f} s, waiting for the disk {w['disk_wait_s']:.2f} s, the disk traffic's computing "
+              f"{w['io_cpu_s']:.2f} s, other {w['other_s']:.2f} s")
     print(f"  disk: {out['disk_written_bytes'] / 2**30:.2f} GiB written "
           f"({out['disk_writes']} tiles), {out['disk_read_bytes'] / 2**30:.2f} GiB read ({out['disk_reads']} tiles)")
     if "page_cache" in out:

@@ -28,7 +28,11 @@ def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_fil
     assert told == ["write", "read", "hit"] and io.busy == 1
     for name, b in io.blocks.items():
         assert b["alone_before"] > 0 and b["alone_after"] > 0 and b["seconds"] > 0 and b["gbps"] > 0
-        assert getattr(io, name) == pytest.approx(b["lost_s_per_gib"] / 2**30) and getattr(io, name) >= 0
+        assert b["lost_s"] >= 0 and b["lost_s_per_s"] == pytest.approx(b["lost_s"] / b["seconds"])
+    # per byte written and read from the cache; per second of reading from the device
+    assert io.write == pytest.approx(io.blocks["write"]["lost_s_per_gib"] / 2**30)
+    assert io.hit == pytest.approx(io.blocks["hit"]["lost_s_per_gib"] / 2**30)
+    assert io.read == pytest.approx(io.blocks["read"]["lost_s_per_s"])
     assert io.blocks["read"]["alone_before"] == io.blocks["write"]["alone_after"]  # one rate between two blocks
     assert "beside 1 threads" in io.source("test") and os.listdir(tmp_path) == []
     with pytest.raises(ValueError):
@@ -56,6 +60,26 @@ def rings_of_axpys(n_tiles: int = 8, rounds: int = 3):
                 b.add("axpy", [t.tile_ids(ring + i, 0), t.tile_ids(ring + (i + 1) % n_tiles, 0)],
                       dict(n=TILE * TILE, alpha=0.5))
     return b.build()
+
+
+def test_a_read_that_misses_the_cache_costs_computing_for_the_device_s_time_one_that_hits_for_its_bytes():
+    from test_page_cache import CACHE, NODE
+
+    from tilecast.perfmodel.page_cache import CachedDisk
+    from tilecast.simulator.memory_capacity import DiskLinks, with_disk
+
+    node = replace(NODE, io_cpu_write=3e-9, io_cpu_read=0.5, io_cpu_hit=1e-9, io_cpu_busy=2)
+    m = with_disk(cpu_machine(2), 1 << 30, node)
+    links = DiskLinks(m, CachedDisk(node, CACHE), 0.0, node)
+    disk = len(m.nodes) - 1
+    links.tile = 7
+    links.transfer(disk, 0, 1_000_000, 0.0)  # never cached: the device's 100 us + 1 MB at 2 GB/s
+    assert links.io_cpu == pytest.approx(0.5 * (1e-4 + 1e6 / 2e9))
+    links.transfer(disk, 0, 1_000_000, 1.0)  # cached now
+    assert links.io_cpu == pytest.approx(0.5 * (1e-4 + 1e6 / 2e9) + 1e-9 * 1e6)
+    links.tile = 8
+    links.transfer(0, disk, 2_000_000, 2.0)
+    assert links.io_cpu == pytest.approx(0.5 * (1e-4 + 1e6 / 2e9) + 1e-9 * 1e6 + 3e-9 * 2e6)
 
 
 def test_workers_that_fill_the_cores_pay_the_disk_traffic_s_computing_time():

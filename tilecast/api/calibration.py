@@ -65,7 +65,8 @@ class CalibrateResult(_Result):
 
 def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
-    with ``fit``, StarPU's time in the workers under a limit fitted on probe steps there
+    with ``fit``, the write-back pace (:func:`_writeback_pace`), the computing time the disk traffic takes from busy
+    cores (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there
     (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
     import os
 
@@ -147,7 +148,7 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None,
 
 def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = None, nbytes: int | None = None):
     """(DiskNode, file): ``disk`` with the computing time its traffic takes from ``busy`` threads that fill the
-    cores (default: this process's cores) per byte, measured in ``offload_dir`` with blocks of ``nbytes`` (default
+    cores (default: this process's cores), measured in ``offload_dir`` with blocks of ``nbytes`` (default
     :data:`~tilecast.perfmodel.io_cpu.BLOCK_BYTES`; :mod:`tilecast.perfmodel.io_cpu`), stored; where it cannot be
     measured, the reason on standard error and ``disk`` as it was."""
     import os

@@ -88,9 +88,9 @@ class DiskNode:
     #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
     device_writeback_bandwidth: float = 0.0
     device_writeback_source: str = ""
-    #: seconds of computing the disk traffic takes from workers that fill the cores, per byte written through the
-    #: page cache (``io_cpu_write``: the copy and the write-back), read from the device through it (``io_cpu_read``)
-    #: and read from it (``io_cpu_hit``), measured beside ``io_cpu_busy`` computing threads
+    #: seconds of computing the disk traffic takes from workers that fill the cores: per byte written through the
+    #: page cache (``io_cpu_write``: the copy and the write-back), per second of reading from the device through it
+    #: (``io_cpu_read``) and per byte read from it (``io_cpu_hit``), measured beside ``io_cpu_busy`` computing threads
     #: (:mod:`tilecast.perfmodel.io_cpu`, run by ``tilecast calibrate --offload-dir``); 0 where not measured
     io_cpu_write: float = 0.0
     io_cpu_read: float = 0.0
@@ -136,8 +136,8 @@ class DiskNode:
                 line += f", write-back {self.device_writeback_bandwidth / 1e9:.3f} GB/s"
         if self.io_cpu_busy:
             line += (f"; computing lost beside {self.io_cpu_busy} busy threads {self.io_cpu_write * 2**30:.2f} s per GiB "
-                     f"written, {self.io_cpu_read * 2**30:.2f} read from the device, {self.io_cpu_hit * 2**30:.2f} read "
-                     f"from the cache")
+                     f"written, {self.io_cpu_hit * 2**30:.2f} per GiB read from the cache, {self.io_cpu_read:.2f} per "
+                     f"second reading from the device")
         return line
 
 

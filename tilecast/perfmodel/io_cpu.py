@@ -12,8 +12,11 @@ This measures that time the way it is lost: ``busy`` threads multiply matrices
 (:class:`tilecast.perfmodel.writeback_pace.BusyCores`, as many as the cores a step's workers fill) while 256 KiB
 tiles are written with buffered ``pwrite`` and then synced (the copies and the write-back), read cold from the
 device through the cache, and read again from the cache; the threads' products per second during each block,
-against their rate in the blocks alone before and after it, give the computing seconds lost per byte:
-``busy x (1 - rate during / rate alone) x seconds / bytes``. Not in it: the reclaim of a full page cache (the
+against their rate in the blocks alone before and after it, give the computing seconds lost:
+``busy x (1 - rate during / rate alone) x seconds``, per byte written and per byte read from the cache, and per
+second of reading from the device. The device's reads are counted by their time, not their bytes: on the AMD EPYC
+guest four blocks read 0.17-0.68 GB/s and lost 0.68-4.19 s per GiB, but 0.42-0.69 s per second (docs/memory.md,
+2026-12-02): the loss follows how long the reads are in flight. Not in it: the reclaim of a full page cache (the
 cache has room here; in the gpt2-xl step kswapd took about 10 s of a core a step to reclaim 41-46 GiB).
 
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
@@ -40,8 +43,8 @@ ALONE_S = 1.5
 @dataclass(frozen=True)
 class IoCpu:
     """Seconds of computing lost by ``busy`` threads per byte written (``write``: the copy into the cache and the
-    write-back), read from the device through the cache (``read``) and read from the cache (``hit``), and what
-    each block measured."""
+    write-back), per second of reading from the device through the cache (``read``) and per byte read from the
+    cache (``hit``), and what each block measured."""
 
     write: float
     read: float
@@ -131,13 +134,13 @@ def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s
                     progress(name)
                 during, seconds = _block(cores, fn)
                 after = _rate(cores, alone_s)
+                lost = lost_per_byte(before, during, after, seconds, n * TILE, busy) * n * TILE
                 blocks[name] = {"alone_before": before, "during": during, "alone_after": after, "seconds": seconds,
-                                "gbps": n * TILE / seconds / 1e9,
-                                "lost_s_per_gib": lost_per_byte(before, during, after, seconds, n * TILE, busy)
-                                * 2**30}
+                                "gbps": n * TILE / seconds / 1e9, "lost_s": lost,
+                                "lost_s_per_gib": lost / (n * TILE) * 2**30, "lost_s_per_s": lost / seconds}
                 before = after
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    per_byte = {k: b["lost_s_per_gib"] / 2**30 for k, b in blocks.items()}
-    return IoCpu(per_byte["write"], per_byte["read"], per_byte["hit"], busy, blocks, os.path.abspath(directory),
-                 os.getloadavg()[0], n * TILE)
+    return IoCpu(blocks["write"]["lost_s"] / (n * TILE), blocks["read"]["lost_s_per_s"],
+                 blocks["hit"]["lost_s"] / (n * TILE), busy, blocks, os.path.abspath(directory), os.getloadavg()[0],
+                 n * TILE)

@@ -129,6 +129,7 @@ class CachedDisk:
         self.throttled = []  # (from, to) of each writer's wait for write-back
         self.written_back = 0.0  # bytes the flusher wrote to the device
         self.last_hit = False  # whether the last read found its tile cached
+        self.last_device_s = 0.0  # the device's time of the last read that missed (s)
 
     def next_step(self, after: float = 0.0) -> None:
         """A new step's clock, the last step having ended at ``after`` (s): the cache's contents and dirty bytes
@@ -193,6 +194,7 @@ class CachedDisk:
             self.last_hit = True
             return self.r_lat + nbytes * self.r_inv
         took = self.dr_lat + nbytes * self.dr_inv
+        self.last_device_s = took
         if self.dirty > self.cache.background_bytes:  # the flusher's request ahead of it on the device
             took += min(nbytes, self.dirty - self.cache.background_bytes) * self.dw_inv
             self.reads_behind_writeback += 1

@@ -53,8 +53,9 @@ with the StarPU 1.3.10 code each follows:
   their tiles are in transfer (``src/drivers/cpu/driver_cpu.c``,
   ``_starpu_cpu_driver_run_once``), so with as many workers as cores the page
   cache's work (glibc's AIO helpers' copies, the flusher's write-back) runs on
-  their cores. Each byte written to or read from the disk node costs the
-  computing time ``tilecast calibrate`` measured beside busy threads
+  their cores. Each byte written to the disk node or read from the page
+  cache, and each second the device spends on a read that misses it, costs
+  the computing time ``tilecast calibrate`` measured beside busy threads
   (``DiskNode.io_cpu_*``, :mod:`tilecast.perfmodel.io_cpu`); the step's sum so
   far is shared evenly by the workers, each paying what it owes before its
   next task starts (:func:`io_share`: nothing where a core is left free).
@@ -181,8 +182,9 @@ class DiskLinks(Links):
         self.cache, self.runtime_latency = cache, runtime_latency
         self.disk_node = len(machine.nodes) - 1
         self.tile = -1  # the tile of the next disk transfer (CappedMemory sets it; the page cache tracks tiles)
-        # computing seconds the disk traffic takes from workers that fill the cores, per byte (DiskNode.io_cpu_*),
-        # and their sum over the transfers so far (CappedMemory charges it to the workers)
+        # computing seconds the disk traffic takes from workers that fill the cores (DiskNode.io_cpu_*: per byte
+        # written, per second of a device read, per byte read from the cache), and their sum over the transfers so
+        # far (CappedMemory charges it to the workers)
         self.cpu_write = float(getattr(node, "io_cpu_write", 0.0) or 0.0)
         self.cpu_read = float(getattr(node, "io_cpu_read", 0.0) or 0.0)
         self.cpu_hit = float(getattr(node, "io_cpu_hit", 0.0) or 0.0)
@@ -206,7 +208,7 @@ class DiskLinks(Links):
             self.io_cpu += self.cpu_write * nbytes
         elif cache is not None and src == self.disk_node:
             end = start + self.runtime_latency + cache.read(self.tile, nbytes, start) + self.extra
-            self.io_cpu += (self.cpu_hit if cache.last_hit else self.cpu_read) * nbytes
+            self.io_cpu += self.cpu_hit * nbytes if cache.last_hit else self.cpu_read * cache.last_device_s
         else:
             end = start + self.latency[src][dst] + nbytes * self.inv_bw[src][dst] + self.extra
             if dst == self.disk_node:
