@@ -11,15 +11,15 @@ from sim_machines import cpu_machine
 from test_memory_forecast import DISK, TILE
 
 from tilecast.graph import GraphBuilder, Tiling
-from tilecast.perfmodel.io_cpu import lost_per_byte, measure_io_cpu
+from tilecast.perfmodel.io_cpu import lost_seconds, measure_io_cpu
 from tilecast.simulator.memory_capacity import io_share, simulate_memory_limited
 
 
 def test_the_time_lost_is_the_busy_threads_products_missing_against_theirs_alone():
-    # 2 threads at 100 products/s alone (before 90, after 110), 60/s during 2 s while 1 GiB moved: 2 x 0.4 x 2 s = 1.6 s lost
-    assert lost_per_byte(90, 60, 110, 2.0, 2**30, 2) * 2**30 == pytest.approx(1.6)
-    assert lost_per_byte(100, 120, 100, 2.0, 2**30, 2) == 0.0  # faster than alone: noise, nothing lost
-    assert lost_per_byte(0, 0, 0, 2.0, 2**30, 2) == 0.0
+    # 2 threads at 100 products/s alone (before 90, after 110), 60/s during 2 s: 2 x 0.4 x 2 s = 1.6 s lost
+    assert lost_seconds(90, 60, 110, 2.0, 2) == pytest.approx(1.6)
+    assert lost_seconds(100, 120, 100, 2.0, 2) == 0.0  # faster than alone: noise, nothing lost
+    assert lost_seconds(0, 0, 0, 2.0, 2) == 0.0
 
 
 def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_file(tmp_path):

@@ -46,8 +46,8 @@ def add_parser(sub):
                         "takes from threads that fill the cores (1 GiB of tiles written, read from the device and "
                         "from the cache beside them, about 10 s), then run small probe steps on StarPU "
                         "under a memory limit with the disk node in DIR (about a minute; --no-probe skips the "
-                        "stream, the computing time and them) to fit StarPU's own time per task and per tile allocated, read back, "
-                        "written back and evicted, and store it all with the calibration (default: "
+                        "stream, the computing time and them) to fit StarPU's own time per task and per tile "
+                        "allocated, read back, written back and evicted, and store it all with the calibration (default: "
                         "$TILECAST_HOME/offload, where a calibration without "
                         "--offload-dir or --disk-only times the file system only)")
     p.add_argument("--disk-only", action="store_true",

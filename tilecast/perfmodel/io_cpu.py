@@ -1,4 +1,4 @@
-"""The computing time a memory-limited step's disk traffic takes from its workers, per byte.
+"""The computing time a memory-limited step's disk traffic takes from its workers, per byte or per second of I/O.
 
 StarPU's CPU workers never sleep: while their task's tiles are in transfer they poll (StarPU 1.3.10,
 ``src/drivers/cpu/driver_cpu.c``, ``_starpu_cpu_driver_run_once``), so with as many workers as cores every core is
@@ -53,16 +53,15 @@ class IoCpu:
     blocks: dict
     directory: str
     load_average: float
+    nbytes: int = BLOCK_BYTES  # bytes moved in each block
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    nbytes: int = BLOCK_BYTES
-
     def source(self, by: str) -> str:
         rates = ", ".join(f"{k} {b['gbps']:.2f} GB/s" for k, b in self.blocks.items())
-        return (f"measured: {by}, {self.nbytes / 2**30:.2f} GiB of 256 KiB tiles in each block ({rates}) beside {self.busy} "
-                f"threads multiplying matrices, their products per second against theirs alone; load average "
+        return (f"measured: {by}, {self.nbytes / 2**30:.2f} GiB of 256 KiB tiles in each block ({rates}) beside "
+                f"{self.busy} threads multiplying matrices, their products per second against theirs alone; load average "
                 f"{self.load_average:.1f}")
 
 
@@ -80,14 +79,13 @@ def _block(busy: BusyCores, work) -> tuple[float, float]:
     return (sum(busy.products) - p0) / (time.perf_counter() - t0), time.perf_counter() - t0
 
 
-def lost_per_byte(alone_before: float, during: float, alone_after: float, seconds: float, nbytes: int,
-                  busy: int) -> float:
-    """Computing seconds lost per byte: ``busy`` threads ran ``during`` products/s for ``seconds`` against the
-    mean of their rates alone around it; 0 where they lost nothing (noise above their rate alone)."""
+def lost_seconds(alone_before: float, during: float, alone_after: float, seconds: float, busy: int) -> float:
+    """Computing seconds lost: ``busy`` threads ran ``during`` products/s for ``seconds`` against the mean of their
+    rates alone around it; 0 where they lost nothing (noise above their rate alone)."""
     alone = (alone_before + alone_after) / 2
-    if alone <= 0 or nbytes <= 0:
+    if alone <= 0:
         return 0.0
-    return max(busy * (1.0 - during / alone) * seconds / nbytes, 0.0)
+    return max(busy * (1.0 - during / alone) * seconds, 0.0)
 
 
 def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s: float = ALONE_S,
@@ -134,7 +132,7 @@ def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s
                     progress(name)
                 during, seconds = _block(cores, fn)
                 after = _rate(cores, alone_s)
-                lost = lost_per_byte(before, during, after, seconds, n * TILE, busy) * n * TILE
+                lost = lost_seconds(before, during, after, seconds, busy)
                 blocks[name] = {"alone_before": before, "during": during, "alone_after": after, "seconds": seconds,
                                 "gbps": n * TILE / seconds / 1e9, "lost_s": lost,
                                 "lost_s_per_gib": lost / (n * TILE) * 2**30, "lost_s_per_s": lost / seconds}

@@ -169,7 +169,9 @@ class DiskLinks(Links):
     write-backs issued before it, and the other way round). With ``cache`` (a
     :class:`~tilecast.perfmodel.page_cache.CachedDisk`) a disk transfer takes what the page cache in front of
     the device says, plus StarPU's constant cost per transfer (``runtime_latency``), instead of the link's
-    figures; a write's wait for the write-back (past Linux's dirty threshold) does not hold the link."""
+    figures; a write's wait for the write-back (past Linux's dirty threshold) does not hold the link. ``node``: the
+    :class:`~tilecast.perfmodel.disk_node.DiskNode` whose ``io_cpu_*`` figures add up the traffic's computing
+    time in :attr:`io_cpu` (none without it)."""
 
     def __init__(self, machine, cache=None, runtime_latency: float = 0.0, node=None):
         super().__init__(machine)
