@@ -105,11 +105,10 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
 PACE_STREAMS = 2
 
 
-def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None, busy: int = 0,
-                    streams: int = PACE_STREAMS):
+def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None, streams: int = PACE_STREAMS):
     """(DiskNode, file): ``disk`` with the pace the flusher writes a stream of tiles back at past the dirty
-    threshold, the best of ``streams`` streams, measured in ``offload_dir`` beside ``busy`` computing threads (0:
-    alone, as calibrate measures it; :mod:`tilecast.perfmodel.writeback_pace`), stored; where no stream
+    threshold, the best of ``streams`` streams, measured alone in ``offload_dir``
+    (:mod:`tilecast.perfmodel.writeback_pace`), stored; where no stream
     can run or is paced, the reason on standard error and ``disk`` as it was (its stored pace, else none:
     the forecast's flusher then writes at the device's O_DIRECT rate). ``cache``: the dirty thresholds
     (:func:`tilecast.perfmodel.page_cache.page_cache_for`, this machine's now, by default)."""
@@ -131,8 +130,8 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None,
         return disk, save_disk(machine, disk)
     if progress:
         print(f"disk node: write-back pace, {streams} x {pool / 2**30:.1f} GiB of tiles written to the device, then "
-              f"rewritten through the page cache past the dirty threshold (at most {STREAM_S:.0f} s each, beside "
-              f"{busy} computing threads)", file=sys.stderr)
+              f"rewritten through the page cache past the dirty threshold (at most {STREAM_S:.0f} s each)",
+              file=sys.stderr)
     paces = []
     with tqdm(total=2 * pool * streams, unit="B", unit_scale=True, file=sys.stderr, leave=False,
               disable=not progress) as bar:
@@ -142,8 +141,7 @@ def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None,
                 bar.update(2 * pool * i + done + (total if phase == "stream" else 0) - bar.n)
 
             try:
-                paces.append(measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told,
-                                               busy=busy))
+                paces.append(measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told))
             except OSError as e:
                 print(f"tilecast calibrate: the write-back pace is not measured: {e.strerror or e} in {offload_dir}"
                       f"{kept}", file=sys.stderr)
