@@ -9,18 +9,18 @@ rewritten, one ``pwrite`` or ``pread`` of the whole tile), each side in its own 
    alone for ``--seconds``: the device at one request at a time, as ``calibrate`` times it;
 2. ``cold_read``: buffered reads of tiles not in the page cache (each dropped again after its read,
    ``posix_fadvise(DONTNEED)``), alone: the read a worker waits for when its tile missed the cache;
-3. ``write_stream``: :func:`tilecast.perfmodel.writeback_pace.measure_writeback`, what ``tilecast calibrate
-   --offload-dir`` runs, for up to ``3 x --seconds``: buffered rewrites of a pool of tiles (each once, the
+3. ``write_stream``: :func:`tilecast.perfmodel.writeback_pace.measure_writeback`, for up to ``3 x --seconds``: buffered rewrites of a pool of tiles (each once, the
    pool sized from the dirty thresholds) as fast as they go, alone: at the page cache's speed until the dirty
-   bytes reach the threshold, then paced to the write-back (``balance_dirty_pages``); the paced rate, the
+   bytes reach the threshold, then at what holds them there; the paced rate, the
    rate over the last third, and ``/proc/meminfo``'s Dirty + Writeback, sampled;
 4. ``cold_read_with_writes``: phase 2 beside a writer rewriting a pool of ``--pool-gib`` at ``--write-gbps``
    (the flusher writing back once the dirty bytes pass ``dirty_background_ratio``): the reads' time, and the
    writer's.
 
-Every file is removed at the end. ``--store`` keeps the write stream's paced rate as the local machine's disk
-node's ``device_writeback_bandwidth``, which the forecast's flusher then writes back at
-(:mod:`tilecast.perfmodel.page_cache`). Last line: one JSON object.
+Every file is removed at the end. On the AMD EPYC guest the write stream's pace is the hypervisor's first touch of
+the page cache's new pages, not the flusher's (:mod:`tilecast.perfmodel.writeback_pace`): the forecast's flusher
+writes at the rate ``tilecast calibrate --offload-dir`` measures (:mod:`tilecast.perfmodel.io_cpu`). Last line: one
+JSON object.
 
     python3 benchmarks/disk_contention.py --dir /scratch/tc
 """
@@ -94,9 +94,6 @@ def main() -> int:
                     help="the pool of tiles the writer beside the cold reads rewrites (each once), GiB")
     ap.add_argument("--write-gbps", type=float, default=0.5, help="the writer's pace beside the cold reads, GB/s")
     ap.add_argument("--seconds", type=float, default=6.0, help="each phase (the write stream: 3 times this)")
-    ap.add_argument("--store", action="store_true",
-                    help="store the write stream's paced rate as the local machine's disk node's "
-                         "device_writeback_bandwidth (the forecast's flusher)")
     args = ap.parse_args()
     if not os.path.isdir(args.dir):
         print(f"disk_contention: --dir: no such directory {args.dir}", file=sys.stderr)
@@ -140,22 +137,6 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out["load_after"] = os.getloadavg()
-    if args.store:
-        from dataclasses import replace
-
-        from tilecast.perfmodel import load_machine
-        from tilecast.perfmodel.disk_node import ensure_disk, save_disk
-
-        machine = load_machine("local")
-        if not pace.paced:
-            print(f"disk_contention: --store: nothing stored: {pace.reason}", file=sys.stderr)
-            print(json.dumps(out))
-            return 1
-        rate = pace.bandwidth
-        disk = replace(ensure_disk(machine, args.dir), device_writeback_bandwidth=rate,
-                       device_writeback_source=pace.source("benchmarks/disk_contention.py"))
-        out["stored"] = save_disk(machine, disk)
-        print(f"stored write-back {rate / 1e9:.3f} GB/s in {out['stored']}", flush=True)
     print(json.dumps(out))
     return 0
 

@@ -35,6 +35,13 @@ def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_fil
     assert io.read == pytest.approx(io.blocks["read"]["lost_s_per_s"])
     assert io.blocks["read"]["alone_before"] == io.blocks["write"]["alone_after"]  # one rate between two blocks
     assert "beside 1 threads" in io.source("test") and os.listdir(tmp_path) == []
+    # the write block's fsync: the dirty bytes it found over its seconds, where it found enough of them
+    assert io.sync_s > 0 and 0 <= io.synced_bytes <= io.nbytes
+    if io.synced_bytes >= 0.25 * io.nbytes:
+        assert io.writeback == pytest.approx(io.synced_bytes / io.sync_s)
+        assert "written back by fsync" in io.writeback_source("test")
+    else:
+        assert io.writeback == 0
     with pytest.raises(ValueError):
         measure_io_cpu(str(tmp_path), 0)
     with pytest.raises(FileNotFoundError):
@@ -115,7 +122,12 @@ def test_calibrate_stores_the_figures_and_a_remeasured_disk_node_keeps_them(tmp_
     disk, path = _io_cpu(machine, replace(DISK, directory=str(offload)), str(offload), True, busy=1, nbytes=4 << 20)
     assert disk.io_cpu_busy == 1 and "beside 1 threads" in disk.io_cpu_source and load_disk(path) == disk
     assert min(disk.io_cpu_write, disk.io_cpu_read, disk.io_cpu_hit) >= 0 and os.listdir(offload) == []
-    assert "computing time lost beside 1 busy threads" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "computing time lost beside 1 busy threads" in err
+    if disk.device_writeback_bandwidth:  # the fsync found the block's dirty bytes: the flusher's rate
+        assert "written back by fsync" in disk.device_writeback_source and disk.flusher_bandwidth > 0
+    else:
+        assert "the device's write-back rate is not measured" in err
     again, _ = measure_and_store(machine, str(offload), total_bytes=1 << 20, repeats=1)
     assert (again.io_cpu_write, again.io_cpu_busy, again.io_cpu_source) == (
         disk.io_cpu_write, 1, disk.io_cpu_source)
@@ -130,3 +142,32 @@ def test_calibrate_says_why_the_figures_are_not_measured_and_keeps_the_stored_on
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not measured" in err[0] and "the stored figures are kept" in err[0]
     assert disk == stored and os.listdir(tmp_path) == ["home"]
+
+
+def test_a_write_back_the_flusher_took_during_the_writes_gives_no_rate_and_keeps_the_stored_one(
+        tmp_path, monkeypatch, capsys):
+    """An fsync that found under a quarter of the block still dirty timed the call more than the device: the
+    stored rate stays, and calibrate says so; one that found the block gives its rate."""
+    from tilecast.api import calibration
+    from tilecast.perfmodel import io_cpu
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    stored = replace(DISK, directory=str(tmp_path), device_writeback_bandwidth=0.3e9, device_writeback_source="before")
+
+    def measured(synced, seconds):
+        return io_cpu.IoCpu(1e-10, 0.5, 1e-10, 2, {}, str(tmp_path), 0.1, 1 << 30,
+                            synced / seconds if synced >= 0.25 * (1 << 30) else 0.0, synced, seconds)
+
+    for synced, kept in ((100 << 20, True), (1 << 30, False)):
+        monkeypatch.setattr(io_cpu, "measure_io_cpu", lambda *a, m=measured(synced, 0.5), **k: m)
+        disk, _ = calibration._io_cpu(cpu_machine(2), stored, str(tmp_path), False, busy=2, nbytes=1 << 20)
+        err = capsys.readouterr().err
+        assert disk.io_cpu_busy == 2
+        if kept:
+            assert disk.device_writeback_bandwidth == 0.3e9 and disk.device_writeback_source == "before"
+            assert "write-back rate is not measured" in err and "100 MiB of the 1024 MiB" in err
+            assert "the stored 0.300 GB/s is kept" in err
+        else:
+            assert disk.device_writeback_bandwidth == pytest.approx(2 * 2**30) and err == ""
+            assert "1.00 GiB of 256 KiB tiles' dirty pages written back by fsync in 0.50 s" in (
+                disk.device_writeback_source)

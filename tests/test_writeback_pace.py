@@ -1,6 +1,6 @@
-"""The write-back pace ``calibrate --offload-dir`` measures: the paced rate fitted from (time, bytes written, dirty
-bytes) samples, the stream's files removed also when it is interrupted, the pace stored with the disk node and
-taken by the forecast's flusher over the device's O_DIRECT rate."""
+"""A buffered write stream's pace (benchmarks/disk_contention.py): the paced rate fitted from (time, bytes written,
+dirty bytes) samples, the stream's files removed also when it is interrupted; a write-back rate stored with the disk
+node is taken by the forecast's flusher over the device's O_DIRECT rate."""
 
 import math
 import os
@@ -145,48 +145,9 @@ def test_the_stored_pace_is_kept_and_taken_by_the_forecast(tmp_path, monkeypatch
         assert other.device_writeback_bandwidth == 0 and other.flusher_bandwidth == other.device_write_bandwidth
 
 
-def test_calibrate_says_why_the_pace_is_not_measured_and_keeps_the_stored_one(tmp_path, monkeypatch, capsys):
-    from tilecast.api.calibration import _writeback_pace
-
-    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr("tilecast.perfmodel.writeback_pace.POOL_CAP_BYTES", 1 << 60)  # a pool over the free space
-    machine = cpu_machine(2)
-    paced = replace(DEVICE, directory=str(tmp_path), device_writeback_bandwidth=0.3e9)
-    disk, path = _writeback_pace(machine, paced, str(tmp_path), False, cache=PageCache(1e16, 1e16, 5e15))
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "the write-back pace is not measured" in err[0] and "0.300 GB/s is kept" in err[0]
-    assert disk == paced == load_disk(path) and os.listdir(tmp_path) == ["home"]
-
-
 def test_a_pace_is_dropped_only_for_a_directory_on_another_file_system(tmp_path):
     from tilecast.perfmodel.disk_node import other_file_systems
 
     assert other_file_systems(str(tmp_path), "/proc")  # procfs: another file system
     assert not other_file_systems(str(tmp_path), str(tmp_path))
     assert not other_file_systems(str(tmp_path / "gone"), str(tmp_path))  # removed since: nothing known
-
-
-def test_calibrate_keeps_the_best_of_its_streams_and_says_which_it_ran(tmp_path, monkeypatch, capsys):
-    """Other work on the device only slows the flusher: of a slow stream and a faster one the faster is kept, a
-    stream that was not paced gives none, and where none was paced the stored pace stays."""
-    from tilecast.api.calibration import _writeback_pace
-    from tilecast.perfmodel import writeback_pace
-    from tilecast.perfmodel.writeback_pace import WritebackPace
-
-    def stream(gbps):
-        return WritebackPace(gbps * 1e9, 0.5e9, 1.0 if gbps else None, 15.0, 5 << 30, 10 << 30, 1e9, 2e9, 2 << 30,
-                             str(tmp_path), 1.0, "" if gbps else "the dirty bytes stayed low")
-
-    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(writeback_pace, "pool_for", lambda directory, cache: 10 << 30)
-    machine = cpu_machine(2)
-    stored = replace(DEVICE, directory=str(tmp_path), device_writeback_bandwidth=0.25e9)
-    for runs, kept in (([0.1, 0.3], 0.3e9), ([0.0, 0.2], 0.2e9), ([0.0, 0.0], 0.25e9)):
-        left = [stream(g) for g in runs]
-        monkeypatch.setattr(writeback_pace, "measure_writeback", lambda *a, **k: left.pop(0))
-        disk, _ = _writeback_pace(machine, stored, str(tmp_path), False, cache=PageCache(1e16, 1e16, 5e15))
-        assert disk.device_writeback_bandwidth == kept and left == []
-        if runs == [0.1, 0.3]:
-            assert "the best of 2 streams (0.100 GB/s, 0.300 GB/s)" in disk.device_writeback_source
-        if runs == [0.0, 0.0]:
-            assert "the dirty bytes stayed low" in capsys.readouterr().err and disk == stored

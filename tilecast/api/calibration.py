@@ -65,8 +65,8 @@ class CalibrateResult(_Result):
 
 def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
-    with ``fit``, the write-back pace (:func:`_writeback_pace`), the computing time the disk traffic takes from busy
-    cores (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there
+    with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
+    (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there
     (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
     import os
 
@@ -83,9 +83,6 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
     workers = starpu_workers(machine)
-    # the pace alone: beside busy threads the stream's own writer is starved and paces itself, under what the
-    # flusher wrote in real steps (docs/memory.md); the computing time the traffic takes is measured apart
-    disk, path = _writeback_pace(machine, disk, offload_dir, progress)
     disk, path = _io_cpu(machine, disk, offload_dir, progress)
     if not workers:
         print("tilecast calibrate: StarPU cannot run here: the disk node's StarPU costs are not fitted (the file "
@@ -100,70 +97,12 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     return disk, save_disk(machine, disk), rows
 
 
-#: the write-back pace is the best of this many streams: other work on the device only slows the flusher, and
-#: single streams, quiet, gave 0.10-0.39 GB/s on the AMD EPYC guest (docs/memory.md, 2026-12-02)
-PACE_STREAMS = 2
-
-
-def _writeback_pace(machine, disk, offload_dir: str, progress: bool, cache=None, streams: int = PACE_STREAMS):
-    """(DiskNode, file): ``disk`` with the pace the flusher writes a stream of tiles back at past the dirty
-    threshold, the best of ``streams`` streams, measured alone in ``offload_dir``
-    (:mod:`tilecast.perfmodel.writeback_pace`), stored; where no stream
-    can run or is paced, the reason on standard error and ``disk`` as it was (its stored pace, else none:
-    the forecast's flusher then writes at the device's O_DIRECT rate). ``cache``: the dirty thresholds
-    (:func:`tilecast.perfmodel.page_cache.page_cache_for`, this machine's now, by default)."""
-    from dataclasses import replace
-
-    from tqdm import tqdm
-
-    from tilecast.perfmodel.disk_node import save_disk
-    from tilecast.perfmodel.page_cache import page_cache_for
-    from tilecast.perfmodel.writeback_pace import STREAM_S, NoRoom, measure_writeback, pool_for
-
-    kept = (f"; the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept" if disk.device_writeback_bandwidth
-            else "; the forecast's flusher writes at the device's O_DIRECT rate")
-    cache = page_cache_for(0) if cache is None else cache
-    try:
-        pool = pool_for(offload_dir, cache)
-    except NoRoom as e:
-        print(f"tilecast calibrate: the write-back pace is not measured: {e}{kept}", file=sys.stderr)
-        return disk, save_disk(machine, disk)
-    if progress:
-        print(f"disk node: write-back pace, {streams} x {pool / 2**30:.1f} GiB of tiles written to the device, then "
-              f"rewritten through the page cache past the dirty threshold (at most {STREAM_S:.0f} s each)",
-              file=sys.stderr)
-    paces = []
-    with tqdm(total=2 * pool * streams, unit="B", unit_scale=True, file=sys.stderr, leave=False,
-              disable=not progress) as bar:
-        for i in range(streams):
-
-            def told(phase, done, total):
-                bar.update(2 * pool * i + done + (total if phase == "stream" else 0) - bar.n)
-
-            try:
-                paces.append(measure_writeback(offload_dir, pool_bytes=pool, thresholds=cache, progress=told))
-            except OSError as e:
-                print(f"tilecast calibrate: the write-back pace is not measured: {e.strerror or e} in {offload_dir}"
-                      f"{kept}", file=sys.stderr)
-                return disk, save_disk(machine, disk)
-    paced = [p for p in paces if p.paced]
-    if not paced:
-        print(f"tilecast calibrate: the write-back pace is not measured: {paces[-1].reason}{kept}", file=sys.stderr)
-        return disk, save_disk(machine, disk)
-    pace = max(paced, key=lambda p: p.bandwidth)
-    others = ", ".join(f"{p.bandwidth / 1e9:.3f} GB/s" if p.paced else "not paced" for p in paces)
-    source = pace.source("tilecast calibrate")
-    if streams > 1:
-        source += f"; the best of {streams} streams ({others})"
-    disk = replace(disk, device_writeback_bandwidth=pace.bandwidth, device_writeback_source=source)
-    return disk, save_disk(machine, disk)
-
-
 def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = None, nbytes: int | None = None):
     """(DiskNode, file): ``disk`` with the computing time its traffic takes from ``busy`` threads that fill the
     cores (default: this process's cores), measured in ``offload_dir`` with blocks of ``nbytes`` (default
-    :data:`~tilecast.perfmodel.io_cpu.BLOCK_BYTES`; :mod:`tilecast.perfmodel.io_cpu`), stored; where it cannot be
-    measured, the reason on standard error and ``disk`` as it was."""
+    :data:`~tilecast.perfmodel.io_cpu.BLOCK_BYTES`; :mod:`tilecast.perfmodel.io_cpu`), and the rate the device
+    took the write block's write-back at (the forecast's flusher), stored; where either cannot be measured, the
+    reason on standard error and its stored figures as they were."""
     import os
     from dataclasses import replace
 
@@ -195,6 +134,15 @@ def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = 
         return disk, save_disk(machine, disk)
     disk = replace(disk, io_cpu_write=io.write, io_cpu_read=io.read, io_cpu_hit=io.hit, io_cpu_busy=io.busy,
                    io_cpu_source=io.source("tilecast calibrate"))
+    if io.writeback:
+        disk = replace(disk, device_writeback_bandwidth=io.writeback,
+                       device_writeback_source=io.writeback_source("tilecast calibrate"))
+    else:
+        print(f"tilecast calibrate: the device's write-back rate is not measured: the fsync found "
+              f"{io.synced_bytes / 2**20:.0f} MiB of the {io.nbytes / 2**20:.0f} MiB written still dirty (the flusher "
+              f"wrote the rest during the writes); "
+              + (f"the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept" if disk.device_writeback_bandwidth
+                 else "the forecast's flusher writes at the device's O_DIRECT rate"), file=sys.stderr)
     return disk, save_disk(machine, disk)
 
 
@@ -245,8 +193,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     (default: the budget of first use), the others predicted by the shape model. The shapes are added to the
     machine's stored calibration (or written to ``output``), then probe steps measure the executor's costs
     (``probe``), and the disk node is timed in ``offload_dir`` (with ``offload_dir`` given or ``disk_only``, and
-    ``probe``, the pace the page cache writes tiles back at past the dirty threshold is then measured there, and
-    StarPU's time in the workers under a limit fitted on probe steps: docs/memory.md).
+    ``probe``, the computing time the disk traffic takes from busy cores and the device's write-back rate are then
+    measured there, and StarPU's time in the workers under a limit fitted on probe steps: docs/memory.md).
     ``disk_only``: the disk node alone.
     ``progress``: a line and a bar on standard error."""
     import numpy as np

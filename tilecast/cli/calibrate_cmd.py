@@ -40,13 +40,12 @@ def add_parser(sub):
     add_rank_calibration_args(p)
     p.add_argument("--offload-dir", metavar="DIR",
                    help="also time the disk node of memory-limited runs in DIR (StarPU's unistd transfers of "
-                        "tile-sized blocks, about a second), the pace the page cache writes tiles back at past "
-                        "Linux's dirty threshold (a stream of buffered tile writes of a few GiB in DIR, at most "
-                        "15 s after its pool is written, removed after), the computing time the disk traffic "
-                        "takes from threads that fill the cores (1 GiB of tiles written, read from the device and "
-                        "from the cache beside them, about 10 s), then run small probe steps on StarPU "
+                        "tile-sized blocks, about a second), the computing time the disk traffic takes from "
+                        "threads that fill the cores and the rate the device takes the page cache's write-back at "
+                        "(1 GiB of tiles written and synced, read from the device and from the cache beside them, "
+                        "about 10 s, removed after), then run small probe steps on StarPU "
                         "under a memory limit with the disk node in DIR (about a minute; --no-probe skips the "
-                        "stream, the computing time and them) to fit StarPU's own time per task and per tile "
+                        "computing time and them) to fit StarPU's own time per task and per tile "
                         "allocated, read back, written back and evicted, and store it all with the calibration (default: "
                         "$TILECAST_HOME/offload, where a calibration without "
                         "--offload-dir or --disk-only times the file system only)")

@@ -81,11 +81,11 @@ class DiskNode:
     device_read_bandwidth: float = 0.0
     device_read_latency: float = 0.0
     device_source: str = ""
-    #: the rate the kernel's flusher writes tiles' dirty pages back at, sustained by a stream of buffered tile
-    #: writes past Linux's dirty threshold (bytes/s; :mod:`tilecast.perfmodel.writeback_pace`, run by ``tilecast
-    #: calibrate --offload-dir`` and ``benchmarks/disk_contention.py``): far
-    #: under the device's O_DIRECT write bandwidth on the AMD EPYC guest (docs/memory.md, 2026-12-01); 0 where not
-    #: measured (the flusher is then taken to write at ``device_write_bandwidth``)
+    #: the rate the device takes the page cache's write-back at: tiles' dirty pages written back by ``fsync``
+    #: (bytes/s; :mod:`tilecast.perfmodel.io_cpu`, run by ``tilecast calibrate --offload-dir``), the forecast's
+    #: flusher rate; 0 where not measured (the flusher is then taken to write at ``device_write_bandwidth``). Homes
+    #: calibrated before it may hold here the pace of a paced stream (:mod:`tilecast.perfmodel.writeback_pace`),
+    #: which on the AMD EPYC guest measured the hypervisor's first touch of fresh pages (docs/memory.md)
     device_writeback_bandwidth: float = 0.0
     device_writeback_source: str = ""
     #: seconds of computing the disk traffic takes from workers that fill the cores: per byte written through the
@@ -106,7 +106,7 @@ class DiskNode:
 
     @property
     def flusher_bandwidth(self) -> float:
-        """Bytes/s the flusher writes dirty pages back at: the measured sustained pace, else the device's
+        """Bytes/s the flusher writes dirty pages back at: the measured write-back rate, else the device's
         O_DIRECT write bandwidth."""
         return self.device_writeback_bandwidth or self.device_write_bandwidth
 
@@ -314,9 +314,8 @@ def ensure_disk(machine, directory: str | None = None) -> DiskNode:
 def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str]:
     """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
     and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
-    does not change it), and the write-back pace and the computing time lost to disk traffic measured earlier
-    (``tilecast calibrate --offload-dir``: :mod:`tilecast.perfmodel.writeback_pace`,
-    :mod:`tilecast.perfmodel.io_cpu`) unless they were measured on another file system."""
+    does not change it), and the write-back rate and the computing time lost to disk traffic measured earlier
+    (``tilecast calibrate --offload-dir``: :mod:`tilecast.perfmodel.io_cpu`) unless they were measured on another file system."""
     disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)
@@ -327,7 +326,7 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source)
     if (old is not None and old.device_writeback_bandwidth and disk.has_device
-            and not other_file_systems(old.directory, directory)):  # the pace is the device's: not another's
+            and not other_file_systems(old.directory, directory)):  # the rate is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
                        device_writeback_source=old.device_writeback_source)
     if old is not None and old.io_cpu_busy and not other_file_systems(old.directory, directory):

@@ -19,6 +19,13 @@ guest four blocks read 0.17-0.68 GB/s and lost 0.68-4.19 s per GiB, but 0.42-0.6
 2026-12-02): the loss follows how long the reads are in flight. Not in it: the reclaim of a full page cache (the
 cache has room here; in the gpt2-xl step kswapd took about 10 s of a core a step to reclaim 41-46 GiB).
 
+The write block also gives the rate the device takes the page cache's write-back at: the dirty bytes the ``fsync``
+found (``/proc/meminfo``'s ``Dirty`` and ``Writeback``, less those before the block) over its seconds
+(:attr:`IoCpu.writeback`). The forecast's flusher writes back at that rate
+(``DiskNode.device_writeback_bandwidth``): on the AMD EPYC guest it was 1.4-1.9 GB/s, and the flusher, started
+past the background threshold, wrote 0.72 GiB back within half a second (docs/memory.md, "What paced the
+stream").
+
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
 ``tilecast calibrate --offload-dir``; the forecast charges it to the workers
 (:class:`tilecast.simulator.memory_capacity.CappedMemory`).
@@ -32,12 +39,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from tilecast.perfmodel.writeback_pace import TILE, BusyCores, make_pool, shuffled_offsets, tile_buffer
+from tilecast.perfmodel.writeback_pace import TILE, BusyCores, make_pool, meminfo, shuffled_offsets, tile_buffer
 
 #: bytes moved in each block (written, read cold, read again)
 BLOCK_BYTES = 1 << 30
 #: seconds the busy threads run alone before and after each block (their rate without the traffic)
 ALONE_S = 1.5
+#: the fewest dirty bytes an ``fsync`` must write back for its rate to be kept: fewer (the flusher took the rest
+#: during the writes) time the call more than the device
+MIN_SYNCED_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,9 @@ class IoCpu:
     directory: str
     load_average: float
     nbytes: int = BLOCK_BYTES  # bytes moved in each block
+    writeback: float = 0.0  # bytes/s the device took the write block's write-back at (its fsync); 0: not measured
+    synced_bytes: int = 0  # the dirty bytes that fsync wrote back
+    sync_s: float = 0.0  # its seconds
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +75,11 @@ class IoCpu:
         rates = ", ".join(f"{k} {b['gbps']:.2f} GB/s" for k, b in self.blocks.items())
         return (f"measured: {by}, {self.nbytes / 2**30:.2f} GiB of 256 KiB tiles in each block ({rates}) beside "
                 f"{self.busy} threads multiplying matrices, their products per second against theirs alone; load average "
+                f"{self.load_average:.1f}")
+
+    def writeback_source(self, by: str) -> str:
+        return (f"measured: {by}, {self.synced_bytes / 2**30:.2f} GiB of 256 KiB tiles' dirty pages written back by "
+                f"fsync in {self.sync_s:.2f} s beside {self.busy} threads multiplying matrices; load average "
                 f"{self.load_average:.1f}")
 
 
@@ -106,12 +124,20 @@ def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s
         buf = tile_buffer()
         offsets = shuffled_offsets(n, 5)
 
+        sync = {}
+
         def write():
             fd = os.open(written, os.O_WRONLY)
             try:
+                m = meminfo()
+                dirty0 = m["Dirty"] + m["Writeback"]
                 for o in offsets:
                     os.pwrite(fd, buf, o)
+                m = meminfo()
+                t = time.perf_counter()
                 os.fsync(fd)  # the write-back inside the block
+                sync["s"] = time.perf_counter() - t
+                sync["bytes"] = min(max(m["Dirty"] + m["Writeback"] - dirty0, 0), n * TILE)
             finally:
                 os.close(fd)
 
@@ -139,6 +165,7 @@ def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s
                 before = after
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    synced = sync["bytes"] >= MIN_SYNCED_FRACTION * n * TILE and sync["s"] > 0
     return IoCpu(blocks["write"]["lost_s"] / (n * TILE), blocks["read"]["lost_s_per_s"],
                  blocks["hit"]["lost_s"] / (n * TILE), busy, blocks, os.path.abspath(directory), os.getloadavg()[0],
-                 n * TILE)
+                 n * TILE, sync["bytes"] / sync["s"] if synced else 0.0, int(sync["bytes"]), sync["s"])

@@ -1,33 +1,29 @@
-"""The pace Linux's flusher writes a stream of tiles back at, once the dirty bytes reach the threshold.
+"""The pace a stream of buffered tile writes keeps once the dirty bytes reach Linux's background threshold.
 
 StarPU's unistd disk node writes evicted tiles with buffered ``pwrite`` calls (:mod:`tilecast.perfmodel.disk_node`).
-A step that writes more than ``dirty_ratio`` percent of the dirtyable memory is then paced by the kernel
-(``mm/page-writeback.c``, ``balance_dirty_pages``) to the rate the flusher writes back at, which on the AMD EPYC
-guest was far under the device's ``O_DIRECT`` write bandwidth (docs/memory.md, 2026-12-01). This measures that
-pace: a pool of 256 KiB tiles is written once with ``O_DIRECT`` (on the device: StarPU rewrites a tile's file in
-place), then rewritten with buffered writes, each tile once, in shuffled order, as fast as they go, for at most
-``seconds``; ``/proc/meminfo``'s ``Dirty`` and ``Writeback`` are sampled beside the bytes written.
+This measures what such writes sustain past the page cache's first gigabytes: a pool of 256 KiB tiles is written
+once with ``O_DIRECT`` (on the device: StarPU rewrites a tile's file in place), then rewritten with buffered
+writes, each tile once, in shuffled order, as fast as they go, for at most ``seconds``; ``/proc/meminfo``'s
+``Dirty`` and ``Writeback`` are sampled beside the bytes written. Once the dirty bytes hold still, the paced rate
+is what was written back: the slope against time of the bytes written less the dirty bytes (from 90% of their level
+over the stream's second half, or from where they fell back to it after overshooting, after a second to settle).
+The thresholds are read as :func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool: twice the
+hard threshold and 1 GiB). A level under half the background threshold, dirty bytes that do not hold, or a pool or
+a time too small to get there give no pace (:attr:`WritebackPace.paced` false).
 
-Linux paces a writer so that those dirty bytes stay at a set point between ``dirty_background_ratio`` and
-``dirty_ratio`` of the dirtyable memory: they rise at the cache's speed, then hold still. The paced rate is what
-the flusher wrote back once they hold (from 90% of their level over the stream's second half, or from where they
-fell back to it after overshooting, after a second to settle): the slope against time of the bytes written less the
-dirty bytes. The thresholds are read as :func:`tilecast.perfmodel.page_cache.page_cache_for` reads them (the pool:
-twice the hard threshold and 1 GiB); the kernel's dirtyable memory (free and file pages) is less than
-``MemAvailable``, so the level sits lower than they say (0.96 of the background threshold on the AMD EPYC guest). A
-level under half the background threshold, dirty bytes that do not hold, or a pool or a time too small to get there
-give no pace (:attr:`WritebackPace.paced` false): where none is stored, the forecast then takes the device's
-``O_DIRECT`` write bandwidth (``DiskNode.flusher_bandwidth``).
-
-``busy`` threads multiplying matrices (one BLAS thread each, as a StarPU worker runs its kernels) may run beside
-the stream: on the AMD EPYC guest it was then paced at 0.22-0.25 GB/s against 0.29-0.30 alone, in turns a minute
-apart, but a gpt2-xl step's flusher kept up with 0.25-0.30 GB/s of write-backs beside its two busy workers without
-a writer being paced: beside busy threads the stream's own writer, starved of a core, measures itself
-(docs/memory.md, 2026-12-02). ``tilecast calibrate`` measures the pace alone, and the computing time the disk
-traffic takes from busy cores apart (:mod:`tilecast.perfmodel.io_cpu`).
+What the pace is depends on the machine. It was taken for the flusher's (``balance_dirty_pages`` pacing a writer
+to the write-back) until, on the AMD EPYC guest, an 8 GiB stream wrote 5 GiB at 2.2 GB/s and then 0.1 GB/s with
+the dirty bytes under the background threshold, where no writer is paced, while the flusher wrote back in
+bursts of 0.3 GiB, and fresh anonymous memory took 7.2 s per 2 GiB on first touch against 0.35 s after
+(the hypervisor takes back the guest's free pages: virtio-balloon free page reporting): the stream's pace there is
+the first touch of the cache's new pages, and moved from 0.10 to 0.39 GB/s with the pages the guest had free
+(docs/memory.md, "What paced the stream"). ``tilecast calibrate`` no longer runs it: the forecast's flusher writes at
+the device's write-back rate (:mod:`tilecast.perfmodel.io_cpu`). ``busy`` threads multiplying matrices (one BLAS
+thread each, as a StarPU worker runs its kernels) may run beside the stream (:class:`BusyCores`, also used by
+:mod:`tilecast.perfmodel.io_cpu`).
 
 Every file is made in a temporary directory removed at the end, also on an error or Ctrl-C. Used by
-``tilecast calibrate --offload-dir`` and ``benchmarks/disk_contention.py``.
+``benchmarks/disk_contention.py``.
 """
 
 from __future__ import annotations

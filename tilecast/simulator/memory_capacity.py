@@ -205,7 +205,7 @@ class DiskLinks(Links):
             waited = cache.throttled_s
             end = start + self.runtime_latency + cache.write(self.tile, nbytes, start) + self.extra
             # a writer waiting for the write-back (balance_dirty_pages) sleeps: the device meanwhile writes back
-            # (the flusher's pace, in the cache's model) and serves the reads, which do not queue behind it
+            # (the flusher's rate, in the cache's model) and serves the reads, which do not queue behind it
             busy_until = end - (cache.throttled_s - waited)
             self.io_cpu += self.cpu_write * nbytes
         elif cache is not None and src == self.disk_node:
