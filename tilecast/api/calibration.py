@@ -138,11 +138,11 @@ def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = 
         disk = replace(disk, device_writeback_bandwidth=io.writeback,
                        device_writeback_source=io.writeback_source("tilecast calibrate"))
     else:
+        kept = (f"the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept"
+                if disk.device_writeback_bandwidth else "the forecast's flusher writes at the device's O_DIRECT rate")
         print(f"tilecast calibrate: the device's write-back rate is not measured: the fsync found "
               f"{io.synced_bytes / 2**20:.0f} MiB of the {io.nbytes / 2**20:.0f} MiB written still dirty (the flusher "
-              f"wrote the rest during the writes); "
-              + (f"the stored {disk.device_writeback_bandwidth / 1e9:.3f} GB/s is kept" if disk.device_writeback_bandwidth
-                 else "the forecast's flusher writes at the device's O_DIRECT rate"), file=sys.stderr)
+              f"wrote the rest during the writes); {kept}", file=sys.stderr)
     return disk, save_disk(machine, disk)
 
 

@@ -315,7 +315,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
     """(DiskNode, file): the disk node measured in ``directory`` (``measure``: :func:`measure_disk`'s options)
     and stored, keeping the StarPU cost per transfer fitted earlier for ``machine`` (the file system's speed
     does not change it), and the write-back rate and the computing time lost to disk traffic measured earlier
-    (``tilecast calibrate --offload-dir``: :mod:`tilecast.perfmodel.io_cpu`) unless they were measured on another file system."""
+    (``tilecast calibrate --offload-dir``: :mod:`tilecast.perfmodel.io_cpu`) unless they were measured on another
+    file system."""
     disk = measure_disk(directory, **measure)
     try:
         old = stored_disk(machine)

@@ -18,7 +18,7 @@ cache of a few GB meets the device itself. The model, with its sources:
   rate). ``dirty_bytes``/``dirty_background_bytes``, where set, replace the ratios. The available memory is
   taken to be the cache's capacity (the process's own pages are not dirtyable).
   Here: the flusher drains dirty bytes while they exceed the background threshold, at the rate the device takes
-  the write-back at (``DiskNode.device_writeback_bandwidth``: tiles' dirty pages written back by ``fsync``, 1.4-1.9
+  the write-back at (``DiskNode.device_writeback_bandwidth``: tiles' dirty pages written back by ``fsync``, 3.3
   GB/s on the AMD EPYC guest, where the flusher, started past the background threshold, wrote 0.72 GiB back within
   half a second; else the device's O_DIRECT write bandwidth); a write that would take them past the hard threshold
   waits until the flusher has made room. A stream of writes therefore runs at the cache's speed until the dirty bytes
