@@ -9,10 +9,10 @@ rewritten, one ``pwrite`` or ``pread`` of the whole tile), each side in its own 
    alone for ``--seconds``: the device at one request at a time, as ``calibrate`` times it;
 2. ``cold_read``: buffered reads of tiles not in the page cache (each dropped again after its read,
    ``posix_fadvise(DONTNEED)``), alone: the read a worker waits for when its tile missed the cache;
-3. ``write_stream``: :func:`tilecast.perfmodel.writeback_pace.measure_writeback`, for up to ``3 x --seconds``: buffered rewrites of a pool of tiles (each once, the
-   pool sized from the dirty thresholds) as fast as they go, alone: at the page cache's speed until the dirty
-   bytes reach the threshold, then at what holds them there; the paced rate, the
-   rate over the last third, and ``/proc/meminfo``'s Dirty + Writeback, sampled;
+3. ``write_stream``: :func:`tilecast.perfmodel.writeback_pace.measure_writeback`, for up to ``3 x --seconds``:
+   buffered rewrites of a pool of tiles (each once, the pool sized from the dirty thresholds) as fast as they go,
+   alone: at the page cache's speed until the dirty bytes reach the threshold, then at what holds them there; the
+   paced rate, the rate over the last third, and ``/proc/meminfo``'s Dirty + Writeback, sampled;
 4. ``cold_read_with_writes``: phase 2 beside a writer rewriting a pool of ``--pool-gib`` at ``--write-gbps``
    (the flusher writing back once the dirty bytes pass ``dirty_background_ratio``): the reads' time, and the
    writer's.

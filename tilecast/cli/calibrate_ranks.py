@@ -25,7 +25,8 @@ def add_rank_calibration_args(p) -> None:
     p.add_argument("--no-probe", action="store_true",
                    help="run no probe steps: without --ranks, the executor's costs per task and per step are not "
                         "measured (simulate then leaves the host cost out until tune or a run measures it), nor, with "
-                        "--offload-dir, the disk traffic's computing time, the device's write-back rate and StarPU's costs under a limit; with "
+                        "--offload-dir, the disk traffic's computing time, the device's write-back rate and "
+                        "StarPU's costs under a limit; with "
                         "--ranks, no probe step (by default a probe step, gpt2-tiny, layer, 2 runs, measures each "
                         "rank's submission time per task and reports the cost per message the rank simulator "
                         "would need to match it; the stored cost per message is the ping-pong's either way)")

@@ -12,11 +12,11 @@ hard threshold and 1 GiB). A level under half the background threshold, dirty by
 a time too small to get there give no pace (:attr:`WritebackPace.paced` false).
 
 What the pace is depends on the machine. It was taken for the flusher's (``balance_dirty_pages`` pacing a writer
-to the write-back) until, on the AMD EPYC guest, an 8 GiB stream wrote 5 GiB at 2.2 GB/s and then 0.1 GB/s with
+to the write-back) until, on the AMD EPYC guest, an 8 GiB stream wrote 4.9 GiB in 1.7 s and then 0.1 GB/s with
 the dirty bytes under the background threshold, where no writer is paced, while the flusher wrote back in
 bursts of 0.3 GiB, and fresh anonymous memory took 7.2 s per 2 GiB on first touch against 0.35 s after
-(the hypervisor takes back the guest's free pages: virtio-balloon free page reporting): the stream's pace there is
-the first touch of the cache's new pages, and moved from 0.10 to 0.39 GB/s with the pages the guest had free
+(the hypervisor takes back the guest's free pages: virtio-balloon free page reporting): the stream's pace there
+follows the first touch of the cache's new pages, which would explain why it moved from 0.10 to 0.39 GB/s
 (docs/memory.md, "What paced the stream"). ``tilecast calibrate`` no longer runs it: the forecast's flusher writes at
 the device's write-back rate (:mod:`tilecast.perfmodel.io_cpu`). ``busy`` threads multiplying matrices (one BLAS
 thread each, as a StarPU worker runs its kernels) may run beside the stream (:class:`BusyCores`, also used by
