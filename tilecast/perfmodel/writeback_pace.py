@@ -221,14 +221,6 @@ class WritebackPace:
             del out["samples"]
         return out
 
-    def source(self, by: str) -> str:
-        """The ``device_writeback_source`` of this pace, measured by ``by``."""
-        beside = f" beside {self.busy} computing thread{'s' if self.busy > 1 else ''}" if self.busy else ""
-        return (f"measured: {by}, {self.written_bytes / 2**30:.1f} GiB of buffered 256 KiB tile rewrites in "
-                f"{self.seconds:.0f} s{beside}, paced from {self.paced_from_s:.1f} s (dirty and write-back bytes at "
-                f"most {self.dirty_max_bytes / 2**30:.2f} GiB, thresholds {self.background_bytes / 2**30:.2f} / "
-                f"{self.dirty_bytes / 2**30:.2f} GiB); load average {self.load_average:.1f}")
-
 
 class NoRoom(RuntimeError):
     """The directory has too little free space for the stream's pool."""
