@@ -2,6 +2,8 @@
 (tilecast.perfmodel.io_cpu), charged to workers that fill the cores in the forecast
 (tilecast.simulator.memory_capacity)."""
 
+import ctypes
+import mmap
 import os
 from dataclasses import replace
 
@@ -11,7 +13,10 @@ from sim_machines import cpu_machine
 from test_memory_forecast import DISK, TILE
 
 from tilecast.graph import GraphBuilder, Tiling
-from tilecast.perfmodel.io_cpu import lost_seconds, measure_io_cpu
+from tilecast.perfmodel import io_cpu
+from tilecast.perfmodel.io_cpu import _cache_clean, lost_seconds, measure_io_cpu
+from tilecast.perfmodel.writeback_pace import TILE as POOL_TILE
+from tilecast.perfmodel.writeback_pace import make_pool, tile_buffer
 from tilecast.simulator.memory_capacity import io_share, simulate_memory_limited
 
 
@@ -22,10 +27,11 @@ def test_the_time_lost_is_the_busy_threads_products_missing_against_theirs_alone
     assert lost_seconds(0, 0, 0, 2.0, 2) == 0.0
 
 
-def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_file(tmp_path):
+def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_file(tmp_path, monkeypatch):
     told = []
+    monkeypatch.setattr(io_cpu, "_cache_clean", lambda *a: (told.append("cached"), _cache_clean(*a)))
     io = measure_io_cpu(str(tmp_path), 1, nbytes=4 << 20, alone_s=0.1, progress=told.append)
-    assert told == ["write", "read", "hit"] and io.busy == 1
+    assert told == ["cached", "write", "read", "hit"] and io.busy == 1
     for name, b in io.blocks.items():
         assert b["alone_before"] > 0 and b["alone_after"] > 0 and b["seconds"] > 0 and b["gbps"] > 0
         assert b["lost_s"] >= 0 and b["lost_s_per_s"] == pytest.approx(b["lost_s"] / b["seconds"])
@@ -46,6 +52,36 @@ def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_fil
         measure_io_cpu(str(tmp_path), 0)
     with pytest.raises(FileNotFoundError):
         measure_io_cpu(str(tmp_path / "missing"), 1)
+
+
+def _cached_pages(path) -> tuple[int, int]:
+    """(pages of ``path`` in the page cache, pages of it), by mincore(2) on a mapping of the file."""
+    size = os.path.getsize(path)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+        view = np.frombuffer(m, dtype=np.uint8)  # the mapping's address, without touching its pages
+        ok = libc.mincore(ctypes.c_void_p(view.ctypes.data), size, vec)
+        del view
+    assert ok == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec), pages
+
+
+def test_the_written_tiles_are_in_the_cache_before_the_measured_block_rewrites_them(tmp_path):
+    # a step rewrites each tile's file in place, into pages the cache holds: the block must not time a first
+    # write into fresh pages (on a VM that can cost more than the copy)
+    path = str(tmp_path / "pool")
+    n = 16
+    make_pool(path, n)  # O_DIRECT: on the device
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    cached, pages = _cached_pages(path)
+    assert pages == n * POOL_TILE // mmap.PAGESIZE and cached < pages
+    _cache_clean(path, n, tile_buffer())
+    assert _cached_pages(path) == (pages, pages)
 
 
 def test_the_share_is_paid_only_by_workers_that_fill_the_cores_it_was_measured_beside():
