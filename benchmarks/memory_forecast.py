@@ -81,7 +81,8 @@ def fit_runtime_latency(doc: dict, config) -> float:
     disk = stored_disk(machine)
     transfers = max(doc["predicted_disk_transfers"], 1)
     latency = max(disk.runtime_latency + (doc["step_s"] - doc["predicted_step_s"]) / transfers, 0.0)
-    save_disk(machine, replace(disk, worker_costs={}, worker_costs_source="", runtime_latency=latency, runtime_source=(
+    save_disk(machine, replace(disk, worker_costs={}, worker_costs_source="", worker_costs_by_workers={},
+                               runtime_latency=latency, runtime_source=(
         f"fitted: out_of_core.py {doc['model']} {doc['batch']}x{doc['seq']} tile {config[0]} limit {config[1]}, "
         f"measured step {doc['step_s']:.3f} s over {transfers} predicted disk transfers")))
     return latency
@@ -112,7 +113,8 @@ def fit_runtime_costs(docs: list[dict], configs) -> tuple[float, float]:
     x, _ = nnls(np.stack(cols, axis=1) / rel[:, None], (rel - base) / rel)
     latency, walk = float(x[0]), float(x[1]) if prefetch else disk.walk_s
     names = ", ".join(f"{c[0]}:{c[1]}" + (f":{c[2]}" if c[2] != "none" else "") for c in configs)
-    save_disk(machine, replace(disk, worker_costs={}, worker_costs_source="", runtime_latency=latency, walk_s=walk,
+    save_disk(machine, replace(disk, worker_costs={}, worker_costs_source="", worker_costs_by_workers={},
+                               runtime_latency=latency, walk_s=walk,
                                runtime_source=(
         f"fitted: out_of_core.py {docs[0]['model']} {docs[0]['batch']}x{docs[0]['seq']} on {names}, "
         + ("with StarPU's prefetches (per transfer, and per transfer and tile in memory)" if prefetch else

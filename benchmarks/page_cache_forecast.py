@@ -40,7 +40,8 @@ def fit(args) -> int:
     conditions = run_conditions()
     disk = measure_disk(args.offload_dir)
     print(f"disk node: {disk.describe()}\n  ({disk.source}; {disk.device_source})", flush=True)
-    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="")
+    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
+                   worker_costs_by_workers={})
     t0 = time.perf_counter()
     runs = [run_probe(machine, base, args.offload_dir, p, args.workers) for p in PROBES]
     print(f"probes run in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -107,3 +107,60 @@ def test_calibrate_fits_starpu_costs_on_a_probe_step(tmp_path, monkeypatch):
     print(row, fitted.describe())
     base_err = abs(row["base_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
     assert abs(row["error"]) < 0.5 and abs(row["error"]) < base_err
+
+
+def test_a_step_is_charged_the_costs_fitted_on_its_own_worker_count():
+    """Costs fitted on one worker and on two: a one-worker forecast charges the first, a two-worker one the
+    second, a count without its own fit ``worker_costs``."""
+    one = {"per_task": 1e-4, "allocs": 1e-5, "reads": 1e-4, "writebacks": 5e-5, "drops": 1e-5}
+    two = {k: 3 * v for k, v in one.items()}
+    disk = replace(DISK, worker_costs=two, worker_costs_by_workers={"1": one, "2": two})
+    assert disk.costs_for(1) is one and disk.costs_for(2) is two and disk.costs_for(3) is two
+    assert replace(DISK, worker_costs=two).costs_for(1) is two
+    d = 1e-3
+    run = {"durations": np.full((1, 2), d), "warmup": False, "throttle": None}
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
+    ev = plain.task_events
+    for disk_, costs in ((disk, one), (replace(DISK, worker_costs=two), two)):
+        charged = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, disk_, "eager", **run)
+        extra = sum(costs.get(k, 0.0) * float(np.sum(ev[k])) for k in EVENTS) + 2 * costs["per_task"]
+        assert charged.makespan == pytest.approx(plain.makespan + extra, rel=1e-12)
+
+
+def test_costs_per_worker_count_are_stored_kept_and_described(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    machine = cpu_machine(2)
+    one, two = {"per_task": 1e-5, "reads": 1e-4}, {"per_task": 3e-5, "reads": 3e-4}
+    path = save_disk(machine, replace(DISK, worker_costs=two, worker_costs_by_workers={"1": one, "2": two}))
+    assert load_disk(path).costs_for(1) == one
+    again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
+    assert again.worker_costs_by_workers == {"1": one, "2": two}
+    assert "30 us per task, 300 us per tile read back (on 1 worker: 10 us per task, 100 us per tile read back)" \
+        in again.describe()
+
+
+def test_calibrate_fits_the_costs_on_one_worker_and_on_two(tmp_path, monkeypatch, capsys):
+    """``calibrate --offload-dir`` on two cores runs the probes on one worker and on two and stores each
+    count's costs (the probes themselves: test_calibrate_fits_starpu_costs_on_a_probe_step)."""
+    from tilecast.api import calibration
+    from tilecast.loop import disk_fit, kernel_calibration
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    machine = cpu_machine(2)
+    ran = []
+
+    def fake_fit(machine_, disk, directory, probes, workers, progress=None):
+        ran.append(workers)
+        progress(0, 1, "probe")
+        row = {"probe": "probe", "measured_step_s": 1.0, "base_step_s": 0.5, "predicted_step_s": 1.0, "error": 0.0}
+        return replace(disk, worker_costs={"reads": 1e-4 * workers},
+                       worker_costs_source=f"fitted on {workers} workers"), [row]
+
+    monkeypatch.setattr(disk_fit, "calibrate_worker_costs", fake_fit)
+    monkeypatch.setattr(kernel_calibration, "starpu_workers", lambda m: 2)
+    monkeypatch.setattr(calibration, "_io_cpu", lambda machine_, disk, *a: (disk, ""))
+    disk, path, rows = calibration._disk(machine, str(tmp_path), fit=True, progress=True)
+    assert ran == [1, 2] and [r["workers"] for r in rows] == [1, 2]
+    assert disk.worker_costs == {"reads": 2e-4} and disk.costs_for(1) == {"reads": 1e-4}
+    assert load_disk(path) == disk and "1 workers" in disk.worker_costs_source
+    assert "under a memory limit on 1 worker (probe)" in capsys.readouterr().err

@@ -79,6 +79,8 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     disk, path = measure_and_store(machine, offload_dir)
     if not fit:
         return disk, path, []
+    from dataclasses import replace
+
     from tilecast.loop.kernel_calibration import starpu_workers
     from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
 
@@ -89,11 +91,21 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
               "system's figures alone are stored)", file=sys.stderr)
         return disk, path, []
 
-    def told(i, n, label):
-        if progress:
-            print(f"disk node: probe {i + 1}/{n} under a memory limit ({label})", file=sys.stderr)
+    counts = sorted({1, min(workers, 2)})  # a read back costs the worker less where a core is left free
+    by_workers, rows = {}, []
+    for w in counts:
+        def told(i, n, label, w=w):
+            if progress:
+                print(f"disk node: probe {i + 1}/{n} under a memory limit on {w} worker{'s' if w > 1 else ''} "
+                      f"({label})", file=sys.stderr)
 
-    disk, rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, min(workers, 2), told)
+        fitted, w_rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, w, told)
+        by_workers[str(w)] = fitted
+        rows += [{**r, "workers": w} for r in w_rows]
+    top = by_workers[str(counts[-1])]
+    disk = replace(top, worker_costs_by_workers=(
+        {w: d.worker_costs for w, d in by_workers.items()} if len(by_workers) > 1 else {}),
+        worker_costs_source="; ".join(d.worker_costs_source for d in by_workers.values()))
     return disk, save_disk(machine, disk), rows
 
 

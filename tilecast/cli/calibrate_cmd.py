@@ -139,5 +139,6 @@ def quiet_line(q: dict) -> str:
 def _print_disk_probes(rows) -> None:
     """The probe steps the disk node's StarPU costs were fitted on: measured beside forecast."""
     for r in rows:
-        print(f"  probe {r['probe']}: {r['measured_step_s']:.3f} s measured, {r['predicted_step_s']:.3f} s "
+        on = f" on {r['workers']} worker{'s' if r['workers'] > 1 else ''}" if "workers" in r else ""
+        print(f"  probe {r['probe']}{on}: {r['measured_step_s']:.3f} s measured, {r['predicted_step_s']:.3f} s "
               f"forecast with the fitted costs ({100 * r['error']:+.0f}%), {r['base_step_s']:.3f} s without them")

@@ -213,7 +213,8 @@ def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers
     ``disk``: the file system's figures (``runtime_latency`` and any earlier costs are not used)."""
     from dataclasses import replace
 
-    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="")
+    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
+                   worker_costs_by_workers={})
     runs = []
     for i, probe in enumerate(probes):
         if progress:

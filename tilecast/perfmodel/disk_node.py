@@ -75,6 +75,11 @@ class DiskNode:
     #: empty until then. Where set, it replaces runtime_latency (0 then).
     worker_costs: dict = field(default_factory=dict)
     worker_costs_source: str = ""
+    #: ``worker_costs`` fitted per worker count (``{"1": {...}, "2": {...}}``) where ``tilecast calibrate`` ran
+    #: its probes on more than one; the forecast takes its own count's (:meth:`costs_for`). A tile read back
+    #: waits for glibc's AIO helper to get a core: with one worker on two cores it has one, with two it waits
+    #: behind the polling workers (docs/memory.md, 2026-12-02). Empty: ``worker_costs`` for every count.
+    worker_costs_by_workers: dict = field(default_factory=dict)
     #: the device under the page cache (O_DIRECT: :func:`measure_device`), bytes/s and s per transfer; 0 where
     #: not measured (the forecast then charges the figures above, the page cache's, for every transfer)
     device_write_bandwidth: float = 0.0
@@ -104,6 +109,11 @@ class DiskNode:
         :mod:`tilecast.perfmodel.page_cache`)."""
         return self.device_write_bandwidth > 0 and self.device_read_bandwidth > 0
 
+    def costs_for(self, workers: int) -> dict:
+        """StarPU's costs in the worker for a step on ``workers`` workers: those fitted on that many, else
+        ``worker_costs``."""
+        return self.worker_costs_by_workers.get(str(int(workers))) or self.worker_costs
+
     @property
     def flusher_bandwidth(self) -> float:
         """Bytes/s the flusher writes dirty pages back at: the measured write-back rate, else the device's
@@ -129,6 +139,10 @@ class DiskNode:
             parts += [f"{c[k] * 1024 * 1e6:.2f} us per KiB {k.split('_')[0].replace('writeback', 'written back')}"
                       for k in ("read_bytes", "writeback_bytes") if c.get(k)]
             line += "; StarPU in the worker: " + (", ".join(parts) or "nothing")
+            for w, cw in sorted(self.worker_costs_by_workers.items()):
+                if cw is not c and cw != c:
+                    line += (f" (on {w} worker{'s' if w != '1' else ''}: " + ", ".join(
+                        f"{cw[k] * 1e6:.0f} us per {n}" for k, n in names.items() if cw.get(k)) + ")")
         if self.has_device:
             line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
@@ -325,7 +339,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
     if old is not None and (old.runtime_latency or old.walk_s or old.worker_costs):
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
-                       worker_costs_source=old.worker_costs_source)
+                       worker_costs_source=old.worker_costs_source,
+                       worker_costs_by_workers=dict(old.worker_costs_by_workers))
     if (old is not None and old.device_writeback_bandwidth and disk.has_device
             and not other_file_systems(old.directory, directory)):  # the rate is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,

@@ -586,7 +586,8 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
-    memory.worker_costs = {k: float(v) for k, v in (getattr(disk, "worker_costs", None) or {}).items()}
+    costs = disk.costs_for(len(m.workers)) if hasattr(disk, "costs_for") else getattr(disk, "worker_costs", None)
+    memory.worker_costs = {k: float(v) for k, v in (costs or {}).items()}
     memory.io_share = io_share(disk, len(m.workers))
     collecting = gc.isenabled()
     gc.disable()
