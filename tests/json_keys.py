@@ -65,7 +65,7 @@ UNPRINTED = {
                                     for k in ("n", "decades", "heldout")},
     ("calibrate", "disk"): {k: "fitted with --offload-dir on probe steps under a memory limit: minutes of StarPU runs"
                             for k in ("per_task", "allocs", "reads", "writebacks", "drops", "read_bytes",
-                                      "writeback_bytes", "probe", "measured_step_s", "base_step_s",
+                                      "writeback_bytes", "probe", "workers", "measured_step_s", "base_step_s",
                                       "predicted_step_s", "error")},
 }
 

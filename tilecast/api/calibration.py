@@ -66,8 +66,8 @@ class CalibrateResult(_Result):
 def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
     with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
-    (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there
-    (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
+    (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there, on one worker and
+    on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
     import os
 
     from tilecast.home import home

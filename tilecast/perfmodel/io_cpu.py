@@ -16,8 +16,7 @@ unmeasured buffered pass and ``fsync`` first): a step rewrites each tile's file 
 holds or has just reclaimed, while a first write into pages the guest has not used lately can cost far more
 than the copy (on the Intel Xeon guest, whose first touch of 2 GiB of fresh memory ran at 0.36 GiB/s, a block
 written into fresh pages ran at 0.26 GB/s and cost the busy threads 2.9 s per GiB, into cached pages at 1.7 GB/s
-and 0.2-0.3 s per GiB; docs/memory.md, 2026-12-02). The threads'
-products per second during each block,
+and 0.2-0.3 s per GiB; docs/memory.md, 2026-12-02). The threads' products per second during each block,
 against their rate in the blocks alone before and after it, give the computing seconds lost:
 ``busy x (1 - rate during / rate alone) x seconds``, per byte written and per byte read from the cache, and per
 second of reading from the device. The device's reads are counted by their time, not their bytes: on the AMD EPYC

@@ -47,7 +47,9 @@ with the StarPU 1.3.10 code each follows:
   read back, written back and evicted clean, and per byte read and written back
   (``DiskNode.worker_costs``, :meth:`CappedMemory._worker_cost`), fitted by
   ``tilecast calibrate`` on probe steps from the tasks' measured delays
-  (:mod:`tilecast.loop.disk_fit`); the events are counted per task
+  (:mod:`tilecast.loop.disk_fit`), those of the step's own worker count where
+  it ran the probes on it (``DiskNode.costs_for``: a tile read back costs far
+  more with every core polled by a worker); the events are counted per task
   (:meth:`CappedMemory.task_events`).
 - **The disk traffic's computing time.** StarPU's CPU workers poll while
   their tiles are in transfer (``src/drivers/cpu/driver_cpu.c``,
