@@ -124,6 +124,7 @@ print(mapped, (held - current_rss_bytes()) / (held - start))
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc settings (Linux only)")
 def test_tile_buffers_freed_under_a_limit_go_back_to_the_system():
     mapped, freed = _mapped_and_freed(True)
-    assert mapped == 256 and freed > 0.9, (mapped, freed)
+    # nearly all mapped on their own: a free chunk of the heap large enough may still serve one (255 seen once)
+    assert mapped >= 250 and freed > 0.9, (mapped, freed)
     # glibc's default serves them from its heaps, where freed memory stays unless it is at the top
     assert _mapped_and_freed(False)[0] == 0
