@@ -79,12 +79,17 @@ class SuiteResult:
         return out
 
 
+#: a Kendall tau is a ratio of pair counts that floating point may leave a hair under its value (an accuracy
+#: run's 0.85 came out 0.8499999999999999); within this of a target it is the target's value
+TAU_ROUNDING = 1e-9
+
+
 def check_targets(figures: dict) -> dict:
     tau = figures.get("kendall_tau")
     return {
         "median_abs_error": figures["median_abs_error"] <= TARGETS["median_abs_error"],
         "max_abs_error": figures["max_abs_error"] <= TARGETS["max_abs_error"],
-        "kendall_tau": tau is not None and tau >= TARGETS["kendall_tau"],
+        "kendall_tau": tau is not None and tau >= TARGETS["kendall_tau"] - TAU_ROUNDING,
         "best_gap": figures["best_gap"] <= TARGETS["best_gap"],
     }
 
