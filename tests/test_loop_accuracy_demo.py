@@ -144,7 +144,8 @@ def test_accuracy_quick_suite_json(loop_home, capsys):  # noqa: F811
     assert doc["conditions"]["load_average_before"] >= 0 and doc["conditions"]["blas"]["core"]
     q = doc["conditions"]["quiet"]  # every session ran between reference steps (shared by consecutive ones)
     sessions = sum(len(r["real_rounds_s"]) for r in rows)
-    assert q["reference_probes"] >= sessions + 1 and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
+    # the first session's probe before may be calibration's last, still fresh (QuietGuard.reuse_s): not counted here
+    assert q["reference_probes"] >= sessions and q["reference_best_s"] > 0 and q["waited_s"] <= 5.0 + 1e-6
     for r in rows:
         assert 0 <= r["sessions_disturbed"] <= len(r["real_rounds_s"]) and r["reference_ratio_max"] >= 1.0
         # each session: its median step and the probes around it, as the counts above add them up
