@@ -14,9 +14,9 @@ from test_memory_forecast import DISK, TILE
 
 from tilecast.graph import GraphBuilder, Tiling
 from tilecast.perfmodel import io_cpu
-from tilecast.perfmodel.io_cpu import _cache_clean, lost_seconds, measure_io_cpu
+from tilecast.perfmodel.io_cpu import lost_seconds, measure_io_cpu
 from tilecast.perfmodel.writeback_pace import TILE as POOL_TILE
-from tilecast.perfmodel.writeback_pace import make_pool, tile_buffer
+from tilecast.perfmodel.writeback_pace import make_pool
 from tilecast.simulator.memory_capacity import io_share, simulate_memory_limited
 
 
@@ -29,7 +29,8 @@ def test_the_time_lost_is_the_busy_threads_products_missing_against_theirs_alone
 
 def test_measure_io_cpu_times_three_blocks_beside_busy_threads_and_leaves_no_file(tmp_path, monkeypatch):
     told = []
-    monkeypatch.setattr(io_cpu, "_cache_clean", lambda *a: (told.append("cached"), _cache_clean(*a)))
+    monkeypatch.setattr(io_cpu, "make_pool", lambda path, n, **kw: (
+        told.append("cached") if kw.get("cached") else None, make_pool(path, n, **kw))[1])
     io = measure_io_cpu(str(tmp_path), 1, nbytes=4 << 20, alone_s=0.1, progress=told.append)
     assert told == ["cached", "write", "read", "hit"] and io.busy == 1
     for name, b in io.blocks.items():
@@ -80,7 +81,7 @@ def test_the_written_tiles_are_in_the_cache_before_the_measured_block_rewrites_t
     os.close(fd)
     cached, pages = _cached_pages(path)
     assert pages == n * POOL_TILE // mmap.PAGESIZE and cached < pages
-    _cache_clean(path, n, tile_buffer())
+    make_pool(path, n, cached=True)  # as the write block's pool is made
     assert _cached_pages(path) == (pages, pages)
 
 

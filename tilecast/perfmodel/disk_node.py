@@ -140,7 +140,7 @@ class DiskNode:
                       for k in ("read_bytes", "writeback_bytes") if c.get(k)]
             line += "; StarPU in the worker: " + (", ".join(parts) or "nothing")
             for w, cw in sorted(self.worker_costs_by_workers.items()):
-                if cw is not c and cw != c:
+                if cw != c:
                     line += (f" (on {w} worker{'s' if w != '1' else ''}: " + ", ".join(
                         f"{cw[k] * 1e6:.0f} us per {n}" for k, n in names.items() if cw.get(k)) + ")")
         if self.has_device:

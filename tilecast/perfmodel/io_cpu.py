@@ -11,8 +11,8 @@ but waiting for a core 35-39 s of each 91-114 s step (docs/memory.md, "The pace 
 This measures that time the way it is lost: ``busy`` threads multiply matrices
 (:class:`tilecast.perfmodel.writeback_pace.BusyCores`, as many as the cores a step's workers fill) while 256 KiB
 tiles are written with buffered ``pwrite`` and then synced (the copies and the write-back), read cold from the
-device through the cache, and read again from the cache. The written tiles are in the cache already, clean (one
-unmeasured buffered pass and ``fsync`` first): a step rewrites each tile's file in place, into pages the cache
+device through the cache, and read again from the cache. The written tiles are in the cache already, clean (their
+file made through the cache and synced): a step rewrites each tile's file in place, into pages the cache
 holds or has just reclaimed, while a first write into pages the guest has not used lately can cost far more
 than the copy (on the Intel Xeon guest, whose first touch of 2 GiB of fresh memory ran at 0.36 GiB/s, a block
 written into fresh pages ran at 0.26 GB/s and cost the busy threads 2.9 s per GiB, into cached pages at 1.7 GB/s
@@ -111,17 +111,6 @@ def lost_seconds(alone_before: float, during: float, alone_after: float, seconds
     return max(busy * (1.0 - during / alone) * seconds, 0.0)
 
 
-def _cache_clean(path: str, n: int, buf) -> None:
-    """Puts the ``n`` tiles of ``path`` in the page cache, clean: one buffered pass over them, then ``fsync``."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        for i in range(n):
-            os.pwrite(fd, buf, i * TILE)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s: float = ALONE_S,
                    progress=None) -> IoCpu:
     """The blocks of the module's docstring in ``directory`` beside ``busy`` computing threads, ``nbytes`` each.
@@ -135,11 +124,10 @@ def measure_io_cpu(directory: str, busy: int, nbytes: int = BLOCK_BYTES, alone_s
     work = tempfile.mkdtemp(prefix=".tilecast-io-cpu-", dir=directory)
     try:
         written, cold = os.path.join(work, "written"), os.path.join(work, "read")
-        make_pool(written, n)
+        make_pool(written, n, cached=True)  # the measured block rewrites pages the cache holds
         make_pool(cold, n)  # O_DIRECT: on the device, not in the cache
         buf = tile_buffer()
         offsets = shuffled_offsets(n, 5)
-        _cache_clean(written, n, buf)  # the measured block rewrites pages the cache holds
 
         sync = {}
 

@@ -73,18 +73,21 @@ def tile_buffer():
     return b
 
 
-def make_pool(path: str, n: int, progress=None) -> str:
+def make_pool(path: str, n: int, progress=None, cached: bool = False) -> str:
     """One file of ``n`` tiles, written once with ``O_DIRECT`` (on the device, not in the cache; StarPU gives each
     tile its own file, made at its first write-back and rewritten in place later: one file here, its tiles
-    rewritten at shuffled offsets so that neighbouring tiles are not merged into one request). ``progress``:
+    rewritten at shuffled offsets so that neighbouring tiles are not merged into one request). ``cached``:
+    written through the page cache and synced instead, so that its tiles are in the cache, clean. ``progress``:
     called with the bytes of each tile written."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | (0 if cached else os.O_DIRECT), 0o600)
     buf = tile_buffer()
     try:
         for i in range(n):
             os.pwrite(fd, buf, i * TILE)
             if progress is not None:
                 progress(TILE)
+        if cached:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return path
