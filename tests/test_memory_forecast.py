@@ -42,12 +42,15 @@ def test_eviction_by_hand():
     Task 0 reads t0: memory is full and no clean tile can give its memory, so StarPU reclaims 2 tiles: LRU t1 is
     in use, t2 and t3 are written back, then t0 is read (and stays valid on disk too). Task 1 reads t2 (there is
     room), then t3 needs room: the LRU clean tile of its size, t0, gives its memory (dropped, no write), then t3
-    is read. 3 evictions, 2 write-backs, 1 dropped, 2 tiles written, 3 read; one transfer at a time on disk."""
+    is read. 3 evictions, 2 write-backs, 1 dropped, 2 tiles written, 3 read; one transfer at a time on disk.
+    The two searches for a tile to reuse walk past t1, t2, t3 (none taken), then take t0, the first tile of the
+    list then (t1, just used by task 0, is behind it): 4 tiles walked; 3 tiles held never call for tidying."""
     d = 1e-3
     res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
                                   warmup=False, throttle=None)
     s = res.summary
     assert (s["evictions"], s["writebacks"], s["dropped"]) == (3, 2, 1)
+    assert (s["reuse_searches"], s["reuse_walked"], s["tidy_passes"], s["tidy_walked"]) == (2, 4, 0, 0)
     assert (s["disk_written_bytes"], s["disk_read_bytes"]) == (2 * S, 3 * S)
     w, r = DISK.write_s(S), DISK.read_s(S)
     # task 0 starts after 2 write-backs and a read; task 1 after two reads
@@ -81,8 +84,8 @@ def test_no_eviction_when_everything_fits_and_too_small_is_an_error():
 
 def test_tidying_writes_back_ahead_of_need():
     """20 dirty tiles in memory, none clean: below StarPU's 5% of clean tiles, so the 2 least recently used
-    dirty tiles not in use (t22, t23: t20 and t21 were just used) are written back (10% clean); the task does
-    not wait for them."""
+    dirty tiles not in use (t22, t23: t20 and t21 were just used) are written back (10% clean), in one pass that
+    looks at those two tiles; the task does not wait for them."""
     b = GraphBuilder(Tiling.uniform(TILE))
     t = b.tensor("p", (40 * TILE, TILE), ("seq", None), "param")
     b.add("axpy", [t.tile_ids(20, 0), t.tile_ids(21, 0)], dict(n=TILE * TILE, alpha=0.5))
@@ -92,6 +95,7 @@ def test_tidying_writes_back_ahead_of_need():
                                       warmup=False, throttle=None, tidy=tidy)
         s = res.summary
         assert (s["disk_written_bytes"], s["tidied"], s["evictions"]) == (written, written // S, 0)
+        assert (s["tidy_passes"], s["tidy_walked"]) == ((1, 2) if tidy else (0, 0))
         assert res.makespan == pytest.approx(1e-3)
 
 

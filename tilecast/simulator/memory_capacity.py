@@ -241,6 +241,9 @@ class CappedMemory(Memory):
         self.n_dropped = 0  # clean tiles evicted without a write
         self.n_tidied = 0  # dirty tiles written back ahead of need
         self.n_disk_reads = 0  # tiles read back from the disk node
+        # StarPU's list walks as simulated, to set beside a run's (benchmarks/starpu_walk.py): searches for a tile
+        # to reuse and the tiles they walked past or took, tidying passes and the tiles they looked at
+        self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
         self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
@@ -299,6 +302,7 @@ class CappedMemory(Memory):
         self._cost.clear()
         self.peak = list(self.used)
         self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
+        self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
         self.resident_sum = 0
         self.disk_written = self.disk_read = 0
         self.io_paid = {}
@@ -317,15 +321,21 @@ class CappedMemory(Memory):
         bit, disk, size, valid = 1 << node, self.disk, self.size, self.valid
         # memalloc.c, try_to_reuse_potentially_in_use_mc: the LRU clean tile of the same size, if any, gives
         # its memory (a dirty one is not taken for reuse: try_to_throw_mem_chunk with a replicate)
-        for tile in held:
+        self.reuse_searches += 1
+        walked, taken = len(held), False
+        for k, tile in enumerate(held):
             if size[tile] == nbytes and valid[tile] != bit and tile not in in_use:
+                walked, taken = k + 1, True
                 del held[tile]
                 self.used[node] -= nbytes  # used <= cap held before, so the new tile now fits
                 valid[tile] &= ~bit
                 self.n_evictions += 1
                 self.n_dropped += 1
                 self.task_drops[self.task] += 1
-                return now
+                break
+        self.reuse_walked += walked
+        if taken:
+            return now
         # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
         need = max(RECLAIM_FACTOR * nbytes, self.used[node] + nbytes - cap)
         victims = []
@@ -457,9 +467,11 @@ class CappedMemory(Memory):
         ptr, code = self.acc_ptr, self.acc_code
         in_use = {c >> 2 for t in self.running[0] for c in code[ptr[t]:ptr[t + 1]]}
         disk, size, valid = self.disk, self.size, self.valid
+        self.tidy_passes += 1
         for tile, ready in held.items():
             if clean >= target:
                 break
+            self.tidy_walked += 1
             if tile not in dirty or tile in in_use:
                 continue
             sz = size[tile]
@@ -625,7 +637,9 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                     "tidied": int(memory.n_tidied), "resident_per_transfer": (
                         memory.resident_sum / max(memory.n_writebacks + memory.n_tidied + memory.n_disk_reads, 1)),
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
-                    "warmup_makespan_s": warm, "disk_node": disk.describe()})
+                    "warmup_makespan_s": warm, "disk_node": disk.describe(),
+                    "reuse_searches": memory.reuse_searches, "reuse_walked": memory.reuse_walked,
+                    "tidy_passes": memory.tidy_passes, "tidy_walked": memory.tidy_walked})
     summary["allocations"] = int(memory.task_allocs.sum())
     summary["io_cpu_s"] = float(links.io_cpu)  # the step's disk traffic's computing time
     summary["io_cpu_charged_s"] = float(memory.task_io.sum())  # what of it the workers paid
