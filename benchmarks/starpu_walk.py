@@ -192,21 +192,22 @@ def main(argv=None) -> int:
     steps = [r for r in rows if "step" in r][args.warmup:]
     per = [_per_step(r) for r in steps]
     print(f"\nlibstarpu loaded: {library}")
-    print(f"{'step':>5}{'time s':>9}{'searches':>10}{'walked':>8}{'of size':>8}{'taken':>8}{'walk s':>8}"
+    print(f"{'step':>5}{'time s':>9}{'searches':>10}{'walked':>8}{'of size':>8}{'taken':>8}{'flagged':>8}{'walk s':>8}"
           f"{'ns/tile':>8}{'in use':>8}{'flagged':>8}{'dirty':>7}{'<head':>7}{'evict':>7}{'evict s':>8}{'alloc s':>8}"
           f"{'tidy':>6}{'tidy walked':>12}")
     for r, p in zip(steps, per):
         n = max(p["reuse_calls"], 1)
         print(f"{r['step']:>5}{r['step_s']:>9.2f}{p['reuse_calls']:>10}{p['reuse_walked_per_search']:>8.0f}"
-              f"{p['reuse_matched'] / n:>8.0f}{p['reuse_taken']:>8}{p['reuse_s']:>8.2f}{p['ns_per_tile_walked']:>8.0f}"
+              f"{p['reuse_matched'] / n:>8.0f}{p['reuse_taken']:>8}{p['taken_flagged']:>8}{p['reuse_s']:>8.2f}{p['ns_per_tile_walked']:>8.0f}"
               f"{p['matched_busy'] / n:>8.1f}{p['matched_owner_flagged'] / n:>8.1f}"
               f"{p['matched_owner_unflagged'] / n:>7.0f}{p['unflagged_before_dirty_head'] / n:>7.0f}{p['evict_calls']:>7}{p['evict_s']:>8.2f}{p['alloc_s']:>8.2f}"
               f"{p['tidy_passes']:>6}{p['tidy_walked']:>12}")
-    print("(walked, of size, in use, flagged, dirty, <head: per search; in use, flagged, dirty: tiles of the wanted "
+    print("(taken, flagged: searches that took a tile, and of those the tiles tidying had flagged clean; "
+          "walked, of size, in use, flagged, dirty, <head: per search; in use, flagged, dirty: tiles of the wanted "
           "size passed over, dirty ones flagged clean by tidying or not; <head: of the dirty ones not flagged, those "
           "before tidying's next tile; walk s, evict s, alloc s: summed over the workers)")
     print(f"{'sim':>5}{sim['step_s']:>9.2f}{sim['reuse_searches']:>10}{sim['reuse_walked_per_search']:>8.0f}"
-          f"{'':>79}{sim['tidy_passes']:>6}{sim['tidy_walked']:>12}")
+          f"{'':>87}{sim['tidy_passes']:>6}{sim['tidy_walked']:>12}")
     step_s = float(np.median([r["step_s"] for r in steps])) if steps else float("nan")
     medians = {k: float(np.median([p[k] for p in per])) for k in per[0]} if per else {}
     print(json.dumps({

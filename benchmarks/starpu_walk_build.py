@@ -25,7 +25,8 @@ The counters (:data:`COUNTERS`, in order):
   flagged clean by tidying (their write-back not done), those the only valid
   copy and not flagged (and, of these, those met before tidying's next chunk,
   ``mc_dirty_head``: chunks tidying went past that were written again where
-  they lie);
+  they lie); of the chunks taken, those flagged clean and those before
+  ``mc_dirty_head``;
 - eviction walk: calls, chunks walked, nanoseconds (write-backs included);
 - allocations in any memory node: calls, nanoseconds (both walks included);
 - tidying: passes that found too few clean chunks, chunks walked;
@@ -57,7 +58,7 @@ COUNTERS = (
     "reuse_calls", "reuse_walked", "reuse_matched", "reuse_taken", "reuse_ns",
     "evict_calls", "evict_walked", "evict_ns", "allocs", "alloc_ns", "tidy_passes", "tidy_walked",
     "held_sum", "matched_busy", "matched_owner_flagged", "matched_owner_unflagged", "write_with_pending",
-    "unflagged_before_dirty_head",
+    "unflagged_before_dirty_head", "taken_flagged", "taken_before_dirty_head",
 )
 N_SLOTS = 20
 
@@ -103,14 +104,16 @@ static void tcw_classify(struct _starpu_mem_chunk *mc, unsigned node, int before
 # (file, function signature, anchor in its body, text, "before" or "after" the anchor's line)
 _EDITS = [
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(", "_starpu_spin_lock(&mc_lock[node]);",
-     "unsigned long long tcw_t0 = tcw_ns(); int tcw_before = 1; TCW(0, 1); TCW(12, mc_nb[node]);", "before"),
+     "unsigned long long tcw_t0 = tcw_ns(); int tcw_before = 1, tcw_clean = 0, tcw_was_before = 0; "
+     "TCW(0, 1); TCW(12, mc_nb[node]);", "before"),
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(",
      "orig_next_mc = next_mc = _starpu_mem_chunk_list_next(mc);",
      "TCW(1, 1); if (mc == mc_dirty_head[node]) tcw_before = 0;", "after"),
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(",
-     "success = try_to_throw_mem_chunk(mc, node, replicate, 1);", "TCW(2, 1); tcw_classify(mc, node, tcw_before);", "before"),
+     "success = try_to_throw_mem_chunk(mc, node, replicate, 1);", "TCW(2, 1); tcw_classify(mc, node, tcw_before); tcw_clean = mc->clean; tcw_was_before = tcw_before;", "before"),
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(", "return success;",
-     "TCW(3, success ? 1 : 0); TCW(4, tcw_ns() - tcw_t0);", "before"),
+     "TCW(3, success ? 1 : 0); TCW(4, tcw_ns() - tcw_t0); if (success) { TCW(18, tcw_clean); "
+     "TCW(19, tcw_was_before); }", "before"),
     ("memalloc.c", "static size_t free_potentially_in_use_mc(", "restart:",
      "unsigned long long tcw_t0 = tcw_ns(); TCW(5, 1);", "before"),
     ("memalloc.c", "static size_t free_potentially_in_use_mc(", "next_mc = _starpu_mem_chunk_list_next(mc);",

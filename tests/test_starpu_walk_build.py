@@ -67,8 +67,8 @@ def test_each_counter_lands_in_its_function_at_its_line():
     nxt = lines.index("orig_next_mc = next_mc = _starpu_mem_chunk_list_next(mc);")
     assert lines[nxt + 1].startswith("TCW(1, 1);")  # one per chunk walked
     throw = lines.index("success = try_to_throw_mem_chunk(mc, node, replicate, 1);")
-    assert lines[throw - 1] == "TCW(2, 1); tcw_classify(mc, node, tcw_before);"
-    assert lines[lines.index("return success;") - 1] == "TCW(3, success ? 1 : 0); TCW(4, tcw_ns() - tcw_t0);"
+    assert lines[throw - 1].startswith("TCW(2, 1); tcw_classify(mc, node, tcw_before);")
+    assert lines[lines.index("return success;") - 1].startswith("TCW(3, success ? 1 : 0); TCW(4, tcw_ns() - tcw_t0);")
     evict = [ln.strip() for ln in _body(out, "static size_t free_potentially_in_use_mc(").splitlines()]
     assert evict[evict.index("restart:") - 1] == "unsigned long long tcw_t0 = tcw_ns(); TCW(5, 1);"
     assert evict[evict.index("next_mc = _starpu_mem_chunk_list_next(mc);") + 1] == "TCW(6, 1);"
