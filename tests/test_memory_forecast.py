@@ -19,8 +19,7 @@ from tilecast.perfmodel import load_machine
 from tilecast.perfmodel.disk_node import (DiskNode, disk_path, load_disk, measure_and_store, measure_disk, save_disk,
                                           stored_disk)
 from tilecast.simulator.engine import SimulationError
-from tilecast.simulator.memory_capacity import (CappedMemory, DiskLinks, Throttled, simulate_memory_limited,
-                                               with_disk)
+from tilecast.simulator.memory_capacity import Throttled, simulate_memory_limited
 from tilecast.simulator.policies.central import Eager
 
 TILE = 64
@@ -73,57 +72,6 @@ def test_starpu_cost_grows_with_the_tiles_in_memory():
     assert res.summary["resident_per_transfer"] == pytest.approx(8 / 5)
     for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes"):
         assert res.summary[k] == plain.summary[k]
-
-
-def test_search_for_a_tile_to_reuse_costs_its_worker_per_tile_walked():
-    """The steps of test_eviction_by_hand with StarPU's cost per tile walked past in its search for a tile to reuse
-    (walk_tile_s): the two searches walk 3 and 1 tiles, each charged to the task whose allocation searched, so the
-    serial step is 4 walk_tile_s longer and nothing else changes."""
-    d, walk = 1e-3, 1e-4
-    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
-                                    warmup=False, throttle=None)
-    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_tile_s=walk), "eager",
-                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
-    assert res.makespan == pytest.approx(plain.makespan + 4 * walk, rel=1e-12)
-    assert list(res.task_costs) == pytest.approx([3 * walk, walk], rel=1e-12)
-    for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes", "reuse_walked"):
-        assert res.summary[k] == plain.summary[k]
-
-
-def test_tidying_counts_only_the_tiles_it_flagged():
-    """StarPU counts a tile clean only once tidying flagged it (mc->clean): 18 of 20 tiles valid on disk too but
-    never flagged still call for tidying, which flags the two least recently used (valid on disk: no write-back);
-    with two flagged (10%) the next call does nothing; a dirty tile flagged is queued for an idle write-back,
-    done one at a time once no other request is pending."""
-    b = GraphBuilder(Tiling.uniform(TILE))
-    t = b.tensor("p", (40 * TILE, TILE), ("seq", None), "param")
-    b.add("axpy", [t.tile_ids(20, 0), t.tile_ids(21, 0)], dict(n=TILE * TILE, alpha=0.5))
-    g = b.build()
-    m = with_disk(cpu_machine(1), 20 * S, DISK)
-    mem = CappedMemory(g, m, DiskLinks(m, None, 0.0, DISK), 20 * S)
-    disk_bit = 1 << mem.disk
-    held = list(mem.avail[0])
-    assert held == list(range(20, 40)) and mem.dirty == set(held)
-    for tile in held[:18]:  # valid on disk too (as if read back), never flagged
-        mem.valid[tile] |= disk_bit
-        mem.avail[mem.disk][tile] = 0.0
-        mem.dirty.discard(tile)
-    mem._tidy(0.0)
-    assert (mem.flagged, mem.tidy_passes, mem.n_tidied, list(mem.idle_queue)) == ({20, 21}, 1, 0, [])
-    mem._tidy(0.0)
-    assert mem.tidy_passes == 1
-    # every flag lost (tiles 20, 21 written again): the next pass flags 20, 21 again, both dirty, queued; the first
-    # write-back starts at once, the second once the first is done
-    for tile in (20, 21):
-        mem.valid[tile] = 1
-        mem.dirty.add(tile)
-    mem.flagged.clear()
-    mem._tidy(0.0)
-    assert mem.flagged == {20, 21} and mem.n_tidied == 1 and list(mem.idle_queue) == [21]
-    w = DISK.write_s(S)
-    assert mem.avail[mem.disk][20] == pytest.approx(w) and mem.idle_free == pytest.approx(w)
-    mem._run_idle(w)
-    assert mem.n_tidied == 2 and mem.avail[mem.disk][21] == pytest.approx(2 * w) and not mem.idle_queue
 
 
 def test_no_eviction_when_everything_fits_and_too_small_is_an_error():

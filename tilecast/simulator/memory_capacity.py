@@ -86,28 +86,13 @@ with the StarPU 1.3.10 code each follows:
   limit, the rest on disk, as after loading them in order), then the step it
   reports, from the warm-up's final placement and LRU order.
 
-- **Tidying** (``starpu_memchunk_tidy``, at every driver progress), as 1.3.10
-  counts: a tile is clean only once tidying has flagged it (``mc->clean``; a
-  tile read back from the disk starts unflagged, ``_starpu_memchunk_init``, and
-  a write clears the flag, ``_starpu_memchunk_dirty``). When fewer than 5% are
-  flagged, tidying flags tiles from the least recently used unflagged one on,
-  skipping those in use, until 10% are; each dirty one it flags is written back
-  by an idle request: one at a time (``MAX_PENDING_IDLE_REQUESTS_PER_NODE`` is
-  1, ``data_request.h``), started only when no other request is pending on the
-  node (``___starpu_datawizard_progress``, ``datawizard.c``; a request stays
-  pending past its transfer for its worker's cost of it), and the tile can be
-  reused once that is done. No task waits for these write-backs.
-- **The search for a tile to reuse** walks main memory's list from its least
-  recently used end; each tile walked past costs the allocating worker
-  ``walk_tile_s`` (:attr:`DiskNode.walk_tile_s`, which ``calibrate`` times on
-  StarPU alone: :mod:`tilecast.loop.walk_probe`). Counted inside StarPU
-  (``benchmarks/starpu_walk.py``, docs/memory.md), this rule gives StarPU's
-  number of searches and tidying passes within 8%, and walks within a factor
-  of 2.
+- **Tidying** (``starpu_memchunk_tidy``, at every driver progress): when
+  fewer than 5% of main memory's tiles are clean, dirty ones are written back
+  ahead of need, least recently used first, until 10% are; no task waits for
+  these write-backs, but they hold the disk.
 
 Not modelled: host-side acquires between steps (loss, batch), and the time
-StarPU spends walking its lists other than in these searches and for failed
-prefetches.
+StarPU spends walking its lists other than for failed prefetches.
 
 The Python engine's general loop runs it (the fused and C loops model
 device memory only: :meth:`DequeModel.fused_run` leaves a Memory subclass to
@@ -118,7 +103,6 @@ loop); their results for ordinary simulations are unchanged.
 from __future__ import annotations
 
 import gc
-from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -260,18 +244,8 @@ class CappedMemory(Memory):
         # StarPU's list walks as simulated, to set beside a run's (benchmarks/starpu_walk.py): searches for a tile
         # to reuse and the tiles they walked past or took, tidying passes and the tiles they looked at
         self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
-        # StarPU's tidying as 1.3.10 runs it: a tile counts as clean only once tidying flagged it
-        # (mc->clean); a dirty tile it flags is written back by an idle request, one at a time
-        # (MAX_PENDING_IDLE_REQUESTS_PER_NODE = 1), started only when no other request is pending on the node
-        # (datawizard.c, ___starpu_datawizard_progress); a request stays pending past its transfer for the
-        # worker's cost of it (worker_costs "reads", "writebacks")
-        self.flagged = set()
-        self.idle_queue = deque()
-        self.idle_free = 0.0
-        self.pending_until = 0.0
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
         self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
-        self.walk_tile_s = 0.0  # StarPU's time per tile its search for a tile to reuse walks past (DiskNode.walk_tile_s)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
         # the share of the disk traffic's computing time (DiskLinks.io_cpu) each worker pays, and what each has paid
         self.io_share = 0.0
@@ -308,7 +282,6 @@ class CappedMemory(Memory):
         self.task_wait = np.zeros(n_tasks + 1)  # seconds its worker waited for the disk transfers (reads, write-backs)
         self.task_cost = np.zeros(n_tasks + 1)  # seconds of StarPU's time charged to its worker (worker_costs)
         self.task_io = np.zeros(n_tasks + 1)  # seconds of the disk traffic's computing charged to its worker
-        self.task_walked = np.zeros(n_tasks + 1, np.int64)  # tiles its worker's searches for a tile to reuse walked
 
     def task_events(self) -> dict:
         """Per task of the step: ``allocs``, ``reads``, ``writebacks``, ``drops`` (tiles), ``read_bytes``,
@@ -330,7 +303,6 @@ class CappedMemory(Memory):
         self.peak = list(self.used)
         self.n_evictions = self.n_writebacks = self.n_dropped = self.n_tidied = self.n_disk_reads = 0
         self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
-        self.idle_free = self.pending_until = 0.0
         self.resident_sum = 0
         self.disk_written = self.disk_read = 0
         self.io_paid = {}
@@ -349,15 +321,12 @@ class CappedMemory(Memory):
         bit, disk, size, valid = 1 << node, self.disk, self.size, self.valid
         # memalloc.c, try_to_reuse_potentially_in_use_mc: the LRU clean tile of the same size, if any, gives
         # its memory (a dirty one is not taken for reuse: try_to_throw_mem_chunk with a replicate)
-        self._run_idle(now)
-        on_disk = self.avail[disk]
         self.reuse_searches += 1
         walked, taken = len(held), False
         for k, tile in enumerate(held):
-            if size[tile] == nbytes and valid[tile] != bit and tile not in in_use and on_disk.get(tile, 0.0) <= now:
+            if size[tile] == nbytes and valid[tile] != bit and tile not in in_use:
                 walked, taken = k + 1, True
                 del held[tile]
-                self.flagged.discard(tile)
                 self.used[node] -= nbytes  # used <= cap held before, so the new tile now fits
                 valid[tile] &= ~bit
                 self.n_evictions += 1
@@ -365,7 +334,6 @@ class CappedMemory(Memory):
                 self.task_drops[self.task] += 1
                 break
         self.reuse_walked += walked
-        self.task_walked[self.task] += walked
         if taken:
             return now
         # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
@@ -386,7 +354,6 @@ class CappedMemory(Memory):
         for tile in victims:
             ready = held.pop(tile)
             self.dirty.discard(tile)
-            self.flagged.discard(tile)
             sz = size[tile]
             self.used[node] -= sz
             self.n_evictions += 1
@@ -407,8 +374,7 @@ class CappedMemory(Memory):
                 self.task_drops[self.task] += 1
         return free_at
 
-    def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float, tile: int = -1,
-                       idle: bool = False) -> float:
+    def _disk_transfer(self, src: int, dst: int, nbytes: int, start: float, tile: int = -1) -> float:
         """A transfer of ``tile`` to or from the disk node, with StarPU's cost that grows with the tiles main
         memory holds (``walk_s`` per tile: its walks of ``mc_list``, docs/memory.md)."""
         n = len(self.avail[0])
@@ -417,11 +383,6 @@ class CappedMemory(Memory):
         self.links.tile = tile
         end = self.links.transfer(src, dst, nbytes, start)
         self.links.extra = 0.0
-        if not idle:  # the request stays pending while its worker has not seen it end
-            c = self.worker_costs
-            done = end + c.get("reads" if src == self.disk else "writebacks", 0.0)
-            if done > self.pending_until:
-                self.pending_until = done
         return end
 
     def _bring(self, tile: int, node: int, now: float, fetch: int = 1) -> float:
@@ -462,7 +423,7 @@ class CappedMemory(Memory):
         if node == 0:
             if ready > now:
                 self.task_wait[task] = ready - now
-            if self.worker_costs or self.walk_tile_s:
+            if self.worker_costs:
                 cost = self._worker_cost(task)
                 self.task_cost[task] = cost
                 ready = (ready if ready > now else now) + cost
@@ -473,11 +434,9 @@ class CappedMemory(Memory):
                     self.task_io[task] = owed
                     ready = (ready if ready > now else now) + owed
             valid, dirty = self.valid, self.dirty
-            flagged = self.flagged
             for c in self.acc_code[self.acc_ptr[task]:self.acc_ptr[task + 1]]:
                 if valid[c >> 2] == 1:  # written here (or new here): the only valid copy
                     dirty.add(c >> 2)
-                    flagged.discard(c >> 2)
             if self.tidy:
                 self._tidy(now)
         return ready
@@ -485,11 +444,9 @@ class CappedMemory(Memory):
     def _worker_cost(self, task: int) -> float:
         """StarPU's time in the task's worker before the task starts, beyond the transfers themselves: a cost per
         task under the limit and per event of its acquisition (``worker_costs``, fitted by ``tilecast calibrate``
-        on probe steps: :mod:`tilecast.loop.disk_fit`), and per tile its searches for a tile to reuse walked past
-        (``walk_tile_s``, which ``calibrate`` times apart: :mod:`tilecast.loop.walk_probe`)."""
+        on probe steps: :mod:`tilecast.loop.disk_fit`)."""
         c = self.worker_costs
-        return (c.get("per_task", 0.0) + self.walk_tile_s * int(self.task_walked[task])
-                + c.get("allocs", 0.0) * int(self.task_allocs[task])
+        return (c.get("per_task", 0.0) + c.get("allocs", 0.0) * int(self.task_allocs[task])
                 + c.get("reads", 0.0) * int(self.task_reads[task])
                 + c.get("writebacks", 0.0) * int(self.task_writebacks[task])
                 + c.get("drops", 0.0) * int(self.task_drops[task])
@@ -497,56 +454,35 @@ class CappedMemory(Memory):
                 + c.get("writeback_bytes", 0.0) * int(self.task_writeback_bytes[task]))
 
     def _tidy(self, now: float) -> None:
-        """memalloc.c, starpu_memchunk_tidy as 1.3.10 counts: fewer than 5% of main memory's tiles flagged clean
-        (mc->clean; a tile read back from the disk starts unflagged) calls for flagging up to 10%, from the least
-        recently used unflagged tile on, skipping those in use; a dirty one is queued for an idle write-back."""
-        held, flagged = self.avail[0], self.flagged
+        """memalloc.c, starpu_memchunk_tidy (run at every driver progress): when fewer than
+        STARPU_MINIMUM_CLEAN_BUFFERS (5) % of main memory's tiles are clean, write dirty ones back to the disk,
+        least recently used first, skipping those in use, until STARPU_TARGET_CLEAN_BUFFERS (10) % are; the
+        write-backs are idle requests: no task waits for them, but they hold the disk."""
+        held, dirty = self.avail[0], self.dirty
         n = len(held)
-        if len(flagged) < (n * 5) // 100:
-            target = (n * 10) // 100
-            ptr, code = self.acc_ptr, self.acc_code
-            in_use = {c >> 2 for t in self.running[0] for c in code[ptr[t]:ptr[t + 1]]}
-            dirty, queue = self.dirty, self.idle_queue
-            self.tidy_passes += 1
-            started = False
-            for tile in held:
-                if len(flagged) >= target:
-                    break
-                if tile in flagged:
-                    if started:
-                        self.tidy_walked += 1
-                    continue
-                started = True
-                self.tidy_walked += 1
-                if tile in in_use:
-                    continue
-                flagged.add(tile)
-                if tile in dirty:
-                    queue.append(tile)
-        self._run_idle(now)
-
-    def _run_idle(self, now: float) -> None:
-        """The queued idle write-backs that could have started by ``now``: one at a time, each once the previous
-        one and every other pending request are done (data_request.c: MAX_PENDING_IDLE_REQUESTS_PER_NODE = 1,
-        pushed only when no request is pending). A tile reused, evicted or written again meanwhile is skipped."""
-        queue, held, dirty, flagged = self.idle_queue, self.avail[0], self.dirty, self.flagged
-        disk, cost = self.disk, self.worker_costs.get("writebacks", 0.0)
-        while queue:
-            start = self.idle_free if self.idle_free > self.pending_until else self.pending_until
-            if start > now:
-                return
-            tile = queue.popleft()
-            if tile not in held or tile not in dirty or tile not in flagged:
+        clean = n - len(dirty)
+        if clean >= (n * 5) // 100:
+            return
+        target = (n * 10) // 100
+        ptr, code = self.acc_ptr, self.acc_code
+        in_use = {c >> 2 for t in self.running[0] for c in code[ptr[t]:ptr[t + 1]]}
+        disk, size, valid = self.disk, self.size, self.valid
+        self.tidy_passes += 1
+        for tile, ready in held.items():
+            if clean >= target:
+                break
+            self.tidy_walked += 1
+            if tile not in dirty or tile in in_use:
                 continue
-            sz = self.size[tile]
-            end = self._disk_transfer(0, disk, sz, start, tile, idle=True)
-            self.valid[tile] |= 1 << disk
-            self.avail[disk][tile] = end + cost
+            sz = size[tile]
+            end = self._disk_transfer(0, disk, sz, ready if ready > now else now, tile)
+            valid[tile] |= 1 << disk
+            self.avail[disk][tile] = end
             self.used[disk] += sz
             self.disk_written += sz
             self.n_tidied += 1
             dirty.discard(tile)
-            self.idle_free = end + cost
+            clean += 1
 
     def prefetch(self, task: int, node: int, now: float) -> None:
         """Bring the task's inputs that fit without evicting (a prefetch never evicts in StarPU 1.3.10); nothing
@@ -664,7 +600,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
-    memory.walk_tile_s = float(getattr(disk, "walk_tile_s", 0.0))
     costs = disk.costs_for(len(m.workers)) if hasattr(disk, "costs_for") else getattr(disk, "worker_costs", None)
     memory.worker_costs = {k: float(v) for k, v in (costs or {}).items()}
     memory.io_share = io_share(disk, len(m.workers))
@@ -689,7 +624,6 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                          gap_ready=m.gap_ready, gap_handoff=m.gap_handoff, **dict(zip(("gap_before", "release"), gap_cost.charges(graph, m))))
             eng.fused_loops = False  # the general loop: the fused ones know nothing of a capped main memory
             eng.run()
-            memory._run_idle(float("inf"))  # the write-backs tidying queued, done once the workers are idle
             if warmup and not step:
                 warm = eng.makespan
     finally:
