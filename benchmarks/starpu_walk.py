@@ -53,6 +53,7 @@ from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, format
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
 from tilecast.home import home
+from tilecast.kernels.native_build import NativeUnavailable
 from tilecast.perfmodel.local import conditions_line, run_conditions
 
 
@@ -151,10 +152,8 @@ def main(argv=None) -> int:
         limit = parse_size(args.memory_limit)
         cfg = load_model(args.model)
         lib_dir = ensure_starpu_walk(args.source)
-    except (MemoryLimitError, BuildError, ValueError) as e:
-        print(f"starpu_walk: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # NativeUnavailable: no source tree, tools missing
+    except (MemoryLimitError, BuildError, NativeUnavailable, ValueError) as e:
+        # NativeUnavailable: no source tree, a tool missing, or a build step failed (with the log's last lines)
         print(f"starpu_walk: {e}", file=sys.stderr)
         return 2
     made = args.offload_dir is None
@@ -165,7 +164,6 @@ def main(argv=None) -> int:
     else:
         offload = args.offload_dir
     try:
-        MemoryLimit(limit, offload)  # the child checks the limit against the step's working set
         conditions = run_conditions()
         print(conditions_line(conditions))
         print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} workers; "
@@ -198,10 +196,11 @@ def main(argv=None) -> int:
     for r, p in zip(steps, per):
         n = max(p["reuse_calls"], 1)
         print(f"{r['step']:>5}{r['step_s']:>9.2f}{p['reuse_calls']:>10}{p['reuse_walked_per_search']:>8.0f}"
-              f"{p['reuse_matched'] / n:>8.0f}{p['reuse_taken']:>8}{p['taken_flagged']:>8}{p['reuse_s']:>8.2f}{p['ns_per_tile_walked']:>8.0f}"
-              f"{p['matched_busy'] / n:>8.1f}{p['matched_owner_flagged'] / n:>8.1f}"
-              f"{p['matched_owner_unflagged'] / n:>7.0f}{p['unflagged_before_dirty_head'] / n:>7.0f}{p['evict_calls']:>7}{p['evict_s']:>8.2f}{p['alloc_s']:>8.2f}"
-              f"{p['tidy_passes']:>6}{p['tidy_walked']:>12}")
+              f"{p['reuse_matched'] / n:>8.0f}{p['reuse_taken']:>8}{p['taken_flagged']:>8}{p['reuse_s']:>8.2f}"
+              f"{p['ns_per_tile_walked']:>8.0f}{p['matched_busy'] / n:>8.1f}{p['matched_owner_flagged'] / n:>8.1f}"
+              f"{p['matched_owner_unflagged'] / n:>7.0f}{p['unflagged_before_dirty_head'] / n:>7.0f}"
+              f"{p['evict_calls']:>7}{p['evict_s']:>8.2f}{p['alloc_s']:>8.2f}{p['tidy_passes']:>6}"
+              f"{p['tidy_walked']:>12}")
     print("(taken, flagged: searches that took a tile, and of those the tiles tidying had flagged clean; "
           "walked, of size, in use, flagged, dirty, <head: per search; in use, flagged, dirty: tiles of the wanted "
           "size passed over, dirty ones flagged clean by tidying or not; <head: of the dirty ones not flagged, those "

@@ -45,7 +45,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from tilecast.executor.simgrid_build import STARPU_VERSION, _lock, _run, _source_dir
+from tilecast.executor.simgrid_build import STARPU_VERSION, build_lock, run_logged, starpu_source_dir
 from tilecast.home import home
 
 CONFIGURE_FLAGS = [
@@ -110,7 +110,9 @@ _EDITS = [
      "orig_next_mc = next_mc = _starpu_mem_chunk_list_next(mc);",
      "TCW(1, 1); if (mc == mc_dirty_head[node]) tcw_before = 0;", "after"),
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(",
-     "success = try_to_throw_mem_chunk(mc, node, replicate, 1);", "TCW(2, 1); tcw_classify(mc, node, tcw_before); tcw_clean = mc->clean; tcw_was_before = tcw_before;", "before"),
+     "success = try_to_throw_mem_chunk(mc, node, replicate, 1);",
+     "TCW(2, 1); tcw_classify(mc, node, tcw_before); tcw_clean = mc->clean; tcw_was_before = tcw_before;",
+     "before"),
     ("memalloc.c", "static int try_to_reuse_potentially_in_use_mc(", "return success;",
      "TCW(3, success ? 1 : 0); TCW(4, tcw_ns() - tcw_t0); if (success) { TCW(18, tcw_clean); "
      "TCW(19, tcw_was_before); }", "before"),
@@ -195,10 +197,10 @@ def ensure_starpu_walk(source=None, jobs: int | None = None) -> Path:
     stamp = prefix / STAMP
     if stamp.is_file() and stamp.read_text() == _stamp_text():
         return prefix / "lib"
-    with _lock(prefix.parent / "starpu-walk.lock"):
+    with build_lock(prefix.parent / "starpu-walk.lock"):
         if stamp.is_file() and stamp.read_text() == _stamp_text():
             return prefix / "lib"
-        src = _source_dir(source)
+        src = starpu_source_dir(source)
         work = prefix.parent / "starpu-walk-build"
         log = prefix.parent / "starpu-walk-build.log"
         for d in (work, prefix):
@@ -216,12 +218,10 @@ def ensure_starpu_walk(source=None, jobs: int | None = None) -> Path:
         jobs = jobs or os.cpu_count() or 1
         print(f"starpu_walk: building StarPU {STARPU_VERSION} with walk counters into {prefix} (about 5 minutes; "
               f"log: {log})", file=sys.stderr, flush=True)
-        try:
-            _run([str(tree / "configure"), f"--prefix={prefix}"] + CONFIGURE_FLAGS, build, log, "configure")
-            _run(["make", f"-j{jobs}", "-C", "src"], build, log, "make")
-            _run(["make", "-C", "src", "install"], build, log, "make install")
-        except Exception as e:  # NativeUnavailable, with the log's tail
-            raise BuildError(str(e).replace("StarPU SimGrid build", "StarPU walk-counter build")) from None
+        label = "StarPU walk-counter build"
+        run_logged([str(tree / "configure"), f"--prefix={prefix}"] + CONFIGURE_FLAGS, build, log, "configure", label)
+        run_logged(["make", f"-j{jobs}", "-C", "src"], build, log, "make", label)
+        run_logged(["make", "-C", "src", "install"], build, log, "make install", label)
         stamp.write_text(_stamp_text())
         shutil.rmtree(work, ignore_errors=True)
     return prefix / "lib"

@@ -68,12 +68,15 @@ def _check_tools() -> None:
             raise NativeUnavailable(f"building StarPU with SimGrid needs {pkg} (install: apt-get install {deb})")
 
 
-def _source_dir(source) -> Path:
+def starpu_source_dir(source) -> Path:
+    """The unpacked StarPU 1.3.10 source tree: ``source``, else ``$TILECAST_STARPU_SRC``; NativeUnavailable if it is
+    missing or another version."""
     src = source or os.environ.get("TILECAST_STARPU_SRC")
     if not src:
         raise NativeUnavailable(
-            "StarPU's sources are needed to build it with SimGrid: run `apt-get source starpu` "
-            "(StarPU 1.3.10, Debian bookworm) and set TILECAST_STARPU_SRC to the unpacked directory")
+            "StarPU's sources are needed to build it (with SimGrid, or with walk counters): run "
+            "`apt-get source starpu` (StarPU 1.3.10, Debian bookworm) and set TILECAST_STARPU_SRC to the unpacked "
+            "directory")
     src = Path(src)
     configure_ac = src / "configure.ac"
     if not (src / "configure").is_file() or not configure_ac.is_file():
@@ -87,7 +90,8 @@ def _source_dir(source) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(path: Path):
+def build_lock(path: Path):
+    """An exclusive file lock held while one process builds (others wait, then find the build done)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -97,14 +101,16 @@ def _lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _run(cmd, cwd: Path, log: Path, what: str) -> None:
+def run_logged(cmd, cwd: Path, log: Path, what: str, label: str = "StarPU SimGrid build") -> None:
+    """Run ``cmd`` in ``cwd``, its output appended to ``log``; NativeUnavailable naming ``label``, ``what`` and the
+    log's last lines if it fails."""
     with open(log, "a") as out:
         out.write(f"\n$ {' '.join(map(str, cmd))}\n")
         out.flush()
         res = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     if res.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise NativeUnavailable(f"StarPU SimGrid build: {what} failed (log: {log}):\n" + "\n".join(tail))
+        raise NativeUnavailable(f"{label}: {what} failed (log: {log}):\n" + "\n".join(tail))
 
 
 def ensure_starpu_simgrid(source=None, jobs: int | None = None) -> Path:
@@ -112,10 +118,10 @@ def ensure_starpu_simgrid(source=None, jobs: int | None = None) -> Path:
     prefix = simgrid_prefix()
     if simgrid_built():
         return prefix
-    with _lock(prefix.parent / "starpu-simgrid.lock"):
+    with build_lock(prefix.parent / "starpu-simgrid.lock"):
         if simgrid_built():
             return prefix
-        src = _source_dir(source)
+        src = starpu_source_dir(source)
         _check_tools()
         build = prefix.parent / "starpu-simgrid-build"
         log = prefix.parent / "starpu-simgrid-build.log"
@@ -126,11 +132,11 @@ def ensure_starpu_simgrid(source=None, jobs: int | None = None) -> Path:
         jobs = jobs or os.cpu_count() or 1
         _say(f"building StarPU {STARPU_VERSION} with SimGrid into {prefix} (several minutes; log: {log})")
         _say("  configure")
-        _run([str(src / "configure"), f"--prefix={prefix}"] + CONFIGURE_FLAGS, build, log, "configure")
+        run_logged([str(src / "configure"), f"--prefix={prefix}"] + CONFIGURE_FLAGS, build, log, "configure")
         _say(f"  make -j{jobs}")
-        _run(["make", f"-j{jobs}"], build, log, "make")
+        run_logged(["make", f"-j{jobs}"], build, log, "make")
         _say("  make install")
-        _run(["make", "install"], build, log, "make install")
+        run_logged(["make", "install"], build, log, "make install")
         (prefix / STAMP).write_text(_stamp_text())
         shutil.rmtree(build, ignore_errors=True)
         _say("StarPU with SimGrid built")

@@ -133,16 +133,10 @@ class DiskNode:
                 f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer{walk}")
         if self.worker_costs:
             c = self.worker_costs
-            names = {"per_task": "task", "allocs": "tile allocated", "reads": "tile read back",
-                     "writebacks": "tile written back", "drops": "tile evicted clean"}
-            parts = [f"{c[k] * 1e6:.0f} us per {n}" for k, n in names.items() if c.get(k)]
-            parts += [f"{c[k] * 1024 * 1e6:.2f} us per KiB {k.split('_')[0].replace('writeback', 'written back')}"
-                      for k in ("read_bytes", "writeback_bytes") if c.get(k)]
-            line += "; StarPU in the worker: " + (", ".join(parts) or "nothing")
+            line += "; StarPU in the worker: " + (_costs_text(c) or "nothing")
             for w, cw in sorted(self.worker_costs_by_workers.items()):
                 if cw != c:
-                    line += (f" (on {w} worker{'s' if w != '1' else ''}: " + ", ".join(
-                        f"{cw[k] * 1e6:.0f} us per {n}" for k, n in names.items() if cw.get(k)) + ")")
+                    line += f" (on {w} worker{'s' if w != '1' else ''}: {_costs_text(cw)})"
         if self.has_device:
             line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
@@ -153,6 +147,16 @@ class DiskNode:
                      f"written, {self.io_cpu_hit * 2**30:.2f} per GiB read from the cache, {self.io_cpu_read:.2f} per "
                      f"second reading from the device")
         return line
+
+
+def _costs_text(c: dict) -> str:
+    """StarPU's costs in the worker (``DiskNode.worker_costs``) in words: us per task and per tile event, per KiB."""
+    names = {"per_task": "task", "allocs": "tile allocated", "reads": "tile read back",
+             "writebacks": "tile written back", "drops": "tile evicted clean"}
+    parts = [f"{c[k] * 1e6:.0f} us per {n}" for k, n in names.items() if c.get(k)]
+    parts += [f"{c[k] * 1024 * 1e6:.2f} us per KiB {k.split('_')[0].replace('writeback', 'written back')}"
+              for k in ("read_bytes", "writeback_bytes") if c.get(k)]
+    return ", ".join(parts)
 
 
 def _fit(sizes, seconds) -> tuple[float, float]:
