@@ -16,6 +16,21 @@ def add_rank_args(p, ranks_help: str) -> None:
                         + " (default: data; docs/mpi.md)")
 
 
+# flags of run, train, simulate and tune that a step on several ranks does not take yet (docs/mpi.md, "Not done
+# yet"), with why: given with --ranks they are refused rather than ignored
+_IN_MEMORY = "each rank keeps its tiles in memory: no limit, no disk node"
+_NO_EVAL = "training on several ranks computes no validation loss"
+NOT_WITH_RANKS = (("memory_limit", "--memory-limit", _IN_MEMORY), ("offload_dir", "--offload-dir", _IN_MEMORY),
+                  ("eval_every", "--eval-every", _NO_EVAL), ("eval_batches", "--eval-batches", _NO_EVAL))
+
+
+def refuse_with_ranks(args) -> None:
+    """UsageError (one line) naming the first flag of :data:`NOT_WITH_RANKS` given with --ranks."""
+    for attr, flag, why in NOT_WITH_RANKS:
+        if getattr(args, attr, None) is not None:
+            raise UsageError(f"{flag}: not with --ranks yet ({why}; docs/mpi.md)")
+
+
 def distribute_args(graph, args):
     """(graph to run, Distribution) as the flags ask (tilecast.graph.distribution.prepare); UsageError (one
     line, naming the flag) when the ranks do not fit."""

@@ -23,6 +23,9 @@ def run_mpi_cmd(args) -> int:
     from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
 
+    from tilecast.cli.ranks_table import refuse_with_ranks
+
+    refuse_with_ranks(args)
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):

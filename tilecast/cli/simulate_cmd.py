@@ -11,7 +11,7 @@ from tilecast.cli.common import (add_json_arg, add_memory_args, add_model_args, 
                                  memory_args, model_args, print_json,
                                  recompute_arg)
 from tilecast.api.policies import prediction_row
-from tilecast.cli.ranks_table import add_rank_args
+from tilecast.cli.ranks_table import add_rank_args, refuse_with_ranks
 from tilecast.cli.simulate_ranks import add_network_arg, run_ranks
 
 DEFAULT_OUT = "tilecast-sim"
@@ -100,6 +100,7 @@ def run(args) -> int:
     if args.ranks is not None:
         if args.compare_policies:
             raise UsageError("--compare-policies: not with --ranks (give one --sched)")
+        refuse_with_ranks(args)
         return run_ranks(args, cfg, batch, seq, tiling, recompute)
     limit = memory_args(args)  # bad sizes and directories before anything is built
     machine, workers = _machine(args)

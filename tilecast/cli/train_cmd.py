@@ -41,9 +41,9 @@ def add_parser(sub):
     add_workers_arg(p, "the CPU workers StarPU starts (default: the number of cores, at most StarPU's limit)")
     add_steps_arg(p, 1000, "in all: training ends at step N, the steps of a resumed checkpoint included")
     p.add_argument("--lr", type=float, default=3e-3, metavar="X", help="AdamW learning rate (default: 3e-3)")
-    p.add_argument("--eval-every", type=int, default=100, metavar="K",
+    p.add_argument("--eval-every", type=int, default=None, metavar="K",
                    help="validation loss every K steps, at step 0 and at the last step; 0: never (default: 100)")
-    p.add_argument("--eval-batches", type=int, default=8, metavar="N",
+    p.add_argument("--eval-batches", type=int, default=None, metavar="N",
                    help="validation batches (of --batch x --seq bytes, spread over the split; default: 8)")
     p.add_argument("--checkpoint", metavar="PATH", help="checkpoint file (written atomically)")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
@@ -68,6 +68,10 @@ def run(args) -> int:
     check_numeric(cfg)
     if args.ranks is not None:
         return run_train_ranks(args, cfg, batch, seq, tiling, recompute)
+    from tilecast.training.loop import TrainOptions  # its defaults where the flags are not given
+
+    eval_every = TrainOptions.eval_every if args.eval_every is None else args.eval_every
+    eval_batches = TrainOptions.eval_batches if args.eval_batches is None else args.eval_batches
     memory = memory_args(args)
     if memory is None:  # tiles in numpy arrays: the whole model in memory
         from tilecast.cli.common import check_host_memory
@@ -92,7 +96,7 @@ def run(args) -> int:
     try:
         with library_errors():
             out_ = tc.train(cfg, batch, seq, tiling, steps=args.steps, lr=args.lr, sched=args.sched,
-                            workers=args.workers, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                            workers=args.workers, eval_every=eval_every, eval_batches=eval_batches,
                             checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
                             seed=args.seed, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
                             offload_dir=memory.offload_dir if memory else None, progress=progress, log=log)

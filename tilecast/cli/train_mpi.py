@@ -23,6 +23,9 @@ def run_train_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
 
+    from tilecast.cli.ranks_table import refuse_with_ranks
+
+    refuse_with_ranks(args)
     workers = 1 if args.workers is None else args.workers
     try:
         with library_errors({"timeout_s": "--timeout"}):

@@ -111,6 +111,10 @@ def run(args) -> int:
     import tilecast as tc
 
     cfg, batch, seq, _ = model_args(args)
+    if args.ranks is not None:
+        from tilecast.cli.ranks_table import refuse_with_ranks
+
+        refuse_with_ranks(args)
     limit = memory_args(args)
     recompute = recompute_arg(args) if args.recompute is not None else None
     tilings = parse_tilings(args)
