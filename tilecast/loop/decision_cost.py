@@ -89,6 +89,43 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     return float(scan), float(lock)
 
 
+def fit_decision_cost_jointly(setups: dict, calibration, sched: str = "dmdasd") -> tuple[float, dict]:
+    """(seconds per queued task read, {workers: seconds per other worker locked}) that make the simulated
+    makespans of every worker count's probes match the measured ones together: one cost of reading a queued
+    task, whatever the worker count, and a lock cost per count. ``setups``: {workers: (machine of that many
+    workers with its per-task cost set, graphs, measured makespans)}.
+
+    Why one reading cost: it is the same list walk on every count, and the probes alone cannot tell it
+    from the lock on each count separately. Fitted per count, it came out 43-77 ns on two workers against
+    83-93 ns on one in four calibrations of the 2-core Xeon (same probes), and the suite's longest queues
+    (gpt2-4x128 at tile 32, 8,714 tasks) were predicted 18-22% fast on two workers and up to 18% slow on
+    one; with one cost, within -13% to +15% (docs/scheduling.md)."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.simulator.simulate import simulate
+
+    counts = sorted(setups)
+    prepared = []
+    for w in counts:
+        machine, graphs, makespans = setups[w]
+        model = DurationModel(machine, calibration)
+        prepared.append((machine, graphs, [model.durations(g) for g in graphs],
+                         np.asarray(makespans, dtype=np.float64)))
+    start = np.concatenate([START[:1], np.full(len(counts), START[1])])
+
+    def residuals(x):
+        x = np.maximum(x, 0.0)
+        out = []
+        for i, (machine, graphs, durations, measured) in enumerate(prepared):
+            m = machine.with_decision_cost(x[0] * SCALE[0], x[1 + i] * SCALE[1])
+            sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+            out.append((sim - measured) / measured)
+        return np.concatenate(out + [PULL * (x - start)])
+
+    fit = least_squares(residuals, x0=start, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=60)
+    x = np.maximum(fit.x, 0.0)
+    return float(x[0] * SCALE[0]), {w: float(x[1 + i] * SCALE[1]) for i, w in enumerate(counts)}
+
+
 def _probe_target(machine, calibration, graphs, makespans, beside):
     """The probe ``graphs``' durations, and the makespans a simulation of them should give: the measured ones,
     or with ``beside`` (policy, makespans measured under it) the measured ratio to that policy's makespans times
