@@ -20,10 +20,9 @@ def add_mpi_args(p) -> None:
 
 def run_mpi_cmd(args) -> int:
     import tilecast as tc
+    from tilecast.cli.ranks_table import refuse_with_ranks
     from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
-
-    from tilecast.cli.ranks_table import refuse_with_ranks
 
     refuse_with_ranks(args)
     cfg, batch, seq, tiling = model_args(args)

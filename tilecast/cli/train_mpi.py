@@ -20,10 +20,9 @@ def add_train_rank_args(p) -> None:
 
 def run_train_ranks(args, cfg, batch, seq, tiling, recompute) -> int:
     import tilecast as tc
+    from tilecast.cli.ranks_table import refuse_with_ranks
     from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
-
-    from tilecast.cli.ranks_table import refuse_with_ranks
 
     refuse_with_ranks(args)
     workers = 1 if args.workers is None else args.workers

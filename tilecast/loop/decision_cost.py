@@ -99,7 +99,7 @@ def fit_decision_cost_jointly(setups: dict, calibration, sched: str = "dmdasd") 
     from the lock on each count separately. Fitted per count, it came out 43-77 ns on two workers against
     83-93 ns on one in four calibrations of the 2-core Xeon (same probes), and the suite's longest queues
     (gpt2-4x128 at tile 32, 8,714 tasks) were predicted 18-22% fast on two workers and up to 18% slow on
-    one; with one cost, within -13% to +15% (docs/scheduling.md)."""
+    one; with one cost, within -14% to +15% (docs/accuracy.md)."""
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator.simulate import simulate
 

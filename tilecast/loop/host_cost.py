@@ -413,10 +413,8 @@ def fit_decisions_jointly(fits: dict, machine, calibration, sched: str) -> None:
     object, get the result."""
     from tilecast.loop.decision_cost import fit_decision_cost_jointly
 
-    probes = {}
-    for key, probe in fits.items():
-        if isinstance(key, str) and key == probe_key(probe.workers, sched) and probe.probe_points == len(SCHED_PROBES):
-            probes[probe.workers] = probe
+    probes = {p.workers: p for key, p in fits.items()
+              if key == probe_key(p.workers, sched) and p.probe_points == len(SCHED_PROBES)}
     if len(probes) < 2:
         return
     graphs = [g for *_, g in probe_graphs(SCHED_PROBES)]
