@@ -6,7 +6,7 @@ import sys
 
 from tilecast.cli import UsageError
 from tilecast.cli.common import blas_summary, human, library_errors, model_args, print_json, recompute_arg
-from tilecast.cli.ranks_table import add_rank_args
+from tilecast.cli.ranks_table import add_rank_args, refuse_with_ranks
 
 
 def add_mpi_args(p) -> None:
@@ -20,7 +20,6 @@ def add_mpi_args(p) -> None:
 
 def run_mpi_cmd(args) -> int:
     import tilecast as tc
-    from tilecast.cli.ranks_table import refuse_with_ranks
     from tilecast.executor.mpi_launch import MPIRunError
     from tilecast.kernels.native_build import NativeUnavailable
 

@@ -24,6 +24,7 @@ from tilecast.cli.common import (
     recompute_arg,
     tilings_arg,
 )
+from tilecast.cli.ranks_table import refuse_with_ranks
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.cli.tune_ranks import add_tune_rank_args, run_tune_ranks
 from tilecast.loop.candidates import short_label
@@ -112,8 +113,6 @@ def run(args) -> int:
 
     cfg, batch, seq, _ = model_args(args)
     if args.ranks is not None:
-        from tilecast.cli.ranks_table import refuse_with_ranks
-
         refuse_with_ranks(args)
     limit = memory_args(args)
     recompute = recompute_arg(args) if args.recompute is not None else None

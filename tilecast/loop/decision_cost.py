@@ -71,22 +71,10 @@ PULL = 0.01
 
 def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmdasd") -> tuple[float, float]:
     """(seconds per queued task read, seconds per other worker locked) that make the simulated makespans of
-    ``graphs`` under ``sched`` on ``machine`` (its per-task cost already set) match ``makespans``."""
-    from tilecast.perfmodel.kernel_model import DurationModel
-    from tilecast.simulator.simulate import simulate
-
-    model = DurationModel(machine, calibration)
-    durations = [model.durations(g) for g in graphs]
-    measured = np.asarray(makespans, dtype=np.float64)
-
-    def residuals(x):
-        m = machine.with_decision_cost(*(np.maximum(x, 0.0) * SCALE))
-        sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
-        return np.concatenate([(sim - measured) / measured, PULL * (x - START)])
-
-    fit = least_squares(residuals, x0=START, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=40)
-    scan, lock = (np.maximum(fit.x, 0.0) * SCALE).tolist()
-    return float(scan), float(lock)
+    ``graphs`` under ``sched`` on ``machine`` (its per-task cost already set) match ``makespans``: the fit of
+    :func:`fit_decision_cost_jointly` over one worker count."""
+    scan, locks = fit_decision_cost_jointly({0: (machine, graphs, makespans)}, calibration, sched)
+    return scan, locks[0]
 
 
 def fit_decision_cost_jointly(setups: dict, calibration, sched: str = "dmdasd") -> tuple[float, dict]:
