@@ -97,7 +97,7 @@ def _fake_timing(monkeypatch, m, base):
     """StarPUTiming's passes without StarPU: each returns ``base`` times the machine's speed now."""
     from tilecast.loop import kernel_calibration as kc
 
-    def fake_pass(self, what, n_workers, todo, reps, sched):
+    def fake_pass(self, what, n_workers, todo, reps, sched, near=False):
         idx = [next(j for j, x in enumerate(self.cases) if x is c) for c in todo]
         return GuardedPass(what, lambda: np.asarray([base[i] for i in idx]) * m.now)
 
@@ -139,11 +139,12 @@ def test_a_kernel_pass_taken_in_a_slow_spell_is_retaken_and_its_figures_replaced
     m.speed = 1.0
     g.check()  # the measurement: 1.0
     cal, host, report = retake_calibration(record, g, machine, cal, {}, budget_s=1e6)
-    n = kc.STARPU_PASSES + kc.HOT_PASSES + 2 * kc.WORKER_PASSES
+    n = kc.STARPU_PASSES + kc.HOT_PASSES + kc.NEAR_PASSES + 2 * kc.WORKER_PASSES
     assert report["disturbed"] == report["passes"] == n and report["retaken"] == n
     assert report["still_disturbed"] == 0
     for (name, row), b in zip(cases, base):  # replaced, not added beside
         assert cal.points[name]["median_s"] == [pytest.approx(b)] and cal.hot[name]["median_s"] == [pytest.approx(b)]
+        assert cal.near[name]["median_s"] == [pytest.approx(b)]
     # the worker samples replaced too: as many rows, each taken at 1.0 now
     assert {k: len(v) for k, v in cal.worker_samples.items()} == {k: len(v) for k, v in samples.items()}
     assert all(r[1] == pytest.approx(o[1] / 1.3) for k in samples for r, o in zip(cal.worker_samples[k], samples[k]))

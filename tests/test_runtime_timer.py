@@ -133,7 +133,7 @@ def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
     """The calibration's passes run between reference probes: a pass that ends in a slow spell is timed again,
     and the calibration keeps how its passes fared."""
     from tilecast.loop.interference import QuietGuard
-    from tilecast.loop.kernel_calibration import HOT_PASSES, STARPU_PASSES, time_in_starpu
+    from tilecast.loop.kernel_calibration import HOT_PASSES, NEAR_PASSES, STARPU_PASSES, time_in_starpu
     from tilecast.perfmodel import load_machine
 
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
@@ -141,7 +141,7 @@ def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
     guard = QuietGuard(workers=1, probe=lambda: next(probes), sleep=lambda s: None, max_wait_s=10)
     cases = _cases()[:3]
     cal, _ = time_in_starpu(load_machine("local"), None, cases, [2, 2, 2], 1, guard=guard)
-    assert cal.quiet["passes"] == STARPU_PASSES + HOT_PASSES and cal.quiet["passes_retaken"] == 1
+    assert cal.quiet["passes"] == STARPU_PASSES + HOT_PASSES + NEAR_PASSES and cal.quiet["passes_retaken"] == 1
     assert cal.quiet["passes_disturbed"] == 0  # the retaken pass was quiet
     assert set(cal.points) == {n for n, _ in cases}
     # every shape timed both cold (the points) and hot, with the cache size beside them

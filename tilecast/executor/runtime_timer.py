@@ -23,8 +23,12 @@ figures a shape is calibrated with:
   run the chains one shape after another, each chain's repeats back to
   back, so that its buffers stay in the core's cache.
 
-A task inside a step lies between the two, by how far back its tiles were
-last touched (:mod:`tilecast.perfmodel.reuse`). Shapes with an empty buffer
+How far the cold figure's buffers were evicted depends on the bytes the
+graph interleaves: in graphs of up to :data:`MAX_GROUP_BYTES` they come back
+from main memory, in graphs of :data:`NEAR_LANE_BYTES` a lane (the *near*
+figure, also under ``eager``) from the shared last-level cache. A task inside a step
+lies between hot and those two, by how far back its tiles were last touched
+(:mod:`tilecast.perfmodel.reuse`). Shapes with an empty buffer
 (StarPU registers no handle for them) are left to the isolated timer.
 """
 
@@ -38,6 +42,10 @@ from tilecast.graph.priorities import USES_PRIORITIES
 from tilecast.kernels import get
 
 MAX_GROUP_BYTES = 512 << 20  # buffer memory of one calibration graph (all lanes of its shapes)
+# ... of one graph of the near figure, per lane (a lane per worker): its chains interleaved within 16 MiB a core,
+# beyond the core's level-2 cache (1-2 MiB on the server cores of recent years), within a shared last-level
+# cache's share (tens to hundreds of MiB)
+NEAR_LANE_BYTES = 16 << 20
 MAX_GROUP_TASKS = 20_000
 
 
@@ -47,14 +55,15 @@ def runnable(name: str, shape) -> bool:
     return bool(np.all(np.asarray(shape, dtype=np.float64)[len(k.params):] > 0))
 
 
-def _groups(cases, repeats, lanes):
-    """Consecutive runs of cases whose lanes' buffers and tasks stay under the group limits."""
+def _groups(cases, repeats, lanes, group_bytes: int = MAX_GROUP_BYTES):
+    """Consecutive runs of cases whose lanes' buffers (``group_bytes``) and tasks stay under the group
+    limits."""
     group, nbytes, ntasks = [], 0, 0
     for i, (name, shape) in enumerate(cases):
         k = get(name)
         b = float(np.sum(np.asarray(shape, dtype=np.float64)[len(k.params):])) * lanes
         t = int(repeats[i]) * lanes
-        if group and (nbytes + b > MAX_GROUP_BYTES or ntasks + t > MAX_GROUP_TASKS):
+        if group and (nbytes + b > group_bytes or ntasks + t > MAX_GROUP_TASKS):
             yield group
             group, nbytes, ntasks = [], 0, 0
         group.append(i)
@@ -109,13 +118,15 @@ def chain_order_weights(task_case: np.ndarray, order: list, lanes: int) -> np.nd
     return w
 
 
-def time_in_runtime(cases, repeats, session, progress=None) -> tuple[np.ndarray, np.ndarray]:
+def time_in_runtime(cases, repeats, session, progress=None, group_bytes: int = MAX_GROUP_BYTES
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """(median seconds, median absolute deviation) of each case run as StarPU tasks in ``session``.
 
     ``repeats[i]`` tasks per lane for case ``i`` (at least 2: the first is a
     warm-up); one lane per worker of the session. Under ``eager`` the cases'
     chains interleave (cold); under a policy that uses priorities they run
-    case by case (hot). ``progress(n)`` is called
+    case by case (hot); ``group_bytes`` bounds each graph's buffers (under
+    ``eager``: how far the interleaved chains evict each other's buffers). ``progress(n)`` is called
     with the number of cases done after each graph. Cases that cannot run
     (see :func:`runnable`) get NaN.
     """
@@ -126,7 +137,7 @@ def time_in_runtime(cases, repeats, session, progress=None) -> tuple[np.ndarray,
     lanes = session.n_cpus
     repeats = np.maximum(np.asarray(repeats, dtype=np.int64), 2)
     ok = [i for i, (name, shape) in enumerate(cases) if runnable(name, shape)]
-    for group in _groups([cases[i] for i in ok], repeats[ok], lanes):
+    for group in _groups([cases[i] for i in ok], repeats[ok], lanes, group_bytes):
         idx = [ok[g] for g in group]
         graph, contents, task_case, task_first = lanes_graph(cases, idx, repeats, lanes)
         store = TileStore(graph)

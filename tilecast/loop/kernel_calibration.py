@@ -54,6 +54,9 @@ STARPU_PASSES = 3
 # near 10 minutes on 2 cores. The passes above (under eager, chains interleaved) give the cold figure.
 HOT_SCHED, COLD_SCHED = "prio", "eager"
 HOT_PASSES = 1
+# And cold within the shared last-level cache (the near figure: chains interleaved in graphs of
+# runtime_timer.NEAR_LANE_BYTES a lane, under eager): one pass, as the hot figure.
+NEAR_PASSES = 1
 QUIET_WAIT_S = 60.0  # the most a calibration waits, in all, for a slow spell of the machine to pass
 # Shapes per kernel also timed on one worker (spread over their sizes): how much faster a kernel runs when
 # the other cores are idle (Calibration.worker_factor), for steps on fewer workers than calibration used.
@@ -264,25 +267,30 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     take the passes it then finds disturbed again (:mod:`tilecast.loop.quiet_calibration`).
 
     Each case is timed cold (:data:`STARPU_PASSES` passes under ``eager``, its
-    figure the calibration's point) and hot (:data:`HOT_PASSES` under
-    ``prio``, ``cal.hot``); the cache size a task's inputs stay hot within
-    is stored beside them (``cal.cache_bytes``). With several workers, a
+    figure the calibration's point), hot (:data:`HOT_PASSES` under
+    ``prio``, ``cal.hot``) and cold within the shared cache
+    (:data:`NEAR_PASSES` under ``eager`` in small graphs, ``cal.near``); the
+    cache size a task's inputs stay hot within, and the shared cache's share
+    per core, are stored beside them (``cal.cache_bytes``, ``cal.llc_bytes``). With several workers, a
     sample of the cases is also timed hot on one worker and on all, side by
     side (:func:`worker_pair_passes`, ``cal.worker_samples``).
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable
     from tilecast.loop.interference import QuietGuard
-    from tilecast.perfmodel.cache_size import l2_per_core
+    from tilecast.perfmodel.cache_size import l2_per_core, llc_per_core
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
     l2, l2_source = l2_per_core()
     cal.cache_bytes, cal.cache_source = float(l2), l2_source
+    llc, llc_source = llc_per_core()
+    cal.llc_bytes, cal.llc_source = float(llc), llc_source
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     # the bar counts whole cases: a pass over n of them advances it by n / per_case
-    per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES) + len(sample) * 2 * WORKER_PASSES) / max(len(cases), 1)
+    per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES + NEAR_PASSES) + len(sample) * 2 * WORKER_PASSES
+                ) / max(len(cases), 1)
     done = [0.0]  # cases timed so far, in fractions of a case per pass and phase
 
     def advance(n):  # the bar shows whole cases, never past its total
@@ -318,12 +326,12 @@ class StarPUTiming:
     def __init__(self, cases, repeats, workers: int, sample: list):
         self.cases, self.repeats, self.workers, self.sample = cases, repeats, workers, sample
         self.step = None  # progress callback of the passes (time_in_runtime's)
-        self.cold, self.hot, self.ones, self.alls = [], [], [], []
+        self.cold, self.hot, self.near, self.ones, self.alls = [], [], [], [], []
         self._sample_rows: dict = {}  # case index -> the worker sample row last written
 
     @property
     def passes(self) -> list:
-        return self.cold + self.hot + self.ones + self.alls
+        return self.cold + self.hot + self.near + self.ones + self.alls
 
     @property
     def reference_s(self) -> float | None:
@@ -331,25 +339,29 @@ class StarPUTiming:
 
         return reference_of(self.passes)
 
-    def _pass(self, what: str, n_workers: int, todo, reps, sched: str):
+    def _pass(self, what: str, n_workers: int, todo, reps, sched: str, near: bool = False):
         from tilecast.loop.interference import GuardedPass
 
         def one():
-            from tilecast.executor.runtime_timer import time_in_runtime
+            from tilecast.executor.runtime_timer import MAX_GROUP_BYTES, NEAR_LANE_BYTES, time_in_runtime
             from tilecast.executor.starpu_session import StarPUSession
 
+            group = NEAR_LANE_BYTES * n_workers if near else MAX_GROUP_BYTES
             with StarPUSession(sched, n_workers) as session:
-                return time_in_runtime(todo, reps, session, progress=self.step)[0]
+                return time_in_runtime(todo, reps, session, progress=self.step, group_bytes=group)[0]
 
         return GuardedPass(f"kernels {what} ({sched}, {n_workers} worker{'s' if n_workers > 1 else ''})", one)
 
     def plan(self) -> list:
-        """Every pass, in the order they are taken: cold, hot, then the worker pairs (one worker, all, ...)."""
+        """Every pass, in the order they are taken: cold, hot, near, then the worker pairs (one worker, all,
+        ...)."""
         w, cases, reps = self.workers, self.cases, self.repeats
         self.cold = [self._pass(f"cold {i + 1}/{STARPU_PASSES}", w, cases, reps, COLD_SCHED)
                      for i in range(STARPU_PASSES)]
         self.hot = [self._pass(f"hot {i + 1}/{HOT_PASSES}", w, cases, reps, HOT_SCHED) for i in range(HOT_PASSES)]
-        order = list(self.cold + self.hot)
+        self.near = [self._pass(f"near {i + 1}/{NEAR_PASSES}", w, cases, reps, COLD_SCHED, near=True)
+                     for i in range(NEAR_PASSES)]
+        order = list(self.cold + self.hot + self.near)
         if self.sample:
             def planned(n_workers, todo, r, step, sched, count):  # worker_pair_passes' order, taken later
                 made = [self._pass(f"sample on {n_workers}", n_workers, todo, r, sched) for _ in range(count)]
@@ -361,16 +373,19 @@ class StarPUTiming:
         return order
 
     def apply(self, cal: Calibration) -> None:
-        """Set ``cal``'s points, hot lane times and worker samples of these cases from the passes' results
-        (replacing those an earlier apply set)."""
+        """Set ``cal``'s points, hot and near lane times and worker samples of these cases from the passes'
+        results (replacing those an earlier apply set)."""
         med, mad = _median_mad([p.result for p in self.cold])
         hot, _ = _median_mad([p.result for p in self.hot])
+        near, _ = _median_mad([p.result for p in self.near]) if self.near else (np.full(len(med), np.nan), None)
         at = _starpu_points(cal)
-        for (name, row), m, d, h in zip(self.cases, med, mad, hot):
+        for (name, row), m, d, h, c in zip(self.cases, med, mad, hot, near):
             if np.isfinite(m):
                 _set_point(cal, at, name, row, max(float(m), 1e-9), float(d))
                 if np.isfinite(h):
-                    _set_hot(cal, name, row, max(float(h), 1e-9))
+                    _set_lane(cal.hot, cal.add_hot, name, row, max(float(h), 1e-9))
+                if np.isfinite(c):
+                    _set_lane(cal.near, cal.add_near, name, row, max(float(c), 1e-9))
         cal.lane_workers = self.workers
         if not self.sample:
             return
@@ -409,15 +424,17 @@ def _set_point(cal: Calibration, at: dict, name: str, row, m: float, d: float) -
         at[key] = len(cal.points[name]["shapes"]) - 1
 
 
-def _set_hot(cal: Calibration, name: str, row, m: float) -> None:
-    e = cal.hot.get(name)
+def _set_lane(lane: dict, add, name: str, row, m: float) -> None:
+    """A shape's time in one of the calibration's lanes (``cal.hot`` with ``cal.add_hot``, or ``cal.near``):
+    its latest entry replaced, or one added."""
+    e = lane.get(name)
     shape = [float(x) for x in row]
     if e is not None:
         for j in range(len(e["shapes"]) - 1, -1, -1):
             if e["shapes"][j] == shape:
                 e["median_s"][j] = m
                 return
-    cal.add_hot(name, row, m)
+    add(name, row, m)
 
 
 def worker_pair_passes(passes, workers: int, cases, repeats, step=None) -> tuple[np.ndarray, np.ndarray]:

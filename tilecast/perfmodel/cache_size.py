@@ -58,9 +58,8 @@ def l2_per_core(root: str = SYSFS_CACHE) -> tuple[int, str]:
     return FALLBACK_L2_BYTES, "assumed: sysfs gives no level-2 cache here (tilecast.perfmodel.cache_size fallback)"
 
 
-def last_level(root: str = SYSFS_CACHE) -> tuple[int, int, str]:
-    """(bytes, CPUs sharing it, where the figure comes from) of cpu0's last-level cache (the highest level
-    of data or unified cache sysfs lists, whole), or (0, 1, why) where sysfs does not say."""
+def _last_level_entry(root: str):
+    """(level, bytes, CPUs sharing it, sysfs folder) of cpu0's highest data or unified cache, or None."""
     best = None
     for d in sorted(glob.glob(os.path.join(root, "index*"))):
         try:
@@ -73,8 +72,28 @@ def last_level(root: str = SYSFS_CACHE) -> tuple[int, int, str]:
             continue
         if size > 0 and (best is None or level > best[0]):
             best = (level, size, sharing, d)
+    return best
+
+
+def last_level(root: str = SYSFS_CACHE) -> tuple[int, int, str]:
+    """(bytes, CPUs sharing it, where the figure comes from) of cpu0's last-level cache (the highest level
+    of data or unified cache sysfs lists, whole), or (0, 1, why) where sysfs does not say."""
+    best = _last_level_entry(root)
     if best is None:
         return 0, 1, "unknown: sysfs lists no cache here"
     level, size, sharing, d = best
     return size, sharing, (f"detected: {d}/size, level {level}, {size >> 10} KiB shared by {sharing} CPU"
                            f"{'s' if sharing > 1 else ''}")
+
+
+def llc_per_core(root: str = SYSFS_CACHE) -> tuple[int, str]:
+    """(bytes, where the figure comes from): cpu0's shared last-level cache (level 3 or above) over the CPUs
+    sharing it, the share of it one core's tiles can count on; (0, why) where there is none beyond the
+    level-2 cache or sysfs does not say. A tile evicted from the level-2 cache but touched within that many
+    bytes comes back from this cache, not from main memory (tilecast.perfmodel.reuse)."""
+    best = _last_level_entry(root)
+    if best is None or best[0] < 3:
+        return 0, "none: sysfs lists no cache beyond level 2 here"
+    level, size, sharing, d = best
+    return size // sharing, (f"detected: {d}/size, level {level}, {size >> 10} KiB shared by {sharing} CPU"
+                             f"{'s' if sharing > 1 else ''}")

@@ -32,7 +32,12 @@ from tilecast.perfmodel.timers import default_timer, make_buffers
 # 5: the one-worker sample (worker_samples) is timed hot on one worker and on all, side by side; format 4 set it
 # cold on one worker against the main cold passes, which measured the lanes' cache state as much as the workers
 # (every one-worker step of the accuracy suite predicted 4-16% fast)
-CALIBRATION_FORMAT = 5
+# 6: shapes timed as StarPU tasks are also timed cold within the shared last-level cache (``near``: chains
+# interleaved in graphs of a few MiB) beside the cold lanes of ``points`` (graphs of up to 512 MiB, which reach
+# main memory), with that cache's share per core (``llc_bytes``): a task's bytes last touched within that share
+# take the near figure (tilecast.perfmodel.reuse; on the 2-core Xeon a step's tiles evicted from the core's
+# level-2 cache mostly came back from the shared cache, and the one cold figure predicted its steps 12% slow)
+CALIBRATION_FORMAT = 6
 
 
 class CalibrationError(ValueError):
@@ -93,6 +98,11 @@ class Calibration:
     # the level-2 cache per core where the shapes were timed (tilecast.perfmodel.cache_size), and its source
     cache_bytes: float = 0.0
     cache_source: str = ""
+    # kernel -> {"shapes", "median_s"}: the same shapes timed cold within the shared last-level cache (chains
+    # interleaved in graphs of runtime_timer.NEAR_GROUP_BYTES); that cache's share per core and its source
+    near: dict = field(default_factory=dict)
+    llc_bytes: float = 0.0
+    llc_source: str = ""
     # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
     last_run: dict = field(default_factory=dict, compare=False)
 
@@ -117,14 +127,26 @@ class Calibration:
         entry["shapes"].append([float(x) for x in shape])
         entry["median_s"].append(float(median_s))
 
+    def add_near(self, kernel: str, shape, median_s: float) -> None:
+        """A shape's near lane time, cold within the shared cache (a later one for the same shape takes
+        precedence)."""
+        entry = self.near.setdefault(kernel, {"shapes": [], "median_s": []})
+        entry["shapes"].append([float(x) for x in shape])
+        entry["median_s"].append(float(median_s))
+
     def add_all(self, other: "Calibration") -> None:
-        """Add every point of ``other``, each with its source (and its worker samples, hot lane times and cache
-        size)."""
+        """Add every point of ``other``, each with its source (and its worker samples, hot and near lane times
+        and cache sizes)."""
         for name, e in other.hot.items():
             for shape, m in zip(e["shapes"], e["median_s"]):
                 self.add_hot(name, shape, m)
+        for name, e in other.near.items():
+            for shape, m in zip(e["shapes"], e["median_s"]):
+                self.add_near(name, shape, m)
         if other.cache_bytes > 0:
             self.cache_bytes, self.cache_source = other.cache_bytes, other.cache_source
+        if other.llc_bytes > 0:
+            self.llc_bytes, self.llc_source = other.llc_bytes, other.llc_source
         for name, rows in other.worker_samples.items():
             self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
         self.lane_workers = self.lane_workers or other.lane_workers
@@ -176,6 +198,10 @@ class Calibration:
         """Does the kernel have hot lane times (then :meth:`arrays` with ``lane="hot"`` differs from cold)?"""
         return bool((self.hot.get(kernel) or {}).get("shapes"))
 
+    def has_near(self, kernel: str) -> bool:
+        """Does the kernel have near lane times (then :meth:`arrays` with ``lane="near"`` differs from cold)?"""
+        return bool((self.near.get(kernel) or {}).get("shapes"))
+
     def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None, lane: str = "cold"
                ) -> tuple[np.ndarray, np.ndarray]:
         """Shapes and seconds of a kernel's points, one per shape (of the highest :func:`source_rank`, the
@@ -185,14 +211,15 @@ class Calibration:
 
         ``lane="hot"``: points timed as StarPU tasks take their hot lane time where one was timed; every
         other point (learned from traces, in-step already; timed alone) keeps its one figure, so that the
-        interpolation between hot and cold (:mod:`tilecast.perfmodel.reuse`) leaves it as it is.
+        interpolation between hot and cold (:mod:`tilecast.perfmodel.reuse`) leaves it as it is. ``lane="near"``
+        likewise with the near lane times (cold within the shared cache).
 
         Points learned from steps on a known number of workers (:meth:`point_workers`): for ``workers``, a
         shape's point learned on that many is taken first; one learned on another count gets the ratio of
         the two counts' :meth:`worker_factor` (a kernel runs at another speed with one core busy than with
         two: on the 2-core machine the in-step sums of three steps were 2-9% higher on two workers than on one)."""
-        if lane not in ("cold", "hot"):
-            raise ValueError(f"lane: 'cold' or 'hot', got {lane!r}")
+        if lane not in LANES:
+            raise ValueError(f"lane: one of {', '.join(LANES)}, got {lane!r}")
         e = self.points.get(kernel)
         if not e:
             return np.zeros((0, 0)), np.zeros(0)
@@ -212,8 +239,9 @@ class Calibration:
         t = np.asarray([e["median_s"][i] for i in keep], dtype=np.float64)
         kept = np.asarray([sources[i] for i in keep])
         learned_on = np.asarray([tags[i] for i in keep], dtype=np.int64)
-        if lane == "hot" and self.has_hot(kernel):
-            h = self.hot[kernel]
+        timed = self.hot if lane == "hot" else self.near if lane == "near" else {}
+        if (timed.get(kernel) or {}).get("shapes"):
+            h = timed[kernel]
             hot = {tuple(s): m for s, m in zip(h["shapes"], h["median_s"])}  # the latest of a shape
             found = np.asarray([hot.get(tuple(s), np.nan) for s in shapes.tolist()], dtype=np.float64)
             t = np.where((kept == STARPU_TASKS) & np.isfinite(found), found, t)
@@ -244,9 +272,8 @@ class Calibration:
                           worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
                           quiet=dict(self.quiet), kernels=self.kernels,
                           predicted={k: [list(r) for r in v] for k, v in self.predicted.items()},
-                          hot={k: {"shapes": [list(r) for r in v["shapes"]], "median_s": list(v["median_s"])}
-                               for k, v in self.hot.items()},
-                          cache_bytes=self.cache_bytes, cache_source=self.cache_source)
+                          hot=_copy_lane(self.hot), cache_bytes=self.cache_bytes, cache_source=self.cache_source,
+                          near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source)
         for name in self.points:
             e = self.points[name]
             for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name),
@@ -263,7 +290,8 @@ class Calibration:
                 "points": self.points, "runtime_samples": self.runtime_samples, "lane_workers": self.lane_workers,
                 "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels,
                 "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
-                "cache_source": self.cache_source}
+                "cache_source": self.cache_source, "near": self.near, "llc_bytes": self.llc_bytes,
+                "llc_source": self.llc_source}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -280,7 +308,8 @@ class Calibration:
             raise CalibrationError(f"{path}: cannot read calibration ({e})") from None
         if doc.get("format") != CALIBRATION_FORMAT:
             raise CalibrationError(f"{path}: calibration format {doc.get('format')!r}, not {CALIBRATION_FORMAT} (which "
-                                   "times each shape hot and cold): run `tilecast calibrate` again")
+                                   "times each shape hot, cold within the shared cache and cold beyond it): run "
+                                   "`tilecast calibrate` again")
         if fingerprint is not None and doc.get("fingerprint") != fingerprint:
             raise CalibrationError(f"{path}: made on another machine (fingerprint {doc.get('fingerprint')})")
         known = {k.name: k for k in all_kernels()}
@@ -320,25 +349,42 @@ class Calibration:
             width = len(known[name].params) + len(known[name].buffers) if name in known else -1
             if width < 0 or not all(isinstance(r, list) and len(r) == width for r in rows):
                 raise CalibrationError(f"{path}: field predicted.{name}: a known kernel, shapes of {width} numbers")
-        hot = doc.get("hot") or {}
-        for name, e in hot.items():
-            width = len(known[name].params) + len(known[name].buffers) if name in known else -1
-            if width < 0 or not isinstance(e, dict) or not all(
-                    isinstance(r, list) and len(r) == width for r in e.get("shapes", [])) \
-                    or len(e.get("shapes", [])) != len(e.get("median_s", [])) \
-                    or not all(isinstance(t, (int, float)) and t > 0 and np.isfinite(t) for t in e["median_s"]):
-                raise CalibrationError(f"{path}: field hot.{name}: a known kernel, shapes of {width} numbers and "
-                                       "one positive median_s each")
-        cache = doc.get("cache_bytes", 0.0)
-        if isinstance(cache, bool) or not isinstance(cache, (int, float)) or not (cache >= 0 and np.isfinite(cache)):
-            raise CalibrationError(f"{path}: field cache_bytes: a number of bytes, got {cache!r}")
+        hot, near = _lane_times(path, doc, "hot", known), _lane_times(path, doc, "near", known)
+        cache, llc = _bytes_field(path, doc, "cache_bytes"), _bytes_field(path, doc, "llc_bytes")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
                    {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
                    {k: [list(r) for r in v] for k, v in predicted.items()},
-                   hot={k: {"shapes": [list(r) for r in e["shapes"]], "median_s": list(e["median_s"])}
-                        for k, e in hot.items()},
-                   cache_bytes=float(cache), cache_source=str(doc.get("cache_source", "")))
+                   hot=_copy_lane(hot), cache_bytes=cache, cache_source=str(doc.get("cache_source", "")),
+                   near=_copy_lane(near), llc_bytes=llc, llc_source=str(doc.get("llc_source", "")))
+
+
+LANES = ("cold", "hot", "near")  # Calibration.arrays' lanes
+
+
+def _copy_lane(lane: dict) -> dict:
+    return {k: {"shapes": [list(r) for r in e["shapes"]], "median_s": list(e["median_s"])} for k, e in lane.items()}
+
+
+def _lane_times(path: str, doc: dict, key: str, known: dict) -> dict:
+    """A calibration file's ``hot`` or ``near`` field, checked: kernel -> {"shapes", "median_s"}."""
+    lane = doc.get(key) or {}
+    for name, e in lane.items():
+        width = len(known[name].params) + len(known[name].buffers) if name in known else -1
+        if width < 0 or not isinstance(e, dict) or not all(
+                isinstance(r, list) and len(r) == width for r in e.get("shapes", [])) \
+                or len(e.get("shapes", [])) != len(e.get("median_s", [])) \
+                or not all(isinstance(t, (int, float)) and t > 0 and np.isfinite(t) for t in e["median_s"]):
+            raise CalibrationError(f"{path}: field {key}.{name}: a known kernel, shapes of {width} numbers and "
+                                   "one positive median_s each")
+    return lane
+
+
+def _bytes_field(path: str, doc: dict, key: str) -> float:
+    value = doc.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 and np.isfinite(value)):
+        raise CalibrationError(f"{path}: field {key}: a number of bytes, got {value!r}")
+    return float(value)
 
 
 def fit_runtime_excess(samples) -> list:

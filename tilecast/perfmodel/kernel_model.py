@@ -98,8 +98,10 @@ def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool 
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
     e = cal.points.get(name) or {}
     h = cal.hot.get(name) or {}
+    c = cal.near.get(name) or {}
     lists = (e.get("shapes"), e.get("median_s"), e.get("mad_s"), e.get("source"),
-             cal.runtime_samples.get(name), cal.worker_samples.get(name), h.get("shapes"), h.get("median_s"))
+             cal.runtime_samples.get(name), cal.worker_samples.get(name), h.get("shapes"), h.get("median_s"),
+             c.get("shapes"), c.get("median_s"))
     sizes = tuple(-1 if x is None else len(x) for x in lists)
     key = (name, workers, cal.kind, cal.timer, cal.lane_workers, lane)
     held = _POINTS.get(id(cal))
@@ -191,7 +193,7 @@ class DurationModel:
     def shape_seconds(self, kind: str, kernel_id: int, shapes: np.ndarray, lane: str = "cold"
                       ) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, provenance code 0 measured / 1 interpolated / 2 roofline / 3 extrapolated) for rows of
-        shapes, from the cold lane times (or, ``lane="hot"``, the hot ones; see :meth:`Calibration.arrays`)."""
+        shapes, from the cold lane times (or, ``lane="hot"`` or ``"near"``, those; see :meth:`Calibration.arrays`)."""
         out = np.empty(len(shapes))
         how = np.full(len(shapes), 2)
         have = np.zeros(len(shapes), dtype=bool)
@@ -217,31 +219,37 @@ class DurationModel:
     def durations(self, graph) -> np.ndarray:
         """(n_kinds, n_tasks) seconds, rows in ``machine.kind_names`` order: a task of a kernel with hot lane
         times is interpolated between its hot and cold figures by the cold share of its bytes
-        (:func:`tilecast.perfmodel.reuse.cold_fraction`)."""
-        from tilecast.perfmodel.reuse import cold_fraction, interpolate
+        (:func:`tilecast.perfmodel.reuse.cold_fraction`); where the calibration also timed the kernel's
+        shapes cold within the shared last-level cache (near lane times, ``Calibration.llc_bytes``), the
+        bytes from within that cache take the near figure and only those from beyond it the cold one
+        (:func:`tilecast.perfmodel.reuse.far_fraction`)."""
+        from tilecast.perfmodel.reuse import cold_fraction, far_fraction, interpolate
 
         n = graph.n_tasks
         out = np.zeros((len(self.kinds), n), dtype=np.float64)
         names = ("measured", "interpolated", "roofline", "extrapolated")
         counts = np.zeros(4, dtype=np.int64)
         fraction: dict = {}  # cache bytes -> cold share per task, computed once per graph and cache size
-        lanes = None  # (hot, cold - hot, graph-order cold share) once a kernel has hot lane times
+        lanes = None  # (hot, cold - hot, graph-order cold share, near - hot, far share) once a kernel has hot times
         shapes = graph_shapes(graph)
-        hot_kernels = {ks.kernel for ks in shapes if self.calibration is not None
-                       and self.calibration.has_hot(all_kernels()[ks.kernel].name)}
+        cal = self.calibration
+        hot_kernels = {ks.kernel for ks in shapes if cal is not None and cal.has_hot(all_kernels()[ks.kernel].name)}
+        near_kernels = {k for k in hot_kernels if cal.llc_bytes > 0 and cal.has_near(all_kernels()[k].name)}
         # per kind, every kernel's figures scattered to its tasks first, then each figure over all tasks at
         # once (elementwise: the same numbers as kernel by kernel, without the per-kernel array calls)
         for r, kind in enumerate(self.kinds):
             cold, how = out[r], np.empty(n, dtype=np.int64)
-            hot, is_hot = None, None
+            hot, is_hot, near = None, None, None
             for ks in shapes:
                 sec, h = self.shape_seconds(kind, ks.kernel, ks.shapes)
                 cold[ks.tasks] = sec[ks.inverse]
                 how[ks.tasks] = h[ks.inverse]
                 if ks.kernel in hot_kernels and self._calibrated(kind):
                     if hot is None:
-                        hot, is_hot = np.empty(n), np.zeros(n, dtype=bool)
+                        hot, is_hot, near = np.empty(n), np.zeros(n, dtype=bool), np.empty(n)
                     hot[ks.tasks] = self.shape_seconds(kind, ks.kernel, ks.shapes, lane="hot")[0][ks.inverse]
+                    near[ks.tasks] = (self.shape_seconds(kind, ks.kernel, ks.shapes, lane="near")[0][ks.inverse]
+                                      if ks.kernel in near_kernels else cold[ks.tasks])
                     is_hot[ks.tasks] = True
             counts += np.bincount(how, minlength=4)[:4]
             if hot is not None:
@@ -249,17 +257,30 @@ class DurationModel:
                 if c not in fraction:
                     fraction[c] = cold_fraction(graph, c)
                 if lanes is None:
-                    lanes = (np.full_like(out, np.nan), np.zeros_like(out), np.zeros_like(out))
+                    lanes = tuple(np.zeros_like(out) for _ in range(5))
+                    lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f
-                out[r, is_hot] = interpolate(h, k, f)
+                if near_kernels:  # the calibrated kind: the shared cache's bytes take the near figure
+                    far = far_fraction(graph, c, cal.llc_bytes)[is_hot]
+                    nd = near[is_hot] - h
+                    lanes[3][r, is_hot] = nd
+                    lanes[4][r, is_hot] = far
+                    out[r, is_hot] = h + (f - far) * nd + far * (k - h)  # TaskLanes.static_durations' operations
+                else:
+                    out[r, is_hot] = interpolate(h, k, f)
         self.provenance = {**dict.fromkeys(SOURCES, 0), **{names[j]: int(counts[j]) for j in range(4)},
                            "fitted": int(counts[1] + counts[3])}
         if lanes is not None:  # a simulation computes the cold share per worker from them (task_lanes)
             from tilecast.perfmodel.task_lanes import TaskLanes, attach
 
             hot = np.where(np.isnan(lanes[0]), out, lanes[0])  # one figure: hot is the duration, delta 0
-            attach(out, TaskLanes(hot, lanes[1], tuple(self.cache_bytes(k) for k in self.kinds), lanes[2]))
+            caches = tuple(self.cache_bytes(k) for k in self.kinds)
+            if near_kernels:
+                llc = tuple(float(cal.llc_bytes) if self._calibrated(k) else 0.0 for k in self.kinds)
+                attach(out, TaskLanes(hot, lanes[1], caches, lanes[2], lanes[3], lanes[4], llc))
+            else:
+                attach(out, TaskLanes(hot, lanes[1], caches, lanes[2]))
         return out

@@ -19,6 +19,15 @@ bytes: a model without fitted parameters. Measured on a 2-core Xeon
 gives step sums within -8%..+11% where the hot times alone are 17-38% fast
 and the cold ones 12-29% slow (docs/predicting.md).
 
+Beyond the core's cache lies a shared last-level cache. Calibration also
+times each shape *near*: interleaved within a few MiB a core, its buffers
+evicted from the core's cache but not from the shared one. A cold byte
+whose reuse distance is within that cache's share per core ``S``
+(:func:`tilecast.perfmodel.cache_size.llc_per_core`; a first access counts
+from the step before, :func:`step_bytes`) takes the near figure, one beyond
+it the cold one: ``hot + (f - b) * (near - hot) + b * (cold - hot)``, ``b``
+the share beyond ``S`` (:func:`far_fraction`).
+
 Everything is vectorised over the graph's access arrays (one stable sort by
 tile), as graphs hold millions of tasks. This graph-order share is what a
 report on the graph alone uses; a simulation computes the share when each
@@ -63,21 +72,40 @@ def cold_fraction(graph, cache_bytes: float) -> np.ndarray:
     (0 for a task without buffers). Read-only; computed once per graph and cache size."""
     if not cache_bytes > 0:
         raise ValueError(f"cache_bytes: must be a positive number of bytes, got {cache_bytes!r}")
+    return _held(graph, cache_bytes, _cold_fraction)
+
+
+def far_fraction(graph, cache_bytes: float, llc_bytes: float) -> np.ndarray:
+    """Per task, the share (0..1) of the bytes it accesses that come from beyond a shared last-level cache
+    share of ``llc_bytes``: cold for the core's ``cache_bytes`` (:func:`cold_fraction`) and with a reuse
+    distance beyond ``llc_bytes`` too, a tile's first access in the step counting as touched one step before
+    (its distance the bytes a step accesses; the step before ran the same graph). Read-only; computed once
+    per graph and sizes."""
+    if not cache_bytes > 0:
+        raise ValueError(f"cache_bytes: must be a positive number of bytes, got {cache_bytes!r}")
+    if not llc_bytes > 0:
+        raise ValueError(f"llc_bytes: must be a positive number of bytes, got {llc_bytes!r}")
+    return _held(graph, ("far", cache_bytes, llc_bytes), _far_fraction)
+
+
+def _held(graph, key, compute) -> np.ndarray:
+    """``compute(graph, *sizes)`` for ``key`` (a size, or ("far", sizes...)), kept while the graph lives."""
+    sizes = key[1:] if isinstance(key, tuple) else (key,)
     arrays = (graph.acc_ptr, graph.acc_tile, graph.tile_nbytes)
     held = _FRACTIONS.get(id(graph))
     if held is None or held[0]() is not graph or any(a is not b for a, b in zip(held[1], arrays)):
         try:
             ref = weakref.ref(graph)
         except TypeError:  # cannot be weakly referenced: not kept
-            return _cold_fraction(graph, cache_bytes)
+            return compute(graph, *sizes)
         for k in [k for k, v in _FRACTIONS.items() if v[0]() is None]:
             del _FRACTIONS[k]
         held = _FRACTIONS[id(graph)] = (ref, arrays, {})
-    if cache_bytes not in held[2]:
-        f = _cold_fraction(graph, cache_bytes)
+    if key not in held[2]:
+        f = compute(graph, *sizes)
         f.flags.writeable = False
-        held[2][cache_bytes] = f
-    return held[2][cache_bytes]
+        held[2][key] = f
+    return held[2][key]
 
 
 def _cold_fraction(graph, cache_bytes: float) -> np.ndarray:
@@ -88,6 +116,23 @@ def _cold_fraction(graph, cache_bytes: float) -> np.ndarray:
     total = np.bincount(task, weights=nbytes, minlength=n)
     cold = np.bincount(task, weights=np.where(far, nbytes, 0.0), minlength=n)
     return np.divide(cold, total, out=np.zeros(n), where=total > 0)
+
+
+def _far_fraction(graph, cache_bytes: float, llc_bytes: float) -> np.ndarray:
+    n = graph.n_tasks
+    nbytes = np.asarray(graph.tile_nbytes, dtype=np.float64)[np.asarray(graph.acc_tile)]
+    task = access_tasks(graph)
+    d = reuse_distances(graph)
+    beyond = (d > cache_bytes) & (np.where(np.isinf(d), step_bytes(graph), d) > llc_bytes)
+    total = np.bincount(task, weights=nbytes, minlength=n)
+    far = np.bincount(task, weights=np.where(beyond, nbytes, 0.0), minlength=n)
+    return np.divide(far, total, out=np.zeros(n), where=total > 0)
+
+
+def step_bytes(graph) -> int:
+    """The bytes of all the step's tile accesses: the reuse distance of a tile's first access, counted from
+    the step before."""
+    return int(np.asarray(graph.tile_nbytes, dtype=np.int64)[np.asarray(graph.acc_tile)].sum())
 
 
 def interpolate(hot: np.ndarray, cold: np.ndarray, fraction: np.ndarray) -> np.ndarray:

@@ -24,17 +24,27 @@ class TaskLanes:
     """Per worker kind (rows in ``machine.kind_names`` order) and task: the hot figure and ``cold - hot``
     (0.0 where a task has one figure: no hot lane time, a duration learned from a trace, a roofline);
     ``cache_bytes`` per kind, the cache within which a tile is hot; ``fraction`` the graph-order cold share
-    that gave the durations (``hot + fraction * delta``)."""
+    that gave the durations (``hot + fraction * delta``).
+
+    With a shared last-level cache (``llc_bytes`` per kind, 0 for none): ``near_delta`` is ``near - hot``
+    (the near lane time, cold within that cache; ``delta`` where a task has none) and ``far`` the graph-order
+    share of the bytes from beyond it, so that the durations are ``hot + (fraction - far) * near_delta +
+    far * delta``. Without (``far`` None) the bytes beyond the level-2 cache are all far."""
 
     hot: np.ndarray
     delta: np.ndarray
     cache_bytes: tuple
     fraction: np.ndarray
+    near_delta: np.ndarray | None = None
+    far: np.ndarray | None = None
+    llc_bytes: tuple = ()
 
     def static_durations(self) -> np.ndarray:
-        """The graph-order durations: ``hot + fraction * delta``, the operations of
-        :func:`tilecast.perfmodel.reuse.interpolate`."""
-        return self.hot + self.fraction * self.delta
+        """The graph-order durations: ``hot + fraction * delta`` (:func:`tilecast.perfmodel.reuse.interpolate`'s
+        operations), or with a shared cache ``hot + (fraction - far) * near_delta + far * delta``."""
+        if self.far is None:
+            return self.hot + self.fraction * self.delta
+        return self.hot + (self.fraction - self.far) * self.near_delta + self.far * self.delta
 
 
 _HELD: dict = {}  # id(durations array) -> (weak reference to it, its TaskLanes)

@@ -239,7 +239,10 @@ def _set_worker_cache(s, cache: dict, keep: list, ffi) -> None:
     fields = {"hot": ("wc_hot", "double *"), "delta": ("wc_delta", "double *"), "cache": ("wc_cache", "double *"),
               "acc_ptr": ("wc_acc_ptr", "int64_t *"), "acc_tile": ("wc_acc_tile", "int64_t *"),
               "tile_bytes": ("wc_tile_bytes", "int64_t *"), "count": ("wc_count", "int64_t *"),
-              "last_worker": ("wc_last_worker", "int32_t *"), "last_count": ("wc_last_count", "int64_t *")}
+              "last_worker": ("wc_last_worker", "int32_t *"), "last_count": ("wc_last_count", "int64_t *"),
+              "near_delta": ("wc_near_delta", "double *"), "llc": ("wc_llc", "double *"),
+              "step_bytes": ("wc_step_bytes", "int64_t *"), "total": ("wc_total", "int64_t *"),
+              "last_total": ("wc_last_total", "int64_t *")}
     for key, (field, ctype) in fields.items():
         a = cache[key]
         if not a.flags.c_contiguous:

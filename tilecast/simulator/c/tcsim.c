@@ -454,20 +454,30 @@ static void penalty(tcsim_t *s, priv_t *p, int64_t task) {
 /* Task t starts on worker w: hot + f * (cold - hot), f the share of its bytes not hot for w (w touched the tile
  * last, and has accessed at most its cache's bytes since); records the accesses. */
 static double wc_duration(tcsim_t *s, int w, int64_t t) {
-    int64_t c = s->wc_count[w], cold = 0, total = 0;
-    double cap = s->wc_cache[w];
+    int64_t c = s->wc_count[w], g = s->wc_total[0], cold = 0, far = 0, total = 0;
+    double cap = s->wc_cache[w], llc = s->wc_llc[w];
     for (int64_t j = s->wc_acc_ptr[t]; j < s->wc_acc_ptr[t + 1]; j++) {
         int64_t x = s->wc_acc_tile[j], b = s->wc_tile_bytes[x];
-        if (s->wc_last_worker[x] != w || (double)(c - s->wc_last_count[x]) > cap) cold += b;
+        if (s->wc_last_worker[x] != w || (double)(c - s->wc_last_count[x]) > cap) {
+            cold += b;
+            int64_t dist = s->wc_last_worker[x] >= 0 ? g - s->wc_last_total[x] : s->wc_step_bytes[0];
+            if ((double)dist > llc) far += b;
+        }
         total += b;
         s->wc_last_worker[x] = w;
         s->wc_last_count[x] = c;
+        s->wc_last_total[x] = g;
         c += b;
+        g += b;
     }
     s->wc_count[w] = c;
-    double f = total ? (double)cold / (double)total : 0.0;
+    s->wc_total[0] = g;
     int64_t i = (int64_t)s->worker_kind[w] * s->n_tasks + t;
-    return s->wc_hot[i] + f * s->wc_delta[i];
+    if (!total) return s->wc_hot[i] + 0.0 * s->wc_delta[i];
+    if (llc > 0.0)
+        return s->wc_hot[i] + ((double)(cold - far) / (double)total) * s->wc_near_delta[i]
+               + ((double)far / (double)total) * s->wc_delta[i];
+    return s->wc_hot[i] + ((double)cold / (double)total) * s->wc_delta[i];
 }
 
 /* --- the engine ----------------------------------------------------------------------------------------- */

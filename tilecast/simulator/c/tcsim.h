@@ -53,13 +53,20 @@ typedef struct {
     int64_t err_arg;              /* the node (TCSIM_EROOM) or task (TCSIM_ENOWORKER) */
     void *priv;
     /* per-worker cache state (tcsim.c's wc_duration; tilecast/simulator/worker_cache.py). wc_hot NULL: each
-     * task takes dur; else hot + f * delta, f the cold share of its bytes for the worker that starts it */
+     * task takes dur; else hot + f * delta, f the cold share of its bytes for the worker that starts it; for a
+     * worker with a shared cache (wc_llc > 0), hot + a * near_delta + b * delta, a and b the near and far
+     * shares */
     const double *wc_hot, *wc_delta;    /* n_kinds x n_tasks: the hot lane time, cold - hot */
     const double *wc_cache;             /* per worker: the cache bytes within which a tile is hot */
     const int64_t *wc_acc_ptr, *wc_acc_tile, *wc_tile_bytes;  /* the graph's accesses, each tile's bytes */
     int64_t *wc_count;                  /* per worker: bytes accessed so far (in/out) */
     int32_t *wc_last_worker;            /* per tile: the worker that touched it last, -1 none (in/out) */
     int64_t *wc_last_count;             /* per tile: that worker's count before the access (in/out) */
+    const double *wc_near_delta;        /* n_kinds x n_tasks: near - hot (delta where a task has no near time) */
+    const double *wc_llc;               /* per worker: the shared cache's share per core, 0 none */
+    const int64_t *wc_step_bytes;       /* [1]: the bytes a step accesses (a first access's distance) */
+    int64_t *wc_total;                  /* [1]: bytes all workers accessed so far (in/out) */
+    int64_t *wc_last_total;             /* per tile: wc_total before its last access (in/out) */
     /* prio with push_walk > 0: each task's stage of the priority tree (queue_costs.priority_stages); NULL:
      * the tree's search is not charged */
     const int32_t *stage;
