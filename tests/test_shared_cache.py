@@ -22,6 +22,7 @@ from tilecast.graph.gpt2 import build_gpt2_step
 from tilecast.graph.model_config import load_model
 from tilecast.perfmodel.cache_size import llc_per_core
 from tilecast.perfmodel.reuse import cold_fraction, far_fraction, step_bytes
+from tilecast.perfmodel.shapes import graph_shapes
 from tilecast.perfmodel.task_lanes import TaskLanes, attach, lanes_of
 from tilecast.simulator import native
 from tilecast.simulator.simulate import POLICIES
@@ -135,7 +136,6 @@ def test_every_loop_computes_the_same_durations_with_a_shared_cache(case):
 def _calibration(graph, machine, near=True, llc=200e6):
     from tilecast.kernels import all_kernels
     from tilecast.perfmodel.calibration import STARPU_TASKS, Calibration
-    from tilecast.perfmodel.shapes import graph_shapes
 
     cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     for ks in graph_shapes(graph):
@@ -206,3 +206,39 @@ def test_the_near_lane_is_stored_and_checked(tmp_path):
     open(path, "w").write(json.dumps(doc))
     with pytest.raises(CalibrationError, match="calibrate` again"):
         Calibration.load(path)
+
+
+def test_learning_from_a_trace_keeps_the_lane_times_and_caches():
+    """A run's trace teaches in-step durations of its own shapes; the near lane, the caches' sizes and every
+    other shape's lane times stay, so that a shape the run did not have is predicted as before."""
+    from sim_machines import cpu_machine
+
+    from tilecast.perfmodel.from_trace import calibration_from_trace
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.trace import make_trace
+
+    other = build_gpt2_step(load_model("gpt2-tiny"), 1, 32, Tiling.uniform(32))
+    ran = build_gpt2_step(load_model("gpt2-tiny"), 1, 32, Tiling.uniform(16))
+    m = cpu_machine(2)
+    base = _calibration(other, m)
+    base.add_all(_calibration(ran, m))
+    base.quiet = {"passes": 3}
+    seconds = np.full(ran.n_tasks, 2e-5)
+    start = np.cumsum(np.concatenate(([0.0], seconds[:-1])))
+    trace = make_trace(task=np.arange(ran.n_tasks), kernel="gemm", worker=0, node=0, start_s=start,
+                       end_s=start + seconds, bytes=0, flops=0.0, source="real", tag="")
+    learned = calibration_from_trace(ran, trace, m, base=base, workers=2)
+    assert learned.near == base.near and learned.hot == base.hot
+    assert (learned.llc_bytes, learned.cache_bytes, learned.quiet) == (base.llc_bytes, base.cache_bytes, base.quiet)
+    assert learned.calibrated_only().near == base.near
+    # the shapes of the run take its in-step figure; the other graph's shapes that the run did not have keep
+    # their durations
+    np.testing.assert_allclose(DurationModel(m, learned).durations(ran), 2e-5)
+    seen = {(ks.kernel, tuple(s)) for ks in graph_shapes(ran) for s in ks.shapes.tolist()}
+    kept = np.zeros(other.n_tasks, dtype=bool)
+    for ks in graph_shapes(other):
+        for row, s in enumerate(ks.shapes.tolist()):
+            kept[ks.tasks[ks.inverse == row]] = (ks.kernel, tuple(s)) not in seen
+    assert kept.sum() > other.n_tasks // 2
+    before, after = DurationModel(m, base).durations(other), DurationModel(m, learned).durations(other)
+    np.testing.assert_array_equal(after[:, kept], before[:, kept])

@@ -263,17 +263,23 @@ class Calibration:
                 t = np.where(at, t * factor / self.worker_factor(kernel, nbytes, int(w)), t)
         return shapes, t
 
+    def without_points(self, timer: str | None = None) -> "Calibration":
+        """A copy of everything but the points (lane times, caches, samples, quiet record), with ``timer``
+        (default: this one's) as the source of points added without one. What learning from runs starts from,
+        so that nothing calibration measured beside the points is lost on the way."""
+        return Calibration(self.machine, self.fingerprint, self.kind, timer or self.timer,
+                           runtime_samples={k: [list(r) for r in v] for k, v in self.runtime_samples.items()},
+                           lane_workers=self.lane_workers,
+                           worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
+                           quiet=dict(self.quiet), kernels=self.kernels,
+                           predicted={k: [list(r) for r in v] for k, v in self.predicted.items()},
+                           hot=_copy_lane(self.hot), cache_bytes=self.cache_bytes, cache_source=self.cache_source,
+                           near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source)
+
     def calibrated_only(self) -> "Calibration":
         """A copy without the points learned from runs (:data:`LEARNED` sources): what ``tilecast calibrate``
         alone gives, the models a forecast of a configuration that never ran is made from."""
-        out = Calibration(self.machine, self.fingerprint, self.kind, self.timer,
-                          runtime_samples={k: [list(r) for r in v] for k, v in self.runtime_samples.items()},
-                          lane_workers=self.lane_workers,
-                          worker_samples={k: [list(r) for r in v] for k, v in self.worker_samples.items()},
-                          quiet=dict(self.quiet), kernels=self.kernels,
-                          predicted={k: [list(r) for r in v] for k, v in self.predicted.items()},
-                          hot=_copy_lane(self.hot), cache_bytes=self.cache_bytes, cache_source=self.cache_source,
-                          near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source)
+        out = self.without_points()
         for name in self.points:
             e = self.points[name]
             for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], self.sources(name),

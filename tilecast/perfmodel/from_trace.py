@@ -136,16 +136,11 @@ def calibration_from_trace(graph, trace, machine, kind: str | None = None,
             if key in isolated:
                 nbytes = float(shape_bytes(ks.kernel, ks.shapes[row:row + 1, ks.n_params:])[0])
                 new_samples.setdefault(name, []).append([nbytes, isolated[key], float(m)])
-    if base is not None:
-        cal.runtime_samples = {k: [list(r) for r in v] for k, v in base.runtime_samples.items()}
-        cal.lane_workers = base.lane_workers
-        cal.worker_samples = {k: [list(r) for r in v] for k, v in base.worker_samples.items()}
-        cal.predicted = {k: [list(r) for r in v] for k, v in base.predicted.items()}  # not to be timed again
-        # the lane times' hot figures and the cache they are interpolated by (tilecast.perfmodel.reuse): points
-        # learned here are in-step durations and take no hot figure
-        cal.hot = {k: {"shapes": [list(r) for r in v["shapes"]], "median_s": list(v["median_s"])}
-                   for k, v in base.hot.items()}
-        cal.cache_bytes, cal.cache_source = base.cache_bytes, base.cache_source
+    if base is not None:  # every lane time, cache size and sample of base (points learned here take no lane time)
+        carried = base.without_points(source)
+        carried.points, carried.machine, carried.fingerprint, carried.kind = (cal.points, cal.machine,
+                                                                              cal.fingerprint, cal.kind)
+        cal = carried
         for name, e in base.points.items():
             for shape, m, d, src, w in zip(e["shapes"], e["median_s"], e["mad_s"], base.sources(name),
                                            base.point_workers(name)):
