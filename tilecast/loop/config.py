@@ -39,6 +39,11 @@ class StepConfig:
         run the same tasks on the same tile shapes."""
         return (self.model.name, self.batch, self.seq, self.tiling.describe(), self.recompute)
 
+    @property
+    def graph_id(self) -> str:
+        """:attr:`graph_key` as one string (a key of what is learned per task graph and stored in JSON)."""
+        return "|".join(str(x) for x in self.graph_key)
+
     def build(self):
         """The step's task graph (GPT-2 or Llama)."""
         from tilecast.graph.models import build_step

@@ -217,16 +217,19 @@ def learn_from_measurements(configs, measurements, machine, calibration, host_co
 
 
 def learn_delay_excess(configs, measurements, machine, calibration, fits: dict) -> dict:
-    """``fits`` with each (worker count, scheduler)'s constant cost between tasks raised (or lowered, not below
-    0) by what its measured runs wait between tasks beyond their simulation with ``calibration`` and ``fits``
-    (:func:`tilecast.loop.runtime_overhead.delay_excess`), the mean over its runs weighted by their tasks per
+    """``fits`` with what each configuration's measured runs wait between tasks beyond their simulation with
+    ``calibration`` and ``fits`` (:func:`tilecast.loop.runtime_overhead.delay_excess`) added to the constant
+    cost between tasks of its (worker count, scheduler), for its task graph alone
+    (``HostCost.graph_excess``; the total not below 0): the mean over the graph's runs weighted by their tasks per
     second of step, as the cost per task matters.
 
     Durations learned from a run's traces are its tasks' means, every interruption counted; the cost between
     tasks is the probes' model, fitted on the typical delay of other graphs. Without this the simulation of
     a run from its own traces left out what its workers spent between tasks beyond that model, and learning
     from a configuration's own runs predicted it faster than measured (accuracy run 12: repeatability bias
-    -11.9%, docs/accuracy.md)."""
+    -11.9%, docs/accuracy.md). It is a residual of the graph's own learned durations: charged to every graph of
+    the scheduler, as until 2026-12-03, it made the graphs of model shapes that never ran (still on the
+    calibration's durations) 4% slower at the median (run 27's held-out view: +7.8% bias against +3.8%)."""
     from dataclasses import replace
 
     from tilecast.loop.host_cost import fit_key
@@ -240,12 +243,14 @@ def learn_delay_excess(configs, measurements, machine, calibration, fits: dict) 
             continue
         p = predict(cfg, machine, calibration, fits, graph=m.graph, keep_result=True)
         rate = m.graph.n_tasks / max(m.median_s, 1e-9)
-        found.setdefault(key, []).append((rate, delay_excess(m.graph, m.traces, p.result.trace())))
+        found.setdefault((key, cfg.graph_id), []).append((rate, delay_excess(m.graph, m.traces, p.result.trace())))
     out = dict(fits)
-    for key, rows in found.items():
+    for (key, graph_id), rows in found.items():
         w = np.array([r[0] for r in rows])
         excess = float(np.average([r[1] for r in rows], weights=w))
-        out[key] = replace(fits[key], task_overhead_s=max(0.0, fits[key].task_overhead_s + excess))
+        fit = out[key]
+        total = fit.graph_excess.get(graph_id, 0.0) + excess
+        out[key] = replace(fit, graph_excess={**fit.graph_excess, graph_id: max(total, -fit.task_overhead_s)})
     return out
 
 

@@ -100,6 +100,17 @@ class HostCost:
     gap_successor_s: float = 0.0
     gap_ready_s: float = 0.0  # per successor the ended task made ready
     gap_handoff_s: float = 0.0  # per task started on another worker than the one that made it ready
+    # task graph (StepConfig.graph_id) -> seconds per task that this scheduler's measured runs of that graph waited
+    # between tasks beyond their simulation (tilecast.loop.execute.learn_delay_excess): charged on top of
+    # task_overhead_s to that graph alone, as it is a residual of the graph's own learned durations
+    graph_excess: dict = field(default_factory=dict)
+
+    def task_overhead_for(self, graph_id: str | None) -> float | None:
+        """The constant cost per task charged to a step of ``graph_id``: ``task_overhead_s`` and what that
+        graph's own runs taught beyond it (:attr:`graph_excess`), never below 0."""
+        if self.task_overhead_s is None:
+            return None
+        return max(0.0, self.task_overhead_s + self.graph_excess.get(graph_id, 0.0))
 
     @property
     def gap_costs(self) -> tuple[float, float, float, float, float]:
@@ -278,6 +289,7 @@ def learn_from_runs(fits: dict, runs) -> dict:
             overheads = probe.overheads
         out[key] = HostCost.fit(w, probes + own, overheads[-MAX_POINTS:])
         out[key].probe_points = len(probes)
+        out[key].graph_excess = dict(old.graph_excess) if old is not None else {}  # other graphs' stay
         source = probe or out.get(w) or old  # the submission cost as the probes measured it
         out[key].submit_task_s = source.submit_task_s if source is not None else 0.0
         if probe is not None and probe.charged_apart:

@@ -110,8 +110,9 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     host = host_cost_for(host_costs, config.workers, config.sched)
     overhead_source = "machine description"
     if host is not None and host.task_overhead_s is not None:
-        m = m.with_task_overhead(host.task_overhead_s).with_gap_costs(*host.gap_costs)
-        overhead_source = "measured on StarPU traces"
+        m = m.with_task_overhead(host.task_overhead_for(config.graph_id)).with_gap_costs(*host.gap_costs)
+        overhead_source = ("measured on StarPU traces, and this task graph's own runs" if
+                           config.graph_id in host.graph_excess else "measured on StarPU traces")
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
     if host is not None and host.push_walk_s > 0:
