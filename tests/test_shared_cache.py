@@ -242,3 +242,57 @@ def test_learning_from_a_trace_keeps_the_lane_times_and_caches():
     assert kept.sum() > other.n_tasks // 2
     before, after = DurationModel(m, base).durations(other), DurationModel(m, learned).durations(other)
     np.testing.assert_array_equal(after[:, kept], before[:, kept])
+
+
+def _traced(graph, machine, cal, share):
+    """A one-worker trace of ``graph`` whose tasks last what the lanes give with the shared-cache ``share``."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.trace import make_trace
+
+    lanes = _copy(cal)
+    lanes.llc_bytes = share
+    seconds = DurationModel(machine, lanes).durations(graph)[0]
+    start = np.cumsum(np.concatenate(([0.0], seconds[:-1])))
+    return make_trace(task=np.arange(graph.n_tasks), kernel="gemm", worker=0, node=0, start_s=start,
+                      end_s=start + seconds, bytes=0, flops=0.0, source="real", tag="")
+
+
+def _copy(cal):
+    out = cal.without_points()
+    out.add_all(cal)
+    return out
+
+
+@pytest.mark.parametrize("share", [0.0, 2 ** 20, 200e6])
+def test_the_shared_cache_share_is_the_one_the_probe_traces_fit(share, monkeypatch):
+    """Probe steps whose tasks took what the lanes give with a share of 0, 1 MiB or the whole sysfs share fit
+    that share back; their traced points do not enter the lanes they are compared with; the fitted share is
+    stored with its source."""
+    from sim_machines import cpu_machine
+
+    from tilecast.perfmodel import cache_size
+    from tilecast.perfmodel.calibration import PROBE_TRACE
+    from tilecast.perfmodel.shared_cache_fit import fit_share, is_fitted, lane_calibration, set_fitted_share
+
+    g = build_gpt2_step(load_model("gpt2-tiny"), 2, 32, Tiling.uniform(16))
+    m = cpu_machine(1)
+    cal = _calibration(g, m, llc=200e6)
+    traced = [(g, _traced(g, m, cal, share), 1)]
+    fitted, ratios = fit_share(cal, m, traced, 200e6)
+    assert fitted == share and ratios[share] == pytest.approx(1.0, rel=1e-9)
+    assert len(set(round(r, 6) for r in ratios.values())) > 2  # the grid's shares are told apart
+    # a probe-trace point of every shape (a far longer figure) changes nothing: the lanes alone are compared
+    learned = _copy(cal)
+    for name, e in cal.points.items():
+        for shape in e["shapes"]:
+            learned.add(name, shape, 1.0, 0.0, PROBE_TRACE)
+    assert not any(PROBE_TRACE in lane_calibration(learned).sources(n) for n in learned.points)
+    assert fit_share(learned, m, traced, 200e6)[0] == share
+    monkeypatch.setattr(cache_size, "llc_per_core", lambda: (int(200e6), "detected: test"))
+    report = set_fitted_share(learned, m, traced)
+    assert learned.llc_bytes == share == report["share_bytes"] and report["sysfs_bytes"] == 200e6
+    assert is_fitted(learned) and "detected: test" in learned.llc_source
+    # without near lane times nothing is fitted, and the share stays as it was
+    plain = _calibration(g, m, near=False, llc=200e6)
+    assert fit_share(plain, m, traced, 200e6) == (None, {})
+    assert set_fitted_share(plain, m, traced) == {} and plain.llc_bytes == 200e6 and not is_fitted(plain)
