@@ -292,6 +292,10 @@ def test_the_shared_cache_share_is_the_one_the_probe_traces_fit(share, monkeypat
     report = set_fitted_share(learned, m, traced)
     assert learned.llc_bytes == share == report["share_bytes"] and report["sysfs_bytes"] == 200e6
     assert is_fitted(learned) and "detected: test" in learned.llc_source
+    # traces that no share explains (every task 3x its lanes) fit nothing
+    slow = traced[0][1].assign(end_s=lambda t: t["start_s"] + 3 * (t["end_s"] - t["start_s"]))
+    none, ratios = fit_share(cal, m, [(g, slow, 1)], 200e6)
+    assert none is None and max(ratios.values()) < 1 / 1.5
     # without near lane times nothing is fitted, and the share stays as it was
     plain = _calibration(g, m, near=False, llc=200e6)
     assert fit_share(plain, m, traced, 200e6) == (None, {})

@@ -2,11 +2,11 @@
 
 sysfs says how large the shared cache is (:func:`tilecast.perfmodel.cache_size.llc_per_core`), not how much
 of it this process keeps between two uses of a tile: on a VM the cache is shared with other guests, and how
-much they take moves with them. On the 2-core Xeon guest (docs/accuracy.md, runs 28 and 29), with the
+much they take moves with them. On the 2-core Xeon guest (docs/accuracy.md, 2026-12-03), with the
 reference step at 25.6-27.5 ms, the steps' evicted tiles came back at the near lane's speed (the whole 240
-MiB share); with it at 39-40 ms, at the cold lane's, as if no shared cache were left (share 0: first use
-+0.5% at the median against -11.6% with 240 MiB), though one core streaming a working set alone still read
-4-32 MiB at 30 GB/s.
+MiB share: runs 24-26); with it at 39-40 ms, at the cold lane's, as if no shared cache were left (run 29's
+first use predicted again with share 0: +0.5% bias against -11.6% with 240 MiB), though one core streaming
+a working set alone still read 4-32 MiB at 30 GB/s.
 
 The probe steps that calibration runs for the runtime's costs are traced task by task, in the state
 calibration is taken in. The share is the one of a grid (0, then 1 MiB doubling up to the sysfs share)
@@ -22,6 +22,9 @@ import numpy as np
 from tilecast.perfmodel.calibration import PROBE_TRACE, Calibration
 
 MIB = 2 ** 20
+# the most the best share's lane durations may differ from the traced ones (as a ratio either way) for it to be
+# kept: in run 30's first fit every share's lanes came out 5.3x the traced durations, which no share explains
+MAX_MISFIT = 1.5
 
 
 def lane_calibration(cal: Calibration) -> Calibration:
@@ -76,7 +79,7 @@ def fit_share(cal: Calibration, machine, traced, cap_bytes: float) -> tuple:
     ``cap_bytes``) whose ratio is closest to 1 (in log), the largest of equals (the probe steps' tiles are
     all reused within a few MiB: shares beyond those give the same ratio, and the cache sysfs states is the
     figure to keep for the larger graphs then); (None, {}) without near lane times on the probes' kernels or
-    without a cap."""
+    without a cap; (None, ratios) when even the best is more than :data:`MAX_MISFIT` off."""
     if cap_bytes <= 0 or not cal.near:
         return None, {}
     ratios = {}
@@ -86,6 +89,8 @@ def fit_share(cal: Calibration, machine, traced, cap_bytes: float) -> tuple:
             return None, {}
         ratios[b] = r
     best = min(ratios, key=lambda b: (abs(np.log(ratios[b])), -b))
+    if abs(np.log(ratios[best])) > np.log(MAX_MISFIT):  # no share explains the traces: none is fitted
+        return None, ratios
     return best, ratios
 
 
