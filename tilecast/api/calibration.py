@@ -288,12 +288,6 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
         stored.quiet, cal = quiet, stored
     path = cal.save(output)
     probes = _probe_costs(machine, workers, progress) if workers and output is None and probe else {}
-    if probes:  # the probes' traces fitted the stored calibration's shared-cache share
-        from tilecast.perfmodel.calibration import find_calibration
-
-        stored = find_calibration(machine)
-        if stored is not None:
-            cal.llc_bytes, cal.llc_source = stored.llc_bytes, stored.llc_source
     report = holdout_errors(cal)
     extrapolated = extrapolation_summary(cal, over_cases, machine) if over_cases else {}
     if extrapolated and progress:

@@ -97,9 +97,9 @@ def run(args) -> int:
     print(blas_line)
     if cal.cache_bytes:
         print(f"cache a task's inputs stay hot within: {cal.cache_bytes / 2**20:.2f} MiB per core ({cal.cache_source})")
-    if cal.llc_source:
+    if cal.llc_bytes:
         print(f"shared cache a task's inputs come back from (near, not cold) within: {cal.llc_bytes / 2**20:.0f} MiB "
-              f"({cal.llc_source})")
+              f"per core ({cal.llc_source})")
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk['directory']}: {res.disk_node.describe()} -> {disk['file']}")

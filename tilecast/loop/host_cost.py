@@ -587,7 +587,6 @@ class ProbeSessions:
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
         fits = dict(self.base)
-        probe_traces = []
         for w in self.todo:
             points, overheads, traced, submit = self.by_key[w].result
             fits[w] = HostCost.fit(w, points, overheads)
@@ -595,11 +594,6 @@ class ProbeSessions:
             fits[w].submit_task_s = submit
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
-                probe_traces.append((graph, trace, w))
-        if probe_traces:  # how much of the shared cache the probe steps' tiles kept, in this state
-            from tilecast.perfmodel.shared_cache_fit import set_fitted_share
-
-            set_fitted_share(cal, machine, probe_traces)
         for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
             probe = fit_beside(fits.get(w), w, points, overheads)

@@ -279,16 +279,14 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     from tilecast.executor.runtime_timer import runnable
     from tilecast.loop.interference import QuietGuard
     from tilecast.perfmodel.cache_size import l2_per_core, llc_per_core
-    from tilecast.perfmodel.shared_cache_fit import is_fitted
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
     l2, l2_source = l2_per_core()
     cal.cache_bytes, cal.cache_source = float(l2), l2_source
-    if not is_fitted(cal):  # a share fitted on the probe steps' traces stays (tilecast.perfmodel.shared_cache_fit)
-        llc, llc_source = llc_per_core()
-        cal.llc_bytes, cal.llc_source = float(llc), llc_source
+    llc, llc_source = llc_per_core()
+    cal.llc_bytes, cal.llc_source = float(llc), llc_source
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     # the bar counts whole cases: a pass over n of them advances it by n / per_case
     per_case = (len(cases) * (STARPU_PASSES + HOT_PASSES + NEAR_PASSES) + len(sample) * 2 * WORKER_PASSES
