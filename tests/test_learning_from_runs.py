@@ -149,7 +149,7 @@ def test_what_a_graphs_runs_wait_beyond_their_simulation_is_charged_to_that_grap
     assert ran.graph_id != other.graph_id
     fits = {1: _probe(1, 1e-7), fit_key(1, "eager"): _probe(1, 1e-7)}
     g = ran.build()
-    sim = predict(ran, machine, None, fits, graph=g, keep_result=True).result.trace()
+    sim = _simulated_trace(ran, machine, fits, g)
     tasks = sim[sim["task"] >= 0].sort_values("start_s").reset_index(drop=True)
     late = tasks.assign(start_s=tasks["start_s"] + 5e-6 * np.arange(len(tasks)),
                         end_s=tasks["end_s"] + 5e-6 * np.arange(len(tasks)))
@@ -167,7 +167,7 @@ def test_what_a_graphs_runs_wait_beyond_their_simulation_is_charged_to_that_grap
     back = host_cost.load_host_costs(machine)
     assert back[fit_key(1, "eager")].graph_excess == taught[fit_key(1, "eager")].graph_excess
     # learning the same run again from the taught fits: it now waits what its simulation does, nothing is added
-    again = learn_delay_excess([ran], [SimpleNamespace(graph=g, traces=[after_trace(ran, machine, taught, g)],
+    again = learn_delay_excess([ran], [SimpleNamespace(graph=g, traces=[_simulated_trace(ran, machine, taught, g)],
                                                        median_s=after.step_s)], machine, None, taught)
     assert again[fit_key(1, "eager")].graph_excess[ran.graph_id] == pytest.approx(5e-6, rel=1e-6)
     # learned runs keep every graph's lesson when the host cost is fitted again
@@ -175,7 +175,8 @@ def test_what_a_graphs_runs_wait_beyond_their_simulation_is_charged_to_that_grap
     assert refit[fit_key(1, "eager")].graph_excess == taught[fit_key(1, "eager")].graph_excess
 
 
-def after_trace(config, machine, fits, graph):
+def _simulated_trace(config, machine, fits, graph):
+    """The trace of ``config``'s simulated step with the host-cost ``fits`` (durations from the machine)."""
     from tilecast.loop.predict import predict
 
     return predict(config, machine, None, fits, graph=graph, keep_result=True).result.trace()
