@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 14  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 15  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -41,6 +41,8 @@ FORMAT = 14  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 12: the cost between tasks' constant gives the probes' mean start delay, none trimmed (fit_gap_model's mean)
 # 13: where that constant would go below 0, it is 0 and the costs per buffer and successor shrink to that mean
 # 14: dmdasd's cost per queued task read is one for every worker count, fitted on all counts' probes together
+# 15: the probes are simulated with the submitting thread's turns on a worker's core where it has none
+# (tilecast.simulator.submit_slices), so the costs fitted by simulating them are fitted again
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -439,12 +441,12 @@ def fit_decisions_jointly(fits: dict, machine, calibration, sched: str) -> None:
 
 def _probe_machine(probe: HostCost, machine):
     """``machine`` with the costs of ``probe`` that a fit keeps fixed, as predict() simulates them."""
-    from tilecast.loop.predict import submission_stretch
+    from tilecast.loop.predict import with_submitting_thread
 
     m = machine.with_task_overhead(probe.task_overhead_s if probe.task_overhead_s is not None
                                    else machine.task_overhead).with_gap_costs(*probe.gap_costs)
     if probe.submit_task_s > 0:
-        m = m.with_submission(probe.submit_task_s, submission_stretch(machine, len(machine.workers)))
+        m = with_submitting_thread(m, machine, len(machine.workers), probe.submit_task_s)
     return m.with_push_walk(probe.push_walk_s)
 
 

@@ -76,14 +76,22 @@ def stored_models(machine) -> tuple:
     return find_calibration(machine), load_host_costs(machine)
 
 
-def submission_stretch(machine, workers: int) -> float:
-    """How much longer a task takes while the graph is being submitted: the submitting thread and the
-    ``workers`` (which spin when idle) share the machine's cores, each getting cores / (workers + 1) of one,
-    when there are fewer cores than threads; 1 otherwise, or when the core count is unknown."""
+def with_submitting_thread(m, machine, workers: int, per_task: float):
+    """``m`` with the executor's thread that submits the graph, ``per_task`` seconds of wall time per task as the
+    probes measured it with ``workers`` workers. Where the workers leave it no core (as many workers as cores),
+    it takes its turns on one worker's core (:class:`tilecast.simulator.submit_slices.SubmitSlices`): half of
+    ``per_task`` on a core per task, since it runs one turn in two, in slices of a timer tick
+    (:func:`tilecast.simulator.ranks_threads.tick_slice_s`), its first turn after the resume half a slice. With
+    a core to spare, or the core count unknown, it submits beside the workers at ``per_task``."""
+    from tilecast.simulator.ranks_threads import tick_slice_s
+    from tilecast.simulator.submit_slices import SubmitSlices
+
+    m = m.with_submission(per_task, 1.0)
     cores = machine.meta.get("hardware", {}).get("cores")
-    if not cores or workers + 1 <= cores:
-        return 1.0
-    return (workers + 1) / cores
+    if not cores or workers < int(cores) or per_task <= 0:
+        return m
+    tick = tick_slice_s(int(cores))
+    return m.with_submit_slices(SubmitSlices(workers, per_task / 2, tick, tick / 2))
 
 
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,
@@ -118,7 +126,7 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     if host is not None and host.push_walk_s > 0:
         m = m.with_push_walk(host.push_walk_s)
     if host is not None and host.submit_task_s > 0:
-        m = m.with_submission(host.submit_task_s, submission_stretch(machine, config.workers))
+        m = with_submitting_thread(m, machine, config.workers, host.submit_task_s)
     whole, peak = capacity_check(graph, m)
     if durations is None:
         from tilecast.perfmodel.kernel_model import DurationModel

@@ -136,6 +136,9 @@ class Machine:
     #: runs (it shares the cores with the workers when they leave none free; see tilecast.simulator.engine)
     submit_task: float = 0.0
     submit_stretch: float = 1.0
+    #: or that thread taking its turns on a worker's core (tilecast.simulator.submit_slices.SubmitSlices), where
+    #: the workers leave it no core: used instead of submit_stretch
+    submit_slices: object = None
     #: dmdas and dmdasd: seconds per queued task that inserting a task into a worker's sorted queue walks past,
     #: paid by the pushing worker; prio: seconds per level of its priority tree searched on each push and pop
     #: (see tilecast.simulator.engine, tilecast.simulator.queue_costs)
@@ -179,7 +182,9 @@ class Machine:
         """The same machine using only its first ``n`` workers."""
         if not 1 <= n <= len(self.workers):
             raise MachineError(f"{self.name}: workers must be between 1 and {len(self.workers)}, got {n}")
-        return replace(self, workers=self.workers[:n], meta={**self.meta, "fingerprint": self.fingerprint()})
+        slices = self.submit_slices if self.submit_slices is None or self.submit_slices.workers == n else None
+        return replace(self, workers=self.workers[:n], submit_slices=slices,
+                       meta={**self.meta, "fingerprint": self.fingerprint()})
 
     def with_task_overhead(self, seconds: float) -> "Machine":
         """The same machine with another per-task runtime cost (e.g. one measured on StarPU traces)."""
@@ -201,6 +206,14 @@ class Machine:
             raise MachineError(f"{self.name}: submission costs at least 0 s per task and stretches tasks by at "
                                f"least 1x, got {per_task} and {stretch}")
         return replace(self, submit_task=float(per_task), submit_stretch=float(stretch), meta=dict(self.meta))
+
+    def with_submit_slices(self, slices) -> "Machine":
+        """The same machine with the submitting thread taking its turns on a worker's core
+        (:class:`tilecast.simulator.submit_slices.SubmitSlices`, or None: not modelled that way)."""
+        if slices is not None and slices.workers != len(self.workers):
+            raise MachineError(f"{self.name}: the submitting thread's turns describe {slices.workers} workers, "
+                               f"the machine has {len(self.workers)}")
+        return replace(self, submit_slices=slices, meta=dict(self.meta))
 
     def with_push_walk(self, seconds: float) -> "Machine":
         """The same machine with another cost of inserting a task into a sorted queue, per queued task walked."""

@@ -65,6 +65,11 @@ class Engine:
         its next task, and pops that task only once it has pushed every task its
         ended one released (``pushing``), as a StarPU worker does; meanwhile a
         shared queue's tasks go to the other idle workers (:meth:`wake_first_idle`).
+    slices:
+        the submitting thread taking its turns on a worker's core
+        (:class:`tilecast.simulator.submit_slices.SubmitSlices`, or None): a task reaches the policy only once
+        that thread has submitted it, and the worker whose core it shares runs only in its own turns until
+        the graph is submitted. Used instead of ``submit_stretch`` where the executor's thread has no core.
     gap_before, release:
         per task, seconds charged before it starts beyond ``overhead``, and seconds
         its ending worker spends releasing it before its next task can start (None:
@@ -95,7 +100,7 @@ class Engine:
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
                  push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
-                 cache=None, gap_handoff: float = 0.0):
+                 cache=None, gap_handoff: float = 0.0, slices=None):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -116,6 +121,12 @@ class Engine:
         self.decision_lock = float(decision_lock)
         self.submit_end = float(submit_end)
         self.submit_stretch = float(submit_stretch)
+        self.slices = slices
+        if slices is not None:
+            rel = slices.release_times(n)
+            self.submitted_at = rel.tolist()  # per task: when the submitting thread has submitted it
+            self.sub_resume = float(slices.resume_at(n))
+            self.sub_end = float(rel[-1]) if n else 0.0
         self.sched_free = 0.0
         self.push_walk = float(push_walk)
         self.gap_before = None if gap_before is None else np.asarray(gap_before, dtype=np.float64).tolist()
@@ -168,8 +179,8 @@ class Engine:
     def run(self) -> "Engine":
         """Run to completion; raises :class:`SimulationError` if some task never runs."""
         self.policy.submit()
-        if not (self.fused_loops and self.policy.fused_run()):
-            push = self.policy.push
+        if not (self.fused_loops and self.slices is None and self.policy.fused_run()):
+            push = self.policy.push if self.slices is None else self._push
             for t in [i for i, m in enumerate(self.missing) if m == 0]:
                 push(t, -1)
             self.env.run()
@@ -221,7 +232,10 @@ class Engine:
         d = self.duration[self.worker_kind[w]][t] if self.cache is None else self.cache.duration(t, w)
         if begin < self.submit_end:
             d = d * self.submit_stretch
-        end = begin + d
+        if self.slices is not None and begin < self.sub_end:
+            begin, end = self.slices.run(w, begin, d, self.sub_resume, self.sub_end)
+        else:
+            end = begin + d
         if self._started is not None:
             self._started(t, w, begin)
         self.busy[w] = True
@@ -242,7 +256,7 @@ class Engine:
         if self._finished is not None:
             self._finished(t, w)
         missing = self.missing
-        push = self.policy.push
+        push = self.policy.push if self.slices is None else self._push
         if self.release is not None:  # before its pushes: a worker it wakes for a successor waits for it
             cost = self.release[t]
             if self.gap_ready > 0.0:
@@ -265,6 +279,19 @@ class Engine:
             nxt = self.policy.pop(w)
             if nxt >= 0:
                 self._begin(w, nxt)
+
+    def _push(self, t: int, by: int) -> None:
+        """With ``slices``: give ready task ``t`` to the policy (``by``: the worker whose ended task made it ready,
+        -1 none) once the submitting thread has submitted it (then by that thread, -1)."""
+        at = self.submitted_at[t]
+        now = self.env._now
+        if at > now:
+            self.env.timeout(at - now, t).callbacks.append(self._submitted)
+            return
+        self.policy.push(t, by)
+
+    def _submitted(self, ev) -> None:
+        self.policy.push(ev._value, -1)
 
     def _released(self, w: int, cost: float) -> None:
         """Worker ``w`` spends ``cost`` releasing its ended task: its next task starts no earlier than then."""

@@ -164,6 +164,12 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)
     s.gap_ready = float(machine.gap_ready)
     s.gap_handoff = float(machine.gap_handoff)
+    slices = machine.submit_slices
+    if slices is not None:  # the Engine's slices (submit_slices.py), the same release times and turns
+        at = slices.release_times(n)
+        s.sub_at = p(at, np.float64)
+        s.sub_resume, s.sub_end = float(slices.resume_at(n)), float(at[-1]) if n else 0.0
+        s.sub_first_s, s.sub_slice_s, s.sub_sharer = slices.first_s, slices.slice_s, slices.sharer
     pred_ptr, pred = graph.dependencies
     s.pred_ptr, s.pred = p(pred_ptr, np.int64), p(pred, np.int32)
     if priority is not None:

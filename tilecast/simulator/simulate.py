@@ -181,6 +181,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      push_walk=machine.push_walk if sched in SEARCHING else 0.0,
                      gap_ready=machine.gap_ready, gap_handoff=machine.gap_handoff,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
+                     slices=machine.submit_slices,
                      **dict(zip(("gap_before", "release"), gap_cost.charges(graph, machine)))).run()
         start, end, worker = eng.arrays()
         tr = links.arrays()

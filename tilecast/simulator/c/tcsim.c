@@ -480,6 +480,46 @@ static double wc_duration(tcsim_t *s, int w, int64_t t) {
     return s->wc_hot[i] + ((double)cold / (double)total) * s->wc_delta[i];
 }
 
+/* --- the submitting thread's turns (SubmitSlices.run, tilecast/simulator/submit_slices.py) ------------------- */
+static void slice_run(const tcsim_t *s, int w, double *bp, double *ep, double work) {
+    double t = *bp, resume = s->sub_resume, end = s->sub_end, start = -1.0;
+    if (t < resume) t = resume;
+    if (w != s->sub_sharer || t >= end) {
+        *bp = t;
+        *ep = t + work;
+        return;
+    }
+    double first = resume + s->sub_first_s, sl = s->sub_slice_s;  /* the sharer's first turn ends */
+    while (t < end) {
+        double turn_end;
+        if (t < first) turn_end = first;
+        else {
+            double k = floor((t - first) / sl);  /* even: the submitting thread's turn; odd: the sharer's */
+            turn_end = first + (k + 1.0) * sl;
+            if (turn_end <= t) {  /* t is a turn's end that the division rounded down */
+                k = k + 1.0;
+                turn_end = first + (k + 1.0) * sl;
+            }
+            if (fmod(k, 2.0) == 0.0) {
+                t = turn_end < end ? turn_end : end;
+                continue;
+            }
+        }
+        if (start < 0.0) start = t;
+        double room = turn_end - t;
+        if (work <= room) {
+            *bp = start;
+            *ep = t + work;
+            return;
+        }
+        work -= room;
+        t = turn_end;
+    }
+    if (start < 0.0) start = t;
+    *bp = start;
+    *ep = t + work;
+}
+
 /* --- the engine ----------------------------------------------------------------------------------------- */
 static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin */
     double now = p->now;
@@ -495,7 +535,9 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
     }
     double d = s->wc_hot ? wc_duration(s, w, t) : s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
     if (b < s->submit_end) d = d * s->submit_stretch;
-    double e = b + d;
+    double e;
+    if (s->sub_at && b < s->sub_end) slice_run(s, w, &b, &e, d);
+    else e = b + d;
     if (p->dm) {  /* DequeModel.started */
         double left = p->exp_len[w] - p->predicted_transfer[t];
         p->exp_len[w] = left - p->predicted[t];
@@ -714,6 +756,19 @@ static void policy_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
     }
 }
 
+/* Engine._push: to the policy, or, with the submitting thread's turns, once it has submitted the task: an event
+ * whose value is -(task + 1) */
+static void submit_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
+    if (s->sub_at) {
+        double at = s->sub_at[task], now = p->now;
+        if (at > now) {
+            h_push(s, &p->events, now + (at - now), p->eid++, -(task + 1));
+            return;
+        }
+    }
+    policy_push(s, p, task, by);
+}
+
 static void released(priv_t *p, int w, double cost) {  /* Engine._released */
     if (cost > 0.0) {
         double h = p->hold[w], now = p->now;
@@ -741,7 +796,7 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
         int32_t x = p->succ[j];
         if (--p->missing[x] == 0) {
             p->made_by[x] = w;
-            policy_push(s, p, x, w);
+            submit_push(s, p, x, w);
         }
     }
     p->pushing = -1;
@@ -836,11 +891,12 @@ int tcsim_run(tcsim_t *s) {
                 if ((s->valid[tile] >> d) & 1) lru_append(s, p, d, tile);
     }
     for (int64_t t = 0; t < n; t++)
-        if (p->missing[t] == 0) policy_push(s, p, t, -1);
+        if (p->missing[t] == 0) submit_push(s, p, t, -1);
     while (p->events.n) {
         hent ev = h_pop(&p->events);
         p->now = ev.k;
-        finish(s, p, ev.v);
+        if (ev.v < 0) policy_push(s, p, -ev.v - 1, -1);  /* Engine._submitted */
+        else finish(s, p, ev.v);
     }
     return TCSIM_OK;
 }

@@ -70,6 +70,13 @@ typedef struct {
     /* prio with push_walk > 0: each task's stage of the priority tree (queue_costs.priority_stages); NULL:
      * the tree's search is not charged */
     const int32_t *stage;
+    /* the submitting thread taking its turns on a worker's core (tilecast/simulator/submit_slices.py); sub_at
+     * NULL: none. sub_at: per task, when that thread has submitted it (the policy gets it then); the workers
+     * are paused until sub_resume; until sub_end, worker sub_sharer waits sub_first_s after the resume and then
+     * runs in every other turn of sub_slice_s, its own first */
+    const double *sub_at;
+    double sub_resume, sub_end, sub_first_s, sub_slice_s;
+    int32_t sub_sharer;
 } tcsim_t;
 
 int tcsim_run(tcsim_t *s);

@@ -1,0 +1,119 @@
+"""The thread that submits the graph, taking its turns on a worker's core.
+
+Where StarPU has a CPU worker on every core, the executor's submitting thread
+has no core of its own: while it submits, three threads want two cores. Linux
+does not spread that evenly over both cores at the scale of a step: each core
+keeps its run queue, and the two threads on one core run in turn, a slice each
+(a timer tick on a 250 Hz kernel, :func:`tilecast.simulator.ranks_threads.tick_slice_s`).
+So one worker (the *sharer*) runs one slice in two while the graph is being
+submitted, the others keep their cores, and the submitting thread advances
+only in its own slices. Measured on a 2-core KVM guest (Linux 6.18, llama-3x192
+at tile 64, two workers, dmda): while the graph was submitted, both workers sat
+idle for 2-5 ms at a time with ready tasks queued (dmda had given them to the
+worker that was off its core, and the other had nothing), and the submission
+took twice its time with one worker (14.6 against 7.5 ms).
+
+What the executor does around it (``tcs_submit`` in ``executor/c/starpu_glue.c``):
+the workers are paused between steps and resumed once ``2 x workers`` tasks
+are queued. The woken sharer then waits for the submitting thread's turn to
+end at a timer tick, whose phase is unknown: that first turn lasts half a
+slice on average. Measured on that guest with gpt2-tiny steps on two workers:
+submissions of 163 and 264 tasks (0.3-0.5 ms) were rarely cut, those of
+1,214 and 2,342 tasks were cut in 8 and 9 runs of 11 (1.6-1.8 ms uncut, 3-11
+ms cut), and one of 13,402 tasks took 52-60 ms, twice its 28 ms with one
+worker. A task is pushed to the scheduler only once the submitting thread has
+submitted it.
+
+The model (:class:`SubmitSlices`): the submitting thread needs ``cpu_task_s``
+per task; it runs alone until the workers resume, then beside every worker but
+the sharer for ``first_s``, then it and the sharer alternate turns of
+``slice_s`` (the sharer first) until the last task is submitted; the other
+workers are on their cores from the resume on. A task that the sharer begins
+outside its turns starts at its next turn, and its kernel is cut by the
+submitting thread's turns. :class:`tilecast.simulator.engine.Engine` and the C
+loop (``c/tcsim.c``) both apply it, with the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SubmitSlices:
+    """The submitting thread and ``workers`` workers on ``workers`` cores (see the module's docstring)."""
+
+    workers: int
+    cpu_task_s: float  # the submitting thread's time on a core per task
+    slice_s: float  # a turn on a shared core
+    first_s: float  # the woken workers' hold of every core after the resume
+    sharer: int = 0  # the worker whose core the submitting thread shares
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        for name in ("cpu_task_s", "slice_s", "first_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {v!r}")
+        if not self.slice_s > 0:
+            raise ValueError(f"slice_s must be positive, got {self.slice_s!r}")
+        if not 0 <= self.sharer < self.workers:
+            raise ValueError(f"sharer must be a worker (0..{self.workers - 1}), got {self.sharer}")
+
+    def resume_at(self, n_tasks: int) -> float:
+        """When the workers resume: once ``2 x workers`` tasks (or all of them) are submitted."""
+        return min(2 * self.workers, n_tasks) * self.cpu_task_s
+
+    def release_times(self, n_tasks: int) -> np.ndarray:
+        """Per task, when the submitting thread has submitted it (the scheduler gets it then)."""
+        c, s = self.cpu_task_s, self.slice_s
+        k = np.arange(1, n_tasks + 1, dtype=np.float64)
+        head = min(2 * self.workers, n_tasks)
+        out = k * c  # alone until the workers resume
+        if n_tasks > head:
+            cpu = (k[head:] - head) * c  # time on a core since the resume
+            turns = np.floor(cpu / s)
+            left = cpu - turns * s
+            at_end = (left == 0.0) & (turns > 0)  # a task ending a turn exactly: in that turn, not the next
+            turns[at_end] -= 1
+            left[at_end] = s
+            out[head:] = self.resume_at(n_tasks) + self.first_s + 2.0 * turns * s + left
+        return out
+
+    def run(self, worker: int, begin: float, work: float, resume: float, end: float) -> tuple[float, float]:
+        """(start, end) of ``work`` seconds of ``worker`` from ``begin``: off its core before ``resume`` (paused)
+        and, the sharer, in the submitting thread's turns before ``end`` (the last task submitted)."""
+        t = begin
+        if t < resume:
+            t = resume
+        if worker != self.sharer or t >= end:
+            return t, t + work
+        first = resume + self.first_s  # the sharer's first turn ends, the submitting thread's begins
+        s = self.slice_s
+        start = -1.0
+        while t < end:
+            if t < first:
+                turn_end = first
+            else:
+                k = math.floor((t - first) / s)  # even: the submitting thread's turn; odd: the sharer's
+                turn_end = first + (k + 1) * s
+                if turn_end <= t:  # t is a turn's end that the division rounded down
+                    k += 1
+                    turn_end = first + (k + 1) * s
+                if k % 2 == 0:
+                    t = turn_end if turn_end < end else end
+                    continue
+            if start < 0.0:
+                start = t
+            room = turn_end - t
+            if work <= room:
+                return start, t + work
+            work -= room
+            t = turn_end
+        if start < 0.0:
+            start = t
+        return start, t + work
