@@ -80,9 +80,9 @@ def with_submitting_thread(m, machine, workers: int, per_task: float):
     """``m`` with the executor's thread that submits the graph, ``per_task`` seconds of wall time per task as the
     probes measured it with ``workers`` workers. Where the workers leave it no core (as many workers as cores),
     it takes its turns on one worker's core (:class:`tilecast.simulator.submit_slices.SubmitSlices`): half of
-    ``per_task`` on a core per task, since it runs one turn in two, in slices of a timer tick
-    (:func:`tilecast.simulator.ranks_threads.tick_slice_s`), its first turn after the resume half a slice. With
-    a core to spare, or the core count unknown, it submits beside the workers at ``per_task``."""
+    ``per_task`` on a core per task, since it runs one turn in two, in turns of a timer tick
+    (:func:`tilecast.simulator.ranks_threads.tick_slice_s`), after the resumed workers hold every core for half
+    a tick. With a core to spare, or the core count unknown, it submits beside the workers at ``per_task``."""
     from tilecast.simulator.ranks_threads import tick_slice_s
     from tilecast.simulator.submit_slices import SubmitSlices
 

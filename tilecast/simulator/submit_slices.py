@@ -15,23 +15,24 @@ took twice its time with one worker (14.6 against 7.5 ms).
 
 What the executor does around it (``tcs_submit`` in ``executor/c/starpu_glue.c``):
 the workers are paused between steps and resumed once ``2 x workers`` tasks
-are queued. The woken sharer then waits for the submitting thread's turn to
-end at a timer tick, whose phase is unknown: that first turn lasts half a
-slice on average. Measured on that guest with gpt2-tiny steps on two workers:
-submissions of 163 and 264 tasks (0.3-0.5 ms) were rarely cut, those of
-1,214 and 2,342 tasks were cut in 8 and 9 runs of 11 (1.6-1.8 ms uncut, 3-11
-ms cut), and one of 13,402 tasks took 52-60 ms, twice its 28 ms with one
-worker. A task is pushed to the scheduler only once the submitting thread has
-submitted it.
+are queued. In every traced llama step the woken workers then held both
+cores for the rest of a tick (nothing more was submitted for 2-3 ms) before
+the submitting thread got its first turn; the tick's phase is unknown, so
+that hold lasts half a slice. Short submissions escape it more often:
+measured on that guest with gpt2-tiny steps on two workers, submissions of
+163 and 264 tasks (0.3-0.5 ms) were rarely cut, those of 1,214 and 2,342
+tasks were cut in 8 and 9 runs of 11 (1.6-1.8 ms uncut, 3-11 ms cut), and
+one of 13,402 tasks took 52-60 ms, twice its 28 ms with one worker.
 
 The model (:class:`SubmitSlices`): the submitting thread needs ``cpu_task_s``
-per task; it runs alone until the workers resume, then beside every worker but
-the sharer for ``first_s``, then it and the sharer alternate turns of
-``slice_s`` (the sharer first) until the last task is submitted; the other
-workers are on their cores from the resume on. A task that the sharer begins
-outside its turns starts at its next turn, and its kernel is cut by the
-submitting thread's turns. :class:`tilecast.simulator.engine.Engine` and the C
-loop (``c/tcsim.c``) both apply it, with the same arithmetic.
+per task; it runs alone until the workers resume; then every worker is on
+its core for ``first_s`` while it waits; then it and the sharer alternate
+turns of ``slice_s`` (it first) until the last task is submitted, the other
+workers on their cores throughout. A task reaches the scheduler only once
+submitted. A task that the sharer begins in the thread's turn starts at its
+own next turn, and its kernel is cut by the thread's turns.
+:class:`tilecast.simulator.engine.Engine` and the C loop (``c/tcsim.c``) both
+apply it, with the same arithmetic.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class SubmitSlices:
     workers: int
     cpu_task_s: float  # the submitting thread's time on a core per task
     slice_s: float  # a turn on a shared core
-    first_s: float  # the woken workers' hold of every core after the resume
+    first_s: float  # the woken workers' hold of every core after the resume, the submitting thread waiting
     sharer: int = 0  # the worker whose core the submitting thread shares
 
     def __post_init__(self):
