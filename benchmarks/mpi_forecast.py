@@ -11,7 +11,8 @@ tilings) and ``tilecast calibrate --ranks 2`` first.
 
 ``--progress`` is ``run --ranks``'s choice for StarPU-MPI's progress thread (``auto``: it runs worker 0
 where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
-same. Other work on the machine is measured just before each configuration's runs, as the share of a
+same. ``--main-thread`` is its rule for the main thread (``first``: pinned to its worker's core, the rank's
+other threads below it, :func:`tilecast.executor.mpi_threads.main_thread_first`; ``fair``: as before it). Other work on the machine is measured just before each configuration's runs, as the share of a
 core that as many spinning threads as the ranks keep busy get in a session of their own for 1 s
 (``--count share``, :func:`tilecast.loop.ranks_load.measured_share`; ``run --ranks`` starts its ranks in
 a session of their own, and Linux shares the CPU between sessions before threads), turned into the
@@ -75,6 +76,10 @@ def main() -> None:
                     help="write, per configuration, the forecast's trace and the last run's merged trace "
                          "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
     ap.add_argument("--progress", choices=("auto", "own"), default="auto")
+    ap.add_argument("--main-thread", choices=("first", "fair"), default="first",
+                    help="first (run --ranks's rule): each rank's main thread pinned to its worker's core, the "
+                         "rank's other threads below it while it submits; fair: every thread at one level, "
+                         "unpinned, as before (the forecast keeps the submit_share calibrate --ranks measured)")
     ap.add_argument("--threads", action="store_true",
                     help="read every rank's threads' scheduler counts in each step (thread_cpu in the JSON; "
                          "0.1-0.3 ms of each rank's main thread per reading, inside the step)")
@@ -91,7 +96,7 @@ def main() -> None:
     calibration, host_costs = stored_models(machine)
     net = network_or_error(machine, args.ranks, 1)
     print(f"model {MODEL}, batch {BATCH} x {SEQ}, {args.sched}, {args.ranks} ranks of 1 worker, "
-          f"{args.repeats} runs of {args.steps} steps; kernels: {'stored calibration' if calibration else 'roofline'}; "
+          f"{args.repeats} runs of {args.steps} steps, main thread {args.main_thread}; kernels: {'stored calibration' if calibration else 'roofline'}; "
           f"network: {net.latency_s * 1e6:.0f} us + {net.message_s * 1e6:.0f} us/msg + B/{net.bandwidth_Bps / 1e9:.2f} GB/s")
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
           f"{'flat':>7}{'even':>7}"
@@ -150,7 +155,8 @@ def main() -> None:
             runs, moved, busy, submit, submit_cpu, drives, threads = [], None, [], [], [], None, []
             for _ in range(0 if args.predict_only else args.repeats):
                 r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
-                            progress=args.progress, read_threads=args.threads)
+                            progress=args.progress, read_threads=args.threads,
+                            main_first=args.main_thread == "first")
                 drives = r.progress_drives_worker
                 runs.append(r.median_step_s)
                 moved = r.bytes_moved[-1]
@@ -201,6 +207,7 @@ def main() -> None:
     print(f"load average after: {load_after:.2f}")
     print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
                       "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
+                      "main_thread": args.main_thread,
                       "count": args.count,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,

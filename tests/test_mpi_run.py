@@ -47,6 +47,8 @@ def test_ranks_equal_reference_and_model(capsys, tmp_path, distribution, sched, 
     assert res["ranks"] == ranks and res["workers_per_rank"] == 1 and len(res["step_times_s"]) == steps
     # on a machine with fewer cores than workers and progress threads, the progress thread runs worker 0
     assert res["progress_drives_worker"] == progress_drives_worker(ranks, 1, os.cpu_count())
+    # the main thread first wherever each rank's worker has a core of its own
+    assert res["main_thread_first"] == (ranks <= os.cpu_count())
     # StarPU-MPI's own count of bytes sent equals the insert-task model's, rank by rank; tasks too.
     assert res["bytes_moved"] == res["bytes_moved_predicted"] > 0
     for r in res["per_rank"]:

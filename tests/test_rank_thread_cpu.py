@@ -107,3 +107,42 @@ def test_a_run_reads_its_ranks_threads():
         assert th["run_s"][:, th["name"].index("main")].sum() > 0  # the main thread submitted
     share = submit_share_of([r])
     assert share is None or 0.0 < share < 1.0
+
+
+def test_main_thread_first_pins_it_and_lowers_the_others():
+    """In a child process (the levels cannot be raised back without privilege): the caller is pinned to the
+    core asked for, keeps its level, and every other thread, started before, runs HELPER_NICE levels below it."""
+    import json
+    import subprocess
+    import sys
+
+    code = """
+import json, os, threading, time
+from tilecast.executor.mpi_threads import HELPER_NICE, main_thread_first
+stop, tids = threading.Event(), []
+def idle():
+    tids.append(threading.get_native_id())
+    stop.wait()
+ths = [threading.Thread(target=idle) for _ in range(2)]
+for t in ths:
+    t.start()
+while len(tids) < 2:
+    time.sleep(0.001)
+me = threading.get_native_id()
+base = os.getpriority(os.PRIO_PROCESS, me)
+core = sorted(os.sched_getaffinity(0))[-1]
+got = main_thread_first(core)
+out = dict(got=got, base=base, core=core, mine=os.getpriority(os.PRIO_PROCESS, me),
+           cores=sorted(os.sched_getaffinity(0)), others=[os.getpriority(os.PRIO_PROCESS, t) for t in tids],
+           want=min(base + HELPER_NICE, 19))
+stop.set()
+for t in ths:
+    t.join()
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["cores"] == [out["core"]] and out["mine"] == out["base"]
+    assert out["others"] == [out["want"], out["want"]] and out["got"]["nice"] == out["want"]
+    assert out["got"]["lowered"] >= 2 and out["got"]["core"] == out["core"]

@@ -113,7 +113,8 @@ def run_ranks(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched
            "tasks": res.n_tasks, "steps": steps, "step_s": res.median_step_s, "step_times_s": res.step_s,
            "losses": res.losses, "bytes_moved": res.bytes_moved[-1], "bytes_moved_predicted": pred["bytes_moved"],
            "messages_predicted": pred["messages"], "per_rank": rows, "flops_per_step": res.flops_per_step,
-           "tokens_per_s": tokens_per_s, "progress_drives_worker": res.progress_drives_worker}
+           "tokens_per_s": tokens_per_s, "progress_drives_worker": res.progress_drives_worker,
+           "main_thread_first": res.main_first}
     if res.check is not None:
         out["check"] = res.check
     return RanksRunResult(cfg.name, batch, seq, str(tiling), sched, res.ranks, res.distribution, workers, res.n_tasks,

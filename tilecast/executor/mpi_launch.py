@@ -64,6 +64,7 @@ class MPIRunResult:
     # task i (column i + 1), seconds from its exit of the step's first barrier
     submit_at_s: np.ndarray | None = None
     progress_drives_worker: bool = False  # StarPU-MPI's progress thread ran worker 0 (executor/mpi_threads.py)
+    main_first: bool = False  # every rank's main thread ran pinned, its other threads below it (mpi_threads.py)
     # per rank, its threads over each step (barrier's exit to wait_all's end): {"name": [...], "run_s": (steps,
     # threads) seconds on a core, "wait_s": seconds runnable but waiting for one, "submit": the same from the
     # barrier's exit to the submission's end} (mpi_threads.thread_times)
@@ -199,11 +200,12 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 store.buffers[tid] = vals[pos:pos + size].astype(graph.tensors[graph.tile_tensor[tid]].dtype)
                 pos += size
     drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
+    main_first = all("main_first" in f and bool(f["main_first"][0]) for f in files)
     threads = ([{"name": f["thread_name"].tolist(), "run_s": f["thread_run_s"], "wait_s": f["thread_wait_s"],
                  "submit": {"name": f["submit_thread_name"].tolist(), "run_s": f["submit_thread_run_s"],
                             "wait_s": f["submit_thread_wait_s"]}}
                 for f in files] if all("submit_thread_run_s" in f for f in files) else None)
-    return dict(drives=drives, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
+    return dict(drives=drives, main_first=main_first, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
                 submit_at=submit_at, clock_shift=clock_shift, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
@@ -211,14 +213,17 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
             timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None,
-            progress: str = "auto", read_threads: bool = False) -> MPIRunResult:
+            progress: str = "auto", read_threads: bool = False, main_first: bool = True) -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ``train``: batches from the byte corpus instead of random tokens, and checkpoints
     (:mod:`tilecast.data.mpi_checkpoint`): ``folder`` (or None), ``resume``, ``every`` (steps),
     ``settings`` (what a resumed checkpoint must match). ``progress``: ``auto`` lets StarPU-MPI's progress
     thread run worker 0 where the ranks' threads would outnumber the cores, ``own`` always gives it a
-    thread of its own (:mod:`tilecast.executor.mpi_threads`). ``read_threads``: each rank reads its threads'
+    thread of its own (:mod:`tilecast.executor.mpi_threads`). ``main_first``: where each rank's workers have
+    cores of their own, its main thread runs on its first worker's core and every other thread of the rank
+    below it, so that it submits the step uncut (:func:`tilecast.executor.mpi_threads.main_thread_first`;
+    False: every thread at the same level, unpinned). ``read_threads``: each rank reads its threads'
     scheduler counts at each step's start, submission's end and end (``MPIRunResult.threads``; 0.1-0.3 ms of
     the main thread per reading, inside the step: off unless asked).
 
@@ -256,12 +261,14 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     bottom = _bottom_levels(graph, sched)
     if under_mpirun():
         return _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
-                            timeout_s, graph, dist, predicted, root, bottom, built, recompute, train, progress)
+                            timeout_s, graph, dist, predicted, root, bottom, built, recompute, train, progress,
+                            main_first)
     run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=root))
     try:
         spec = _spec(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check,
                      timeout_s, run_dir, recompute, train)
         spec["progress"] = progress
+        spec["main_first"] = bool(main_first)
         spec["read_threads"] = read_threads
         if bottom is not None:
             np.save(run_dir / "bottom_level.npy", bottom)
@@ -290,7 +297,8 @@ def _bottom_levels(graph, sched: str):
 
 
 def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed, lr, check, timeout_s,
-                 graph, dist, predicted, root, bottom, built, recompute, train=None, progress="auto"):
+                 graph, dist, predicted, root, bottom, built, recompute, train=None, progress="auto",
+                 main_first=True):
     """Under a user's mpirun: this process is one rank; rank 0 gathers and returns the result, others None."""
     from tilecast.executor.mpi_rank import run_rank
 
@@ -301,6 +309,7 @@ def _run_as_rank(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribu
                  run_dir, recompute, train)
     spec["ranks_per_host"] = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", ranks))
     spec["progress"] = progress
+    spec["main_first"] = bool(main_first)
     me = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", str(ranks))))
     if size != ranks:
@@ -330,6 +339,7 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         flops_per_step=float(graph.flops.sum()), task_rank=got["task_rank"], start_s=got["start"],
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
         submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"],
+        main_first=got["main_first"],
         threads=got.get("threads"), clock_shift_s=got.get("clock_shift"))
 
 

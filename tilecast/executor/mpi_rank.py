@@ -48,12 +48,20 @@ def set_binding(workers: int, ranks_here: int, drive: bool = True) -> bool:
     cores = os.cpu_count() or 1
     os.environ["STARPU_MPI_NOBIND"] = "1"  # the MPI progress thread: no core of its own to take
     drives = set_mpi_threads(workers, ranks_here, cores) if drive else set_mpi_threads(workers, 0, cores)
-    if workers * ranks_here <= cores:
-        first = local_rank() * workers
+    first = first_own_core(workers, ranks_here)
+    if first is not None:
         os.environ["STARPU_WORKERS_CPUID"] = " ".join(str(first + i) for i in range(workers))
     else:
         os.environ["STARPU_WORKERS_NOBIND"] = "1"
     return drives
+
+
+def first_own_core(workers: int, ranks_here: int) -> int | None:
+    """The first of this rank's own cores (its workers', one each), or None where the ranks' workers outnumber
+    the cores and share them all."""
+    if workers * ranks_here > (os.cpu_count() or 1):
+        return None
+    return local_rank() * workers
 
 
 def own_tiles(graph, store, owner: np.ndarray, me: int):
@@ -177,6 +185,12 @@ def run_rank(spec: dict, bottom=None) -> None:
     if ret != 0:
         raise RuntimeError(f"StarPU-MPI failed to start (sched={spec['sched']}, workers={spec['workers']}): {ret}")
     drives = bool(lib.tcsm_progress_drives_worker())
+    first = first_own_core(spec["workers"], spec["ranks_per_host"])
+    main_first = bool(spec.get("main_first", True)) and first is not None
+    if main_first:  # StarPU's threads exist now; later ones inherit the main thread's level
+        from tilecast.executor.mpi_threads import main_thread_first
+
+        main_thread_first(first)
     # No shutdown on a failure: its barrier would wait for ranks that are gone (main() exits at once).
     me, size = lib.tcsm_rank(), lib.tcsm_size()
     if size != ranks:
@@ -268,7 +282,7 @@ def run_rank(spec: dict, bottom=None) -> None:
                end_us=end[ran], worker=worker[ran], t0_us=np.array([t0]), t0_first_us=np.array([t0_first]),
                clock_offset_us=np.array(clock_us), host=np.array([socket.gethostname()]),
                submit_at_us=submit_at,
-               drives=np.array([drives]))
+               drives=np.array([drives]), main_first=np.array([main_first]))
     if read:
         out.update(_thread_arrays(threads, main_tid),
                    **{"submit_" + k: v for k, v in _thread_arrays(submitting, main_tid).items()})

@@ -22,12 +22,15 @@ for the progress thread (``STARPU_MPI_POLLING_SLEEP`` is not read by it).
 :func:`progress_drives_worker` is the rule ``run --ranks`` applies and the
 forecast (:mod:`tilecast.loop.ranks_forecast`) models: the progress thread
 runs worker 0 when the ranks' workers and progress threads together would
-outnumber the cores.
+outnumber the cores. :func:`main_thread_first` is its rule for the main
+thread while it submits (the forecast takes its part of the core from
+``calibrate --ranks``'s probe, ``Network.submit_share``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -61,6 +64,39 @@ def set_mpi_threads(workers: int, ranks_here: int, cores: int | None = None) -> 
         os.environ.pop("STARPU_MPI_DRIVER_CALL_FREQUENCY", None)
         os.environ.pop("STARPU_MPI_DRIVER_TASK_FREQUENCY", None)
     return drives
+
+
+#: how much lower than its main thread a rank's other threads run where it has cores of its own (Linux nice
+#: levels): at 10 the scheduler weighs a thread 110 against the main thread's 1024 (``sched_prio_to_weight``,
+#: ``kernel/sched/core.c``), so the main thread gets about 90% of the core it shares with its worker while it
+#: submits, and the worker all of it once the main thread sleeps in ``starpu_task_wait_for_all``
+HELPER_NICE = 10
+
+
+def main_thread_first(core: int | None, nice: int = HELPER_NICE) -> dict:
+    """Let this rank's main thread (the caller) submit before its own threads take the cores: pin it to ``core``
+    (its first worker's, or None to leave it where it is) and lower every other thread of the process ``nice``
+    levels below it (workers that spin, StarPU-MPI's progress thread that polls, Open MPI's helpers). Without it
+    the main thread of each rank shares the cores with four runnable threads at equal weight and its submission is
+    cut by their turns, at random. Threads started later inherit their starter's level. Returns
+    ``{"core": core or None, "lowered": threads lowered, "nice": their level}``; a thread that ends or refuses is
+    skipped, and lowering needs no privilege."""
+    me = threading.get_native_id()
+    if core is not None:
+        os.sched_setaffinity(0, {core})  # 0: the calling thread, on Linux
+    base = os.getpriority(os.PRIO_PROCESS, me)
+    level = min(base + nice, 19)
+    lowered = 0
+    for tid in thread_times():
+        if tid == me:
+            continue
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < level:
+                os.setpriority(os.PRIO_PROCESS, tid, level)
+            lowered += 1
+        except OSError:
+            continue
+    return {"core": core, "lowered": lowered, "nice": level}
 
 
 def runnable_others(samples: int = 20, every_s: float = 0.05) -> float:
