@@ -75,15 +75,20 @@ HELPER_NICE = 10
 
 def main_thread_first(core: int | None, nice: int = HELPER_NICE) -> dict:
     """Let this rank's main thread (the caller) submit before its own threads take the cores: pin it to ``core``
-    (its first worker's, or None to leave it where it is) and lower every other thread of the process ``nice``
-    levels below it (workers that spin, StarPU-MPI's progress thread that polls, Open MPI's helpers). Without it
-    the main thread of each rank shares the cores with four runnable threads at equal weight and its submission is
-    cut by their turns, at random. Threads started later inherit their starter's level. Returns
-    ``{"core": core or None, "lowered": threads lowered, "nice": their level}``; a thread that ends or refuses is
-    skipped, and lowering needs no privilege."""
+    (its first worker's, an index among the cores this process may use; None, or one out of range, leaves it
+    where it is) and put every other thread of the process ``nice`` levels below it (workers that spin,
+    StarPU-MPI's progress thread that polls, Open MPI's helpers). Without it the main thread of each rank shares
+    the cores with four runnable threads at equal weight and its submission is cut by their turns, at random.
+    Threads started later inherit their starter's level. Returns ``{"core": the index pinned to or None,
+    "lowered": threads now at that level, "nice": the level}``; a thread that ends or refuses is skipped, and
+    lowering needs no privilege."""
     me = threading.get_native_id()
-    if core is not None:
-        os.sched_setaffinity(0, {core})  # 0: the calling thread, on Linux
+    if core is not None:  # StarPU numbers the cores this process may use, as hwloc lists them: the same here
+        allowed = sorted(os.sched_getaffinity(0))
+        try:
+            os.sched_setaffinity(0, {allowed[core]})  # 0: the calling thread, on Linux
+        except (IndexError, OSError):
+            core = None
     base = os.getpriority(os.PRIO_PROCESS, me)
     level = min(base + nice, 19)
     lowered = 0
