@@ -82,24 +82,6 @@ def test_decision_costs(costs):
     assert simulate(g, charged, "dmdas", durations=d).makespan == simulate(g, m, "dmdas", durations=d).makespan
 
 
-@pytest.mark.parametrize("sched", list(POLICIES))
-def test_submission_shares_the_cores(sched):
-    """Tasks begun while the graph is still being submitted take longer: every loop alike, and the step longer
-    than without, by at most the stretch."""
-    g = random_graph(np.random.default_rng(5), 1500, 40, TILE)
-    m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
-    d = np.random.default_rng(6).integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6
-    free = simulate(g, m, sched, durations=d).makespan
-    shared = m.with_submission(free / g.n_tasks, 1.5)  # submission lasts about the whole free step
-    general = _outcome(g, shared, d, sched, True, fused=False)
-    assert not isinstance(general, str), general
-    assert_same_outcome(general, _outcome(g, shared, d, sched, True, fused=False, native=True))
-    if sched in FUSED:
-        assert_same_outcome(general, _outcome(g, shared, d, sched, True, fused=True))
-    slower = simulate(g, shared, sched, durations=d).makespan
-    assert free < slower <= 1.5 * free * 1.2
-
-
 def test_the_c_loop_is_the_one_that_runs(monkeypatch):
     """Guard against simulate() silently falling back to the Python loops."""
     calls = []

@@ -89,7 +89,7 @@ def test_predict_gives_the_turns_only_where_the_workers_leave_no_core():
     m = cpu_machine(2)
     m.meta["hardware"] = {"cores": 2}
     both = with_submitting_thread(m.with_workers(2), m, 2, 3e-6)
-    assert both.submit_slices is not None and both.submit_stretch == 1.0
+    assert both.submit_slices is not None and both.submit_task == 3e-6
     assert both.submit_slices.cpu_task_s == pytest.approx(1.5e-6)  # one turn in two
     assert both.submit_slices.first_s == pytest.approx(both.submit_slices.slice_s / 2)
     one = with_submitting_thread(m.with_workers(1), m, 1, 3e-6)

@@ -86,7 +86,7 @@ def with_submitting_thread(m, machine, workers: int, per_task: float):
     from tilecast.simulator.ranks_threads import tick_slice_s
     from tilecast.simulator.submit_slices import SubmitSlices
 
-    m = m.with_submission(per_task, 1.0)
+    m = m.with_submission(per_task)
     cores = machine.meta.get("hardware", {}).get("cores")
     if not cores or workers < int(cores) or per_task <= 0:
         return m

@@ -68,7 +68,7 @@ def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
     if host is not None and host.submit_task_s > 0:
-        m = m.with_submission(host.submit_task_s, 1.0)
+        m = m.with_submission(host.submit_task_s)
     return m
 
 

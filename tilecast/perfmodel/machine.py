@@ -132,12 +132,10 @@ class Machine:
     #: it reads and per other worker whose queue it locks
     decision_scan: float = 0.0
     decision_lock: float = 0.0
-    #: the thread submitting the graph: seconds it spends per task, and how much longer a task takes while it
-    #: runs (it shares the cores with the workers when they leave none free; see tilecast.simulator.engine)
+    #: the thread submitting the graph: seconds it spends per task (the executor's wall time per task, as the
+    #: probes measure it), and its turns on a worker's core where the workers leave it none
+    #: (tilecast.simulator.submit_slices.SubmitSlices, or None)
     submit_task: float = 0.0
-    submit_stretch: float = 1.0
-    #: or that thread taking its turns on a worker's core (tilecast.simulator.submit_slices.SubmitSlices), where
-    #: the workers leave it no core: used instead of submit_stretch
     submit_slices: object = None
     #: dmdas and dmdasd: seconds per queued task that inserting a task into a worker's sorted queue walks past,
     #: paid by the pushing worker; prio: seconds per level of its priority tree searched on each push and pop
@@ -199,13 +197,11 @@ class Machine:
             raise MachineError(f"{self.name}: a decision's costs must be at least 0 s, got {scan} and {lock}")
         return replace(self, decision_scan=float(scan), decision_lock=float(lock), meta=dict(self.meta))
 
-    def with_submission(self, per_task: float, stretch: float) -> "Machine":
-        """The same machine with another submitting thread: seconds per task, and how much longer tasks take
-        while it runs."""
-        if not (per_task >= 0 and stretch >= 1):
-            raise MachineError(f"{self.name}: submission costs at least 0 s per task and stretches tasks by at "
-                               f"least 1x, got {per_task} and {stretch}")
-        return replace(self, submit_task=float(per_task), submit_stretch=float(stretch), meta=dict(self.meta))
+    def with_submission(self, per_task: float) -> "Machine":
+        """The same machine with another submitting thread: seconds per task."""
+        if not per_task >= 0:
+            raise MachineError(f"{self.name}: submission costs at least 0 s per task, got {per_task}")
+        return replace(self, submit_task=float(per_task), meta=dict(self.meta))
 
     def with_submit_slices(self, slices) -> "Machine":
         """The same machine with the submitting thread taking its turns on a worker's core

@@ -54,10 +54,6 @@ class Engine:
         one) and per other worker whose queue it locks to read it. Decisions hold
         the scheduler one at a time, and no task starts while one is in progress:
         ``sched_free`` is when the last decision ends.
-    submit_end, submit_stretch:
-        until ``submit_end`` the thread submitting the graph shares the cores with
-        the workers (when they have no core to spare): a task that starts before
-        then takes ``submit_stretch`` times its duration.
     push_walk:
         seconds per step of a search through a sorted queue: a queued task that
         inserting a task walks past (dmdas, dmdasd), a level of prio's tree on
@@ -69,7 +65,8 @@ class Engine:
         the submitting thread taking its turns on a worker's core
         (:class:`tilecast.simulator.submit_slices.SubmitSlices`, or None): a task reaches the policy only once
         that thread has submitted it, and the worker whose core it shares runs only in its own turns until
-        the graph is submitted. Used instead of ``submit_stretch`` where the executor's thread has no core.
+        the graph is submitted (where the executor's thread has no core of its own; None: every task is
+        with the policy from the start).
     gap_before, release:
         per task, seconds charged before it starts beyond ``overhead``, and seconds
         its ending worker spends releasing it before its next task can start (None:
@@ -98,7 +95,7 @@ class Engine:
 
     def __init__(self, duration, pred_ptr, pred, worker_kind, worker_node, policy,
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
-                 decision_lock: float = 0.0, submit_end: float = 0.0, submit_stretch: float = 1.0,
+                 decision_lock: float = 0.0,
                  push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
                  cache=None, gap_handoff: float = 0.0, slices=None):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
@@ -119,8 +116,6 @@ class Engine:
         self.overhead = float(overhead)
         self.decision_scan = float(decision_scan)
         self.decision_lock = float(decision_lock)
-        self.submit_end = float(submit_end)
-        self.submit_stretch = float(submit_stretch)
         self.slices = slices
         if slices is not None:
             rel = slices.release_times(n)
@@ -163,7 +158,7 @@ class Engine:
     def walk(self, by: int, walked: int) -> None:
         """Worker ``by`` inserted a task into a sorted queue past ``walked`` queued tasks (or searched ``walked``
         levels of prio's tree, pushing or popping): its next task starts no earlier than when that ends. The thread submitting the graph (``by`` -1) is not a worker: its own
-        time per task is measured as a whole (``submit_end``).
+        time per task is measured as a whole (``Machine.submit_task``, :attr:`slices`).
 
         StarPU 1.3.10: ``_starpu_fifo_push_sorted_task`` (src/sched_policies/fifo_queues.c) walks the
         list from its head past every task of at least the new one's priority, called by
@@ -230,8 +225,6 @@ class Engine:
             if ready > begin:
                 begin = ready
         d = self.duration[self.worker_kind[w]][t] if self.cache is None else self.cache.duration(t, w)
-        if begin < self.submit_end:
-            d = d * self.submit_stretch
         if self.slices is not None and begin < self.sub_end:
             begin, end = self.slices.run(w, begin, d, self.sub_resume, self.sub_end)
         else:

@@ -68,8 +68,6 @@ def run_deque_model(eng) -> None:
     gap_ready: cython.double = eng.gap_ready
     gap_handoff: cython.double = eng.gap_handoff
     made_by: cython.longlong[:] = eng.made_by  # Engine.made_by
-    submit_end: cython.double = eng.submit_end
-    submit_stretch: cython.double = eng.submit_stretch
     n_workers: cython.Py_ssize_t = eng.n_workers
     wnode: list = eng.worker_node
     rows: list = [eng.duration[k] for k in eng.worker_kind]  # per worker, duration of each task
@@ -359,8 +357,6 @@ def run_deque_model(eng) -> None:
             if ready > b:
                 b = ready
         dur: cython.double = rows[w][t] if wcache is None else wcache.duration(t, w)
-        if b < submit_end:
-            dur = dur * submit_stretch
         e = b + dur
         # dmda_pop_task + _starpu_fifo_task_transfer_started, dmda_pre_exec_hook + _starpu_fifo_task_started
         exp_len[w] = (exp_len[w] - predicted_transfer[t]) - predicted[t]

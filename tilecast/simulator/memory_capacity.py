@@ -619,8 +619,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                 policy = Throttled(policy, throttle[0] * n_w, throttle[1] * n_w)
             eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                          overhead=m.task_overhead, memory=memory, decision_scan=m.decision_scan,
-                         decision_lock=m.decision_lock, submit_end=graph.n_tasks * m.submit_task,
-                         submit_stretch=m.submit_stretch, slices=m.submit_slices,
+                         decision_lock=m.decision_lock, slices=m.submit_slices,
                          gap_ready=m.gap_ready, gap_handoff=m.gap_handoff, **dict(zip(("gap_before", "release"), gap_cost.charges(graph, m))))
             eng.fused_loops = False  # the general loop: the fused ones know nothing of a capped main memory
             eng.run()

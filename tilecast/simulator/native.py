@@ -158,7 +158,6 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.worker_node = p([w.node for w in machine.workers], np.int32)
     s.overhead = float(machine.task_overhead)
     s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
-    s.submit_end, s.submit_stretch = n * float(machine.submit_task), float(machine.submit_stretch)
     s.push_walk = float(machine.push_walk) if sched in SEARCHING else 0.0  # as simulate.simulate
     gap_before, release = gap_charges if gap_charges is not None else (None, None)
     s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)

@@ -225,8 +225,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers,
                         release)
     args = (dur, pred_ptr, pred, [kind_index[w.kind] for w in big.workers], [w.node for w in big.workers], policy)
-    kw = dict(overhead=big.task_overhead, decision_scan=big.decision_scan, decision_lock=big.decision_lock,
-              submit_end=graph.n_tasks * big.submit_task, submit_stretch=big.submit_stretch)
+    kw = dict(overhead=big.task_overhead, decision_scan=big.decision_scan, decision_lock=big.decision_lock)
     if sharing is None and nic == "pair":
         eng = Engine(*args, **kw)
     else:

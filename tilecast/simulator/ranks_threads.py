@@ -311,8 +311,6 @@ class ThreadedRankEngine(Engine):
         if self.hold[w] > begin:
             begin = self.hold[w]
         d = self.duration[self.worker_kind[w]][t]
-        if begin < self.submit_end:
-            d = d * self.submit_stretch
         if self.sharing is not None:
             th = self._thread(w)
             over = self.overhead + (self.progress_task if self.local_index[w] == 0 else 0.0)

@@ -176,8 +176,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
         policy = POLICIES[sched](priority, seed, estimate)
         eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
-                     decision_lock=machine.decision_lock, submit_end=graph.n_tasks * machine.submit_task,
-                     submit_stretch=machine.submit_stretch,
+                     decision_lock=machine.decision_lock,
                      push_walk=machine.push_walk if sched in SEARCHING else 0.0,
                      gap_ready=machine.gap_ready, gap_handoff=machine.gap_handoff,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,

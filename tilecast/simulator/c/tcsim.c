@@ -534,7 +534,6 @@ static void begin(tcsim_t *s, priv_t *p, int w, int64_t t) {  /* Engine._begin *
         if (ready > b) b = ready;
     }
     double d = s->wc_hot ? wc_duration(s, w, t) : s->dur[(int64_t)s->worker_kind[w] * s->n_tasks + t];
-    if (b < s->submit_end) d = d * s->submit_stretch;
     double e;
     if (s->sub_at && b < s->sub_end) slice_run(s, w, &b, &e, d);
     else e = b + d;

@@ -16,7 +16,6 @@ typedef struct {
     double overhead;
     double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
                                            * locked; decisions are serial (Engine.decide) */
-    double submit_end, submit_stretch;    /* a task begun before submit_end takes submit_stretch x its duration */
     double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the
                                    * pushing worker before its next task (Engine.walk) */
     const double *gap_before;     /* per task: s charged before it starts beyond overhead; NULL: none */

@@ -48,7 +48,7 @@ class FixedInOrder(Policy):
         """
         eng = self.engine
         if (eng.memory is not None or eng.cache is not None or eng.overhead or eng.decision_scan
-                or eng.decision_lock or eng.submit_end > 0.0 or eng.push_walk or eng.gap_before is not None
+                or eng.decision_lock or eng.push_walk or eng.gap_before is not None
                 or eng.release is not None or eng.gap_handoff
                 or not np.isfinite(eng.duration_array[list(set(eng.worker_kind))]).all()):
             return False  # the general loop charges these (and meets an unending task as it does)
