@@ -12,8 +12,9 @@ tilings) and ``tilecast calibrate --ranks 2`` first.
 ``--progress`` is ``run --ranks``'s choice for StarPU-MPI's progress thread (``auto``: it runs worker 0
 where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
 same. ``--main-thread`` is its rule for the main thread (``first``: pinned to its worker's core, the rank's
-other threads below it, :func:`tilecast.executor.mpi_threads.main_thread_first`; ``fair``: as before it). Other work on the machine is measured just before each configuration's runs, as the share of a
-core that as many spinning threads as the ranks keep busy get in a session of their own for 1 s
+other threads below it, :func:`tilecast.executor.mpi_threads.main_thread_first`; ``fair``: as before it).
+Other work on the machine is measured just before each configuration's runs, as the share of a core that
+as many spinning threads as the ranks keep busy get in a session of their own for 1 s
 (``--count share``, :func:`tilecast.loop.ranks_load.measured_share`; ``run --ranks`` starts its ranks in
 a session of their own, and Linux shares the CPU between sessions before threads), turned into the
 background threads that leave the ranks' threads that share. ``--count groups`` counts the runnable

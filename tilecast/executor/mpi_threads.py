@@ -80,7 +80,7 @@ def main_thread_first(core: int | None, nice: int = HELPER_NICE) -> dict:
     StarPU-MPI's progress thread that polls, Open MPI's helpers). Without it the main thread of each rank shares
     the cores with four runnable threads at equal weight and its submission is cut by their turns, at random.
     Threads started later inherit their starter's level. Returns ``{"core": the index pinned to or None,
-    "lowered": threads now at that level, "nice": the level}``; a thread that ends or refuses is skipped, and
+    "lowered": threads at that level or lower, "nice": the level}``; a thread that ends or refuses is skipped, and
     lowering needs no privilege."""
     me = threading.get_native_id()
     if core is not None:  # StarPU numbers the cores this process may use, as hwloc lists them: the same here
