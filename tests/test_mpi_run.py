@@ -159,3 +159,12 @@ def test_under_a_user_started_mpirun():
     assert len(lines) == 1  # rank 0 reports, rank 1 prints nothing
     res = json.loads(lines[0])
     assert res["bytes_moved"] == res["bytes_moved_predicted"] > 0
+
+
+def test_the_table_says_how_the_ranks_threads_ran(capsys):
+    assert main(["run", *STEP, "--ranks", "2", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("threads: "))
+    first = 2 <= os.cpu_count()  # each rank's worker has a core of its own
+    assert ("main thread on its worker's core" in line) == first and ("at one level" in line) == (not first)
+    assert ("runs worker 0" in line) == progress_drives_worker(2, 1, os.cpu_count())

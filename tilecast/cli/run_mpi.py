@@ -7,6 +7,7 @@ import sys
 from tilecast.cli import UsageError
 from tilecast.cli.common import blas_summary, human, library_errors, model_args, print_json, recompute_arg
 from tilecast.cli.ranks_table import add_rank_args, refuse_with_ranks
+from tilecast.executor.mpi_threads import HELPER_NICE
 
 
 def add_mpi_args(p) -> None:
@@ -56,6 +57,10 @@ def run_mpi_cmd(args) -> int:
     print(f"{cfg.name}, batch {batch} x {seq}, tiling {tiling}; StarPU-MPI, {res.ranks} ranks of {workers} CPU "
           f"worker(s), distribution {res.distribution}, {args.sched} on each; {res.n_tasks} tasks per step")
     print(blas_line)
+    print("threads: " + ("StarPU-MPI's progress thread runs worker 0" if res.progress_drives_worker
+                         else "StarPU-MPI's progress thread has a thread of its own")
+          + (f"; each rank's main thread on its worker's core, the rank's other threads {HELPER_NICE} nice levels "
+             f"below it" if res.main_first else "; every thread at one level (the ranks' workers share the cores)"))
     print(f"\n{'step':>5}{'time s':>10}{'tokens/s':>12}{'moved':>12}{'loss':>10}")
     for t, (dt, moved) in enumerate(zip(res.step_s, res.bytes_moved)):
         loss = f"{res.losses[t]:>10.4f}" if t < len(res.losses) else ""
