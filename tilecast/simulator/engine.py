@@ -67,6 +67,9 @@ class Engine:
         that thread has submitted it, and the worker whose core it shares runs only in its own turns until
         the graph is submitted (where the executor's thread has no core of its own; None: every task is
         with the policy from the start).
+    submitted_at:
+        without ``slices``, per task the time before which the policy does not get it (the submitting thread
+        has not submitted it yet; StarPU-MPI's main threads, :mod:`tilecast.simulator.ranks`), or None.
     gap_before, release:
         per task, seconds charged before it starts beyond ``overhead``, and seconds
         its ending worker spends releasing it before its next task can start (None:
@@ -97,7 +100,7 @@ class Engine:
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0,
                  push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
-                 cache=None, gap_handoff: float = 0.0, slices=None):
+                 cache=None, gap_handoff: float = 0.0, slices=None, submitted_at=None):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -117,9 +120,11 @@ class Engine:
         self.decision_scan = float(decision_scan)
         self.decision_lock = float(decision_lock)
         self.slices = slices
+        # per task: when the submitting thread has submitted it (the policy gets it no earlier), or None
+        self.submitted_at = None if submitted_at is None else list(submitted_at)
         if slices is not None:
             rel = slices.release_times(n)
-            self.submitted_at = rel.tolist()  # per task: when the submitting thread has submitted it
+            self.submitted_at = rel.tolist()
             self.sub_resume = float(slices.resume_at(n))
             self.sub_end = float(rel[-1]) if n else 0.0
         self.sched_free = 0.0
@@ -174,8 +179,8 @@ class Engine:
     def run(self) -> "Engine":
         """Run to completion; raises :class:`SimulationError` if some task never runs."""
         self.policy.submit()
-        if not (self.fused_loops and self.slices is None and self.policy.fused_run()):
-            push = self.policy.push if self.slices is None else self._push
+        if not (self.fused_loops and self.submitted_at is None and self.policy.fused_run()):
+            push = self.ready_push()
             for t in [i for i, m in enumerate(self.missing) if m == 0]:
                 push(t, -1)
             self.env.run()
@@ -249,7 +254,7 @@ class Engine:
         if self._finished is not None:
             self._finished(t, w)
         missing = self.missing
-        push = self.policy.push if self.slices is None else self._push
+        push = self.ready_push()
         if self.release is not None:  # before its pushes: a worker it wakes for a successor waits for it
             cost = self.release[t]
             if self.gap_ready > 0.0:
@@ -273,9 +278,13 @@ class Engine:
             if nxt >= 0:
                 self._begin(w, nxt)
 
+    def ready_push(self):
+        """What a ready task goes to: the policy's push, or :meth:`_push` where tasks wait to be submitted."""
+        return self.policy.push if self.submitted_at is None else self._push
+
     def _push(self, t: int, by: int) -> None:
-        """With ``slices``: give ready task ``t`` to the policy (``by``: the worker whose ended task made it ready,
-        -1 none) once the submitting thread has submitted it (then by that thread, -1)."""
+        """With ``submitted_at``: give ready task ``t`` to the policy (``by``: the worker whose ended task made it
+        ready, -1 none) once the submitting thread has submitted it (then by that thread, -1)."""
         at = self.submitted_at[t]
         now = self.env._now
         if at > now:

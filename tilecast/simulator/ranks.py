@@ -222,10 +222,10 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         turn[is_task] = task_ids + 1
         turn[~is_task] = tr.task[msg_ids] + 1
         release = (turn * submit_task_s).tolist()
-    policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers,
-                        release)
+    policy = RankPolicy(lambda: POLICIES[sched](aug_prio, seed, estimate), task_rank_aug, task_link, rank_workers)
     args = (dur, pred_ptr, pred, [kind_index[w.kind] for w in big.workers], [w.node for w in big.workers], policy)
-    kw = dict(overhead=big.task_overhead, decision_scan=big.decision_scan, decision_lock=big.decision_lock)
+    kw = dict(overhead=big.task_overhead, decision_scan=big.decision_scan, decision_lock=big.decision_lock,
+              submitted_at=release)
     if sharing is None and nic == "pair":
         eng = Engine(*args, **kw)
     else:

@@ -72,19 +72,17 @@ class RankPolicy(Policy):
 
     ``task_rank``: per task, its rank, or -1 for a message; ``task_link``: per
     task, the worker of its link (messages) or -1; ``rank_workers``: per rank,
-    its workers' global ids; ``make``: a function returning a fresh policy; ``release``: per task, when
-    its rank's main thread has submitted it (None: every task from the start), before which it is not
-    pushed.
+    its workers' global ids; ``make``: a function returning a fresh policy. A task reaches it once its
+    rank's main thread has submitted it (the engine's ``submitted_at``, :mod:`tilecast.simulator.engine`).
     """
 
     name = "ranks"
 
-    def __init__(self, make, task_rank, task_link, rank_workers, release=None):
+    def __init__(self, make, task_rank, task_link, rank_workers):
         self.subs = [make() for _ in rank_workers]
         self.task_rank = list(task_rank)
         self.task_link = list(task_link)
         self.rank_workers = rank_workers
-        self.release = None if release is None else list(release)  # per task: when its rank has submitted it
 
     def attach(self, engine) -> None:
         super().attach(engine)
@@ -102,15 +100,6 @@ class RankPolicy(Policy):
             sub.submit()
 
     def push(self, task: int, by: int) -> None:
-        if self.release is not None:
-            now = self.engine.env._now
-            if self.release[task] > now:  # not submitted yet: it joins its queue once it is
-                self.engine.env.timeout(self.release[task] - now).callbacks.append(
-                    lambda ev, task=task: self._push(task, -1))
-                return
-        self._push(task, by)
-
-    def _push(self, task: int, by: int) -> None:
         link = self.task_link[task]
         if link >= 0:
             self.links[link].append(task)

@@ -436,7 +436,7 @@ class ThreadedRankEngine(Engine):
             done = self._poll(src, now + self.net.latency_s)
             self.env.timeout(done - now).callbacks.append(lambda ev, src=src: self._send_done(src))
         self.n_done += 1
-        push = self.policy.push
+        push = self.ready_push()
         missing = self.missing
         by = self.where[t]
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
