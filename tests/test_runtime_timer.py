@@ -99,6 +99,7 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
 
 def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
     from tilecast.loop.kernel_calibration import WORKER_SAMPLES_PER_KERNEL, ensure_calibration, missing_cases
+    from tilecast.loop.step_probe import FACTOR_RANGE, probe_graph
     from tilecast.executor.starpu_session import max_workers
     from tilecast.perfmodel import load_machine
 
@@ -109,6 +110,11 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     sources = {src for name in cal.points for src in cal.sources(name)}
     assert sources == {STARPU_TASKS}
     assert not missing_cases(cal, [g])
+    # the step probe's shapes were timed too, and the probe step ran against them (tilecast.loop.step_probe)
+    assert not missing_cases(cal, [probe_graph()])
+    assert cal.in_step_source.startswith("measured: gpt2-step-probe"), cal.in_step_source
+    assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1]
+    print(f"step probe: x{cal.in_step_factor:.3f} ({cal.in_step_source})")
     # a sample of each kernel's shapes also timed on one worker, when calibration kept several busy
     assert cal.lane_workers == min(len(machine.workers), max_workers())
     if cal.lane_workers > 1:

@@ -248,6 +248,10 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     shapes = []
     for t in tilings:
         shapes += graph_shapes(build_step(cfg, batch, seq, t))
+    if workers:  # the step probe's shapes: its tasks are compared with their own lanes (tilecast.loop.step_probe)
+        from tilecast.loop.step_probe import probe_graph
+
+        shapes += graph_shapes(probe_graph())
     seen = cases_from_shapes(shapes)
 
     def costs(todo):
@@ -282,6 +286,10 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
             cal = time_shapes(machine, cases, repeats=repeats, timer=fn, timer_name=timer_name, progress=counted)
     for name, row in predicted:
         cal.add_predicted(name, row)
+    if workers and cal.hot:  # how much longer than their lanes a step's tasks run (tilecast.loop.step_probe)
+        from tilecast.loop.step_probe import take_step_probe
+
+        take_step_probe(machine, cal)
     if stored is not None:  # the new points beside (and, from the same source, over) the stored ones
         quiet = cal.quiet
         stored.add_all(cal)
@@ -298,7 +306,9 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
                "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
                "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,
                "shapes_over_bound": int(over.sum()), "bound": bound, "extrapolated": extrapolated,
-               "cache_bytes": cal.cache_bytes, "llc_bytes": cal.llc_bytes, "blas": blas_fields(), "quiet": cal.quiet,
+               "cache_bytes": cal.cache_bytes, "llc_bytes": cal.llc_bytes,
+               "in_step_factor": cal.in_step_factor, "in_step_source": cal.in_step_source, "blas": blas_fields(),
+               "quiet": cal.quiet,
                "disk": {**asdict(disk), "file": disk_file, "probes": disk_probes}, "executor_costs": probes}
     return CalibrateResult(machine.name, machine.fingerprint(), timer_name, path, len(cases), len(seen),
                            len(predicted), len(cal.points), cal.cache_bytes, summary["disk"], probes, summary, cal,

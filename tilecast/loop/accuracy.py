@@ -200,7 +200,8 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
                                                      RETAKE_WAIT_S[name])
         if progress:
             print(retake_line(late), file=sys.stderr)
-        if late["retaken"]:  # first use (and what learns on top of it) from the calibration as retaken
+        # first use (and what learns on top of it) from the calibration as retaken, the step probe taken again
+        if late["retaken"] or late["in_step_factor"]["now"] != late["in_step_factor"]["calibration"]:
             cal0, host0 = cal_all.calibrated_only(), calibrated_only(host_all)
             first = _predict_all(configs, machine, cal0, host0, graphs, progress,
                                  "predicting again from the calibration retaken")
@@ -275,6 +276,7 @@ def references(cal, ex, late: dict | None, guard) -> dict:
     if late is not None:
         out["calibration_passes"] = {k: late[k] for k in ("passes", "disturbed", "retaken", "still_disturbed",
                                                           "seconds", "retaken_what")}
+        out["in_step_factor"] = late.get("in_step_factor")
     return out
 
 
@@ -284,6 +286,9 @@ def retake_line(late: dict) -> str:
             f"disturbed, {late['retaken']} retaken ({late['seconds']:.0f} s)")
     if late["still_disturbed"]:
         line += f", {late['still_disturbed']} still disturbed"
+    f = late.get("in_step_factor")
+    if f:
+        line += f"; step probe x{f['calibration']:.3f} while calibrating, x{f['now']:.3f} now"
     return line
 
 

@@ -489,7 +489,9 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
 
     ``machine`` must be the machine as stored (e.g. ``load_machine('local')``, all
     workers): calibrations are keyed by its fingerprint. ``in_runtime`` (default:
-    when StarPU runs here and no ``timer`` is given) times shapes as StarPU tasks.
+    when StarPU runs here and no ``timer`` is given) times shapes as StarPU tasks,
+    the step probe's among them, and then runs that probe step to fit how much
+    longer than their lanes a step's tasks run (:mod:`tilecast.loop.step_probe`).
     When timing every missing shape is estimated to take more than ``budget_s``
     seconds (None: no limit), a design of each kernel's shapes is timed and the
     others are recorded as predicted by the shape model (``cal.predicted``);
@@ -498,10 +500,15 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     """
     start = time.monotonic()
     cal = find_calibration(machine)
+    starpu = in_runtime or (in_runtime is None and timer is None)
+    if starpu:  # the step probe's shapes too: its tasks are compared with their own lanes (step_probe)
+        from tilecast.loop.step_probe import probe_graph
+
+        graphs = [*graphs, probe_graph()]
     todo = missing_cases(cal, graphs)
     if not todo:
         return cal
-    workers = starpu_workers(machine) if (in_runtime or (in_runtime is None and timer is None)) else None
+    workers = starpu_workers(machine) if starpu else None
 
     def costs(cases):
         est = estimated_seconds(machine, cases)
@@ -558,6 +565,13 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     if cal is None:  # every shape over the bound: none timed
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0],
                           STARPU_TASKS if workers else timer_name)
+    if workers and cal.hot:  # how much longer than their lanes a step's tasks run (tilecast.loop.step_probe)
+        from tilecast.loop.step_probe import take_step_probe
+
+        take_step_probe(machine, cal, guard)
+        if progress:
+            print(f"tasks in a step against their lane figures: x{cal.in_step_factor:.3f} ({cal.in_step_source})",
+                  file=sys.stderr)
     for name, row in predicted:
         cal.add_predicted(name, row)
     cal.last_run = {"cases": len(timed) + len(predicted), "timed": len(timed), "predicted": len(predicted),

@@ -39,10 +39,13 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
     passes, those disturbed by the run's standard before and after, the ones
     retaken, and gives the median reference around the passes kept
     (``reference_s``, the machine's speed while calibration timed) beside
-    the standard (``reference_best_s``). Both are saved when anything was
-    retaken; ``cal.quiet`` keeps the report.
+    the standard (``reference_best_s``). The step probe is taken again too, in
+    the state the steps ran in (:mod:`tilecast.loop.step_probe`; the report's
+    ``in_step_factor``). Both are saved when anything changed; ``cal.quiet``
+    keeps the report.
     """
     from tilecast.loop.host_cost import ProbeSessions, save_host_costs
+    from tilecast.loop.step_probe import take_step_probe
 
     passes = record_passes(record)
     counts = retake_disturbed(passes, guard, budget_s, wait_s)
@@ -60,12 +63,18 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
             if isinstance(r, ProbeSessions) and any(p.late for p in r.passes):
                 fits, cal = r.fit(machine, cal)
                 host.update({k: v for k, v in fits.items() if k in r.by_key or k not in r.base})
+    # the step probe again, in the state the steps ran in (tilecast.loop.step_probe)
+    before = (cal.in_step_factor, cal.in_step_source)
+    if cal.in_step_source:
+        take_step_probe(machine, cal, guard)
+    report["in_step_factor"] = {"calibration": before[0], "now": cal.in_step_factor}
     cal.quiet = {"passes": counts["passes"], "passes_disturbed": counts["still_disturbed"],
                  "passes_retaken": report["passes_retaken_at_once"] + counts["retaken"],
                  "passes_retaken_late": counts["retaken"], "reference_best_s": guard.best_s,
                  "waited_s": guard.waited_s, "reference_s": report["reference_s"],
                  "judged_by": "the fastest reference of the accuracy run"}
-    if counts["retaken"]:
+    if counts["retaken"] or (cal.in_step_factor, cal.in_step_source) != before:
         cal.save()
+    if counts["retaken"]:
         save_host_costs(machine, host)
     return cal, host, report

@@ -103,6 +103,10 @@ class Calibration:
     near: dict = field(default_factory=dict)
     llc_bytes: float = 0.0
     llc_source: str = ""
+    # how much longer than their lane figures a traced probe step's tasks ran (tilecast.loop.step_probe; 1: as
+    # the lanes say), and how it was measured; forecasts multiply the lane figures by it
+    in_step_factor: float = 1.0
+    in_step_source: str = ""
     # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
     last_run: dict = field(default_factory=dict, compare=False)
 
@@ -147,6 +151,8 @@ class Calibration:
             self.cache_bytes, self.cache_source = other.cache_bytes, other.cache_source
         if other.llc_bytes > 0:
             self.llc_bytes, self.llc_source = other.llc_bytes, other.llc_source
+        if other.in_step_source:
+            self.in_step_factor, self.in_step_source = other.in_step_factor, other.in_step_source
         for name, rows in other.worker_samples.items():
             self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
         self.lane_workers = self.lane_workers or other.lane_workers
@@ -274,7 +280,8 @@ class Calibration:
                            quiet=dict(self.quiet), kernels=self.kernels,
                            predicted={k: [list(r) for r in v] for k, v in self.predicted.items()},
                            hot=_copy_lane(self.hot), cache_bytes=self.cache_bytes, cache_source=self.cache_source,
-                           near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source)
+                           near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source,
+                           in_step_factor=self.in_step_factor, in_step_source=self.in_step_source)
 
     def calibrated_only(self) -> "Calibration":
         """A copy without the points learned from runs (:data:`LEARNED` sources): what ``tilecast calibrate``
@@ -297,7 +304,8 @@ class Calibration:
                 "worker_samples": self.worker_samples, "quiet": self.quiet, "kernels": self.kernels,
                 "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
                 "cache_source": self.cache_source, "near": self.near, "llc_bytes": self.llc_bytes,
-                "llc_source": self.llc_source}
+                "llc_source": self.llc_source, "in_step_factor": self.in_step_factor,
+                "in_step_source": self.in_step_source}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -357,12 +365,16 @@ class Calibration:
                 raise CalibrationError(f"{path}: field predicted.{name}: a known kernel, shapes of {width} numbers")
         hot, near = _lane_times(path, doc, "hot", known), _lane_times(path, doc, "near", known)
         cache, llc = _bytes_field(path, doc, "cache_bytes"), _bytes_field(path, doc, "llc_bytes")
+        factor = doc.get("in_step_factor", 1.0)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (factor > 0 and np.isfinite(factor)):
+            raise CalibrationError(f"{path}: field in_step_factor: a positive number, got {factor!r}")
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
                    {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
                    {k: [list(r) for r in v] for k, v in predicted.items()},
                    hot=_copy_lane(hot), cache_bytes=cache, cache_source=str(doc.get("cache_source", "")),
-                   near=_copy_lane(near), llc_bytes=llc, llc_source=str(doc.get("llc_source", "")))
+                   near=_copy_lane(near), llc_bytes=llc, llc_source=str(doc.get("llc_source", "")),
+                   in_step_factor=float(factor), in_step_source=str(doc.get("in_step_source", "")))
 
 
 LANES = ("cold", "hot", "near")  # Calibration.arrays' lanes

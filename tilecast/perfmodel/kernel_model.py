@@ -260,6 +260,9 @@ class DurationModel:
                     lanes = tuple(np.zeros_like(out) for _ in range(5))
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
+                if cal.in_step_factor != 1.0:  # as much longer as a traced probe step ran (tilecast.loop.step_probe)
+                    h, k = h * cal.in_step_factor, k * cal.in_step_factor
+                    near[is_hot] = near[is_hot] * cal.in_step_factor
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f

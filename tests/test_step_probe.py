@@ -1,0 +1,89 @@
+"""The in-step factor: a traced probe step's tasks against their own lane figures, and forecasts scaled by it."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from test_shared_cache import _calibration
+
+from tilecast.loop.step_probe import FACTOR_RANGE, PROBE_MODEL, fit_in_step_factor, probe_config, probe_graph
+from tilecast.perfmodel import load_machine
+from tilecast.perfmodel.calibration import Calibration, CalibrationError
+from tilecast.perfmodel.kernel_model import DurationModel
+
+
+@pytest.fixture(scope="module")
+def probe():
+    machine = load_machine("local")
+    g = probe_graph()
+    return machine, g, _calibration(g, machine)
+
+
+def _lane_durations(machine, graph, cal, factor=1.0):
+    return DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_factor=factor)).durations(graph)[0]
+
+
+def test_the_probe_is_no_shape_used_elsewhere():
+    from tilecast.loop.accuracy_suite import SUITES
+    from tilecast.loop.host_cost import PROBES
+
+    names = {s.model["name"] for shapes, _ in SUITES.values() for s in shapes} | {p[0] for p in PROBES}
+    assert PROBE_MODEL["name"] not in names
+    c = probe_config()
+    assert (c.workers, c.sched) == (1, "eager") and probe_graph().n_tasks > 500
+
+
+def test_the_factor_is_the_traced_sum_over_the_lane_sum(probe):
+    machine, g, cal = probe
+    lanes = _lane_durations(machine, g, cal)
+    factor, sums = fit_in_step_factor(g, 1.25 * lanes, machine, cal)
+    assert factor == pytest.approx(1.25) and sums["tasks"] == g.n_tasks
+    traced = 1.25 * lanes
+    traced[::3] = np.nan  # tasks missing from the trace are left out of both sums
+    traced[1] = 100.0 * lanes[1]  # and one outlier moves the sum, not a median
+    factor, sums = fit_in_step_factor(g, traced, machine, cal)
+    assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3)) and factor > 1.25
+    assert fit_in_step_factor(g, 5.0 * lanes, machine, cal)[0] == FACTOR_RANGE[1]  # kept within its range
+    assert fit_in_step_factor(g, 0.1 * lanes, machine, cal)[0] == FACTOR_RANGE[0]
+
+
+def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):
+    machine, g, cal = probe
+    bare = Calibration(cal.machine, cal.fingerprint, cal.kind, cal.timer)
+    factor, sums = fit_in_step_factor(g, np.ones(g.n_tasks), machine, bare)
+    assert factor is None and "lane" in sums["why"]
+
+
+def test_forecasts_scale_the_lane_figures_by_the_factor(probe):
+    machine, g, cal = probe
+    one, scaled = _lane_durations(machine, g, cal), _lane_durations(machine, g, cal, 1.3)
+    assert np.allclose(scaled, 1.3 * one, rtol=1e-12)
+    cal.in_step_factor = 1.3
+    try:  # the simulation's per-worker durations (task_lanes) scale alike: the step predicted 1.3x as long
+        from tilecast.simulator.simulate import simulate
+
+        m = machine.with_workers(1).with_task_overhead(0.0)
+        d1 = DurationModel(m, dataclasses.replace(cal, in_step_factor=1.0)).durations(g)
+        d2 = DurationModel(m, cal).durations(g)
+        r1, r2 = simulate(g, m, "eager", durations=d1), simulate(g, m, "eager", durations=d2)
+        assert r2.makespan == pytest.approx(1.3 * r1.makespan, rel=1e-9)
+    finally:
+        cal.in_step_factor = 1.0
+
+
+def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
+    machine, g, cal = probe
+    c = dataclasses.replace(cal, in_step_factor=1.17, in_step_source="measured: a probe")
+    path = c.save(str(tmp_path / "cal.json"))
+    back = Calibration.load(path)
+    assert (back.in_step_factor, back.in_step_source) == (1.17, "measured: a probe")
+    assert back.without_points().in_step_factor == 1.17  # kept when runs are learned on top
+    doc = json.loads(open(path).read())
+    doc["in_step_factor"] = -1
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(CalibrationError, match="in_step_factor"):
+        Calibration.load(str(tmp_path / "bad.json"))
+    old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed

@@ -1,0 +1,114 @@
+"""How much slower than its lanes a step's tasks run: one factor, fitted on a traced probe step.
+
+Calibration times every shape as StarPU tasks three ways (hot, near: within
+the shared last-level cache, cold: from main memory; :mod:`tilecast.loop.kernel_calibration`),
+and a task's duration is interpolated between them by where its bytes come
+back from (:mod:`tilecast.perfmodel.reuse`). On the 2-core Xeon guest, in the
+host's fast state the steps ran as those figures said; in its slow state,
+with lanes timed in that same state, every step ran 12-18% longer (accuracy
+runs 28-34, docs/accuracy.md), GEMM-bound ones too, whose tasks ran longer
+than even their cold lane (docs/predicting.md, "The in-step factor"). The
+lanes cannot tell which state a step will meet: they are timed in small
+graphs built to hit one level each.
+
+So calibration also runs a probe step, a model shape used nowhere else (not
+the quiet check's reference, not a suite configuration, not an executor
+probe), on one worker under ``eager``, traces it, and fits one number: the
+sum of its tasks' traced durations over the sum of the same tasks' durations
+from the lanes (``in_step_factor``; its shapes are calibrated with the
+others, so the probe is compared with its own lanes). A forecast multiplies
+the lane figures by it (:class:`tilecast.perfmodel.kernel_model.DurationModel`).
+It is taken again after an accuracy run's measurement, in the state the
+steps ran in (:func:`tilecast.loop.quiet_calibration.retake_calibration`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+#: the probe step's model shape: 2 layers, 160 wide, 5 heads, vocabulary 1600, batch 8 x 80, tile 80 (a tile
+#: the executor's probes do not use): 849 tasks, about 50 ms a step on one worker of the 2-core Xeon
+PROBE_MODEL = {"name": "gpt2-step-probe", "n_layer": 2, "n_embd": 160, "n_head": 5, "vocab_size": 1600,
+               "n_positions": 128}
+PROBE_BATCH, PROBE_SEQ, PROBE_TILE, PROBE_SCHED = 8, 80, "80", "eager"
+PROBE_STEPS, PROBE_WARMUP = 4, 1  # the last three steps are traced (tilecast.loop.measure)
+PROBE_SESSIONS = 3  # StarPU sessions of the probe; their median ratio counts (one varied by 1-3% on the Xeon)
+#: the factor's range: a probe outside it says more about the probe than about the kernels
+FACTOR_RANGE = (0.5, 2.0)
+
+
+def probe_config():
+    """The probe step's configuration (one worker, ``eager``)."""
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import from_dict
+    from tilecast.loop.config import StepConfig
+
+    return StepConfig(from_dict(PROBE_MODEL, name=PROBE_MODEL["name"]), PROBE_BATCH, PROBE_SEQ,
+                      Tiling.parse(PROBE_TILE), PROBE_SCHED, 1)
+
+
+def fit_in_step_factor(graph, traced: np.ndarray, machine, cal) -> tuple[float | None, dict]:
+    """(factor, sums): the traced per-task durations of the probe (``traced``, NaN where a task was not traced)
+    summed over the tasks that have lane figures, over the same tasks' one-worker durations from ``cal``'s lanes
+    (without a factor); None where no task of the probe has lane figures."""
+    from tilecast.perfmodel.kernel_model import DurationModel
+
+    one = machine.with_workers(1)
+    d = DurationModel(one, dataclasses.replace(cal, in_step_factor=1.0)).durations(graph)
+    # the tasks the factor scales: those whose durations come from lane figures
+    has_lanes = DurationModel(one, dataclasses.replace(cal, in_step_factor=2.0)).durations(graph)[0] != d[0]
+    ok = np.isfinite(traced) & has_lanes
+    if not ok.any():
+        return None, {"why": "no traced task of the probe has lane times in the calibration"}
+    lane_sum, traced_sum = float(d[0][ok].sum()), float(traced[ok].sum())
+    sums = {"tasks": int(ok.sum()), "of": int(graph.n_tasks), "traced_s": traced_sum, "lanes_s": lane_sum,
+            "ratio": traced_sum / lane_sum}
+    return float(np.clip(traced_sum / lane_sum, *FACTOR_RANGE)), sums
+
+
+def measure_in_step_factor(machine, cal, guard=None, sessions: int = PROBE_SESSIONS) -> tuple[float | None, str, dict]:
+    """Run the probe step on StarPU in ``sessions`` sessions (each under ``guard``'s quiet check if given), fit
+    the factor of each against ``cal`` (whose points learned from runs are left out) and take the median.
+    Returns (factor or None, where it comes from, the median session's sums with every session's ratio)."""
+    from tilecast.loop.measure import measure_round
+    from tilecast.perfmodel.from_trace import task_seconds
+
+    config, base = probe_config(), cal.calibrated_only()
+
+    def run():
+        return measure_round(config, PROBE_STEPS, PROBE_WARMUP)
+
+    fits = []
+    for _ in range(max(int(sessions), 1)):
+        _, _, res = run() if guard is None else guard.measure(run)[0]
+        per_task = np.nanmedian(np.array([task_seconds(res.graph, t) for t in res.traces]), axis=0)
+        factor, sums = fit_in_step_factor(res.graph, per_task, machine, base)
+        if factor is None:
+            return None, f"not measured: {sums['why']}", sums
+        fits.append((sums["ratio"], factor, sums))
+    ratio, factor, sums = sorted(fits, key=lambda f: f[0])[len(fits) // 2]
+    sums = {**sums, "ratios": [f[0] for f in fits]}
+    source = (f"measured: {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
+              f"worker, the median of {len(fits)} sessions' traced steps: tasks {ratio:.3f}x their lane figures")
+    if factor != ratio:
+        source += f" (kept within {FACTOR_RANGE[0]}-{FACTOR_RANGE[1]})"
+    return factor, source, sums
+
+
+def probe_graph():
+    """The probe step's task graph (its shapes are calibrated with every calibration that times in StarPU)."""
+    return probe_config().build()
+
+
+def take_step_probe(machine, cal, guard=None) -> dict:
+    """Measure the factor and set it in ``cal`` (``in_step_factor``, ``in_step_source``); a probe that cannot run
+    or cannot be fitted leaves the factor at 1 and says why. Returns the sums of the fit (or the reason)."""
+    try:
+        factor, source, sums = measure_in_step_factor(machine, cal, guard)
+    except Exception as e:  # the calibration stands without it: say why, forecast from the lanes as timed
+        factor, source, sums = None, f"not measured: the probe step failed ({type(e).__name__}: {e})", {}
+    cal.in_step_factor = factor if factor is not None else 1.0
+    cal.in_step_source = source
+    return sums
