@@ -87,3 +87,19 @@ def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed
+
+
+def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
+    from tilecast.kernels import all_kernels
+    from tilecast.perfmodel.calibration import TRACE
+    from tilecast.perfmodel.shapes import graph_shapes
+
+    machine, g, cal = probe
+    learned = dataclasses.replace(cal, points={k: {f: list(v) for f, v in e.items()} for k, e in cal.points.items()})
+    ks = next(ks for ks in graph_shapes(g) if all_kernels()[ks.kernel].name == "gemm")
+    learned.add("gemm", ks.shapes[0], 5e-5, 0.0, TRACE)  # an in-step figure for one gemm shape
+    tasks = ks.tasks[ks.inverse == 0]
+    one, scaled = _lane_durations(machine, g, learned), _lane_durations(machine, g, learned, 1.3)
+    assert len(tasks) and np.array_equal(scaled[tasks], one[tasks]) and np.allclose(one[tasks], 5e-5)
+    rest = np.setdiff1d(np.arange(g.n_tasks), tasks)
+    assert np.allclose(scaled[rest], 1.3 * one[rest], rtol=1e-12)

@@ -261,8 +261,11 @@ class DurationModel:
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
                 if cal.in_step_factor != 1.0:  # as much longer as a traced probe step ran (tilecast.loop.step_probe)
-                    h, k = h * cal.in_step_factor, k * cal.in_step_factor
-                    near[is_hot] = near[is_hot] * cal.in_step_factor
+                    # lane figures only: a shape with one figure (learned from a trace) is in-step already
+                    timed = k != h
+                    s = np.where(timed, cal.in_step_factor, 1.0)
+                    h, k = h * s, k * s
+                    near[is_hot] = near[is_hot] * s
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f
