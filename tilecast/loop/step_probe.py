@@ -5,7 +5,7 @@ the shared last-level cache, cold: from main memory; :mod:`tilecast.loop.kernel_
 and a task's duration is interpolated between them by where its bytes come
 back from (:mod:`tilecast.perfmodel.reuse`). On the 2-core Xeon guest, in the
 host's fast state the steps ran as those figures said; in its slow state,
-with lanes timed in that same state, every step ran 12-18% longer (accuracy
+with lanes timed in that same state, the steps ran 9-18% longer (accuracy
 runs 28-34, docs/accuracy.md), GEMM-bound ones too, whose tasks ran longer
 than even their cold lane (docs/predicting.md, "The in-step factor"). The
 lanes cannot tell which state a step will meet: they are timed in small
