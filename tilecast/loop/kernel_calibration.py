@@ -501,10 +501,13 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     start = time.monotonic()
     cal = find_calibration(machine)
     starpu = in_runtime or (in_runtime is None and timer is None)
+    probe_new = False  # the probe's shapes timed now: the probe step runs again (else its factor stands)
     if starpu:  # the step probe's shapes too: its tasks are compared with their own lanes (step_probe)
         from tilecast.loop.step_probe import probe_graph
 
-        graphs = [*graphs, probe_graph()]
+        probe = probe_graph()
+        probe_new = bool(missing_cases(cal, [probe]))
+        graphs = [*graphs, probe]
     todo = missing_cases(cal, graphs)
     if not todo:
         return cal
@@ -565,7 +568,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
     if cal is None:  # every shape over the bound: none timed
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0],
                           STARPU_TASKS if workers else timer_name)
-    if workers and cal.hot:  # how much longer than their lanes a step's tasks run (tilecast.loop.step_probe)
+    if workers and cal.hot and (probe_new or not cal.in_step_source):  # tilecast.loop.step_probe
         from tilecast.loop.step_probe import take_step_probe
 
         take_step_probe(machine, cal, guard)

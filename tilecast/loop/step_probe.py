@@ -54,12 +54,14 @@ def fit_in_step_factor(graph, traced: np.ndarray, machine, cal) -> tuple[float |
     summed over the tasks that have lane figures, over the same tasks' one-worker durations from ``cal``'s lanes
     (without a factor); None where no task of the probe has lane figures."""
     from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.perfmodel.task_lanes import lanes_of
 
-    one = machine.with_workers(1)
-    d = DurationModel(one, dataclasses.replace(cal, in_step_factor=1.0)).durations(graph)
-    # the tasks the factor scales: those whose durations come from lane figures
-    has_lanes = DurationModel(one, dataclasses.replace(cal, in_step_factor=2.0)).durations(graph)[0] != d[0]
-    ok = np.isfinite(traced) & has_lanes
+    d = DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_factor=1.0)).durations(graph)
+    lanes = lanes_of(d)
+    if lanes is None:
+        return None, {"why": "no shape of the probe has lane times in the calibration"}
+    # the tasks the factor scales: those with two lane figures (DurationModel's rule; one figure: learned)
+    ok = np.isfinite(traced) & (lanes.delta[0] != 0.0)
     if not ok.any():
         return None, {"why": "no traced task of the probe has lane times in the calibration"}
     lane_sum, traced_sum = float(d[0][ok].sum()), float(traced[ok].sum())
