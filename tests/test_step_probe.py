@@ -1,4 +1,5 @@
-"""The in-step factor: a traced probe step's tasks against their own lane figures, and forecasts scaled by it."""
+"""The in-step factor: a traced probe step's tasks against their own lane figures, and the lanes' cache part
+scaled by it in forecasts."""
 
 import dataclasses
 import json
@@ -24,6 +25,13 @@ def _lane_durations(machine, graph, cal, factor=1.0):
     return DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_factor=factor)).durations(graph)[0]
 
 
+def _hot(machine, graph, cal):
+    from tilecast.perfmodel.task_lanes import lanes_of
+
+    d = DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_factor=1.0)).durations(graph)
+    return lanes_of(d).hot[0]
+
+
 def test_the_probe_is_no_shape_used_elsewhere():
     from tilecast.loop.accuracy_suite import SUITES
     from tilecast.loop.host_cost import PROBES
@@ -34,18 +42,22 @@ def test_the_probe_is_no_shape_used_elsewhere():
     assert (c.workers, c.sched) == (1, "eager") and probe_graph().n_tasks > 500
 
 
-def test_the_factor_is_the_traced_sum_over_the_lane_sum(probe):
+def test_the_factor_is_the_traced_cache_part_over_the_lanes(probe):
     machine, g, cal = probe
-    lanes = _lane_durations(machine, g, cal)
-    factor, sums = fit_in_step_factor(g, 1.25 * lanes, machine, cal)
+    lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
+    assert lanes.sum() > hot.sum()  # the probe's tasks have a cache part to scale
+    traced = hot + 1.25 * (lanes - hot)
+    factor, sums = fit_in_step_factor(g, traced, machine, cal)
     assert factor == pytest.approx(1.25) and sums["tasks"] == g.n_tasks
-    traced = 1.25 * lanes
-    traced[::3] = np.nan  # tasks missing from the trace are left out of both sums
-    traced[1] = 100.0 * lanes[1]  # and one outlier moves the sum, not a median
+    assert sums["whole_ratio"] == pytest.approx(traced.sum() / lanes.sum())
+    assert fit_in_step_factor(g, lanes, machine, cal)[0] == pytest.approx(1.0)  # as the lanes say: 1
+    assert fit_in_step_factor(g, hot, machine, cal)[0] == pytest.approx(0.0, abs=1e-12)  # all hot: 0
+    traced[::3] = np.nan  # tasks missing from the trace are left out of every sum
+    traced[1] = 100.0 * lanes[1]  # and one outlier moves the sums, not a median
     factor, sums = fit_in_step_factor(g, traced, machine, cal)
     assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3)) and factor > 1.25
     assert fit_in_step_factor(g, 5.0 * lanes, machine, cal)[0] == FACTOR_RANGE[1]  # kept within its range
-    assert fit_in_step_factor(g, 0.1 * lanes, machine, cal)[0] == FACTOR_RANGE[0]
+    assert fit_in_step_factor(g, 0.5 * hot, machine, cal)[0] == FACTOR_RANGE[0]
 
 
 def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):
@@ -55,19 +67,20 @@ def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):
     assert factor is None and "lane" in sums["why"]
 
 
-def test_forecasts_scale_the_lane_figures_by_the_factor(probe):
+def test_forecasts_scale_the_cache_part_by_the_factor(probe):
     machine, g, cal = probe
-    one, scaled = _lane_durations(machine, g, cal), _lane_durations(machine, g, cal, 1.3)
-    assert np.allclose(scaled, 1.3 * one, rtol=1e-12)
+    one, scaled, hot = _lane_durations(machine, g, cal), _lane_durations(machine, g, cal, 1.3), _hot(machine, g, cal)
+    assert np.allclose(scaled, hot + 1.3 * (one - hot), rtol=1e-12)
+    assert np.allclose(_lane_durations(machine, g, cal, 0.0), hot, rtol=1e-12)
     cal.in_step_factor = 1.3
-    try:  # the simulation's per-worker durations (task_lanes) scale alike: the step predicted 1.3x as long
+    try:  # the simulation's per-worker durations (task_lanes) scale alike: the step between as timed and 1.3x
         from tilecast.simulator.simulate import simulate
 
         m = machine.with_workers(1).with_task_overhead(0.0)
         d1 = DurationModel(m, dataclasses.replace(cal, in_step_factor=1.0)).durations(g)
         d2 = DurationModel(m, cal).durations(g)
         r1, r2 = simulate(g, m, "eager", durations=d1), simulate(g, m, "eager", durations=d2)
-        assert r2.makespan == pytest.approx(1.3 * r1.makespan, rel=1e-9)
+        assert r1.makespan < r2.makespan < 1.3 * r1.makespan
     finally:
         cal.in_step_factor = 1.0
 
@@ -87,6 +100,10 @@ def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed
+    whole = {k: v for k, v in json.loads(open(path).read()).items() if k != "in_step_part"}
+    (tmp_path / "whole.json").write_text(json.dumps(whole))
+    back = Calibration.load(str(tmp_path / "whole.json"))  # a factor of the whole figure: measured again
+    assert (back.in_step_factor, back.in_step_source) == (1.0, "")
 
 
 def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
@@ -102,4 +119,6 @@ def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
     one, scaled = _lane_durations(machine, g, learned), _lane_durations(machine, g, learned, 1.3)
     assert len(tasks) and np.array_equal(scaled[tasks], one[tasks]) and np.allclose(one[tasks], 5e-5)
     rest = np.setdiff1d(np.arange(g.n_tasks), tasks)
-    assert np.allclose(scaled[rest], 1.3 * one[rest], rtol=1e-12)
+    hot = _hot(machine, g, learned)
+    assert np.allclose(scaled[rest], hot[rest] + 1.3 * (one[rest] - hot[rest]), rtol=1e-12)
+    assert (scaled[rest] > one[rest]).any()

@@ -573,7 +573,7 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
 
         take_step_probe(machine, cal, guard)
         if progress:
-            print(f"tasks in a step against their lane figures: x{cal.in_step_factor:.3f} ({cal.in_step_source})",
+            print(f"tasks in a step, the lanes' cache part: x{cal.in_step_factor:.3f} ({cal.in_step_source})",
                   file=sys.stderr)
     for name, row in predicted:
         cal.add_predicted(name, row)

@@ -103,8 +103,8 @@ class Calibration:
     near: dict = field(default_factory=dict)
     llc_bytes: float = 0.0
     llc_source: str = ""
-    # how much longer than their lane figures a traced probe step's tasks ran (tilecast.loop.step_probe; 1: as
-    # the lanes say), and how it was measured; forecasts multiply the lane figures by it
+    # by how much a traced probe step's tasks scale the part of their lane figures that their cache level adds
+    # (near or cold minus hot; tilecast.loop.step_probe; 1: as the lanes say), and how it was measured
     in_step_factor: float = 1.0
     in_step_source: str = ""
     # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
@@ -305,7 +305,7 @@ class Calibration:
                 "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
                 "cache_source": self.cache_source, "near": self.near, "llc_bytes": self.llc_bytes,
                 "llc_source": self.llc_source, "in_step_factor": self.in_step_factor,
-                "in_step_source": self.in_step_source}
+                "in_step_part": IN_STEP_PART, "in_step_source": self.in_step_source}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
@@ -366,18 +366,24 @@ class Calibration:
         hot, near = _lane_times(path, doc, "hot", known), _lane_times(path, doc, "near", known)
         cache, llc = _bytes_field(path, doc, "cache_bytes"), _bytes_field(path, doc, "llc_bytes")
         factor = doc.get("in_step_factor", 1.0)
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (factor > 0 and np.isfinite(factor)):
-            raise CalibrationError(f"{path}: field in_step_factor: a positive number, got {factor!r}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (factor >= 0 and np.isfinite(factor)):
+            raise CalibrationError(f"{path}: field in_step_factor: a non-negative number, got {factor!r}")
+        in_step_source = str(doc.get("in_step_source", ""))
+        if doc.get("in_step_part") != IN_STEP_PART:  # a factor of the whole figure (before): measured again
+            factor, in_step_source = 1.0, ""
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
                    {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
                    {k: [list(r) for r in v] for k, v in predicted.items()},
                    hot=_copy_lane(hot), cache_bytes=cache, cache_source=str(doc.get("cache_source", "")),
                    near=_copy_lane(near), llc_bytes=llc, llc_source=str(doc.get("llc_source", "")),
-                   in_step_factor=float(factor), in_step_source=str(doc.get("in_step_source", "")))
+                   in_step_factor=float(factor), in_step_source=in_step_source)
 
 
 LANES = ("cold", "hot", "near")  # Calibration.arrays' lanes
+#: what ``in_step_factor`` scales: the cache part of the lane figures (files whose factor scaled the whole figure,
+#: before 2026-12-03's accuracy run 37, load it as 1 and the probe step runs again)
+IN_STEP_PART = "cache"
 
 
 def _copy_lane(lane: dict) -> dict:

@@ -260,12 +260,11 @@ class DurationModel:
                     lanes = tuple(np.zeros_like(out) for _ in range(5))
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
-                if cal.in_step_factor != 1.0:  # as much longer as a traced probe step ran (tilecast.loop.step_probe)
-                    # lane figures only: a shape with one figure (learned from a trace) is in-step already
-                    timed = k != h
-                    s = np.where(timed, cal.in_step_factor, 1.0)
-                    h, k = h * s, k * s
-                    near[is_hot] = near[is_hot] * s
+                if cal.in_step_factor != 1.0:  # the cache part as a traced probe step ran it (tilecast.loop.step_probe)
+                    # near or cold beyond hot, scaled; a shape with one figure (learned from a trace: k == h) keeps it
+                    a = cal.in_step_factor
+                    k = h + a * (k - h)
+                    near[is_hot] = h + a * (near[is_hot] - h)
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f
