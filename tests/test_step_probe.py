@@ -60,6 +60,18 @@ def test_the_factor_is_the_traced_cache_part_over_the_lanes(probe):
     assert fit_in_step_factor(g, 0.5 * hot, machine, cal)[0] == FACTOR_RANGE[0]
 
 
+def test_a_cache_part_within_the_lanes_noise_is_not_fitted(probe, monkeypatch):
+    import tilecast.loop.step_probe as step_probe
+
+    machine, g, cal = probe
+    lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
+    part = 1 - hot.sum() / lanes.sum()
+    assert step_probe.fit_in_step_factor(g, lanes, machine, cal)[0] == pytest.approx(1.0)
+    monkeypatch.setattr(step_probe, "MIN_CACHE_PART", part + 0.01)  # the probe's cache part just under the least
+    factor, sums = step_probe.fit_in_step_factor(g, lanes, machine, cal)
+    assert factor is None and "too little to scale" in sums["why"] and f"{100 * part:.1f}%" in sums["why"]
+
+
 def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):
     machine, g, cal = probe
     bare = Calibration(cal.machine, cal.fingerprint, cal.kind, cal.timer)
