@@ -112,8 +112,11 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     assert not missing_cases(cal, [g])
     # the step probe's shapes were timed too, and the probe step ran against them (tilecast.loop.step_probe)
     assert not missing_cases(cal, [probe_graph()])
-    assert cal.in_step_source.startswith("measured: gpt2-step-probe"), cal.in_step_source
-    assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1]
+    # fitted, or run and left at 1 where the probe's lanes are within their noise of the hot figures (MIN_CACHE_PART)
+    if cal.in_step_source.startswith("measured: gpt2-step-probe"):
+        assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1]
+    else:
+        assert "too little to scale" in cal.in_step_source and cal.in_step_factor == 1.0, cal.in_step_source
     print(f"step probe: x{cal.in_step_factor:.3f} ({cal.in_step_source})")
     # a sample of each kernel's shapes also timed on one worker, when calibration kept several busy
     assert cal.lane_workers == min(len(machine.workers), max_workers())

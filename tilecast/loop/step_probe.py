@@ -6,7 +6,8 @@ and a task's duration is interpolated between them by where its bytes come
 back from (:mod:`tilecast.perfmodel.reuse`). In a step the tasks did not
 run as those figures said: on the 2-core Xeon guest's slow state 9-18%
 longer (accuracy runs 28-34, docs/accuracy.md), on a 2-core AMD EPYC (Zen 3)
-guest the probe's tasks 8-18% shorter (run 37). The lanes cannot tell which
+guest the probe's tasks from 18% shorter to 16% longer within two hours
+(runs 37-38 and tune's regret after them). The lanes cannot tell which
 state a step will meet: they are timed in small graphs built to hit one
 level each.
 
@@ -62,7 +63,7 @@ def fit_in_step_factor(graph, traced: np.ndarray, machine, cal) -> tuple[float |
     """(factor, sums): over the probe's tasks that have lane figures and were traced (``traced``: per-task
     seconds, NaN where not traced), ``(traced - hot) / (lanes - hot)`` of the sums, with ``lanes`` the
     tasks' one-worker durations from ``cal``'s lanes without a factor; None where no task of the probe has
-    lane figures or they add nothing to the hot ones."""
+    lane figures or they add less than :data:`MIN_CACHE_PART` of them to the hot ones."""
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.perfmodel.task_lanes import lanes_of
 
