@@ -77,8 +77,8 @@ def fit_in_step_factor(graph, traced: np.ndarray, machine, cal) -> tuple[float |
         return None, {"why": "no traced task of the probe has lane times in the calibration"}
     lane_sum, hot_sum, traced_sum = float(d[0][ok].sum()), float(lanes.hot[0][ok].sum()), float(traced[ok].sum())
     if not lane_sum - hot_sum >= MIN_CACHE_PART * lane_sum:
-        return None, {"why": f"the probe's lane figures are only {100 * (1 - hot_sum / lane_sum):.1f}% over their hot "
-                             f"ones (under {100 * MIN_CACHE_PART:.0f}%): too little to scale"}
+        return None, {"why": f"the probe's lane figures' cache part is {100 * (1 - hot_sum / lane_sum):+.1f}% of them "
+                             f"(at least {100 * MIN_CACHE_PART:.0f}% needed): too little to scale"}
     ratio = (traced_sum - hot_sum) / (lane_sum - hot_sum)
     sums = {"tasks": int(ok.sum()), "of": int(graph.n_tasks), "traced_s": traced_sum, "lanes_s": lane_sum,
             "hot_s": hot_sum, "ratio": ratio, "whole_ratio": traced_sum / lane_sum}
