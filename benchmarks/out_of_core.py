@@ -153,7 +153,7 @@ def main() -> int:
               f"{c['process_user_s']:.1f} s user + {c['process_system_s']:.1f} s system (the workers' own threads "
               f"{c['workers_cpu_s']:.1f} s, waiting for a core {c['workers_waiting_for_a_core_s']:.1f} s; its other "
               f"threads {c['process_other_cpu_s']:.1f} s; outside it "
-              f"{c['outside_process_cpu_s']:.1f} s); page cache reclaimed {format_size(c['reclaimed_bytes'])}; "
+              f"{c['outside_process_cpu_s']:.1f} s; {c['process_minor_faults']} pages first touched); page cache reclaimed {format_size(c['reclaimed_bytes'])}; "
               f"dirty at most "
               f"{format_size(c['dirty_max_bytes'])}"
               + (f", past the background threshold {100 * dirty:.0f}% of the step" if dirty is not None else ""))

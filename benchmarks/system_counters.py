@@ -9,7 +9,8 @@ StarPU's and the kernels' time on the workers; these counters say what the machi
 - ``/proc/stat``: the machine's processor time split into user, system, idle, I/O wait and, in a virtual
   machine, steal (time the hypervisor ran other guests instead; all processes: on a shared machine, others' too);
 - ``/proc/self/stat``: this process's user and system seconds (its workers, StarPU's threads, the ``pwrite`` and
-  ``pread`` copies through the page cache; not the kernel's flusher threads);
+  ``pread`` copies through the page cache; not the kernel's flusher threads) and its minor page faults (pages
+  touched for the first time since they were mapped);
 - ``/proc/self/task/*/schedstat``: the StarPU workers' own threads (named ``CPU 0``, ``CPU 1``, ...) apart from
   the rest, their time on a core and their time runnable but waiting for one. glibc's POSIX AIO helper threads,
   which run the unistd disk backend's ``pread``/``pwrite``, take the name of the worker that created them but
@@ -64,11 +65,12 @@ def _cpu() -> list[int]:
         return [int(x) for x in f.readline().split()[1:]]
 
 
-def _self_cpu() -> tuple[float, float]:
+def _self_cpu() -> tuple[float, float, int]:
+    """(user seconds, system seconds, minor page faults) of this process."""
     with open("/proc/self/stat") as f:
         p = f.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return int(p[11]) / tick, int(p[12]) / tick
+    return int(p[11]) / tick, int(p[12]) / tick, int(p[7])
 
 
 def _worker_threads() -> dict[int, tuple[float, float]]:
@@ -151,6 +153,8 @@ class StepCounters:
                 "cpu_user": (cpu[0] + cpu[1]) / total, "cpu_system": (cpu[2] + cpu[5] + cpu[6]) / total,
                 "cpu_idle": cpu[3] / total, "cpu_iowait": cpu[4] / total, "cpu_steal": cpu[7] / total,
                 "process_user_s": s1[0] - s0[0], "process_system_s": s1[1] - s0[1],
+                # pages first touched (a tile's fresh mapping, filled by a read back or a kernel's output)
+                "process_minor_faults": s1[2] - s0[2],
                 # the workers' own threads; the process's other threads (AIO helpers, StarPU's, Python's); the
                 # processors' busy time outside the process (kswapd, the flusher, other processes)
                 "workers_cpu_s": workers_s, "process_other_cpu_s": process_s - workers_s,

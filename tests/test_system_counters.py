@@ -51,3 +51,21 @@ def test_a_workers_own_thread_is_counted_apart_from_a_short_lived_thread_of_its_
     assert step["process_other_cpu_s"] >= 0.25, step
     assert step["process_other_cpu_s"] == pytest.approx(process_s - step["workers_cpu_s"])
     assert step["reclaimed_bytes"] >= 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux only)")
+def test_pages_touched_first_in_a_step_are_counted(tmp_path):
+    import mmap
+
+    counters = StepCounters(str(tmp_path))
+    counters.start()
+    counters.mark()  # an empty step
+    pages = 2048
+    buf = mmap.mmap(-1, pages * mmap.PAGESIZE)  # fresh anonymous pages: each faults in when first written
+    for k in range(pages):
+        buf[k * mmap.PAGESIZE] = 1
+    counters.mark()
+    counters.stop()
+    buf.close()
+    empty, touched = counters.steps()
+    assert touched["process_minor_faults"] >= pages > empty["process_minor_faults"], (empty, touched)
