@@ -29,7 +29,7 @@ Last line: one JSON object with ``step_s`` (median measured step, seconds),
 figures, reads from it and from the device, seconds during which writers waited for write-back), ``peak_rss_bytes``, ``memory_limit_bytes``, ``overhead_bytes``
 (peak RSS less the limit), ``expected_overhead_bytes`` (the formula's), ``rss_before_start_bytes``, ``tiles``,
 the per-step lists, ``system_per_step`` (what the machine did during each timed step: the offload device's bytes
-and busy share, the processors' split, this process's processor time, the dirty bytes;
+and busy share, the processors' split, this process's processor time and pages first touched, the dirty bytes;
 ``benchmarks/system_counters.py``) and the run conditions.
 
     python3 benchmarks/out_of_core.py                      # gpt2-xl, batch 1 x 256, 12GiB, 3 steps
@@ -153,7 +153,8 @@ def main() -> int:
               f"{c['process_user_s']:.1f} s user + {c['process_system_s']:.1f} s system (the workers' own threads "
               f"{c['workers_cpu_s']:.1f} s, waiting for a core {c['workers_waiting_for_a_core_s']:.1f} s; its other "
               f"threads {c['process_other_cpu_s']:.1f} s; outside it "
-              f"{c['outside_process_cpu_s']:.1f} s; {c['process_minor_faults']} pages first touched); page cache reclaimed {format_size(c['reclaimed_bytes'])}; "
+              f"{c['outside_process_cpu_s']:.1f} s; {c['process_minor_faults']} pages first touched); "
+              f"page cache reclaimed {format_size(c['reclaimed_bytes'])}; "
               f"dirty at most "
               f"{format_size(c['dirty_max_bytes'])}"
               + (f", past the background threshold {100 * dirty:.0f}% of the step" if dirty is not None else ""))
