@@ -164,3 +164,111 @@ def test_calibrate_fits_the_costs_on_one_worker_and_on_two(tmp_path, monkeypatch
     assert disk.worker_costs == {"reads": 2e-4} and disk.costs_for(1) == {"reads": 1e-4}
     assert load_disk(path) == disk and "1 workers" in disk.worker_costs_source
     assert "under a memory limit on 1 worker (probe)" in capsys.readouterr().err
+
+
+def test_the_typical_tile_is_the_byte_weighted_median():
+    """Many small tiles and a few large ones: half the bytes are in the large ones, so the typical tile is
+    theirs; none, or tiles of no bytes, give 0."""
+    from tilecast.perfmodel.disk_node import typical_tile_bytes
+
+    assert typical_tile_bytes([16] * 100 + [4096] * 3) == 4096
+    assert typical_tile_bytes([16] * 1000 + [4096] * 3) == 16
+    assert typical_tile_bytes([]) == 0 and typical_tile_bytes([0, 0]) == 0
+
+
+def test_a_probe_at_the_tile_size_is_made_only_for_tiles_much_larger_than_the_probes():
+    """No probe for tiles within TILE_PROBE_RATIO of the standard probes' largest (64 x 64 floats); for 256 KiB
+    tiles a one-layer model whose own typical tile is 256 KiB, under a limit of TILE_PROBE_TILES of them."""
+    from tilecast.loop.disk_fit import TILE_PROBE_RATIO, TILE_PROBE_TILES, tile_probe
+    from tilecast.perfmodel.disk_node import typical_tile_bytes
+
+    assert tile_probe(TILE_PROBE_RATIO * 64 * 64 * 4 - 1) is None
+    model, batch, seq, tile, limit = tile_probe(256 * 256 * 4)
+    graph = build_step(load_model(model), batch, seq, Tiling.parse(tile))
+    assert typical_tile_bytes(graph.tile_nbytes) == 256 * 256 * 4 and limit == TILE_PROBE_TILES * 256 * 256 * 4
+    assert load_model(model).n_layer == 1 and int(tile) == seq == 256
+    assert tile_probe(300 * 300 * 4)[3] == "288"  # the side rounded to a multiple of 32
+
+
+def test_a_step_is_charged_the_costs_fitted_at_its_own_tile_size():
+    """Costs fitted on a probe of the step's tiles replace the standard probes' for the worker counts they were
+    fitted on, for steps whose typical tile is within a factor of two of the probe's; the simulator passes the
+    step's typical tile."""
+    small = {"per_task": 1e-5, "reads": 1e-5}
+    large = {"per_task": 1e-5, "reads": 4e-4}
+    disk = replace(DISK, worker_costs=small, worker_costs_by_workers={"1": small, "2": small},
+                   tile_costs={"tile_bytes": S, "by_workers": {"1": large}})
+    assert disk.costs_for(1, S) is large and disk.costs_for(1, 2 * S) is large and disk.costs_for(1, S // 2) is large
+    assert disk.costs_for(1, 3 * S) is small and disk.costs_for(1) is small and disk.costs_for(2, S) is small
+    d = 1e-3
+    run = {"durations": np.full((1, 2), d), "warmup": False, "throttle": None}
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
+    charged = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, disk, "eager", **run)
+    extra = sum(large.get(k, 0.0) * float(np.sum(plain.task_events[k])) for k in EVENTS) + 2 * large["per_task"]
+    assert np.sum(plain.task_events["reads"]) > 0
+    assert charged.makespan == pytest.approx(plain.makespan + extra, rel=1e-12)
+
+
+def test_costs_at_a_tile_size_are_stored_kept_and_described(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    machine = cpu_machine(2)
+    tile_costs = {"tile_bytes": 262144, "by_workers": {"1": {"per_task": 1e-5, "reads": 1.5e-4}}, "source": "probe"}
+    path = save_disk(machine, replace(DISK, worker_costs={"reads": 1e-5}, tile_costs=tile_costs))
+    assert load_disk(path).costs_for(1, 262144) == tile_costs["by_workers"]["1"]
+    again, _ = measure_and_store(machine, str(tmp_path), total_bytes=1 << 20, repeats=1)
+    assert again.tile_costs == tile_costs
+    assert "at tiles of 256 KiB: on 1 worker: 10 us per task, 150 us per tile read back" in again.describe()
+
+
+def test_calibrate_runs_a_probe_at_the_configurations_tile_size_when_its_tiles_are_large(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """``calibrate --offload-dir`` of a configuration of 256 KiB tiles runs the probe of that size on one worker
+    and on two, after the standard probes, and stores its costs; one of 16 KiB tiles runs none."""
+    from tilecast.api import calibration
+    from tilecast.loop import disk_fit, kernel_calibration
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    machine = cpu_machine(2)
+    probed = []
+
+    def fake_fit(machine_, disk, directory, probes, workers, progress=None):
+        return replace(disk, worker_costs={"reads": 1e-5}), []
+
+    def fake_tile(machine_, disk, directory, probe, counts, progress=None):
+        probed.append((probe, list(counts)))
+        progress(0, len(counts), counts[0], "tile probe")
+        return {"tile_bytes": 262144, "by_workers": {str(w): {"reads": 1e-4 * w} for w in counts}}, [
+            {"probe": "tile probe", "measured_step_s": 1.0, "base_step_s": 0.5, "predicted_step_s": 1.0, "error": 0.0,
+             "workers": w} for w in counts]
+
+    monkeypatch.setattr(disk_fit, "calibrate_worker_costs", fake_fit)
+    monkeypatch.setattr(disk_fit, "calibrate_tile_costs", fake_tile)
+    monkeypatch.setattr(kernel_calibration, "starpu_workers", lambda m: 2)
+    monkeypatch.setattr(calibration, "_io_cpu", lambda machine_, disk, *a: (disk, ""))
+    disk, path, rows = calibration._disk(machine, str(tmp_path), fit=True, progress=True, tile_bytes=16384)
+    assert probed == [] and disk.tile_costs == {}
+    disk, path, rows = calibration._disk(machine, str(tmp_path), fit=True, progress=True, tile_bytes=262144)
+    assert probed == [(disk_fit.tile_probe(262144), [1, 2])] and [r["workers"] for r in rows] == [1, 2]
+    assert load_disk(path).costs_for(1, 262144) == {"reads": 1e-4}
+    assert "probe at the configuration's tile size 1/2 on 1 worker (tile probe)" in capsys.readouterr().err
+
+
+def test_the_costs_at_a_tile_size_are_fitted_on_that_probe_alone(tmp_path, monkeypatch):
+    """calibrate_tile_costs runs its one probe on StarPU with a real disk node on each worker count asked and
+    fits each count's costs on it alone: non-negative, some positive, the tile size the probe's own."""
+    from tilecast.loop.disk_fit import calibrate_tile_costs
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.disk_node import measure_disk, typical_tile_bytes
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
+    offload = tmp_path / "offload"
+    offload.mkdir()
+    machine = load_machine("local")
+    disk = measure_disk(str(offload), total_bytes=1 << 20, repeats=1)
+    probe = ("gpt2-tiny", 1, 64, "32", 2 << 20)
+    costs, rows = calibrate_tile_costs(machine, disk, str(offload), probe, [1])
+    graph = build_step(load_model("gpt2-tiny"), 1, 64, Tiling.parse("32"))
+    assert costs["tile_bytes"] == typical_tile_bytes(graph.tile_nbytes) > 0
+    c = costs["by_workers"]["1"]
+    assert set(costs["by_workers"]) == {"1"} and min(c.values()) >= 0 and max(c.values()) > 0
+    assert [r["workers"] for r in rows] == [1] and "gpt2-tiny" in costs["source"]

@@ -63,11 +63,21 @@ class CalibrateResult(_Result):
                 f"({self.timer}) -> {self.file}")
 
 
-def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
+def _typical_tile_bytes(cfg, batch: int, seq: int, tiling) -> int:
+    """The typical tile (:func:`tilecast.perfmodel.disk_node.typical_tile_bytes`) of ``cfg``'s step at ``tiling``."""
+    from tilecast.graph.models import build_step
+    from tilecast.perfmodel.disk_node import typical_tile_bytes
+
+    return typical_tile_bytes(build_step(cfg, batch, seq, tiling).tile_nbytes)
+
+
+def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_bytes: int = 0):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
     with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
     (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there, on one worker and
-    on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`); stored."""
+    on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of ``tile_bytes`` (the
+    calibrated configuration's typical tile) where they are much larger than the standard probes'
+    (:func:`tilecast.loop.disk_fit.calibrate_tile_costs`); stored."""
     import os
 
     from tilecast.home import home
@@ -82,7 +92,7 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     from dataclasses import replace
 
     from tilecast.loop.kernel_calibration import starpu_workers
-    from tilecast.loop.disk_fit import PROBES, calibrate_worker_costs
+    from tilecast.loop.disk_fit import PROBES, calibrate_tile_costs, calibrate_worker_costs, tile_probe
 
     workers = starpu_workers(machine)
     disk, path = _io_cpu(machine, disk, offload_dir, progress)
@@ -106,6 +116,16 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False):
     disk = replace(top, worker_costs_by_workers=(
         {w: d.worker_costs for w, d in by_workers.items()} if len(by_workers) > 1 else {}),
         worker_costs_source="; ".join(d.worker_costs_source for d in by_workers.values()))
+    probe = tile_probe(tile_bytes)
+    if probe is not None:
+        def told_tile(i, n, w, label):
+            if progress:
+                print(f"disk node: probe at the configuration's tile size {i + 1}/{n} on {w} "
+                      f"worker{'s' if w > 1 else ''} ({label})", file=sys.stderr)
+
+        tile_costs, t_rows = calibrate_tile_costs(machine, disk, offload_dir, probe, counts, told_tile)
+        disk = replace(disk, tile_costs=tile_costs)
+        rows += t_rows
     return disk, save_disk(machine, disk), rows
 
 
@@ -228,8 +248,9 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     _shape(cfg, batch, seq)
     machine = load_machine("local")
     fit_disk = probe and (offload_dir is not None or disk_only)  # the disk part asked for: StarPU's costs too
+    tile_bytes = _typical_tile_bytes(cfg, batch, seq, tiling) if fit_disk else 0
     if disk_only:
-        disk, path, disk_probes = _disk(machine, offload_dir, fit_disk, progress)
+        disk, path, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes)
         summary = {"machine": machine.name, "fingerprint": machine.fingerprint(),
                    "disk": {**asdict(disk), "file": path, "probes": disk_probes}}
         return CalibrateResult(machine.name, machine.fingerprint(), disk=summary["disk"], summary=summary,
@@ -301,7 +322,7 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     if extrapolated and progress:
         print(extrapolation_note({"extrapolated": extrapolated, "bound": bound}), file=sys.stderr)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
-    disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress)
+    disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes)
     summary = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
                "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
                "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,

@@ -46,7 +46,9 @@ def add_parser(sub):
                         "about 10 s, removed after), then run small probe steps on StarPU "
                         "under a memory limit with the disk node in DIR (about a minute; --no-probe skips the "
                         "computing time and them) to fit StarPU's own time per task and per tile "
-                        "allocated, read back, written back and evicted, and store it all with the calibration (default: "
+                        "allocated, read back, written back and evicted, and, where --tile's tiles are at least "
+                        "four times the probes' (--tile 128 and up), one more probe of tiles of that size, fitted "
+                        "alone, for steps of such tiles; store it all with the calibration (default: "
                         "$TILECAST_HOME/offload, where a calibration without "
                         "--offload-dir or --disk-only times the file system only)")
     p.add_argument("--disk-only", action="store_true",

@@ -109,6 +109,30 @@ PROBES = (
 )
 
 
+#: ``calibrate`` runs a probe at the tiles of the configuration it calibrates (:func:`tile_probe`) where they hold at
+#: least this many times the bytes of :data:`PROBES`' largest (64 x 64 floats): a read back of a 256 KiB tile cost a
+#: worker alone 149 us where those probes gave 18-58 us (docs/memory.md, 2026-12-03)
+TILE_PROBE_RATIO = 4
+#: the tiles the probe's limit holds: tight enough that every step evicts, as :data:`PROBES`' limits
+TILE_PROBE_TILES = 64
+
+
+def tile_probe(tile_bytes: int):
+    """The probe ``(model, batch, seq, tile, limit)`` of square tiles of about ``tile_bytes`` (float32; the side a
+    multiple of 32): a one-layer model twice the tile wide, one sequence of one tile, a limit of
+    :data:`TILE_PROBE_TILES` tiles; None where the tiles are not :data:`TILE_PROBE_RATIO` times larger than
+    :data:`PROBES`' largest."""
+    import json
+
+    if tile_bytes < TILE_PROBE_RATIO * 64 * 64 * 4:
+        return None
+    side = max(32, int(round((tile_bytes / 4) ** 0.5 / 32)) * 32)
+    width = 2 * side
+    model = {"name": f"probe-tile{side}", "n_layer": 1, "n_embd": width, "n_head": max(1, width // 64),
+             "vocab_size": 512, "n_positions": side}
+    return (json.dumps(model), 1, side, str(side), TILE_PROBE_TILES * side * side * 4)
+
+
 def probe_label(probe) -> str:
     from tilecast.graph.model_config import load_model
 
@@ -214,7 +238,7 @@ def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers
     from dataclasses import replace
 
     base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
-                   worker_costs_by_workers={})
+                   worker_costs_by_workers={}, tile_costs={})
     runs = []
     for i, probe in enumerate(probes):
         if progress:
@@ -222,6 +246,29 @@ def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers
         runs.append(run_probe(machine, base, directory, probe, workers))
     costs, rows = fit_probe_costs(machine, base, runs)
     names = "; ".join(r.label for r in runs)
-    return replace(base, worker_costs=costs, worker_costs_source=(
+    return replace(base, worker_costs=costs, tile_costs=dict(disk.tile_costs), worker_costs_source=(
         f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda): per-task delays, "
         f"measured less simulated, on the events of each task's acquisition, then scaled to the steps")), rows
+
+
+def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=None) -> tuple[dict, list[dict]]:
+    """(``DiskNode.tile_costs``, rows of :func:`fit_probe_costs`): StarPU's costs in the worker fitted on the one
+    ``probe`` (:func:`tile_probe`) alone, run in ``directory`` on each worker count of ``counts``. ``disk``: the file
+    system's figures."""
+    from dataclasses import replace
+
+    from tilecast.perfmodel.disk_node import typical_tile_bytes
+
+    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
+                   worker_costs_by_workers={}, tile_costs={})
+    by_workers, rows, tile_bytes = {}, [], 0
+    for i, w in enumerate(counts):
+        if progress:
+            progress(i, len(counts), w, probe_label(probe))
+        run = run_probe(machine, base, directory, probe, w)
+        tile_bytes = typical_tile_bytes(run.config.build().tile_nbytes)
+        costs, w_rows = fit_probe_costs(machine, base, [run])
+        by_workers[str(w)] = costs
+        rows += [{**r, "workers": w} for r in w_rows]
+    return {"tile_bytes": tile_bytes, "by_workers": by_workers,
+            "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda"}, rows

@@ -80,6 +80,12 @@ class DiskNode:
     #: waits for glibc's AIO helper to get a core: with one worker on two cores it has one, with two it waits
     #: behind the polling workers (docs/memory.md, 2026-12-02). Empty: ``worker_costs`` for every count.
     worker_costs_by_workers: dict = field(default_factory=dict)
+    #: ``worker_costs`` fitted per worker count on a probe of one tile size (``{"tile_bytes": N, "by_workers":
+    #: {"1": {...}, ...}, "source": "..."}``), run by ``tilecast calibrate`` at the tiles of the configuration it
+    #: calibrates where they are much larger than the standard probes': a read back of a 256 KiB tile cost a
+    #: worker alone 149 us where the 4-16 KiB probes gave 18-58 us (docs/memory.md). The forecast of a step whose
+    #: tiles are within a factor of two of ``tile_bytes`` takes these (:meth:`costs_for`). Empty: none.
+    tile_costs: dict = field(default_factory=dict)
     #: the device under the page cache (O_DIRECT: :func:`measure_device`), bytes/s and s per transfer; 0 where
     #: not measured (the forecast then charges the figures above, the page cache's, for every transfer)
     device_write_bandwidth: float = 0.0
@@ -109,9 +115,13 @@ class DiskNode:
         :mod:`tilecast.perfmodel.page_cache`)."""
         return self.device_write_bandwidth > 0 and self.device_read_bandwidth > 0
 
-    def costs_for(self, workers: int) -> dict:
-        """StarPU's costs in the worker for a step on ``workers`` workers: those fitted on that many, else
-        ``worker_costs``."""
+    def costs_for(self, workers: int, tile_bytes: float | None = None) -> dict:
+        """StarPU's costs in the worker for a step on ``workers`` workers whose typical tile (:func:`typical_tile_bytes`)
+        holds ``tile_bytes``: those fitted on a probe of tiles within a factor of two of it on that many workers
+        (``tile_costs``), else those fitted on the standard probes on that many, else ``worker_costs``."""
+        at_tile = self.tile_costs.get("by_workers", {}).get(str(int(workers)))
+        if at_tile and tile_bytes and 0.5 <= tile_bytes / self.tile_costs["tile_bytes"] <= 2.0:
+            return at_tile
         return self.worker_costs_by_workers.get(str(int(workers))) or self.worker_costs
 
     @property
@@ -137,6 +147,11 @@ class DiskNode:
             for w, cw in sorted(self.worker_costs_by_workers.items()):
                 if cw != c:
                     line += f" (on {w} worker{'s' if w != '1' else ''}: {_costs_text(cw)})"
+        if self.tile_costs:
+            kib = self.tile_costs["tile_bytes"] / 1024
+            line += f"; at tiles of {kib:g} KiB: " + "; ".join(
+                f"on {w} worker{'s' if w != '1' else ''}: {_costs_text(cw) or 'nothing'}"
+                for w, cw in sorted(self.tile_costs.get("by_workers", {}).items()))
         if self.has_device:
             line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
@@ -147,6 +162,16 @@ class DiskNode:
                      f"written, {self.io_cpu_hit * 2**30:.2f} per GiB read from the cache, {self.io_cpu_read:.2f} per "
                      f"second reading from the device")
         return line
+
+
+def typical_tile_bytes(tile_nbytes) -> int:
+    """The tile size that half of a graph's bytes lie in tiles of at most (the byte-weighted median of
+    ``tile_nbytes``): the size of the tiles a memory-limited step mostly moves, whatever its small ones."""
+    b = np.sort(np.asarray(tile_nbytes, dtype=np.int64))
+    if not len(b) or b[-1] <= 0:
+        return 0
+    c = np.cumsum(b)
+    return int(b[np.searchsorted(c, c[-1] / 2)])
 
 
 def _costs_text(c: dict) -> str:
@@ -344,7 +369,7 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source,
-                       worker_costs_by_workers=dict(old.worker_costs_by_workers))
+                       worker_costs_by_workers=dict(old.worker_costs_by_workers), tile_costs=dict(old.tile_costs))
     if (old is not None and old.device_writeback_bandwidth and disk.has_device
             and not other_file_systems(old.directory, directory)):  # the rate is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,

@@ -49,8 +49,10 @@ with the StarPU 1.3.10 code each follows:
   ``tilecast calibrate`` on probe steps from the tasks' measured delays
   (:mod:`tilecast.loop.disk_fit`), those of the step's own worker count where
   it ran the probes on it (``DiskNode.costs_for``: a tile read back costs far
-  more with every core polled by a worker); the events are counted per task
-  (:meth:`CappedMemory.task_events`).
+  more with every core polled by a worker), and on a probe of the step's own
+  tile size where ``calibrate`` ran one (a read back of a large tile costs
+  more than the standard probes' small ones show); the events are counted per
+  task (:meth:`CappedMemory.task_events`).
 - **The disk traffic's computing time.** StarPU's CPU workers poll while
   their tiles are in transfer (``src/drivers/cpu/driver_cpu.c``,
   ``_starpu_cpu_driver_run_once``), so with as many workers as cores the page
@@ -600,7 +602,12 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
-    costs = disk.costs_for(len(m.workers)) if hasattr(disk, "costs_for") else getattr(disk, "worker_costs", None)
+    if hasattr(disk, "costs_for"):
+        from tilecast.perfmodel.disk_node import typical_tile_bytes
+
+        costs = disk.costs_for(len(m.workers), typical_tile_bytes(graph.tile_nbytes))
+    else:
+        costs = getattr(disk, "worker_costs", None)
     memory.worker_costs = {k: float(v) for k, v in (costs or {}).items()}
     memory.io_share = io_share(disk, len(m.workers))
     collecting = gc.isenabled()
