@@ -134,3 +134,30 @@ def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
     hot = _hot(machine, g, learned)
     assert np.allclose(scaled[rest], hot[rest] + 1.3 * (one[rest] - hot[rest]), rtol=1e-12)
     assert (scaled[rest] > one[rest]).any()
+
+
+def test_a_lane_timed_below_its_hot_figure_stays_a_duration_when_scaled(probe):
+    """A near or cold lane timed below its hot figure (noise on a sub-microsecond shape) has a negative cache
+    part; the factor's largest value must not turn it into a negative duration, which the simulator refuses."""
+    from tilecast.kernels import all_kernels
+    from tilecast.perfmodel.calibration import STARPU_TASKS
+    from tilecast.perfmodel.shapes import graph_shapes
+    from tilecast.simulator.simulate import simulate
+
+    machine, g, cal = probe
+    low = Calibration(cal.machine, cal.fingerprint, cal.kind, STARPU_TASKS)
+    for ks in graph_shapes(g):
+        name = all_kernels()[ks.kernel].name
+        for shape in ks.shapes:  # gemm's near and cold lanes 50-100x under its hot one; the others as usual
+            cold, near = (2e-7, 1e-7) if name == "gemm" else (3e-5, 1.5e-5)
+            low.add(name, shape, cold, 0.0, STARPU_TASKS)
+            low.add_hot(name, shape, 1e-5)
+            low.add_near(name, shape, near)
+    low.cache_bytes, low.llc_bytes = cal.cache_bytes, cal.llc_bytes
+    m = machine.with_workers(1)
+    one = _lane_durations(machine, g, low)
+    top = DurationModel(m, dataclasses.replace(low, in_step_factor=FACTOR_RANGE[1])).durations(g)
+    gemm = g.kernel == [k.name for k in all_kernels()].index("gemm")
+    assert (one[gemm] < 1e-5).any()  # some gemm tasks are not all hot: their figure is below hot
+    assert (top >= 0).all() and (top[0, gemm] <= one[gemm]).all()
+    assert simulate(g, m, "eager", durations=top).makespan > 0  # per-worker cache shares of the same figures

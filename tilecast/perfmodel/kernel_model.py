@@ -261,10 +261,13 @@ class DurationModel:
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
                 if cal.in_step_factor != 1.0:  # the cache part as a traced probe step ran it (tilecast.loop.step_probe)
-                    # near or cold beyond hot, scaled; a shape with one figure (learned from a trace: k == h) keeps it
+                    # near or cold beyond hot, scaled; a shape with one figure (learned from a trace: k == h) keeps it.
+                    # A lane timed below its hot figure (noise on a sub-microsecond shape) has a negative excess,
+                    # which a factor above 1 could take below zero: every scaled figure stays >= 0, so that any
+                    # share of hot, near and cold a simulation takes is a duration
                     a = cal.in_step_factor
-                    k = h + a * (k - h)
-                    near[is_hot] = h + a * (near[is_hot] - h)
+                    k = np.maximum(h + a * (k - h), 0.0)
+                    near[is_hot] = np.maximum(h + a * (near[is_hot] - h), 0.0)
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f
@@ -273,7 +276,8 @@ class DurationModel:
                     nd = near[is_hot] - h
                     lanes[3][r, is_hot] = nd
                     lanes[4][r, is_hot] = far
-                    out[r, is_hot] = h + (f - far) * nd + far * (k - h)  # TaskLanes.static_durations' operations
+                    # TaskLanes.static_durations' operations (>= 0: shares of figures >= 0, up to rounding)
+                    out[r, is_hot] = np.maximum(h + (f - far) * nd + far * (k - h), 0.0)
                 else:
                     out[r, is_hot] = interpolate(h, k, f)
         self.provenance = {**dict.fromkeys(SOURCES, 0), **{names[j]: int(counts[j]) for j in range(4)},
