@@ -41,8 +41,8 @@ class TaskLanes:
 
     def static_durations(self) -> np.ndarray:
         """The graph-order durations: ``hot + fraction * delta`` (:func:`tilecast.perfmodel.reuse.interpolate`'s
-        operations), or with a shared cache ``hot + (fraction - far) * near_delta + far * delta`` (at least 0: a share of
-        figures that are, whose three terms can round below it)."""
+        operations), or with a shared cache ``hot + (fraction - far) * near_delta + far * delta``, kept at or above 0
+        (a share of figures that are, whose three terms can round below it)."""
         if self.far is None:
             return self.hot + self.fraction * self.delta
         return np.maximum(self.hot + (self.fraction - self.far) * self.near_delta + self.far * self.delta, 0.0)
