@@ -224,6 +224,7 @@ class DurationModel:
         bytes from within that cache take the near figure and only those from beyond it the cold one
         (:func:`tilecast.perfmodel.reuse.far_fraction`)."""
         from tilecast.perfmodel.reuse import cold_fraction, far_fraction, interpolate
+        from tilecast.perfmodel.task_lanes import shared_cache_durations
 
         n = graph.n_tasks
         out = np.zeros((len(self.kinds), n), dtype=np.float64)
@@ -276,8 +277,7 @@ class DurationModel:
                     nd = near[is_hot] - h
                     lanes[3][r, is_hot] = nd
                     lanes[4][r, is_hot] = far
-                    # TaskLanes.static_durations' operations (>= 0: shares of figures >= 0, up to rounding)
-                    out[r, is_hot] = np.maximum(h + (f - far) * nd + far * (k - h), 0.0)
+                    out[r, is_hot] = shared_cache_durations(h, nd, k - h, f, far)
                 else:
                     out[r, is_hot] = interpolate(h, k, f)
         self.provenance = {**dict.fromkeys(SOURCES, 0), **{names[j]: int(counts[j]) for j in range(4)},

@@ -41,11 +41,18 @@ class TaskLanes:
 
     def static_durations(self) -> np.ndarray:
         """The graph-order durations: ``hot + fraction * delta`` (:func:`tilecast.perfmodel.reuse.interpolate`'s
-        operations), or with a shared cache ``hot + (fraction - far) * near_delta + far * delta``, kept at or above 0
-        (a share of figures that are, whose three terms can round below it)."""
+        operations), or with a shared cache :func:`shared_cache_durations`."""
         if self.far is None:
             return self.hot + self.fraction * self.delta
-        return np.maximum(self.hot + (self.fraction - self.far) * self.near_delta + self.far * self.delta, 0.0)
+        return shared_cache_durations(self.hot, self.near_delta, self.delta, self.fraction, self.far)
+
+
+def shared_cache_durations(hot, near_delta, delta, fraction, far) -> np.ndarray:
+    """``hot + (fraction - far) * near_delta + far * delta``, kept at or above 0: a share of hot, near and cold
+    figures that are, whose three terms can round below it (one definition for :class:`DurationModel
+    <tilecast.perfmodel.kernel_model.DurationModel>` and :meth:`TaskLanes.static_durations`, which must agree bit
+    for bit)."""
+    return np.maximum(hot + (fraction - far) * near_delta + far * delta, 0.0)
 
 
 _HELD: dict = {}  # id(durations array) -> (weak reference to it, its TaskLanes)
