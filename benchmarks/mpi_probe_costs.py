@@ -10,7 +10,10 @@ task before it wrote a tile the other rank receives; ``other``), each during the
 after it, measured and forecast. Medians say what a gap costs when nothing is awaited; sums say where the
 step went. Needs ``tilecast calibrate`` (kernels) and ``tilecast calibrate --ranks 2`` first.
 
-    python3 benchmarks/mpi_probe_costs.py [--runs 1] [--steps 4] [--json FILE]
+``--model``, ``--batch``, ``--seq``, ``--tile``, ``--distribution`` and ``--sched`` run another step than the probe
+(one of ``mpi_forecast.py``'s rows, say) through the same cuts.
+
+    python3 benchmarks/mpi_probe_costs.py [--runs 1] [--steps 4] [--json FILE] [--distribution data --tile 32,batch=1 ...]
 """
 
 from __future__ import annotations
@@ -60,10 +63,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", metavar="FILE")
+    for key in ("model", "batch", "seq", "tile", "distribution", "sched"):
+        ap.add_argument(f"--{key}", type=int if key in ("batch", "seq") else str, default=PROBE[key],
+                        help=f"the step to run and cut (default: the probe's, {PROBE[key]})")
     args = ap.parse_args()
     print(conditions_line(run_conditions()))
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    p = PROBE
+    p = {key: getattr(args, key) for key in PROBE}
     cfg, tiling = load_model(p["model"]), Tiling.parse(p["tile"])
     machine = load_machine("local")
     calibration, host_costs = stored_models(machine)

@@ -151,3 +151,37 @@ def test_runs_refine_the_host_cost_but_keep_the_walk(local):
     fits = host_cost.learn_from_runs({1: probe, probe_key(1, "dmdas"): probe, "1:dmdas": probe},
                                      [(1, "dmdas", 500, 8700, 0.28, 0.29, 40e-6)])
     assert (fits["1:dmdas"].task_overhead_s, fits["1:dmdas"].push_walk_s) == (4e-6, 3e-8)
+
+
+def _prio_probes(probes, truth_machine, base):
+    """prio's probe makespans simulated on ``truth_machine``, and eager's beside them on ``base``."""
+    return ([simulate(g, truth_machine, "prio").makespan for g in probes],
+            ("eager", [simulate(g, base, "eager").makespan for g in probes]))
+
+
+def test_sorting_keeps_a_walk_that_predicts_each_probe_from_the_others(local, probes):
+    """prio's makespans made by a cost per tree level: fitted on any two probes it predicts the third, so it
+    is kept over the policy's own cost per task, even one close to the probes' mean excess."""
+    from tilecast.loop.decision_cost import fit_sorting
+
+    base = local.with_task_overhead(2e-6)
+    measured, beside = _prio_probes(probes, base.with_push_walk(1e-7), base)
+    walk, overhead = fit_sorting(base, None, probes, measured, "prio", beside, own_overhead=2.7e-6)
+    assert walk == pytest.approx(1e-7, rel=0.05) and overhead == 2e-6
+
+
+def test_sorting_takes_the_policys_own_cost_when_the_walk_fits_the_probes_only_together(local, probes):
+    """prio's makespans made by a flat cost per task, its own measured 0.3 us high: a walk fitted on all
+    three probes reproduces them better than that cost (the rule before), but fitted on two it predicts the
+    third worse, so the policy's own cost is taken, and no walk."""
+    from tilecast.loop.decision_cost import _fit_walk, _held_out_misfit, _misfit, _probe_target, fit_sorting
+
+    base = local.with_task_overhead(2e-6)
+    measured, beside = _prio_probes(probes, base.with_task_overhead(3.5e-6), base)
+    own = 3.8e-6
+    durations, target = _probe_target(base, None, probes, measured, beside)
+    walk, in_sample = _fit_walk(base, "prio", probes, durations, target)
+    alone = _misfit(base.with_task_overhead(own).with_push_walk(0.0), "prio", probes, durations, target)
+    assert walk > 0.0 and in_sample < alone < _held_out_misfit(base, "prio", probes, durations, target)
+    assert fit_sorting(base, None, probes, measured, "prio", beside, own_overhead=own) == (0.0, own)
+    assert _held_out_misfit(base, "prio", probes[:2], durations[:2], target[:2]) is None

@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 15  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 16  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -43,6 +43,8 @@ FORMAT = 15  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 14: dmdasd's cost per queued task read is one for every worker count, fitted on all counts' probes together
 # 15: the probes are simulated with the submitting thread's turns on a worker's core where it has none
 # (tilecast.simulator.submit_slices), so the costs fitted by simulating them are fitted again
+# 16: a sorted policy's walk is kept over its own cost per task only if, fitted on all probes but one, it
+# predicts the one left out better (tilecast.loop.decision_cost.fit_sorting)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
