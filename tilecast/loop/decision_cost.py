@@ -206,7 +206,7 @@ def _held_out_misfit(machine, sched, graphs, durations, target, cap: float = 0.0
     the makespans, so its misfit on all probes is already one of a forecast; the walk's in-sample misfit is
     not, and a cost per step fitted to 3 probes of microsecond tasks can reproduce them and still be wrong
     on steps of longer tasks (prio on 2 workers: 301 ns a tree level fitted, the suite's small graphs
-    predicted 9-31% slower than eager beside them against their measured ratios; docs/scheduling.md)."""
+    predicted 5-31% slower than eager beside them against their measured ratios; docs/scheduling.md)."""
     if len(graphs) < 3:
         return None
     total = 0.0
