@@ -35,7 +35,9 @@ view the parts summed over the workers in ms, ``step_ms``, ``error`` (of the
 predicted step against the measured median), ``latency_n`` and
 ``latency_median`` (us): the count and median of the tasks in ``latency``,
 ``handoff_n``: tasks whose last predecessor ran on another worker;
-``gap_fits_us``: the two fits), ``conditions``.
+``turnaround_by_bytes``: per bin of the bytes of the task a worker ran
+before a turnaround (under 128 KiB, to 1 MiB, to 2 MiB, beyond), [count,
+median us, mean us] or null; ``gap_fits_us``: the two fits), ``conditions``.
 
     python3 benchmarks/gap_decomposition.py [--configs gpt2-4x128:32:eager;...] [--workers 1,2] [--steps 6]
         [--rounds 2] [--save runs.pkl | --load runs.pkl]
@@ -56,6 +58,10 @@ from learning_repeat import configs_of, measure_all  # noqa: E402  (the same con
 
 DEFAULT = ("gpt2-4x128:32:eager", "gpt2-4x128:batch=2,seq=32,embd=64,inner=64,vocab=256:ws")
 PARTS = ("busy", "wait", "turnaround", "latency", "head", "tail")
+# bins of the bytes of the task a worker ran before a turnaround (:func:`turnaround_by_bytes`): a core's
+# level-1 and level-2 caches hold about the first; past 2 MiB a task has streamed more than this
+# machine's level 2 holds (2 MiB a core on the 2-core Xeon)
+AFTER_BYTES = (0, 128 << 10, 1 << 20, 2 << 20, float("inf"))
 from tilecast.loop.runtime_overhead import GAP_TERMS  # noqa: E402
 
 VIEWS = ("first_use_before", "first_use_after", "learned_before", "learned_after", "traced")
@@ -80,7 +86,9 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
     makespan = float(np.nanmax(end[ids]))
     out = {k: 0.0 for k in PARTS}
     per_worker = []  # [busy, idle] of each worker
-    lat, between, began = [], [], []
+    lat, between, began, turn, turn_after = [], [], [], [], []
+    nbytes = np.zeros(n)
+    nbytes[ids] = tasks["bytes"].to_numpy()
     for w, rows in tasks.groupby("worker", sort=True):
         t = rows["task"].to_numpy()
         out["busy"] += float((end[t] - start[t]).sum())
@@ -92,6 +100,8 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
         after = r > free  # the worker was free before the task's inputs were written
         out["wait"] += float((r - free)[after].sum())
         out["turnaround"] += float((start[nxt] - free)[~after].sum())
+        turn.append((start[nxt] - free)[~after])
+        turn_after.append(nbytes[t[:-1]][~after])
         lat.append((start[nxt] - r)[after])  # r > free: the last predecessor ran on another worker
         between.append(np.where(after, start[nxt] - r, start[nxt] - free))
         began.append(start[nxt])
@@ -112,9 +122,29 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
         made_on[of[last]] = worker[pred[last]]
     out["handoff_n"] = int(((made_on >= 0) & (made_on != worker)).sum())
     out["per_worker"] = per_worker
+    out["turnaround_by_bytes"] = turnaround_by_bytes(np.concatenate(turn), np.concatenate(turn_after))
     out["makespan"] = makespan
     out["workers"] = int(tasks["worker"].nunique())
     return out
+
+
+def turnaround_by_bytes(gaps: np.ndarray, before: np.ndarray) -> list:
+    """[count, median s, mean s] of the turnarounds ``gaps`` in each bin of :data:`AFTER_BYTES` by the bytes
+    ``before`` of the task that ended each (None where a bin is empty). On the 2-core Xeon a worker's
+    turnaround grew with them (one worker, 2026-12-04: about 3 us after tasks of 0.1-0.2 MB, 4 us after
+    1 MB, 7-11 us after 2-4 MB), where the probes the cost between tasks is fitted on hold tiles of a
+    few kilobytes (docs/predicting.md)."""
+    out = []
+    for lo, hi in zip(AFTER_BYTES[:-1], AFTER_BYTES[1:]):
+        g = gaps[(before >= lo) & (before < hi)]
+        out.append([int(len(g)), float(np.median(g)), float(g.mean())] if len(g) else None)
+    return out
+
+
+def _bins_label() -> list:
+    def size(b):
+        return "inf" if b == float("inf") else f"{b / 2**20:g}M" if b >= 1 << 20 else f"{b / 2**10:g}K"
+    return [f"{size(lo)}-{size(hi)}" for lo, hi in zip(AFTER_BYTES[:-1], AFTER_BYTES[1:])]
 
 
 def _ms(parts: dict) -> dict:
@@ -123,6 +153,8 @@ def _ms(parts: dict) -> dict:
     for k, v in parts.items():
         if v is None:
             out[k] = None
+        elif k == "turnaround_by_bytes":
+            out[k] = [None if b is None else [b[0], round(1e6 * b[1], 2), round(1e6 * b[2], 2)] for b in v]
         elif k == "per_worker":
             out[k] = [[round(1e3 * x, 3) for x in w] for w in v]
         elif k in PARTS or k in ("makespan", "between_submitting", "between_long"):
@@ -194,8 +226,10 @@ def evaluate(configs, measurements, gaps) -> list:
         sub = h.submit_task_s * g.n_tasks if h is not None else 0.0  # when the submission ends, as simulated
         real = [decompose(g, t[(t["task"] >= 0) & (t["source"] == "real")], sub) for t in m.traces]
         med = {k: (float(np.median([r[k] for r in real if r[k] is not None]))
-                   if any(r[k] is not None for r in real) else None) for k in real[0] if k != "per_worker"}
+                   if any(r[k] is not None for r in real) else None) for k in real[0]
+               if k not in ("per_worker", "turnaround_by_bytes")}
         med["per_worker"] = np.median([r["per_worker"] for r in real], axis=0).tolist()
+        med["turnaround_by_bytes"] = real[-1]["turnaround_by_bytes"]  # the last traced step's
         last = m.traces[-1]
         last = last[last["task"] >= 0]
         traced = np.zeros((1, g.n_tasks))
@@ -232,12 +266,17 @@ def print_table(rows) -> None:
                   + f"{p['latency_n']:>7}{(p['latency_median'] or 0):>9.2f}{p['host_ms']:>7.2f}"
                   + f"{p['between_submitting']:>11.2f}{p['between_long']:>8.2f}{p['between_long_n']:>7}"
                   + f"{p['handoff_n']:>9}  " + " ".join(f"{b:.1f}/{i:.1f}" for b, i in p["per_worker"]))
+        print(f"  turnaround after the task before it, by its bytes (median / mean us, count): "
+              + "; ".join(f"{label} " + ("-" if b is None else f"{b[1]:.2f} / {b[2]:.2f} ({b[0]})")
+                          for label, b in zip(_bins_label(), r["real"]["turnaround_by_bytes"]))
+              + " measured; " + "; ".join(("-" if b is None else f"{b[1]:.2f} / {b[2]:.2f}")
+                                           for b in r["first_use_after"]["turnaround_by_bytes"]) + " first use")
     print("\n(ms summed over the workers; per worker busy + wait + turnaround + latencies + head + tail = makespan; "
           "n_lat: tasks whose worker was free before their inputs were written (by another worker), med_lat: their "
           "median latency in us; host: step less makespan; submitting: turnaround and latency of the tasks started "
           "during the submission; long: those over 100 us, n_long their count; handoffs: tasks whose last predecessor "
           "ran on another worker; busy/idle per worker: its tasks' durations and the rest of the makespan; real: median "
-          "over the traced steps)")
+          "over the traced steps; turnaround by bytes: the last traced step's)")
 
 
 def main(argv=None) -> int:
