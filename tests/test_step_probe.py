@@ -68,8 +68,34 @@ def test_a_cache_part_within_the_lanes_noise_is_not_fitted(probe, monkeypatch):
     part = 1 - hot.sum() / lanes.sum()
     assert step_probe.fit_in_step_factor(g, lanes, machine, cal)[0] == pytest.approx(1.0)
     monkeypatch.setattr(step_probe, "MIN_CACHE_PART", part + 0.01)  # the probe's cache part just under the least
-    factor, sums = step_probe.fit_in_step_factor(g, lanes, machine, cal)
+    factor, sums = step_probe.fit_in_step_factor(g, 1.1 * lanes, machine, cal)
     assert factor is None and "too little to scale" in sums["why"] and f"{100 * part:.1f}%" in sums["why"]
+    assert sums["whole_ratio"] == pytest.approx(1.1)  # how the tasks ran against their lanes is still reported
+
+
+def test_a_probe_too_little_to_scale_says_how_its_tasks_ran(probe, monkeypatch):
+    """Every session runs; the source gives the median of their whole ratios (the tasks against their lanes)."""
+    import importlib
+
+    import tilecast.loop.step_probe as step_probe
+
+    measure = importlib.import_module("tilecast.loop.measure")  # the module (the package exports a function of its name)
+    from_trace = importlib.import_module("tilecast.perfmodel.from_trace")
+    machine, g, cal = probe
+    lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
+    monkeypatch.setattr(step_probe, "MIN_CACHE_PART", 1 - hot.sum() / lanes.sum() + 0.01)
+    scales = iter([1.2, 1.05, 1.1])
+
+    class Run:  # a measured round: its traces give each task ``scale`` x its lane figure
+        def __init__(self, scale):
+            self.graph, self.traces = g, [scale]
+
+    monkeypatch.setattr(measure, "measure_round", lambda *a, **k: (None, None, Run(next(scales))))
+    monkeypatch.setattr(from_trace, "task_seconds", lambda graph, t: t * lanes)
+    factor, source, sums = step_probe.measure_in_step_factor(machine, cal, sessions=3)
+    assert factor is None and source.startswith("not measured: ") and "too little to scale" in source
+    assert "tasks 1.100x their lane figures (the median of 3 sessions)" in source
+    assert sums["whole_ratios"] == pytest.approx([1.05, 1.1, 1.2])
 
 
 def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):

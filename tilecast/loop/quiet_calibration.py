@@ -67,7 +67,8 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
     before = (cal.in_step_factor, cal.in_step_source)
     if cal.in_step_source:
         take_step_probe(machine, cal, guard)
-    report["in_step_factor"] = {"calibration": before[0], "now": cal.in_step_factor}
+    report["in_step_factor"] = {"calibration": before[0], "now": cal.in_step_factor,
+                                "calibration_source": before[1], "now_source": cal.in_step_source}
     cal.quiet = {"passes": counts["passes"], "passes_disturbed": counts["still_disturbed"],
                  "passes_retaken": report["passes_retaken_at_once"] + counts["retaken"],
                  "passes_retaken_late": counts["retaken"], "reference_best_s": guard.best_s,

@@ -76,12 +76,13 @@ def fit_in_step_factor(graph, traced: np.ndarray, machine, cal) -> tuple[float |
     if not ok.any():
         return None, {"why": "no traced task of the probe has lane times in the calibration"}
     lane_sum, hot_sum, traced_sum = float(d[0][ok].sum()), float(lanes.hot[0][ok].sum()), float(traced[ok].sum())
-    if not lane_sum - hot_sum >= MIN_CACHE_PART * lane_sum:
-        return None, {"why": f"the probe's lane figures' cache part is {100 * (1 - hot_sum / lane_sum):+.1f}% of them "
-                             f"(at least {100 * MIN_CACHE_PART:.0f}% needed): too little to scale"}
-    ratio = (traced_sum - hot_sum) / (lane_sum - hot_sum)
+    ratio = (traced_sum - hot_sum) / (lane_sum - hot_sum) if lane_sum > hot_sum else float("nan")
     sums = {"tasks": int(ok.sum()), "of": int(graph.n_tasks), "traced_s": traced_sum, "lanes_s": lane_sum,
             "hot_s": hot_sum, "ratio": ratio, "whole_ratio": traced_sum / lane_sum}
+    if not lane_sum - hot_sum >= MIN_CACHE_PART * lane_sum:
+        # the whole ratio is still reported: how the step's tasks ran against their lanes, whatever their cache part
+        return None, {**sums, "why": f"the probe's lane figures' cache part is {100 * (1 - hot_sum / lane_sum):+.1f}% "
+                                     f"of them (at least {100 * MIN_CACHE_PART:.0f}% needed): too little to scale"}
     return float(np.clip(ratio, *FACTOR_RANGE)), sums
 
 
@@ -102,9 +103,17 @@ def measure_in_step_factor(machine, cal, guard=None, sessions: int = PROBE_SESSI
         _, _, res = run() if guard is None else guard.measure(run)[0]
         per_task = np.nanmedian(np.array([task_seconds(res.graph, t) for t in res.traces]), axis=0)
         factor, sums = fit_in_step_factor(res.graph, per_task, machine, base)
-        if factor is None:
+        if "whole_ratio" not in sums:  # nothing of the probe to set against its lanes
             return None, f"not measured: {sums['why']}", sums
+        if factor is None:  # the cache part too small: every session says so, and how its tasks ran
+            fits.append((sums["whole_ratio"], None, sums))
+            continue
         fits.append((sums["ratio"], factor, sums))
+    if any(f[1] is None for f in fits):
+        wholes = sorted(f[2]["whole_ratio"] for f in fits)
+        sums = {**[f[2] for f in fits if f[1] is None][0], "whole_ratios": wholes}
+        return None, (f"not measured: {sums['why']}; tasks {wholes[len(wholes) // 2]:.3f}x their lane figures "
+                      f"(the median of {len(wholes)} sessions)"), sums
     ratio, factor, sums = sorted(fits, key=lambda f: f[0])[len(fits) // 2]
     sums = {**sums, "ratios": [f[0] for f in fits]}
     source = (f"measured: {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
