@@ -98,24 +98,23 @@ def measure_in_step_factor(machine, cal, guard=None, sessions: int = PROBE_SESSI
     def run():
         return measure_round(config, PROBE_STEPS, PROBE_WARMUP)
 
-    fits = []
+    fits = []  # (factor or None, sums) of each session
     for _ in range(max(int(sessions), 1)):
         _, _, res = run() if guard is None else guard.measure(run)[0]
         per_task = np.nanmedian(np.array([task_seconds(res.graph, t) for t in res.traces]), axis=0)
         factor, sums = fit_in_step_factor(res.graph, per_task, machine, base)
         if "whole_ratio" not in sums:  # nothing of the probe to set against its lanes
             return None, f"not measured: {sums['why']}", sums
-        if factor is None:  # the cache part too small: every session says so, and how its tasks ran
-            fits.append((sums["whole_ratio"], None, sums))
-            continue
-        fits.append((sums["ratio"], factor, sums))
-    if any(f[1] is None for f in fits):
-        wholes = sorted(f[2]["whole_ratio"] for f in fits)
-        sums = {**[f[2] for f in fits if f[1] is None][0], "whole_ratios": wholes}
+        fits.append((factor, sums))
+    unfitted = [s for f, s in fits if f is None]
+    if unfitted:  # the cache part too small: still say how the sessions' tasks ran against their lanes
+        wholes = sorted(s["whole_ratio"] for _, s in fits)
+        sums = {**unfitted[0], "whole_ratios": wholes}
         return None, (f"not measured: {sums['why']}; tasks {wholes[len(wholes) // 2]:.3f}x their lane figures "
                       f"(the median of {len(wholes)} sessions)"), sums
-    ratio, factor, sums = sorted(fits, key=lambda f: f[0])[len(fits) // 2]
-    sums = {**sums, "ratios": [f[0] for f in fits]}
+    factor, sums = sorted(fits, key=lambda f: f[1]["ratio"])[len(fits) // 2]
+    ratio = sums["ratio"]
+    sums = {**sums, "ratios": [s["ratio"] for _, s in fits]}
     source = (f"measured: {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
               f"worker, the median of {len(fits)} sessions' traced steps: the cache part {ratio:.3f}x the lanes' "
               f"(tasks {sums['whole_ratio']:.3f}x their lane figures)")
