@@ -83,7 +83,8 @@ def main() -> None:
                          "unpinned, as before (the forecast keeps the submit_share calibrate --ranks measured)")
     ap.add_argument("--threads", action="store_true",
                     help="read every rank's threads' scheduler counts in each step (thread_cpu in the JSON; "
-                         "0.1-0.3 ms of each rank's main thread per reading, inside the step)")
+                         "0.1-0.3 ms of each rank's main thread per reading, two inside each step: a pass "
+                         "for the forecast's error runs without it)")
     ap.add_argument("--count", choices=("share", "groups", "threads"), default="share",
                     help="how other work becomes background threads: the measured share of a core (default), "
                          "runnable threads per session, or runnable threads")

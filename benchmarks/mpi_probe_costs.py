@@ -8,7 +8,10 @@ end of the codelet) beside the one-process calibration's; per rank, the gaps bet
 worker split by the task after the gap (``recv``: it reads a tile received from the other rank; ``sent``: the
 task before it wrote a tile the other rank receives; ``other``), each during the main thread's submission and
 after it, measured and forecast. Medians say what a gap costs when nothing is awaited; sums say where the
-step went. Needs ``tilecast calibrate`` (kernels) and ``tilecast calibrate --ranks 2`` first.
+step went. Per rank, the phases (:func:`phase_table`): the tasks its worker ran while the main thread
+submitted, how long after the submission's end the worker began its next task, and after it the span, its
+kernels, the mean gap under :data:`WAIT_S` and the waits above it. Needs ``tilecast calibrate`` (kernels) and
+``tilecast calibrate --ranks 2`` first.
 
 ``--model``, ``--batch``, ``--seq``, ``--tile``, ``--distribution`` and ``--sched`` run another step than the probe
 (one of ``mpi_forecast.py``'s rows, say) through the same cuts.
@@ -41,6 +44,31 @@ def gap_table(start, end, rank_of, rank, recv, sent, submit_end) -> dict:
             out[f"{ph}.{c}"] = dict(n=int(sel.sum()), sum_s=float(g[sel].sum()),
                                     median_s=float(np.median(g[sel])) if sel.any() else None)
     return out
+
+
+#: a gap this long or longer after the submission is a wait (for a message, for the other rank), not the runtime's cost
+WAIT_S = 20e-6
+
+
+def phase_table(start, end, rank_of, rank, submit_end) -> dict:
+    """``rank``'s worker (one per rank) around its main thread's submission: tasks run while it submitted, the
+    delay between the submission's end and the worker's next task (after the last task begun before it), and
+    after the submission its span (first task's start to last end), its kernels, the mean of its gaps shorter
+    than :data:`WAIT_S` (the runtime's cost per task) and the sum of the longer ones (waits)."""
+    idx = np.flatnonzero(rank_of == rank)
+    idx = idx[np.argsort(start[idx])]
+    during, after = idx[start[idx] < submit_end], idx[start[idx] >= submit_end]
+    out = {"during": int(len(during)), "after": int(len(after))}
+    if not len(after):
+        return out | {"resume_s": None, "span_s": 0.0, "kernel_s": 0.0, "short_gap_mean_s": None, "waits_s": 0.0}
+    busy_until = max(submit_end, float(end[during].max())) if len(during) else submit_end
+    g = start[after[1:]] - end[after[:-1]]
+    short = g < WAIT_S
+    return out | {"resume_s": float(start[after[0]] - busy_until),
+                  "span_s": float(end[after].max() - start[after[0]]),
+                  "kernel_s": float((end[after] - start[after]).sum()),
+                  "short_gap_mean_s": float(g[short].mean()) if short.any() else None,
+                  "waits_s": float(g[~short].sum())}
 
 
 def main() -> None:
@@ -119,14 +147,24 @@ def main() -> None:
                 kernels[k] = dict(n=int(s.sum()), measured_s=float(d[s].sum()), calibrated_s=float(cal[mine][s].sum()),
                                   ratio_after=float(np.median(d[s & after] / cal[mine][s & after]))
                                   if (s & after).any() else None)
+            phases = {"measured": phase_table(r.start_s, r.end_s, r.task_rank, rank, sub_end),
+                      "predicted": phase_table(sim.start, sim.end, sim.task_rank, rank, sim_sub)}
             row = dict(rank=rank, submit_end_s=sub_end, submit_end_predicted_s=sim_sub, measured=meas,
-                       predicted=pred, kernels=kernels, step_s=float(r.rank_step_s[rank, -1]))
+                       predicted=pred, kernels=kernels, phases=phases, step_s=float(r.rank_step_s[rank, -1]))
             run["ranks"].append(row)
             print(f" rank {rank}: {meas['tasks']} tasks; submission ends {1e3 * sub_end:.1f} ms (pred "
                   f"{1e3 * sim_sub:.1f}); first task {1e3 * meas['first_start_s']:.2f} / {1e3 * pred['first_start_s']:.2f};"
                   f" last end {1e3 * meas['last_end_s']:.1f} / {1e3 * pred['last_end_s']:.1f}; kernels "
                   f"{1e3 * meas['kernel_s']:.1f} / {1e3 * pred['kernel_s']:.1f} (calibrated "
                   f"{1e3 * cal[mine].sum():.1f}); gaps {1e3 * meas['gaps_s']:.1f} / {1e3 * pred['gaps_s']:.1f} ms")
+            pm, pp = phases["measured"], phases["predicted"]
+            ms = lambda x: f"{1e3 * x:.2f}" if x is not None else "-"
+            us = lambda x: f"{1e6 * x:.2f}" if x is not None else "-"
+            print(f"   phases: {pm['during']} / {pp['during']} tasks while submitting; next task "
+                  f"{ms(pm['resume_s'])} / {ms(pp['resume_s'])} ms after; then span {ms(pm['span_s'])} / "
+                  f"{ms(pp['span_s'])} ms: kernels {ms(pm['kernel_s'])} / {ms(pp['kernel_s'])}, gaps under "
+                  f"{1e6 * WAIT_S:.0f} us {us(pm['short_gap_mean_s'])} / {us(pp['short_gap_mean_s'])} us each, longer "
+                  f"ones {ms(pm['waits_s'])} / {ms(pp['waits_s'])} ms")
             for key in [k for k in meas if "." in k]:
                 a, b = meas[key], pred[key]
                 med = lambda x: f"{1e6 * x:.1f}" if x is not None else "-"
