@@ -99,8 +99,8 @@ def decompose(graph, trace, submit_end: float = 0.0, long_s: float = LONG_S) -> 
         r = ready[nxt]
         after = r > free  # the worker was free before the task's inputs were written
         out["wait"] += float((r - free)[after].sum())
-        out["turnaround"] += float((start[nxt] - free)[~after].sum())
         turn.append((start[nxt] - free)[~after])
+        out["turnaround"] += float(turn[-1].sum())
         turn_after.append(nbytes[t[:-1]][~after])
         lat.append((start[nxt] - r)[after])  # r > free: the last predecessor ran on another worker
         between.append(np.where(after, start[nxt] - r, start[nxt] - free))
