@@ -53,8 +53,13 @@ UNPRINTED = {
     **{("calibrate", key): {k: "held-out errors need more shapes per kernel than --per-kernel 2 times (minutes)"
                             for k in ("n_fit", "n_heldout", "median_rel_err", "max_rel_err", "base_median_rel_err",
                                       "fit", "fixed_us", "gflops", "GBps")} for key in ("heldout", "heldout_hot")},
-    ("calibrate --ranks", "probe"): {k: "submit_roles is null where too few insertions kept their core (load)"
-                                     for k in ("exec", "other", "send", "recv")},
+    ("calibrate --ranks", "probe"): {
+        **{k: "submit_roles is null where too few insertions kept their core (load)"
+           for k in ("exec", "other", "send", "recv")},
+        **{k: "message_cpu_calls is null where a cost per call of the test's small probe fits below zero"
+           for k in ("base_s", "per_test_s", "per_send_call_s", "per_recv_call_s", "call_cost_s", "gaps",
+                     "send_calls_per_message", "recv_calls_per_message", "send_side_s", "recv_side_s",
+                     "send_calls", "recv_calls")}},
     ("accuracy", "views"): {"note": "only where a view stands for another: a suite of one model shape"},
     ("accuracy", "conditions"): {
         **{k: "only when calibration was timed in the run (the test's home is calibrated already)"

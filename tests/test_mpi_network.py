@@ -2,6 +2,7 @@
 
 import functools
 import json
+import os
 import shutil
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from json_keys import assert_documented
 
 from tilecast.cli import main
+from tilecast.executor.mpi_threads import progress_drives_worker
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="Open MPI's mpirun is not installed "
                                 "(apt-get install openmpi-bin libopenmpi-dev)")
@@ -38,6 +40,15 @@ def test_pingpong_is_stored_and_used(capsys, tmp_path, monkeypatch):
     assert probe["predicted_with_pingpong_s"] > 0 and probe["message_s_pingpong"] == net["message_s"]
     assert probe["message_s_fitted"] >= probe["message_s_pingpong"]  # bisected upwards from the ping-pong's cost
     assert net["submit_task_s"] == probe["submit_task_s"] > 0 and net["submit_cpu_task_s"] > 0
+    # the worker's CPU per message, from its MPI calls' times where the fit holds (on this small probe's some
+    # 1,600 gaps a cost per call may come out under what timing it costs: then the gaps' medians)
+    calls = probe["message_cpu_calls"]
+    if calls is not None:
+        assert probe["message_cpu_from"] == "mpi calls" and probe["message_cpu_s"] == calls["message_cpu_s"] > 0
+        assert calls["send_side_s"] > 0 and calls["recv_side_s"] > 0 and calls["gaps"] > 0
+    elif progress_drives_worker(2, 1, os.cpu_count()):
+        assert probe["message_cpu_from"] == "gap medians"
+        assert probe["message_cpu_s"] == probe["message_cpu_gap_medians_s"]
     assert net["ranks"] == 2 and net["bandwidth_Bps"] > 0 and net["latency_s"] >= 0 and net["message_s"] >= 0
     assert [p[0] for p in net["points"]] == [8, 65536, 262144]
     assert all(p[1] > 0 and p[2] > 0 for p in net["points"])  # one-way times through StarPU-MPI and MPI

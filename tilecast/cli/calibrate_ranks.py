@@ -90,7 +90,12 @@ def run_rank_calibration(args) -> int:
             print(f"  worker's gap per task       {probe['task_gap_mean_s'] * 1e6:10.2f} us (the probe's traces, after "
                   f"the submission), {net.progress_task_s * 1e6:.2f} us over the one-process "
                   f"{probe['flat_task_overhead_s'] * 1e6:.2f} us: StarPU-MPI's progress round per task")
-        if net.message_cpu_s is not None:
+        calls = probe.get("message_cpu_calls")
+        if net.message_cpu_s is not None and calls:
+            print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (its MPI calls timed "
+                  f"in one more run: {calls['send_side_s'] * 1e6:.2f} us sending, {calls['recv_side_s'] * 1e6:.2f} "
+                  f"us receiving; {calls['gaps']} gaps fitted)")
+        elif net.message_cpu_s is not None:
             print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (the gaps after a "
                   f"send and before a receive's reader)")
     print(f"stored in {path}")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tilecast.executor.mpi_call_times import FILE as CALLS_FILE
 from tilecast.executor.mpi_rank import RESULT
 from tilecast.home import home
 from tilecast.errors import FieldError
@@ -72,6 +73,10 @@ class MPIRunResult:
     # per rank: its exit of the last step's first barrier on CLOCK_MONOTONIC, less rank 0's, in seconds (None when
     # a rank ran on another host or did not record it). start_s/end_s/submit_at_s + it: every rank on one clock.
     clock_shift_s: np.ndarray | None = None
+    # per rank (``run_mpi(mpi_calls=True)``): its MPI calls (tilecast.executor.mpi_call_times.CALL records with
+    # ``t_s``, seconds on the clock of start_s/end_s); None when not asked
+    mpi_calls: list | None = None
+    mpi_call_cost_s: np.ndarray | None = None  # per rank: what recording one of those calls cost it
 
     @property
     def median_step_s(self) -> float:
@@ -118,10 +123,11 @@ def _failure_line(text: str, returncode: int) -> str:
     return f"a rank failed (mpirun exit status {returncode}): {detail}"
 
 
-def _launch(spec_path: Path, ranks: int, timeout_s: float, module: str = "tilecast.executor.mpi_rank") -> list[str]:
+def _launch(spec_path: Path, ranks: int, timeout_s: float, module: str = "tilecast.executor.mpi_rank",
+            env_extra: dict | None = None) -> list[str]:
     """Run ``python -m module SPEC`` on ``ranks`` processes under mpirun; MPIRunError (one line) on a failure."""
     cmd = mpirun_command(ranks) + [sys.executable, "-m", module, str(spec_path)]
-    env = dict(os.environ)
+    env = dict(os.environ, **(env_extra or {}))
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")  # no ptrace in containers
     env["TILECAST_HOME"] = str(home())
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -201,19 +207,30 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                 pos += size
     drives = all(bool(f["drives"][0]) for f in files if "drives" in f)
     main_first = all("main_first" in f and bool(f["main_first"][0]) for f in files)
+    mpi_calls = mpi_call_cost = None
+    calls_there = all((run_dir / CALLS_FILE.format(r)).exists() for r in range(ranks))
+    if calls_there and all("clock_offset_us" in f for f in files):
+        from tilecast.executor.mpi_call_times import on_trace_clock, read_calls
+
+        # the trace's origin on CLOCK_MONOTONIC: the rank's exit of the last step's barrier, its StarPU clock offset
+        read = [read_calls(run_dir / CALLS_FILE.format(r)) for r in range(ranks)]
+        mpi_calls = [on_trace_clock(calls, float(f["t0_us"][0]) + float(f["clock_offset_us"][-1]))
+                     for (calls, _), f in zip(read, files)]
+        mpi_call_cost = np.array([cost for _, cost in read])
     threads = ([{"name": f["thread_name"].tolist(), "run_s": f["thread_run_s"], "wait_s": f["thread_wait_s"],
                  "submit": {"name": f["submit_thread_name"].tolist(), "run_s": f["submit_thread_run_s"],
                             "wait_s": f["submit_thread_wait_s"]}}
                 for f in files] if all("submit_thread_run_s" in f for f in files) else None)
     return dict(drives=drives, main_first=main_first, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
-                submit_at=submit_at, clock_shift=clock_shift, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+                submit_at=submit_at, clock_shift=clock_shift, mpi_calls=mpi_calls, mpi_call_cost=mpi_call_cost, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
 def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int = 1, steps: int = 2,
             ranks: int = 2, distribution: str = "data", seed: int = 0, lr: float = 1e-3, check: bool = False,
             timeout_s: float = DEFAULT_TIMEOUT_S, recompute: str = "none", train: dict | None = None,
-            progress: str = "auto", read_threads: bool = False, main_first: bool = True) -> MPIRunResult:
+            progress: str = "auto", read_threads: bool = False, main_first: bool = True,
+            mpi_calls: bool = False) -> MPIRunResult:
     """Run ``steps`` training steps of ``cfg`` on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers.
 
     ``train``: batches from the byte corpus instead of random tokens, and checkpoints
@@ -225,7 +242,8 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
     below it, so that it submits the step uncut (:func:`tilecast.executor.mpi_threads.main_thread_first`;
     False: every thread at the same level, unpinned). ``read_threads``: each rank reads its threads'
     scheduler counts at each step's start, submission's end and end (``MPIRunResult.threads``; 0.1-0.3 ms of
-    the main thread per reading, inside the step: off unless asked).
+    the main thread per reading, inside the step: off unless asked). ``mpi_calls``: time every MPI call of the
+    ranks (:mod:`tilecast.executor.mpi_call_times`; ``MPIRunResult.mpi_calls``; not under a user's mpirun).
 
     FieldError (naming the field) on bad input, before anything starts;
     :class:`MPIRunError` when mpirun is missing, a rank fails, or the run
@@ -275,7 +293,12 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
             spec["bottom_level"] = str(run_dir / "bottom_level.npy")
         spec_path = run_dir / "spec.json"
         spec_path.write_text(json.dumps(spec))
-        cmd = _launch(spec_path, ranks, timeout_s)
+        env_extra = None
+        if mpi_calls:
+            from tilecast.executor.mpi_call_times import launch_env
+
+            env_extra = launch_env(run_dir)
+        cmd = _launch(spec_path, ranks, timeout_s, env_extra=env_extra)
         got = _gather(graph, dist.owner, run_dir, ranks, steps, check)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -340,7 +363,8 @@ def _result(cfg, batch, seq, steps, ranks, distribution, seed, lr, check, graph,
         end_s=got["end"], worker=got["worker"], graph=graph, check=report, launcher=cmd, submit_s=got["submit_s"],
         submit_cpu_s=got["submit_cpu_s"], submit_at_s=got.get("submit_at"), progress_drives_worker=got["drives"],
         main_first=got["main_first"],
-        threads=got.get("threads"), clock_shift_s=got.get("clock_shift"))
+        threads=got.get("threads"), clock_shift_s=got.get("clock_shift"), mpi_calls=got.get("mpi_calls"),
+        mpi_call_cost_s=got.get("mpi_call_cost"))
 
 
 def check_first_step(cfg, batch, seq, graph, seed, store, steps) -> dict:

@@ -9,8 +9,9 @@ takes per task it submits, in wall time (``submit_task_s``) and in CPU time (``s
 main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks_submission`), and, from the
 scheduler's per-thread counts, the main thread's part of its rank's CPU while it submits (``submit_share``,
 :func:`tilecast.executor.mpi_threads.submit_share_of`), and, from the runs' traces, what a task and a message
-cost the worker that the progress thread runs beyond the one-process model (``progress_task_s``,
-``message_cpu_s``: :mod:`tilecast.loop.ranks_task_cost`). The cost per
+cost the worker that the progress thread runs beyond the one-process model (``progress_task_s``:
+:mod:`tilecast.loop.ranks_task_cost`; ``message_cpu_s``: from one more run whose MPI calls are timed,
+:mod:`tilecast.loop.ranks_message_cpu`, else from the gaps' medians). The cost per
 message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
 probe's measured step, as a check of the model (``message_s_fitted``), not a value the forecast uses:
@@ -86,6 +87,33 @@ def task_costs_of(results, built, ranks: int, workers: int, distribution: str, f
     return fit_task_costs(traces, graph, transfers, flat_overhead_s)
 
 
+def message_cpu_of_calls(cfg, tiling, built, ranks: int, workers: int, steps: int, timeout_s: float) -> dict | None:
+    """One more run of the probe with its MPI calls timed (:mod:`tilecast.executor.mpi_call_times`) and the
+    progress thread's CPU per message fitted on them (:func:`tilecast.loop.ranks_message_cpu.fit_message_cpu`);
+    None where the progress thread does not run the worker, a rank has several workers, the interposer cannot be
+    built, or the fit has nothing to hold on to."""
+    from tilecast.executor.mpi_launch import run_mpi
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.owner_computes import plan
+    from tilecast.kernels.native_build import NativeUnavailable
+    from tilecast.loop.ranks_message_cpu import fit_message_cpu
+
+    p = PROBE
+    try:
+        r = run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
+                    timeout_s=timeout_s, mpi_calls=True)
+    except NativeUnavailable:
+        return None
+    if workers != 1 or not r.progress_drives_worker or r.mpi_calls is None or r.submit_at_s is None:
+        return None
+    graph, dist = prepare(built, ranks, p["distribution"])
+    t = plan(graph, dist.owner, ranks).transfers
+    sent = [int(np.sum(np.asarray(t.src) == k)) for k in range(ranks)]
+    received = [int(np.sum(np.asarray(t.dst) == k)) for k in range(ranks)]
+    return fit_message_cpu([(r.mpi_calls, r.start_s, r.end_s, r.task_rank, r.submit_at_s[:, -1], sent, received)],
+                           float(np.mean(r.mpi_call_cost_s)))
+
+
 def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 2, timeout_s: float = 900.0):
     """(``net`` with ``message_s`` fitted on the probe step, the probe's figures). Runs the probe ``repeats``
     times on ``ranks`` ranks; the step time is the median of the runs' medians."""
@@ -130,10 +158,13 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     # the worker's round of StarPU-MPI's progress loop per task and its CPU per message, from the runs' traces
     costs = task_costs_of(results, built, ranks, workers, p["distribution"],
                           rank_machine_costs(machine, host_costs, workers, p["sched"]).task_overhead)
+    # and per message from the MPI calls' own times, in a run of its own (timing them slows the step); the gaps'
+    # medians above where they cannot be timed
+    calls = message_cpu_of_calls(cfg, tiling, built, ranks, workers, steps, timeout_s)
+    message_cpu = calls["message_cpu_s"] if calls else (costs["message_cpu_s"] if costs else None)
     net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
                   submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles, submit_share=share,
-                  progress_task_s=costs["progress_task_s"] if costs else None,
-                  message_cpu_s=costs["message_cpu_s"] if costs else None)
+                  progress_task_s=costs["progress_task_s"] if costs else None, message_cpu_s=message_cpu)
 
     def predict(cost: float) -> float:
         trial = replace(net, message_s=cost)
@@ -147,6 +178,8 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
              "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles, "submit_share": share,
              "progress_task_s": net.progress_task_s, "message_cpu_s": net.message_cpu_s,
+             "message_cpu_from": "mpi calls" if calls else ("gap medians" if costs else None),
+             "message_cpu_gap_medians_s": costs["message_cpu_s"] if costs else None, "message_cpu_calls": calls,
              "task_gap_mean_s": costs["gap_mean_s"] if costs else None,
              "flat_task_overhead_s": costs["flat_overhead_s"] if costs else None,
              "background_threads": background}
