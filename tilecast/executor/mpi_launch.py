@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,6 +119,10 @@ def _failure_line(text: str, returncode: int) -> str:
     ours = [ln for ln in lines if ln.startswith("tilecast rank")]
     if ours:
         return ours[0]
+    # a rank's Python that failed before it could say so (its interpreter's last line: "ModuleNotFoundError: ...")
+    python = [ln for ln in lines if re.match(r"^(/\S+: )?[A-Za-z_.]*(Error|Exception)\b.*: ", ln)]
+    if python:
+        return f"a rank failed (mpirun exit status {returncode}): {python[0]}"
     said = [ln for ln in lines if ln.startswith(("mpirun noticed", "mpirun detected")) or "signal" in ln.lower()]
     detail = said[0] if said else (lines[-1] if lines else "no output")
     return f"a rank failed (mpirun exit status {returncode}): {detail}"
