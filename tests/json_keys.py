@@ -59,7 +59,7 @@ UNPRINTED = {
         **{k: "message_cpu_calls is null where a cost per call of the test's small probe fits below zero"
            for k in ("base_s", "per_test_s", "per_send_call_s", "per_recv_call_s", "call_cost_s", "gaps",
                      "send_calls_per_message", "recv_calls_per_message", "send_side_s", "recv_side_s",
-                     "send_calls", "recv_calls")}},
+                     "send_calls", "recv_calls", "runs")}},
     ("accuracy", "views"): {"note": "only where a view stands for another: a suite of one model shape"},
     ("accuracy", "conditions"): {
         **{k: "only when calibration was timed in the run (the test's home is calibrated already)"

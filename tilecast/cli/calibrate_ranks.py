@@ -29,7 +29,8 @@ def add_rank_calibration_args(p) -> None:
                         "StarPU's costs under a limit; with "
                         "--ranks, no probe step (by default a probe step, gpt2-tiny, layer, 2 runs, measures each "
                         "rank's submission time per task and reports the cost per message the rank simulator "
-                        "would need to match it; the stored cost per message is the ping-pong's either way)")
+                        "would need to match it, then 2 more runs with every MPI call timed measure the worker's "
+                        "CPU per message; the stored cost per message is the ping-pong's either way)")
 
 
 def run_rank_calibration(args) -> int:
@@ -93,7 +94,7 @@ def run_rank_calibration(args) -> int:
         calls = probe.get("message_cpu_calls")
         if net.message_cpu_s is not None and calls:
             print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (its MPI calls timed "
-                  f"in one more run: {calls['send_side_s'] * 1e6:.2f} us sending, {calls['recv_side_s'] * 1e6:.2f} "
+                  f"in {calls['runs']} more runs: {calls['send_side_s'] * 1e6:.2f} us sending, {calls['recv_side_s'] * 1e6:.2f} "
                   f"us receiving; {calls['gaps']} gaps fitted)")
         elif net.message_cpu_s is not None:
             print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (the gaps after a "

@@ -10,7 +10,7 @@ main thread shares with the rank's other threads (:mod:`tilecast.simulator.ranks
 scheduler's per-thread counts, the main thread's part of its rank's CPU while it submits (``submit_share``,
 :func:`tilecast.executor.mpi_threads.submit_share_of`), and, from the runs' traces, what a task and a message
 cost the worker that the progress thread runs beyond the one-process model (``progress_task_s``:
-:mod:`tilecast.loop.ranks_task_cost`; ``message_cpu_s``: from one more run whose MPI calls are timed,
+:mod:`tilecast.loop.ranks_task_cost`; ``message_cpu_s``: from as many more runs, their MPI calls timed,
 :mod:`tilecast.loop.ranks_message_cpu`, else from the gaps' medians). The cost per
 message stays the ping-pong's: the probe also reports, by
 bisection (:func:`fit_message_cost`), the cost per message at which the rank simulator would predict the
@@ -87,9 +87,10 @@ def task_costs_of(results, built, ranks: int, workers: int, distribution: str, f
     return fit_task_costs(traces, graph, transfers, flat_overhead_s)
 
 
-def message_cpu_of_calls(cfg, tiling, built, ranks: int, workers: int, steps: int, timeout_s: float) -> dict | None:
-    """One more run of the probe with its MPI calls timed (:mod:`tilecast.executor.mpi_call_times`) and the
-    progress thread's CPU per message fitted on them (:func:`tilecast.loop.ranks_message_cpu.fit_message_cpu`);
+def message_cpu_of_calls(cfg, tiling, built, ranks: int, workers: int, steps: int, timeout_s: float,
+                         repeats: int = 2) -> dict | None:
+    """``repeats`` more runs of the probe with their MPI calls timed (:mod:`tilecast.executor.mpi_call_times`) and
+    the progress thread's CPU per message fitted on them together (:func:`tilecast.loop.ranks_message_cpu.fit_message_cpu`);
     None where the progress thread does not run the worker, a rank has several workers, the interposer cannot be
     built, or the fit has nothing to hold on to."""
     from tilecast.executor.mpi_launch import run_mpi
@@ -99,19 +100,23 @@ def message_cpu_of_calls(cfg, tiling, built, ranks: int, workers: int, steps: in
     from tilecast.loop.ranks_message_cpu import fit_message_cpu
 
     p = PROBE
+    if workers != 1:
+        return None
     try:
-        r = run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
-                    timeout_s=timeout_s, mpi_calls=True)
+        runs = [run_mpi(cfg, p["batch"], p["seq"], tiling, p["sched"], workers, steps, ranks, p["distribution"],
+                        timeout_s=timeout_s, mpi_calls=True) for _ in range(repeats)]
     except NativeUnavailable:
         return None
-    if workers != 1 or not r.progress_drives_worker or r.mpi_calls is None or r.submit_at_s is None:
+    runs = [r for r in runs if r.progress_drives_worker and r.mpi_calls is not None and r.submit_at_s is not None]
+    if not runs:
         return None
     graph, dist = prepare(built, ranks, p["distribution"])
     t = plan(graph, dist.owner, ranks).transfers
     sent = [int(np.sum(np.asarray(t.src) == k)) for k in range(ranks)]
     received = [int(np.sum(np.asarray(t.dst) == k)) for k in range(ranks)]
-    return fit_message_cpu([(r.mpi_calls, r.start_s, r.end_s, r.task_rank, r.submit_at_s[:, -1], sent, received)],
-                           float(np.mean(r.mpi_call_cost_s)))
+    got = fit_message_cpu([(r.mpi_calls, r.start_s, r.end_s, r.task_rank, r.submit_at_s[:, -1], sent, received)
+                           for r in runs], float(np.mean([r.mpi_call_cost_s for r in runs])))
+    return {**got, "runs": len(runs)} if got else None
 
 
 def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 2, timeout_s: float = 900.0):
@@ -158,9 +163,9 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     # the worker's round of StarPU-MPI's progress loop per task and its CPU per message, from the runs' traces
     costs = task_costs_of(results, built, ranks, workers, p["distribution"],
                           rank_machine_costs(machine, host_costs, workers, p["sched"]).task_overhead)
-    # and per message from the MPI calls' own times, in a run of its own (timing them slows the step); the gaps'
+    # and per message from the MPI calls' own times, in runs of their own (timing them slows the step); the gaps'
     # medians above where they cannot be timed
-    calls = message_cpu_of_calls(cfg, tiling, built, ranks, workers, steps, timeout_s)
+    calls = message_cpu_of_calls(cfg, tiling, built, ranks, workers, steps, timeout_s, repeats)
     message_cpu = calls["message_cpu_s"] if calls else (costs["message_cpu_s"] if costs else None)
     net = replace(net, submit_task_s=float(np.median(submit)) if submit else 0.0,
                   submit_cpu_task_s=float(np.median(cpu)) if cpu else 0.0, submit_roles=roles, submit_share=share,
