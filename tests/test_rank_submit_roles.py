@@ -16,7 +16,7 @@ from tilecast.simulator.ranks_submission import release_times
 from tilecast.simulator.ranks_threads import CoreSharing
 from tilecast.simulator.submit_roles import ROLES, fit_roles, role_counts, task_seconds
 
-ROLE_COSTS = dict(exec=1e-3, other=0.5e-3, send=1e-3, recv=2e-3)
+ROLE_COSTS = dict(exec=1e-3, other=0.5e-3, send=1e-3, recv=2e-3, drop=0.25e-3)
 
 
 def test_each_rank_pays_for_its_role_in_each_task():
@@ -24,9 +24,9 @@ def test_each_rank_pays_for_its_role_in_each_task():
     k = 4
     g, dist = fan_in_graph(k)
     p = plan(g, dist.owner, 2)
-    counts = role_counts(p.task_rank, p.transfers, 2)
+    counts = role_counts(p.task_rank, p.transfers, 2, g)
     assert counts.shape == (2, k, len(ROLES))
-    assert counts[0].tolist() == [[0, 1, 1, 0]] * k and counts[1].tolist() == [[1, 0, 0, 1]] * k
+    assert counts[0].tolist() == [[0, 1, 1, 0, 0]] * k and counts[1].tolist() == [[1, 0, 0, 1, 0]] * k
     cost = task_seconds(ROLE_COSTS, counts)
     assert cost[0] == pytest.approx([1.5e-3] * k) and cost[1] == pytest.approx([3e-3] * k)
 
@@ -34,12 +34,13 @@ def test_each_rank_pays_for_its_role_in_each_task():
 def test_fit_recovers_the_roles_and_leaves_preempted_insertions_out():
     rng = np.random.default_rng(0)
     n = 400
-    counts = np.zeros((2, n, 4))
+    counts = np.zeros((2, n, 5))
     runs = rng.random((2, n)) < 0.5
     counts[..., 0], counts[..., 1] = runs, ~runs
     counts[..., 2] = rng.integers(0, 3, (2, n)) * (rng.random((2, n)) < 0.1)
     counts[..., 3] = rng.integers(0, 3, (2, n)) * (rng.random((2, n)) < 0.1)
-    true = dict(exec=1.2e-6, other=0.2e-6, send=3e-6, recv=5e-6)
+    counts[..., 4] = rng.integers(1, 9, (2, n)) * (rng.random((2, n)) < 0.1) * ~runs
+    true = dict(exec=1.2e-6, other=0.2e-6, send=3e-6, recv=5e-6, drop=0.8e-6)
     seconds = task_seconds(true, counts)
     seconds[0, ::50] += 4e-3  # the thread lost its core in these: left out
     seconds[1, 7] = np.nan  # not timed
@@ -50,7 +51,29 @@ def test_fit_recovers_the_roles_and_leaves_preempted_insertions_out():
     scaled = fit_roles(counts, seconds, cpu_s=[1.1 * total])
     assert all(scaled[r] == pytest.approx(1.1 * true[r], rel=1e-6) for r in ROLES)
     with pytest.raises(ValueError, match="send"):
-        fit_roles(np.where(np.arange(4) == 2, 0.0, counts), seconds)
+        fit_roles(np.where(np.arange(5) == 2, 0.0, counts), seconds)
+
+
+def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
+    from tilecast.graph import GraphBuilder, Tiling
+    from tilecast.graph.distribution import Distribution
+    from tilecast.simulator.submit_roles import drop_counts
+
+    # x and w on rank 0, y and z on rank 1: x += w; y += x and z += x on rank 1 (x received once, read twice);
+    # x += w again on rank 0 (rank 1's copy dropped behind its two readers); y += x (received again, never dropped)
+    b = GraphBuilder(Tiling.uniform(4))
+    t = {name: b.tensor(name, (4, 4), ("seq", None), "activation") for name in "wxyz"}
+    for a, c in ("wx", "xy", "xz", "wx", "xy"):
+        b.add("axpy", [t[a].tile_ids([0], 0), t[c].tile_ids([0], 0)], dict(n=16, alpha=1.0))
+    g = b.build()
+    owner = np.zeros(g.n_tiles, dtype=np.int32)
+    owner[[t["y"].first_tile, t["z"].first_tile]] = 1
+    p = plan(g, Distribution("test", 2, owner).owner, 2)
+    assert p.task_rank.tolist() == [0, 1, 1, 0, 1] and len(p.transfers) == 2
+    assert drop_counts(g, p.task_rank, p.transfers, 1).tolist() == [0, 0, 0, 2, 0]
+    assert not drop_counts(g, p.task_rank, p.transfers, 0).any()  # rank 0 receives nothing
+    counts = role_counts(p.task_rank, p.transfers, 2, g)
+    assert counts[1, 3].tolist() == [0, 1, 0, 0, 2] and task_seconds(ROLE_COSTS, counts)[1, 3] == pytest.approx(1e-3)
 
 
 def test_release_times_follow_each_ranks_costs():

@@ -61,7 +61,7 @@ def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | Non
         return None
     graph, dist = prepare(built, ranks, distribution)
     p = plan(graph, dist.owner, ranks)
-    counts = role_counts(p.task_rank, p.transfers, ranks)
+    counts = role_counts(p.task_rank, p.transfers, ranks, graph)
     seconds = np.concatenate([np.diff(r.submit_at_s, axis=1) for r in timed])
     cpu = ([float(r.submit_cpu_s[:, -1].sum()) for r in timed] if all(r.submit_cpu_s is not None for r in timed)
            else None)

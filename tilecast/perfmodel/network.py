@@ -52,7 +52,7 @@ class Network:
     submit_cpu_task_s: float = 0.0  # CPU s of a rank's main thread per task it submits (the probe step), which
     # it asks of the cores it shares with the workers and progress threads
     submit_roles: dict | None = None  # CPU s of a rank's main thread per task by its role in it ({"exec", "other",
-    # "send", "recv"}: tilecast.simulator.submit_roles), fitted on the probe step's insertion times; where set,
+    # "send", "recv", "drop"}: tilecast.simulator.submit_roles), fitted on the probe step's insertion times; where set,
     # the forecast charges these instead of submit_cpu_task_s
     submit_share: float | None = None  # the main thread's part of its rank's CPU while it submits (the probe step's
     # scheduler counts: tilecast.executor.mpi_threads.submit_share_of); None: half (ranks_submission.EVEN_SHARE)

@@ -207,7 +207,7 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
         if submit_roles:
             from tilecast.simulator.submit_roles import role_counts, task_seconds
 
-            cost = task_seconds(submit_roles, role_counts(p.task_rank, tr, ranks))
+            cost = task_seconds(submit_roles, role_counts(p.task_rank, tr, ranks, graph))
         rel = release_times(sharing, graph.n_tasks, cost, submit_share)
         by_rank = np.empty(n_aug, dtype=np.int64)
         turn = np.empty(n_aug, dtype=np.int64)

@@ -12,7 +12,15 @@ cost the same everywhere (StarPU-MPI 1.3.10, ``mpi/src/starpu_mpi_task_insert.c`
   receive (``recv``, ``starpu_mpi_irecv_detached``) builds a request and acquires the tile through
   ``starpu_data_acquire_on_node_cb_sequential_consistency_sync_jobids``
   (``src/datawizard/user_interactions.c``), which creates two internal tasks and submits one with the tile's
-  implicit dependencies.
+  implicit dependencies;
+- a task run elsewhere that writes a tile the rank holds a received copy of (``drop``) makes it drop that copy
+  from StarPU-MPI's cache (``_starpu_mpi_clear_data_after_execution``, ``mpi/src/starpu_mpi_task_insert.c``;
+  ``_starpu_mpi_cache_received_data_clear``, ``mpi/src/starpu_mpi_cache.c``), which submits the copy's
+  invalidation (``starpu_data_invalidate_submit``) behind every task of the rank that read it: counted as
+  those readers, the dependencies the invalidation is given. Parameters fetched by every rank in a ``data``
+  step and updated by their owner's AdamW are such tiles: measured on the 2-core Intel Xeon, an ``adamw`` run
+  elsewhere cost 6.6-6.9 us to insert in a ``data`` step of tile 32 (some 7 readers per copy), 0.9-1.1 us in the
+  probe's ``layer`` step; fitted per dependency, 0.6-1.0 us in both and in a ``data`` step of tile 64.
 
 The costs per role are fitted on a probe step's per-task insertion times (:func:`fit_roles`,
 :mod:`tilecast.loop.ranks_probe`); :func:`task_seconds` gives each rank's cost of each task of another step
@@ -25,14 +33,15 @@ from __future__ import annotations
 
 import numpy as np
 
-ROLES = ("exec", "other", "send", "recv")
+ROLES = ("exec", "other", "send", "recv", "drop")
 PREEMPTED_S = 100e-6  # an insertion longer than this lost its core meanwhile: left out of the fit
 
 
-def role_counts(task_rank: np.ndarray, transfers, ranks: int) -> np.ndarray:
-    """(ranks, tasks, 4): per rank and task, the counts of :data:`ROLES`: whether the rank runs the task, whether
+def role_counts(task_rank: np.ndarray, transfers, ranks: int, graph=None) -> np.ndarray:
+    """(ranks, tasks, 5): per rank and task, the counts of :data:`ROLES`: whether the rank runs the task, whether
     it does not, the messages of the task it sends and those it receives (``transfers``: the plan's, each
-    posted by its sender's and its receiver's main thread while they insert the task that causes it)."""
+    posted by its sender's and its receiver's main thread while they insert the task that causes it), and the
+    dependencies of the received copies it drops for the task (:func:`drop_counts`; zero without ``graph``)."""
     task_rank = np.asarray(task_rank)
     n = len(task_rank)
     out = np.zeros((ranks, n, len(ROLES)))
@@ -42,13 +51,46 @@ def role_counts(task_rank: np.ndarray, transfers, ranks: int) -> np.ndarray:
         out[r, :, 1] = ~runs
         out[r, :, 2] = np.bincount(transfers.task[transfers.src == r], minlength=n)[:n]
         out[r, :, 3] = np.bincount(transfers.task[transfers.dst == r], minlength=n)[:n]
+        if graph is not None:
+            out[r, :, 4] = drop_counts(graph, task_rank, transfers, r)
+    return out
+
+
+def drop_counts(graph, task_rank: np.ndarray, transfers, rank: int) -> np.ndarray:
+    """Per task: where it runs on another rank than ``rank`` and is the first to write a tile since ``rank``
+    received it, the dependencies of that copy's invalidation on ``rank``: the tasks ``rank`` ran that read the
+    copy (the first, whose insertion posted the receive, and those after it; StarPU-MPI's cache is flushed
+    between steps, so only receives of this step count)."""
+    from tilecast.kernels.registry import W
+
+    n = len(task_rank)
+    out = np.zeros(n)
+    sel = (np.asarray(transfers.dst) == rank) & ~np.asarray(transfers.back)
+    if not sel.any():
+        return out
+    at = np.asarray(graph.access_task, dtype=np.int64)
+    tile = np.asarray(graph.acc_tile, dtype=np.int64)
+    writes = (np.asarray(graph.acc_mode) & W) != 0
+    here = np.asarray(task_rank)[at] == rank
+    span = n + 1
+    wkey = np.sort(tile[writes] * span + at[writes])  # writes ordered by (tile, task)
+    rkey = np.sort(tile[~writes & here] * span + at[~writes & here])  # reads on ``rank``, the same order
+    rtile, rtask = np.asarray(transfers.tile)[sel].astype(np.int64), np.asarray(transfers.task)[sel].astype(np.int64)
+    nxt = np.searchsorted(wkey, rtile * span + rtask, side="right")  # the first write after the receive's cause
+    ok = nxt < len(wkey)
+    ok[ok] = wkey[nxt[ok]] // span == rtile[ok]
+    writer = np.where(ok, wkey[np.minimum(nxt, len(wkey) - 1)] % span, -1)
+    ok &= np.asarray(task_rank)[np.maximum(writer, 0)] != rank
+    readers = (np.searchsorted(rkey, rtile * span + writer, side="left")
+               - np.searchsorted(rkey, rtile * span + rtask, side="right"))
+    np.add.at(out, writer[ok], 1 + readers[ok])
     return out
 
 
 def task_seconds(roles: dict, counts: np.ndarray) -> np.ndarray:
     """(ranks, tasks) seconds of each rank's main thread per task: ``counts`` (:func:`role_counts`) weighted by
-    ``roles`` (seconds per role, :data:`ROLES`)."""
-    return counts @ np.array([float(roles[k]) for k in ROLES])
+    ``roles`` (seconds per role, :data:`ROLES`; a role a calibration did not fit costs nothing)."""
+    return counts @ np.array([float(roles.get(k, 0.0)) for k in ROLES])
 
 
 def fit_roles(counts: np.ndarray, seconds: np.ndarray, cpu_s=None) -> dict:
