@@ -113,3 +113,30 @@ def test_the_fit_finds_each_side_s_cost_per_call():
     assert fit_message_cpu([([c0, c1], start, end, rank, np.array([0.0, shift]), sent, received)], 5e-6) is None
     quiet = [c[c["op"] == TEST] for c in (c0, c1)]
     assert fit_message_cpu([(quiet, start, end, rank, np.array([0.0, shift]), sent, received)]) is None
+
+
+@needs_mpi
+def test_run_draws_the_timed_calls_in_its_trace(tmp_path, capsys):
+    import json
+
+    from tilecast.cli import main
+
+    step = ["--model", "gpt2-tiny", "--batch", "2", "--seq", "32", "--tile", "32,batch=1"]
+    assert main(["run", *step, "--mpi-calls"]) == 2  # one line, naming the flag
+    assert "--mpi-calls: only with --ranks" in capsys.readouterr().err
+    assert main(["run", *step, "--ranks", "2", "--mpi-calls"]) == 2
+    assert "--mpi-calls: with --trace" in capsys.readouterr().err
+    path = tmp_path / "t.json"
+    assert main(["run", *step, "--ranks", "2", "--steps", "1", "--mpi-calls", "--trace", str(path)]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    track = [e for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+             and e["args"]["name"] == "MPI calls (timed)"]
+    assert sorted(e["pid"] for e in track) == [0, 1]
+    calls = [e for e in events if e.get("ph") == "X" and e["tid"] == track[0]["tid"]]
+    names = {e["name"] for e in calls}
+    assert {"MPI_Isend", "MPI_Irecv", "send done", "receive done"} <= names
+    assert {e["pid"] for e in calls} == {0, 1}
+    posts = [e for e in calls if e["name"] == "MPI_Isend"]
+    assert all(e["args"]["tag"] in ("to rank 0", "to rank 1") and e["dur"] >= 0 for e in posts)
+    # a rank posts to the other (StarPU-MPI's envelope and data) and to itself (the glue's keep-alive message)
+    assert any(e["args"]["tag"] == f"to rank {1 - e['pid']}" for e in posts)

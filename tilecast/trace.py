@@ -63,6 +63,7 @@ COLUMNS = {
 }
 SOURCES = ("sim", "real")
 MPI_TRACK = 1000  # worker index of the track of messages from rank 0 in a multi-rank trace (rank S: MPI_TRACK + S)
+MPI_CALLS_TRACK = 2000  # worker index of a rank's timed MPI calls (run --ranks --mpi-calls) in a multi-rank trace
 
 
 class TraceError(ValueError):

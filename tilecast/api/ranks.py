@@ -84,10 +84,11 @@ class RanksRunResult(_Result):
 
 def run_ranks(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda", workers: int = 1,
               steps: int = 3, ranks: int = 2, distribution: str = "data", seed: int = 0, check: bool = False,
-              timeout_s: float = 600.0, recompute: str = "none") -> RanksRunResult | None:
+              timeout_s: float = 600.0, recompute: str = "none", mpi_calls: bool = False) -> RanksRunResult | None:
     """Run ``steps`` training steps on ``ranks`` StarPU-MPI processes of ``workers`` CPU workers, started with
-    mpirun (``tilecast run --ranks``); ``check`` compares the first step with the one-process numpy reference.
-    Under an mpirun the caller started, ranks other than 0 return None (rank 0 reports)."""
+    mpirun (``tilecast run --ranks``); ``check`` compares the first step with the one-process numpy reference;
+    ``mpi_calls`` times every MPI call of the ranks (``result.mpi_calls``, drawn in the merged trace; the steps
+    run a little slower). Under an mpirun the caller started, ranks other than 0 return None (rank 0 reports)."""
     import numpy as np
 
     from tilecast.executor.mpi_launch import run_mpi
@@ -98,7 +99,7 @@ def run_ranks(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched
     _positive_seconds("timeout_s", timeout_s)
     _distributed(g, ranks, distribution)  # a rank count that does not fit: before any process starts
     res = run_mpi(cfg, batch, seq, tiling, sched, workers, steps, ranks, distribution, seed=seed, check=check,
-                  timeout_s=timeout_s, recompute=recompute)
+                  timeout_s=timeout_s, recompute=recompute, mpi_calls=mpi_calls)
     if res is None:
         return None
     pred = res.predicted

@@ -43,6 +43,8 @@ def add_parser(sub):
 def run(args) -> int:
     if args.ranks is not None:
         return run_mpi_cmd(args)
+    if args.mpi_calls:
+        raise UsageError("--mpi-calls: only with --ranks (the MPI calls of StarPU-MPI processes)")
     import tilecast as tc
     from tilecast.executor.memory_limit import format_size
     from tilecast.executor.starpu_session import StarPUError

@@ -17,6 +17,10 @@ def add_mpi_args(p) -> None:
                      "(docs/mpi.md)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S",
                    help="with --ranks: end every process after S seconds (default: 600)")
+    p.add_argument("--mpi-calls", action="store_true",
+                   help="with --ranks: time every MPI call of the ranks (an interposer preloaded into them; the "
+                        "steps run a few percent slower) and draw their posts and completions in --trace's file, "
+                        "on each rank's 'MPI calls (timed)' track")
 
 
 def run_mpi_cmd(args) -> int:
@@ -25,6 +29,8 @@ def run_mpi_cmd(args) -> int:
     from tilecast.kernels.native_build import NativeUnavailable
 
     refuse_with_ranks(args)
+    if args.mpi_calls and not args.trace:
+        raise UsageError("--mpi-calls: with --trace FILE (the calls are drawn in the trace)")
     cfg, batch, seq, tiling = model_args(args)
     recompute = recompute_arg(args)
     if args.trace and not args.trace.lower().endswith((".parquet", ".csv", ".json")):
@@ -35,7 +41,7 @@ def run_mpi_cmd(args) -> int:
         with library_errors({"timeout_s": "--timeout"}):
             got = tc.run_ranks(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks,
                                args.distribution, seed=args.seed, check=args.check, timeout_s=args.timeout,
-                               recompute=recompute)
+                               recompute=recompute, mpi_calls=args.mpi_calls)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except MPIRunError as e:

@@ -28,7 +28,7 @@ from tilecast.kernels.native_build import NativeUnavailable, build_key
 SOURCE = C_DIR / "mpi_call_times.c"
 #: one record of ``c/mpi_call_times.c`` (``tc_call``)
 CALL = np.dtype([("t_us", "<f8"), ("dur_us", "<f4"), ("tid", "<i4"), ("bytes", "<i4"), ("op", "<i2"),
-                 ("flag", "<i2"), ("request", "<i8")])
+                 ("flag", "<i2"), ("request", "<i8"), ("peer", "<i4"), ("tag", "<i4")])
 ISEND, ISSEND, IRECV, TEST, IPROBE, WAIT, BARRIER = 1, 2, 3, 4, 5, 6, 7
 FILE = "calls-{}.bin"
 ENV_DIR = "TILECAST_MPI_CALLS_DIR"

@@ -10,7 +10,11 @@ measured duration: from the end of the task that last wrote the tile (or the
 step's start) to the start of the first task on the receiving rank that reads
 it (or of the owner's next task, for a tile sent back), the two on one clock
 where the ranks recorded it (``MPIRunResult.clock_shift_s``), drawn on the
-receiving rank's.
+receiving rank's. Where the run timed its MPI calls (``run_mpi(...,
+mpi_calls=True)``), each rank's posts (``MPI_Isend``, ``MPI_Irecv``) and the
+tests that completed them are rows too, as measured, on its ``MPI calls``
+track (``worker`` MPI_CALLS_TRACK, ``task`` -1; the polling tests that found
+nothing are left out).
 """
 
 from __future__ import annotations
@@ -49,8 +53,40 @@ def merged_trace(res):
                 worker=(MPI_TRACK + t.src).astype(np.int64), node=t.dst.astype(np.int64),
                 start_s=np.minimum(last_write_end, until), end_s=until, bytes=t.nbytes.astype(np.int64),
                 flops=np.zeros(len(t)), tag=np.array([f"mpi {s}->{d}" for s, d in zip(t.src, t.dst)], dtype=object))
-    cols = {k: np.concatenate([tasks[k], rows[k]]) for k in tasks}
+    parts = [tasks, rows] + ([call_rows(res)] if getattr(res, "mpi_calls", None) is not None else [])
+    cols = {k: np.concatenate([part[k] for part in parts]) for k in tasks}
     return tracefile.make_trace(**cols, source="real")
+
+
+def call_rows(res) -> dict:
+    """Trace rows of each rank's MPI posts and completing tests within its last step (module docstring)."""
+    from tilecast.executor.mpi_call_times import IRECV, ISEND, ISSEND, TEST, WAIT, request_kinds
+
+    out = {k: [] for k in ("task", "kernel", "worker", "node", "start_s", "end_s", "bytes", "flops", "tag")}
+    for rank, calls in enumerate(res.mpi_calls):
+        mine = res.task_rank == rank
+        end = float(np.nanmax(res.end_s[mine])) if mine.any() else 0.0
+        kind = request_kinds(calls)
+        op = calls["op"]
+        done = np.isin(op, (TEST, WAIT)) & (calls["flag"] != 0) & (kind != 0)
+        keep = (np.isin(op, (ISEND, ISSEND, IRECV)) | done) & (calls["t_s"] >= 0.0) & (calls["t_s"] <= end)
+        c, k = calls[keep], kind[keep]
+        post_send, post_recv = np.isin(c["op"], (ISEND, ISSEND)), c["op"] == IRECV
+        name = np.where(post_send, "MPI_Isend", np.where(post_recv, "MPI_Irecv",
+                                                         np.where(k == ISEND, "send done", "receive done")))
+        tag = np.array([f"to rank {p}" if s else (f"from rank {p}" if r else "") for s, r, p in
+                        zip(post_send, post_recv, c["peer"].tolist())], dtype=object)
+        n = len(c)
+        out["task"].append(np.full(n, -1, np.int64))
+        out["kernel"].append(name.astype(object))
+        out["worker"].append(np.full(n, tracefile.MPI_CALLS_TRACK, np.int64))
+        out["node"].append(np.full(n, rank, np.int64))
+        out["start_s"].append(c["t_s"])
+        out["end_s"].append(c["t_s"] + c["dur_us"].astype(np.float64) * 1e-6)
+        out["bytes"].append(c["bytes"].astype(np.int64))
+        out["flops"].append(np.zeros(n))
+        out["tag"].append(tag)
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in out.items()}
 
 
 def _last_write_end(graph, end_s, before_task, tile) -> np.ndarray:
@@ -71,8 +107,8 @@ def _last_write_end(graph, end_s, before_task, tile) -> np.ndarray:
 
 
 def save_merged(df, path: str, res) -> str:
-    """Save like :func:`tilecast.trace.save`; in Chrome JSON, processes are named by rank and transfers are
-    drawn on a 'from rank S' track of the receiving rank."""
+    """Save like :func:`tilecast.trace.save`; in Chrome JSON, processes are named by rank, transfers are
+    drawn on a 'from rank S' track of the receiving rank and timed MPI calls on an 'MPI calls (timed)' track."""
     if not path.lower().endswith(".json"):
         return tracefile.save(tracefile.with_step_time(df, res.step_s[-1]), path, res.graph)
     chrome = tracefile.to_chrome(df, res.graph)
@@ -83,6 +119,9 @@ def save_merged(df, path: str, res) -> str:
         for s in range(res.ranks):
             chrome["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": r, "tid": MPI_TRACK + s,
                                           "args": {"name": f"MPI from rank {s}"}})
+        if getattr(res, "mpi_calls", None) is not None:
+            chrome["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": r,
+                                          "tid": tracefile.MPI_CALLS_TRACK, "args": {"name": "MPI calls (timed)"}})
     with open(path, "w") as f:
         f.write(json.dumps(chrome))
     return path

@@ -3,8 +3,8 @@
  * per message. Debian's StarPU 1.3.10 is built without FxT, so StarPU itself records no request's times.
  *
  * Every call of the kinds below is kept in a ring (the last TC_CALLS records) with CLOCK_MONOTONIC times, the
- * calling thread, the bytes, the request handle (so a completing MPI_Test names the send or receive it ends)
- * and the completion flag. MPI_Finalize writes the ring to $TILECAST_MPI_CALLS_DIR/calls-<rank>.bin:
+ * calling thread, the bytes, the request handle (so a completing MPI_Test names the send or receive it ends),
+ * the completion flag, and for a post the other rank and the tag. MPI_Finalize writes the ring to $TILECAST_MPI_CALLS_DIR/calls-<rank>.bin:
  * an int64 count, a double (what recording one call costs, us, timed there), then the records, oldest first. */
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -26,6 +26,8 @@ typedef struct {
     int16_t op;
     int16_t flag;    /* MPI_Test, MPI_Iprobe: the request completed / a message is there */
     int64_t request; /* the handle: returned by MPI_Isend/Irecv, passed to MPI_Test/Wait */
+    int32_t peer;    /* MPI_Isend/Irecv: the other rank (MPI_ANY_SOURCE as MPI gives it); else -1 */
+    int32_t tag;     /* MPI_Isend/Irecv: the MPI tag; else 0 */
 } tc_call;
 
 #define TC_CALLS (1L << 20)
@@ -40,7 +42,7 @@ static double now_us(void)
     return a.tv_sec * 1e6 + a.tv_nsec * 1e-3;
 }
 
-static void keep(double t, int op, int flag, int bytes, MPI_Request req)
+static void keep_msg(double t, int op, int flag, int bytes, MPI_Request req, int peer, int tag)
 {
     double end = now_us();
     if (!ring)
@@ -55,6 +57,13 @@ static void keep(double t, int op, int flag, int bytes, MPI_Request req)
     c->op = (int16_t)op;
     c->flag = (int16_t)flag;
     c->request = (int64_t)(intptr_t)req;
+    c->peer = peer;
+    c->tag = tag;
+}
+
+static void keep(double t, int op, int flag, int bytes, MPI_Request req)
+{
+    keep_msg(t, op, flag, bytes, req, -1, 0);
 }
 
 static int nbytes(int count, MPI_Datatype type)
@@ -89,7 +98,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest, int tag, 
 {
     double t = now_us();
     int ret = PMPI_Isend(buf, count, type, dest, tag, comm, req);
-    keep(t, OP_ISEND, 0, nbytes(count, type), *req);
+    keep_msg(t, OP_ISEND, 0, nbytes(count, type), *req, dest, tag);
     return ret;
 }
 
@@ -97,7 +106,7 @@ int MPI_Issend(const void *buf, int count, MPI_Datatype type, int dest, int tag,
 {
     double t = now_us();
     int ret = PMPI_Issend(buf, count, type, dest, tag, comm, req);
-    keep(t, OP_ISSEND, 0, nbytes(count, type), *req);
+    keep_msg(t, OP_ISSEND, 0, nbytes(count, type), *req, dest, tag);
     return ret;
 }
 
@@ -105,7 +114,7 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype type, int source, int tag, MPI_
 {
     double t = now_us();
     int ret = PMPI_Irecv(buf, count, type, source, tag, comm, req);
-    keep(t, OP_IRECV, 0, nbytes(count, type), *req);
+    keep_msg(t, OP_IRECV, 0, nbytes(count, type), *req, source, tag);
     return ret;
 }
 
