@@ -140,3 +140,12 @@ def test_run_draws_the_timed_calls_in_its_trace(tmp_path, capsys):
     assert all(e["args"]["tag"] in ("to rank 0", "to rank 1") and e["dur"] >= 0 for e in posts)
     # a rank posts to the other (StarPU-MPI's envelope and data) and to itself (the glue's keep-alive message)
     assert any(e["args"]["tag"] == f"to rank {1 - e['pid']}" for e in posts)
+
+
+def test_not_under_an_mpirun_the_user_started(monkeypatch):
+    import tilecast.executor.mpi_launch as ml
+    from tilecast.errors import FieldError
+
+    monkeypatch.setattr(ml, "under_mpirun", lambda: True)
+    with pytest.raises(FieldError, match="mpi_calls: not under an mpirun you started"):
+        ml.run_mpi(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32,batch=1"), "lws", 1, 1, 2, "data", mpi_calls=True)

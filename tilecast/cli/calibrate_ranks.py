@@ -94,8 +94,8 @@ def run_rank_calibration(args) -> int:
         calls = probe.get("message_cpu_calls")
         if net.message_cpu_s is not None and calls:
             print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (its MPI calls timed "
-                  f"in {calls['runs']} more runs: {calls['send_side_s'] * 1e6:.2f} us sending, {calls['recv_side_s'] * 1e6:.2f} "
-                  f"us receiving; {calls['gaps']} gaps fitted)")
+                  f"in {calls['runs']} more runs: {calls['send_side_s'] * 1e6:.2f} us sending, "
+                  f"{calls['recv_side_s'] * 1e6:.2f} us receiving; {calls['gaps']} gaps fitted)")
         elif net.message_cpu_s is not None:
             print(f"  progress CPU per message    {net.message_cpu_s * 1e6:10.2f} us on each side (the gaps after a "
                   f"send and before a receive's reader)")

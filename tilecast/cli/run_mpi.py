@@ -38,7 +38,7 @@ def run_mpi_cmd(args) -> int:
     workers = 1 if args.workers is None else args.workers
     blas, blas_line = blas_summary()
     try:
-        with library_errors({"timeout_s": "--timeout"}):
+        with library_errors({"timeout_s": "--timeout", "mpi_calls": "--mpi-calls"}):
             got = tc.run_ranks(cfg, batch, seq, tiling, args.sched, workers, args.steps, args.ranks,
                                args.distribution, seed=args.seed, check=args.check, timeout_s=args.timeout,
                                recompute=recompute, mpi_calls=args.mpi_calls)

@@ -227,7 +227,8 @@ def _gather(graph, owner, run_dir: Path, ranks: int, steps: int, want_snapshot: 
                             "wait_s": f["submit_thread_wait_s"]}}
                 for f in files] if all("submit_thread_run_s" in f for f in files) else None)
     return dict(drives=drives, main_first=main_first, threads=threads, rank_step_s=rank_step_s, submit_s=submit_s, submit_cpu_s=submit_cpu_s,
-                submit_at=submit_at, clock_shift=clock_shift, mpi_calls=mpi_calls, mpi_call_cost=mpi_call_cost, sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
+                submit_at=submit_at, clock_shift=clock_shift, mpi_calls=mpi_calls, mpi_call_cost=mpi_call_cost,
+                sent=sent, executed=executed, losses=files[loss_rank]["losses"].tolist(),
                 task_rank=task_rank, start=start, end=end, worker=worker, store=store)
 
 
@@ -274,6 +275,9 @@ def run_mpi(cfg, batch: int, seq: int, tiling, sched: str = "dmda", workers: int
         raise FieldError(f"timeout_s must be positive, got {timeout_s}")
     if progress not in ("auto", "own"):
         raise FieldError(f"progress must be 'auto' or 'own', got {progress!r}")
+    if mpi_calls and under_mpirun():
+        raise FieldError("mpi_calls: not under an mpirun you started (the call timer is preloaded into the ranks "
+                         "that tilecast launches)")
     built = build_step(cfg, batch, seq, tiling, AdamWConfig(lr=lr), recompute=recompute)
     graph, dist = prepare(built, ranks, distribution)  # FieldError when the ranks do not fit
     predicted = rank_figures(graph, dist)

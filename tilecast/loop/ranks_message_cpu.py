@@ -4,7 +4,7 @@ Where ``run --ranks`` lets the progress thread run worker 0 (:mod:`tilecast.exec
 the rank makes happens between two of that worker's tasks (``_starpu_mpi_progress_thread_func``,
 ``mpi/src/mpi/starpu_mpi_mpi.c``, StarPU 1.3.10: a round posts ready requests, tests the pending ones and an
 envelope, and calls ``starpu_driver_run_once`` only when no envelope came). A message is, on the sending side, two
-``MPI_Isend`` (envelope and data) and the data's completing ``MPI_Test``; on the receiving side, the envelope's
+``MPI_Isend`` (envelope and data), each completed by an ``MPI_Test``; on the receiving side, the envelope's
 ``MPI_Irecv`` and completion, then the data's ``MPI_Irecv`` and completion, each with StarPU-MPI's handling around
 it (the envelope's match with an early request, the data's release to the tasks that wait for it). Timed with
 :mod:`tilecast.executor.mpi_call_times`, each gap between the worker's consecutive tasks after its main thread has

@@ -90,7 +90,8 @@ def task_costs_of(results, built, ranks: int, workers: int, distribution: str, f
 def message_cpu_of_calls(cfg, tiling, built, ranks: int, workers: int, steps: int, timeout_s: float,
                          repeats: int = 2) -> dict | None:
     """``repeats`` more runs of the probe with their MPI calls timed (:mod:`tilecast.executor.mpi_call_times`) and
-    the progress thread's CPU per message fitted on them together (:func:`tilecast.loop.ranks_message_cpu.fit_message_cpu`);
+    the progress thread's CPU per message fitted on them together
+    (:func:`tilecast.loop.ranks_message_cpu.fit_message_cpu`);
     None where the progress thread does not run the worker, a rank has several workers, the interposer cannot be
     built, or the fit has nothing to hold on to."""
     from tilecast.executor.mpi_launch import run_mpi

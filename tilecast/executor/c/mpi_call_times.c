@@ -4,8 +4,9 @@
  *
  * Every call of the kinds below is kept in a ring (the last TC_CALLS records) with CLOCK_MONOTONIC times, the
  * calling thread, the bytes, the request handle (so a completing MPI_Test names the send or receive it ends),
- * the completion flag, and for a post the other rank and the tag. MPI_Finalize writes the ring to $TILECAST_MPI_CALLS_DIR/calls-<rank>.bin:
- * an int64 count, a double (what recording one call costs, us, timed there), then the records, oldest first. */
+ * the completion flag, and for a post the other rank and the tag. MPI_Finalize writes the ring to
+ * $TILECAST_MPI_CALLS_DIR/calls-<rank>.bin: an int64 count, a double (what recording one call costs, us, timed
+ * there), then the records, oldest first. */
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <stdint.h>
