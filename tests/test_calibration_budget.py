@@ -141,14 +141,3 @@ def test_the_accuracy_suite_is_timed_whole():
           file=sys.stderr)
     timed, left = choose_timed(cases, cost, BUDGET_S)
     assert left == [] and len(timed) == len(cases)
-
-
-def test_a_short_shape_is_timed_in_a_chain_long_enough():
-    """A chain of 40 one-microsecond tasks fits in one hiccup of the machine: short shapes get chains of
-    MIN_CHAIN_S (estimated), at most MAX_CHAIN_REPEATS tasks; others keep their repeats."""
-    from tilecast.loop.kernel_calibration import (LONG_TASK_S, MAX_CHAIN_REPEATS, MIN_CHAIN_S, STARPU_REPEATS,
-                                                  starpu_repeats)
-
-    est = np.array([1e-7, 15e-6, MIN_CHAIN_S / STARPU_REPEATS[1], 1e-3, 2 * LONG_TASK_S])
-    reps = starpu_repeats(est)
-    assert reps.tolist() == [MAX_CHAIN_REPEATS, round(MIN_CHAIN_S / 15e-6), STARPU_REPEATS[1], STARPU_REPEATS[1], 2]

@@ -46,12 +46,6 @@ MAX_REPEATS = 7
 # As StarPU tasks, per lane: short tasks vary 10-40% from one chain of 7 to the next (VM speed spells,
 # the runtime around them), so they get up to 40 runs; each costs its duration plus a few microseconds.
 STARPU_REPEATS = (4, 40)
-# A short shape's chain lasts at least MIN_CHAIN_S (estimated; at most MAX_CHAIN_REPEATS tasks): 40 tasks of a
-# microsecond fit in one hiccup of the machine, which then sets their median. On the 2-core Xeon a 32 x 32 x 32
-# GEMM timed hot in chains of 40 among calibration's 141 shapes gave 0.6-6.3 us (0.8 and 1.55 us in the steps
-# that run it); in chains of 2 ms, 0.6-1.4 us, without the outliers (docs/mpi.md, "Right for the wrong reasons").
-MIN_CHAIN_S = 2e-3
-MAX_CHAIN_REPEATS = 400
 # Passes over all the shapes, a shape's figure the median of its passes: the VM's slow spells (seconds
 # long) then move a shape's figure only when they cover most passes.
 STARPU_PASSES = 3
@@ -232,12 +226,10 @@ def extrapolation_note(run: dict) -> str:
 
 
 def starpu_repeats(est: np.ndarray) -> np.ndarray:
-    """Tasks per lane and pass for shapes of estimated seconds ``est`` (:data:`STARPU_REPEATS`, more for short
-    shapes so that a chain lasts :data:`MIN_CHAIN_S`, and 2 for shapes longer than :data:`LONG_TASK_S`)."""
-    est = np.maximum(np.asarray(est, dtype=np.float64), 1e-9)
-    reps = np.clip(np.round(TARGET_S / est), *STARPU_REPEATS)
-    reps = np.maximum(reps, np.minimum(np.round(MIN_CHAIN_S / est), MAX_CHAIN_REPEATS)).astype(int)
-    return np.where(est > LONG_TASK_S, 2, reps)
+    """Tasks per lane and pass for shapes of estimated seconds ``est`` (:data:`STARPU_REPEATS`, and 2 for
+    shapes longer than :data:`LONG_TASK_S`)."""
+    reps = np.clip(np.round(TARGET_S / np.maximum(est, 1e-9)), *STARPU_REPEATS).astype(int)
+    return np.where(np.asarray(est) > LONG_TASK_S, 2, reps)
 
 
 def timing_cost_s(cases, est: np.ndarray, repeats: np.ndarray, lanes: int, passes: int) -> np.ndarray:
