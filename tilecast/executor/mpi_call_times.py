@@ -88,15 +88,18 @@ def on_trace_clock(calls: np.ndarray, origin_us: float) -> np.ndarray:
 
 def request_kinds(calls: np.ndarray) -> np.ndarray:
     """Per call: for an ``MPI_Test``/``MPI_Wait``, what its request was (``ISEND`` or ``IRECV``, from the call that
-    returned that handle last before it; 0 when none did); 0 for other calls."""
-    kind = np.zeros(len(calls), np.int8)
-    last: dict = {}
-    ops, reqs = calls["op"].tolist(), calls["request"].tolist()
-    for i, (op, req) in enumerate(zip(ops, reqs)):
-        if op in (ISEND, ISSEND):
-            last[req] = ISEND
-        elif op == IRECV:
-            last[req] = IRECV
-        elif op in (TEST, WAIT):
-            kind[i] = last.get(req, 0)
-    return kind
+    returned that handle last before it; 0 when none did); 0 for other calls. Handles are reused once a request
+    completes, so each test takes the latest post of its handle: calls grouped by handle in call order, each
+    post's kind carried forward within its group."""
+    op = np.asarray(calls["op"])
+    n = len(op)
+    post = np.where(np.isin(op, (ISEND, ISSEND)), ISEND, np.where(op == IRECV, IRECV, 0)).astype(np.int8)
+    order = np.lexsort((np.arange(n), np.asarray(calls["request"])))  # by handle, then call order
+    req = np.asarray(calls["request"])[order]
+    pos = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(np.r_[True, req[1:] != req[:-1]], pos, 0))
+    last_post = np.maximum.accumulate(np.where(post[order] != 0, pos, -1))
+    carried = np.where(last_post >= group_start, post[order][np.maximum(last_post, 0)], 0)
+    kind = np.zeros(n, np.int8)
+    kind[order] = carried
+    return np.where(np.isin(op, (TEST, WAIT)), kind, 0).astype(np.int8)

@@ -30,9 +30,22 @@ from tilecast.executor.mpi_call_times import IRECV, ISEND, ISSEND, TEST, WAIT, r
 MAX_GAP_S = 1e-3
 
 
-def gap_counts(calls, start, end, task_rank, rank: int, from_s: float) -> dict:
+def call_sides(calls) -> dict:
+    """Per call, masks: ``tests`` (every ``MPI_Test``), ``send`` and ``recv`` (a side's posts and completions),
+    ``send_done`` and ``recv_done`` (the completions alone)."""
+    op = calls["op"]
+    done = (calls["flag"] != 0) & np.isin(op, (TEST, WAIT))
+    kind = request_kinds(calls)
+    send_done, recv_done = done & (kind == ISEND), done & (kind == IRECV)
+    return {"tests": op == TEST, "send": np.isin(op, (ISEND, ISSEND)) | send_done, "recv": (op == IRECV) | recv_done,
+            "send_done": send_done, "recv_done": recv_done}
+
+
+def gap_counts(calls, start, end, task_rank, rank: int, from_s: float, sides: dict | None = None) -> dict:
     """Per gap between ``rank``'s worker's consecutive tasks that begins at or after ``from_s``: its length and
-    the calls made in it (``tests``, ``send``: posts and completions of sends, ``recv``: of receives)."""
+    the calls made in it (``tests``, ``send``: posts and completions of sends, ``recv``: of receives;
+    ``sides``: :func:`call_sides` of ``calls``, computed here when not given)."""
+    sides = call_sides(calls) if sides is None else sides
     idx = np.flatnonzero(np.asarray(task_rank) == rank)
     idx = idx[np.argsort(np.asarray(start)[idx], kind="stable")]
     gap_start, gap_end = np.asarray(end)[idx[:-1]], np.asarray(start)[idx[1:]]
@@ -40,30 +53,21 @@ def gap_counts(calls, start, end, task_rank, rank: int, from_s: float) -> dict:
     gap_start, gap_end = gap_start[keep], gap_end[keep]
     t = calls["t_s"]
     lo, hi = np.searchsorted(t, gap_start), np.searchsorted(t, gap_end)
-    op, done = calls["op"], (calls["flag"] != 0) & np.isin(calls["op"], (TEST, WAIT))
-    kind = request_kinds(calls)
 
     def count(mask):
         c = np.concatenate([[0], np.cumsum(mask)])
         return (c[hi] - c[lo]).astype(np.float64)
 
-    return {"gap_s": gap_end - gap_start, "tests": count(op == TEST),
-            "send": count(np.isin(op, (ISEND, ISSEND)) | (done & (kind == ISEND))),
-            "recv": count((op == IRECV) | (done & (kind == IRECV)))}
+    return {"gap_s": gap_end - gap_start, **{k: count(sides[k]) for k in ("tests", "send", "recv")}}
 
 
-def step_calls(calls, start, end, task_rank, rank: int) -> tuple[float, float, float, float]:
+def step_calls(calls, end, task_rank, rank: int, sides: dict | None = None) -> tuple[float, float, float, float]:
     """The send-side and receive-side calls ``rank`` made over its step (from 0 to its last task's end), then of
-    them the completing tests of sends and of receives."""
+    them the completing tests of sends and of receives (``sides``: :func:`call_sides` of ``calls``)."""
+    sides = call_sides(calls) if sides is None else sides
     mine = np.asarray(task_rank) == rank
     within = (calls["t_s"] >= 0.0) & (calls["t_s"] <= float(np.nanmax(np.asarray(end)[mine])))
-    c = calls[within]
-    op, done = c["op"], (c["flag"] != 0) & np.isin(c["op"], (TEST, WAIT))
-    kind = request_kinds(c)
-    send_done, recv_done = done & (kind == ISEND), done & (kind == IRECV)
-    send = np.isin(op, (ISEND, ISSEND)) | send_done
-    recv = (op == IRECV) | recv_done
-    return float(send.sum()), float(recv.sum()), float(send_done.sum()), float(recv_done.sum())
+    return tuple(float((sides[k] & within).sum()) for k in ("send", "recv", "send_done", "recv_done"))
 
 
 def fit_message_cpu(runs, call_cost_s: float = 0.0) -> dict | None:
@@ -76,11 +80,12 @@ def fit_message_cpu(runs, call_cost_s: float = 0.0) -> dict | None:
     per_sent, per_received, done_sent, done_received = [], [], [], []
     for calls, start, end, task_rank, submit_end, sent, received in runs:
         for rank, rank_calls in enumerate(calls):
-            g = gap_counts(rank_calls, start, end, task_rank, rank, float(submit_end[rank]))
+            sides = call_sides(rank_calls)  # once per rank: the requests' kinds walk every call
+            g = gap_counts(rank_calls, start, end, task_rank, rank, float(submit_end[rank]), sides)
             short = g["gap_s"] < MAX_GAP_S
             for k in rows:
                 rows[k].append(g[k][short])
-            s, r, sd, rd = step_calls(rank_calls, start, end, task_rank, rank)
+            s, r, sd, rd = step_calls(rank_calls, end, task_rank, rank, sides)
             if sent[rank]:
                 per_sent.append(s / sent[rank])
                 done_sent.append(sd / sent[rank])
