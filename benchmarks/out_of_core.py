@@ -72,6 +72,9 @@ def main() -> int:
     ap.add_argument("--offload-dir", default=None, metavar="DIR",
                     help="disk node directory (default: a new directory under $TILECAST_HOME/offload, removed "
                          "at the end)")
+    ap.add_argument("--offload-io", default="buffered", choices=["buffered", "direct"],
+                    help="the disk node's files through the page cache (buffered, default) or with O_DIRECT for "
+                         "the tiles of whole pages (direct); docs/memory.md")
     ap.add_argument("--sched", default="dmda")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default: 1)")
@@ -88,16 +91,17 @@ def main() -> int:
     else:
         offload = args.offload_dir
     try:
-        memory = MemoryLimit(parse_size(args.memory_limit), offload)
+        memory = MemoryLimit(parse_size(args.memory_limit), offload, args.offload_io)
         conditions = run_conditions()
         print(conditions_line(conditions))
         print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} "
-              f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload}")
+              f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload} ({memory.offload_io})")
 
         t0 = time.perf_counter()
         try:
             forecast = predicted_fields_apart(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched,
-                                              args.workers, memory.limit_bytes, offload, args.recompute)
+                                              args.workers, memory.limit_bytes, offload, args.recompute,
+                                              offload_io=args.offload_io)
         except SimulationError as e:
             print(f"out_of_core: {e}", file=sys.stderr)
             return 2
@@ -182,7 +186,8 @@ def main() -> int:
     print(json.dumps({
         "model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile, "sched": args.sched,
         "workers": args.workers, "tasks": res.n_tasks, "memory_limit_bytes": memory.limit_bytes,
-        "recompute": args.recompute, "step_s": step_s, "predicted_step_s": forecast["step_s"],
+        "recompute": args.recompute, "offload_io": args.offload_io, "step_s": step_s,
+        "predicted_step_s": forecast["step_s"],
         "disk_bytes": {"written": float(np.median(written)), "read": float(np.median(read))},
         "predicted_disk_bytes": {"written": forecast["disk_written_bytes"], "read": forecast["disk_read_bytes"]},
         "predicted_evictions": forecast["evictions"], "predicted_writebacks": forecast["writebacks"],

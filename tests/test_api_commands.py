@@ -242,6 +242,8 @@ BAD = [
      "--lr must be a positive number"),
     (lambda: tc.run("gpt2-tiny", offload_dir="/tmp"), "offload_dir needs memory_limit",
      ["run", "--offload-dir", "/tmp"], "--offload-dir needs --memory-limit"),
+    (lambda: tc.run("gpt2-tiny", memory_limit="1GiB", offload_io="direct"), "offload_io needs offload_dir",
+     ["run", "--memory-limit", "1GiB", "--offload-io", "direct"], "--offload-io needs --offload-dir"),
     (lambda: tc.run_ranks("gpt2-tiny", 2, 16, "16,batch=1", timeout_s=0), "timeout_s must be positive",
      ["run", "--model", "gpt2-tiny", "--batch", "2", "--seq", "16", "--tile", "16,batch=1", "--ranks", "2",
       "--timeout", "0"], "--timeout must be positive"),

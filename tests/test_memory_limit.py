@@ -13,10 +13,10 @@ import pytest
 from tilecast.cli import main
 from tilecast.data.checkpoint import load_checkpoint
 from tilecast.executor.managed_tiles import ManagedTileStore
-from tilecast.executor.memory_limit import (MIB, MemoryLimit, MemoryLimitError, minimum_bytes, parse_size,
-                                            tile_bytes)
+from tilecast.executor.memory_limit import (MIB, MemoryLimit, MemoryLimitError, check_direct_io, minimum_bytes,
+                                            parse_size, tile_bytes)
 from tilecast.executor.starpu_run import StarPUTraining, run_steps
-from tilecast.executor.starpu_session import StarPUSession
+from tilecast.executor.starpu_session import StarPUSession, disk_files
 from tilecast.reference.step import TrainState, init_params
 from tilecast.training.loop import TrainOptions, train
 from tilecast.graph import Tiling
@@ -79,6 +79,35 @@ def test_limited_step_evicts_to_disk_and_equals_the_unlimited_step(tmp_path):
         for name in free[i]:
             np.testing.assert_array_equal(limited[i][name], free[i][name], err_msg=name)
     assert not os.listdir(tmp_path)  # StarPU removes its files when it stops
+
+
+def test_direct_offload_io_equals_the_unlimited_step(tmp_path):
+    """--offload-io direct: the tiles of whole pages (32 x 32 float32) go to files opened with O_DIRECT, the
+    others (a 32-float bias) to buffered ones; the step's results are the unlimited step's, bit for bit."""
+    free = one_step(None)
+    before = disk_files()
+    limited = one_step(MemoryLimit(TIGHT, str(tmp_path), "direct"))
+    after = disk_files()
+    assert after["direct"] > before["direct"] and after["buffered"] > before["buffered"], (before, after)
+    written, read = limited[4:]
+    assert written > 4 * MIB and read > 4 * MIB, (written, read)
+    assert limited[0] == free[0]
+    for i in (1, 2, 3):
+        for name in free[i]:
+            np.testing.assert_array_equal(limited[i][name], free[i][name], err_msg=name)
+    assert not os.listdir(tmp_path)
+
+
+def test_offload_io_is_checked(tmp_path, monkeypatch):
+    with pytest.raises(MemoryLimitError, match="^offload_io: 'odirect' is not one of buffered, direct"):
+        MemoryLimit(TIGHT, "/tmp", "odirect")
+    check_direct_io(str(tmp_path))  # this file system takes O_DIRECT (the test above ran on it)
+    assert not os.listdir(tmp_path)
+    monkeypatch.delattr(os, "O_DIRECT")
+    with pytest.raises(MemoryLimitError, match=r"^offload_io: .* does not take O_DIRECT \(this system has no O_DIRECT\); "
+                                               "use buffered$"):
+        MemoryLimit(TIGHT, str(tmp_path), "direct").check([build_step(CFG, BATCH, SEQ, Tiling.parse(TILE),
+                                                                      AdamWConfig())], 2)
 
 
 def test_run_steps_write_to_disk_every_step_and_repeat_the_losses(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from sim_machines import cpu_machine
 from test_memory_forecast import DISK, S, two_axpys
 
-from tilecast.perfmodel.disk_node import DiskNode, measure_device
+from tilecast.perfmodel.disk_node import DiskNode, DiskNodeError, for_offload_io, measure_device
 from tilecast.perfmodel.page_cache import CachedDisk, PageCache, page_cache_for, run_process_bytes
 from tilecast.simulator.memory_capacity import simulate_memory_limited
 
@@ -145,6 +145,28 @@ def test_the_forecast_goes_through_the_cache_where_the_device_was_measured():
     assert none.makespan > big.makespan
     for k in ("evictions", "writebacks", "disk_written_bytes", "disk_read_bytes"):
         assert none.summary[k] == big.summary[k] == plain.summary[k]
+
+
+def test_direct_offload_io_is_forecast_at_the_device_figures_without_the_cache():
+    """--offload-io direct: every transfer at the device's O_DIRECT figures, no page cache, none of its
+    computing time; the same step's reads read back at the device's speed as a step with no cache at all reads
+    them, without waiting for a write-back."""
+    run = {"durations": np.full((1, 2), 1e-3), "warmup": False, "throttle": None}
+    dev = replace(DISK, device_write_bandwidth=DISK.write_bandwidth / 10, device_read_bandwidth=DISK.read_bandwidth / 10,
+                  device_read_latency=1e-3, device_source="test figures", io_cpu_write=1e-9, io_cpu_busy=2)
+    direct = dev.direct()
+    assert (direct.write_bandwidth, direct.read_bandwidth) == (dev.device_write_bandwidth, dev.device_read_bandwidth)
+    assert direct.read_latency == 1e-3 and not direct.has_device and direct.io_cpu_write == 0
+    assert for_offload_io(dev, "direct") == direct and for_offload_io(dev, "buffered") is dev
+    assert for_offload_io(None, "direct") is None
+    with pytest.raises(DiskNodeError, match="^offload_io: the device under"):
+        DISK.direct()  # its device was not measured
+    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, direct, "eager", **run)
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
+    assert "page_cache_read_hits" not in res.summary and res.summary["io_cpu_s"] == 0
+    assert res.makespan > plain.makespan  # the device is ten times slower than the cache's figures
+    for k in ("evictions", "writebacks", "disk_written_bytes", "disk_read_bytes"):
+        assert res.summary[k] == plain.summary[k]
 
 
 def test_the_device_is_timed_with_o_direct(tmp_path):

@@ -210,13 +210,15 @@ class SimulateResult(_Result):
 def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local", sched: str = "dmda",
              workers: int | None = None, calibration: str | None = None, transfers: bool = True,
              sched_seed: int = 0, recompute: str = "none", memory_limit: str | int | None = None,
-             offload_dir: str | None = None) -> SimulateResult:
+             offload_dir: str | None = None, offload_io: str = "buffered") -> SimulateResult:
     """Predict one step on a machine under a StarPU policy (``tilecast simulate``): the simulated makespan plus
     the executor's host cost where it was measured. ``machine``: ``local``, a shipped name or a YAML file (or a
     :class:`tilecast.perfmodel.machine.Machine`); ``calibration``: a kernel calibration file (default: the one
     stored for the machine); ``sched_seed``: the random policy's seed. ``memory_limit`` (bytes or a size such as ``"512MiB"``) with ``offload_dir``:
     the step under StarPU's main-memory limit with a disk node there (evictions and disk bytes in ``summary``,
-    docs/memory.md); a limit below the step's smallest working set raises an error with the minimum."""
+    docs/memory.md); a limit below the step's smallest working set raises an error with the minimum;
+    ``offload_io``: ``"buffered"`` (through the page cache) or ``"direct"`` (O_DIRECT, forecast at the device's
+    figures)."""
     import time
 
     from tilecast.loop.config import StepConfig
@@ -227,7 +229,8 @@ def simulate(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="
     _shape(cfg, batch, seq)
     if sched not in POLICIES:
         raise FieldError(f"sched must be one of {', '.join(POLICIES)}, got {sched!r}")
-    st = _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit, offload_dir)
+    st = _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit, offload_dir,
+                        offload_io)
     m, n, cal, g = st.machine, st.workers, st.calibration, st.graph
     t0 = time.perf_counter()
     p = predict(StepConfig(cfg, batch, seq, tiling, sched, n, recompute), m, cal, st.host_costs, graph=g,
@@ -258,7 +261,7 @@ class _PreparedStep:
 
 
 def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit,
-                   offload_dir) -> _PreparedStep:
+                   offload_dir, offload_io: str = "buffered") -> _PreparedStep:
     """Load the machine and its stored models (or ``calibration``'s file), check the memory limit, build the
     step's graph and compute its task durations on the machine as described, as the commands do."""
     from tilecast.graph.models import build_step
@@ -276,7 +279,7 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
         cal = Calibration.load(calibration, m.fingerprint())
     if offload_dir is not None and memory_limit is None:
         raise FieldError("offload_dir needs memory_limit")
-    limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir)
+    limit = None if memory_limit is None else _memory_limit(memory_limit, offload_dir, offload_io)
     check_step_size(cfg, batch, seq, tiling, recompute, "simulate")  # a step too large: refused before building
     g = build_step(cfg, batch, seq, tiling, recompute=recompute)
     forecast = None if limit is None else _memory_forecast(limit, m, g, n)
@@ -284,14 +287,18 @@ def _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recom
     return _PreparedStep(m, n, cal, host_costs, limit, g, forecast, model_.durations(g), dict(model_.provenance))
 
 
-def _memory_limit(memory_limit, offload_dir):
+def _memory_limit(memory_limit, offload_dir, offload_io: str = "buffered"):
     """The MemoryLimit of ``memory_limit`` and ``offload_dir`` (an existing, writable directory), checked before
     anything is built."""
-    from tilecast.executor.memory_limit import MemoryLimit, check_offload_dir, parse_size
+    from tilecast.executor.memory_limit import MemoryLimit, check_direct_io, check_offload_dir, parse_size
 
-    limit = MemoryLimit(parse_size(memory_limit), offload_dir)
+    if offload_io != "buffered" and offload_dir is None:
+        raise FieldError("offload_io needs offload_dir")
+    limit = MemoryLimit(parse_size(memory_limit), offload_dir, offload_io)
     if offload_dir is not None:
         check_offload_dir(offload_dir, 0)
+        if offload_io == "direct":
+            check_direct_io(offload_dir)
     return limit
 
 
@@ -307,7 +314,7 @@ def _memory_forecast(limit, machine, g, workers):
     """The simulator's MemoryForecast of ``limit`` for step ``g`` (the disk node measured in the offload directory
     if not yet); MemoryLimitError with the minimum for a limit below the step's smallest working set."""
     from tilecast.executor.memory_limit import MemoryLimitError, refusal
-    from tilecast.perfmodel.disk_node import ensure_disk
+    from tilecast.perfmodel.disk_node import ensure_disk, for_offload_io
     from tilecast.simulator.memory_capacity import MemoryForecast
 
     why = refusal([g], workers, limit.limit_bytes, limit.offload_dir is not None)
@@ -315,7 +322,7 @@ def _memory_forecast(limit, machine, g, workers):
         raise MemoryLimitError(f"memory_limit: {why}")
     _one_memory_node(machine)
     disk = ensure_disk(machine, limit.offload_dir) if limit.offload_dir is not None else None
-    return MemoryForecast(limit.limit_bytes, disk)
+    return MemoryForecast(limit.limit_bytes, for_offload_io(disk, limit.offload_io))
 
 
 # --- run ---------------------------------------------------------------------------------------------------
@@ -368,10 +375,12 @@ class RunResult(_Result):
 def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str = "dmda",
         workers: int | None = None, steps: int = 3, seed: int = 0, check: bool = False,
         recompute: str = "none", memory_limit: str | int | None = None,
-        offload_dir: str | None = None, progress=None, forecast: bool = False) -> RunResult:
+        offload_dir: str | None = None, progress=None, forecast: bool = False,
+        offload_io: str = "buffered") -> RunResult:
     """Execute training steps on StarPU and time them (``tilecast run``); ``check`` compares the first step with
     the numpy reference (``check["ok"]``). ``memory_limit`` (bytes, or a size such as ``"512MiB"``) and
-    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md); with ``forecast``,
+    ``offload_dir`` run with StarPU-managed tiles under a memory limit (docs/memory.md), ``offload_io`` saying how
+    the disk node's files are written (``"buffered"`` or ``"direct"``: O_DIRECT); with ``forecast``,
     ``predicted`` is the simulator's forecast of a step of that run (``step_s``, disk bytes, evictions,
     write-backs, dropped; or ``error``). ``progress``: called after each step with (step index, its seconds,
     its loss)."""
@@ -388,8 +397,10 @@ def run(model="gpt2-tiny", batch: int = 4, seq: int = 64, tile="64", sched: str 
     if workers is not None:
         _positive("workers", workers)
     memory = None
+    if offload_io != "buffered" and offload_dir is None:
+        raise FieldError("offload_io needs offload_dir")
     if memory_limit is not None:
-        memory = MemoryLimit(parse_size(memory_limit), offload_dir)
+        memory = MemoryLimit(parse_size(memory_limit), offload_dir, offload_io)
     elif offload_dir is not None:
         raise FieldError("offload_dir needs memory_limit")
     res = run_steps(cfg, batch, seq, tiling, sched, workers, steps, seed=seed, check=check, recompute=recompute,
@@ -415,7 +426,8 @@ def _limited_forecast(cfg, batch, seq, tiling, sched, workers, memory, recompute
 
     try:
         return predicted_fields(predict_limited(cfg, batch, seq, tiling, sched, workers, memory.limit_bytes,
-                                                memory.offload_dir, recompute, graph=graph))
+                                                memory.offload_dir, recompute, graph=graph,
+                                                offload_io=memory.offload_io))
     except (SimulationError, MemoryLimitError, DiskNodeError, FieldError) as e:
         return {"error": f"not forecast: {e}"}
 

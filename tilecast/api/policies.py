@@ -52,7 +52,8 @@ class PoliciesResult(_Result):
 def simulate_policies(model="gpt2", batch: int = 4, seq: int = 256, tile="256", machine="local",
                       workers: int | None = None, calibration: str | None = None, transfers: bool = True,
                       sched_seed: int = 0, recompute: str = "none", memory_limit: str | int | None = None,
-                      offload_dir: str | None = None, policies=None, progress=None) -> PoliciesResult:
+                      offload_dir: str | None = None, policies=None, progress=None,
+                      offload_io: str = "buffered") -> PoliciesResult:
     """Predict one step under each of ``policies`` (default: every policy the simulator has) as
     :func:`tilecast.api.simulate` predicts it under one, building the graph and computing the task durations
     once. Arguments as :func:`tilecast.api.simulate`'s; ``progress``: called with each policy's name and the step's
@@ -70,7 +71,7 @@ def simulate_policies(model="gpt2", batch: int = 4, seq: int = 256, tile="256", 
     if bad or not policies:
         raise FieldError(f"policies: must be among {', '.join(POLICIES)}, got {', '.join(bad) or 'none'}")
     st = _prepared_step(cfg, batch, seq, tiling, machine, workers, calibration, recompute, memory_limit,
-                        offload_dir)
+                        offload_dir, offload_io)
     m, n, cal, g = st.machine, st.workers, st.calibration, st.graph
     rows = []
     for sched in policies:

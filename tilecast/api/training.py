@@ -54,13 +54,14 @@ def train(model="gpt2-tiny", batch: int = 16, seq: int = 128, tile="batch=4", st
           sched: str = "eager", workers: int | None = None, eval_every: int = 100, eval_batches: int = 8,
           checkpoint: str | None = None, checkpoint_every: int = 0, resume: bool = False, seed: int = 0,
           recompute: str = "none", memory_limit: str | int | None = None, offload_dir: str | None = None,
-          progress=None, log=None) -> TrainResult:
+          progress=None, log=None, offload_io: str = "buffered") -> TrainResult:
     """Train ``model`` (vocab_size 256: tokens are bytes) on StarPU with AdamW until step ``steps`` (a resumed
     checkpoint's steps included), with a validation loss every ``eval_every`` steps (``tilecast train``).
     ``checkpoint``: a file written atomically every ``checkpoint_every`` steps, at the end and on Ctrl-C;
     ``resume`` continues from it. ``memory_limit`` (with ``offload_dir``): the state in StarPU's tiles under
-    that limit. ``progress(step, loss, tokens_per_s, val_loss or None)`` is called after every step, ``log``
-    (default: print) with each line of news (validation, checkpoints)."""
+    that limit (``offload_io``: ``"buffered"`` or ``"direct"``, O_DIRECT). ``progress(step, loss, tokens_per_s,
+    val_loss or None)`` is called after every step, ``log`` (default: print) with each line of news (validation,
+    checkpoints)."""
     from tilecast.executor.memory_limit import MemoryLimit, parse_size
     from tilecast.training.loop import TrainOptions, train as train_loop
 
@@ -68,7 +69,9 @@ def train(model="gpt2-tiny", batch: int = 16, seq: int = 128, tile="batch=4", st
     _shape(cfg, batch, seq)
     if offload_dir is not None and memory_limit is None:
         raise FieldError("offload_dir needs memory_limit")
-    memory = None if memory_limit is None else MemoryLimit(parse_size(memory_limit), offload_dir)
+    if offload_io != "buffered" and offload_dir is None:
+        raise FieldError("offload_io needs offload_dir")
+    memory = None if memory_limit is None else MemoryLimit(parse_size(memory_limit), offload_dir, offload_io)
     opts = TrainOptions(cfg=cfg, batch=batch, seq=seq, tiling=tiling, steps=steps, lr=lr, sched=sched,
                         workers=workers, eval_every=eval_every, eval_batches=eval_batches, checkpoint=checkpoint,
                         checkpoint_every=checkpoint_every, resume=resume, seed=seed, recompute=recompute,

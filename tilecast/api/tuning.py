@@ -69,11 +69,12 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
          tiles=None, max_tasks: int | None = None, execute: int = 0, others: int = 2, steps: int = 5,
          warmup: int = 2, recalibrate: bool = False, progress: bool = False, recompute="none",
          memory_limit: str | int | None = None, offload_dir: str | None = None, quiet_check: bool = False,
-         report: str | None = None) -> TuneResult:
+         report: str | None = None, offload_io: str = "buffered") -> TuneResult:
     """Rank tilings, schedulers and worker counts by simulation (``tilecast tune``). ``tiles``: tilings to
     search (default: the candidates); ``workers``: a count or a list of counts to search; ``recompute``: a
     setting, a list of them, or None (every setting with ``memory_limit``, else none); ``memory_limit`` (with
-    ``offload_dir``): every configuration simulated under StarPU's memory limit, those it cannot run skipped.
+    ``offload_dir``, and ``offload_io``: ``"buffered"`` or ``"direct"``, O_DIRECT): every configuration simulated
+    under StarPU's memory limit, those it cannot run skipped.
     ``execute`` K: run the K best (and ``others`` from the rest) on StarPU, local machine only, under the
     limit if any; ``recalibrate``: learn from those runs and store the models; ``quiet_check``: retake the
     runs made in a slow spell of the machine; ``report``: a folder for the comparison report of the best run."""
@@ -98,7 +99,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
     if memory_limit is not None:
         from tilecast.api import _memory_limit
 
-        limit = _memory_limit(memory_limit, offload_dir)
+        limit = _memory_limit(memory_limit, offload_dir, offload_io)
     if recompute is None:
         recomputes = list(RECOMPUTE) if limit is not None else ["none"]
     else:
@@ -119,11 +120,11 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
                 raise FieldError(f"{name}/memory_limit: not available together (drop one of them)")
     forecast = None
     if limit is not None:
-        from tilecast.perfmodel.disk_node import ensure_disk
+        from tilecast.perfmodel.disk_node import ensure_disk, for_offload_io
         from tilecast.simulator.memory_capacity import MemoryForecast
 
         disk = ensure_disk(m, limit.offload_dir) if limit.offload_dir is not None else None
-        forecast = MemoryForecast(limit.limit_bytes, disk)
+        forecast = MemoryForecast(limit.limit_bytes, for_offload_io(disk, limit.offload_io))
     workers = [workers] if isinstance(workers, int) else list(workers) if workers else None
     results = [tune_configs(cfg, batch, seq, m, scheds=tuple(scheds) if scheds else DEFAULT_SCHEDS, workers=workers,
                             tilings=tilings, max_tasks=max_tasks or DEFAULT_MAX_TASKS, progress=progress,
@@ -138,7 +139,8 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
                      offload_dir=limit.offload_dir if limit else None)
     s = {"model": cfg.name, "batch": batch, "seq": seq, "recompute": out.recompute, "machine": m.name,
          "configurations": len(res.ranking), "skipped": res.skipped, "memory_limit_bytes": out.memory_limit_bytes,
-         "offload_dir": out.offload_dir, "host_cost": out.host_cost, "ranking": [p.row() for p in res.ranking]}
+         "offload_dir": out.offload_dir, "offload_io": limit.offload_io if limit else None,
+         "host_cost": out.host_cost, "ranking": [p.row() for p in res.ranking]}
     if execute and limit is not None:
         from tilecast.loop.execute_memory import execute_limited
 

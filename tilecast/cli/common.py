@@ -22,7 +22,7 @@ DEFAULT_TILE = "256"
 FIELD_FLAGS = {f: "--" + f.replace("_", "-") for f in (
     "model", "batch", "seq", "tile", "sched", "workers", "steps", "machine", "cluster", "gpus", "tp", "pp", "dp",
     "global_batch", "micro_batch", "virtual_stages", "zero", "schedule", "recompute", "collective_algo", "dtype",
-    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir",
+    "sequence_parallel", "attention", "pipeline_split", "stage_layers", "memory_limit", "offload_dir", "offload_io",
     "ep", "cp", "capacity_factor", "expert_imbalance", "shard_group", "lr", "checkpoint", "checkpoint_every",
     "eval_every", "eval_batches", "resume", "scheds", "tiles", "suite", "execute", "others", "warmup", "max_tasks",
     "ranks", "distribution", "network", "sizes", "before", "table", "target", "lopo_target", "max_error",
@@ -127,22 +127,33 @@ def add_memory_args(p) -> None:
                    help="existing, writable directory for StarPU's disk memory node, where tiles evicted under "
                         "--memory-limit go (one file per evicted tile, removed when StarPU stops); without it "
                         "every tile must fit under the limit")
+    p.add_argument("--offload-io", choices=["buffered", "direct"], default="buffered",
+                   help="how the disk node's files are written and read: through the page cache (buffered, "
+                        "StarPU's unistd backend) or with O_DIRECT for every tile of whole pages (direct: no "
+                        "copy into the page cache, no reclaim of it; the directory's file system must take "
+                        "O_DIRECT); default: buffered")
 
 
 def memory_args(args):
     """The MemoryLimit of --memory-limit/--offload-dir, or None; UsageError on bad input."""
-    from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, check_offload_dir, parse_size
+    from tilecast.executor.memory_limit import (MemoryLimit, MemoryLimitError, check_direct_io, check_offload_dir,
+                                                parse_size)
 
     limit = getattr(args, "memory_limit", None)
     offload = getattr(args, "offload_dir", None)
+    io = getattr(args, "offload_io", "buffered") or "buffered"
+    if io != "buffered" and offload is None:
+        raise UsageError("--offload-io needs --offload-dir")
     if limit is None:
         if offload is not None:
             raise UsageError("--offload-dir needs --memory-limit SIZE")
         return None
     try:
-        mem = MemoryLimit(parse_size(limit), offload)
+        mem = MemoryLimit(parse_size(limit), offload, io)
         if offload is not None:
             check_offload_dir(offload, 0)  # missing or read-only: before anything is built
+            if io == "direct":
+                check_direct_io(offload)
     except MemoryLimitError as e:
         raise UsageError(as_flags(str(e))) from None
     return mem
@@ -153,13 +164,13 @@ def memory_forecast(limit, machine):
     offload directory if not yet), or None; UsageError for a disk that cannot be measured."""
     if limit is None:
         return None
-    from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk
+    from tilecast.perfmodel.disk_node import DiskNodeError, ensure_disk, for_offload_io
     from tilecast.simulator.memory_capacity import MemoryForecast
 
     disk = None
     if limit.offload_dir is not None:
         try:
-            disk = ensure_disk(machine, limit.offload_dir)
+            disk = for_offload_io(ensure_disk(machine, limit.offload_dir), limit.offload_io)
         except DiskNodeError as e:
             raise UsageError(as_flags(str(e))) from None
     return MemoryForecast(limit.limit_bytes, disk)

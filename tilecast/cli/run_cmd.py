@@ -79,7 +79,8 @@ def run(args) -> int:
         with library_errors():
             res = tc.run(cfg, batch, seq, tiling, args.sched, args.workers, args.steps, seed=args.seed,
                          check=args.check, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
-                         offload_dir=memory.offload_dir if memory else None, progress=progress, forecast=True)
+                         offload_dir=memory.offload_dir if memory else None,
+                         offload_io=memory.offload_io if memory else "buffered", progress=progress, forecast=True)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except StarPUError as e:
@@ -101,6 +102,7 @@ def run(args) -> int:
         "flops_per_step": res.flops_per_step, "blas": blas,
         "memory_limit_bytes": memory.limit_bytes if memory else None,
         "offload_dir": memory.offload_dir if memory else None,
+        "offload_io": memory.offload_io if memory else None,
         "disk_written_bytes": res.disk_written_bytes, "disk_read_bytes": res.disk_read_bytes,
         "disk_writes": res.disk_writes, "disk_reads": res.disk_reads,
         "peak_rss_bytes": res.peak_rss_bytes,

@@ -125,7 +125,8 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
             res = tc.simulate(cfg, batch, seq, tiling, machine, args.sched, args.workers, args.calibration,
                               transfers=not args.no_transfers, sched_seed=args.sched_seed, recompute=recompute,
                               memory_limit=limit.limit_bytes if limit else None,
-                              offload_dir=limit.offload_dir if limit else None)
+                              offload_dir=limit.offload_dir if limit else None,
+                              offload_io=limit.offload_io if limit else "buffered")
     except CalibrationError as e:
         raise UsageError(f"--calibration: {e}") from None
     except SimulationError as e:
@@ -135,7 +136,7 @@ def _simulate(args, cfg, batch, seq, tiling, recompute, machine, workers, limit)
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
               "calibration": res.calibration, "duration_sources": res.duration_sources,
               "memory_limit_bytes": limit.limit_bytes if limit else None,
-              "offload_dir": args.offload_dir if limit else None}
+              "offload_dir": args.offload_dir if limit else None, "offload_io": limit.offload_io if limit else None}
     out = {**prediction_row(pred, machine, res.simulation_s), **common}
     if not args.no_trace:
         print("writing the trace", file=sys.stderr)
@@ -173,7 +174,8 @@ def _compare_policies(args, cfg, batch, seq, tiling, recompute, machine, workers
             res = tc.simulate_policies(cfg, batch, seq, tiling, machine, args.workers, args.calibration,
                                        transfers=not args.no_transfers, sched_seed=args.sched_seed,
                                        recompute=recompute, memory_limit=limit.limit_bytes if limit else None,
-                                       offload_dir=limit.offload_dir if limit else None, progress=progress)
+                                       offload_dir=limit.offload_dir if limit else None,
+                                       offload_io=limit.offload_io if limit else "buffered", progress=progress)
     except CalibrationError as e:
         raise UsageError(f"--calibration: {e}") from None
     except SimulationError as e:
@@ -183,7 +185,7 @@ def _compare_policies(args, cfg, batch, seq, tiling, recompute, machine, workers
     common = {"model": cfg.name, "batch": batch, "seq": seq, "tiling": tiling.describe(), "recompute": recompute,
               "calibration": res.calibration, "duration_sources": res.duration_sources,
               "memory_limit_bytes": res.memory_limit_bytes,
-              "offload_dir": args.offload_dir if limit else None}
+              "offload_dir": args.offload_dir if limit else None, "offload_io": limit.offload_io if limit else None}
     if args.json:
         print_json({**common, "policies": rows})
         return 0

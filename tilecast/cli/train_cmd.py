@@ -99,7 +99,8 @@ def run(args) -> int:
                             workers=args.workers, eval_every=eval_every, eval_batches=eval_batches,
                             checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
                             seed=args.seed, recompute=recompute, memory_limit=memory.limit_bytes if memory else None,
-                            offload_dir=memory.offload_dir if memory else None, progress=progress, log=log)
+                            offload_dir=memory.offload_dir if memory else None,
+                            offload_io=memory.offload_io if memory else "buffered", progress=progress, log=log)
     except NativeUnavailable as e:
         raise UsageError(str(e)) from None
     except StarPUError as e:
@@ -122,6 +123,7 @@ def run(args) -> int:
         "losses": res.losses, "blas": blas,
         "peak_rss_bytes": res.peak_rss_bytes, "memory_limit_bytes": memory.limit_bytes if memory else None,
         "offload_dir": memory.offload_dir if memory else None,
+        "offload_io": memory.offload_io if memory else None,
     }
     status = 130 if res.interrupted else 1 if res.diverged else 0
     if res.diverged:

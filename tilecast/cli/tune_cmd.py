@@ -135,7 +135,8 @@ def run(args) -> int:
                       max_tasks=args.max_tasks, execute=args.execute, others=args.others, steps=args.steps,
                       warmup=args.warmup, recalibrate=args.recalibrate, progress=True, recompute=recompute,
                       memory_limit=limit.limit_bytes if limit else None,
-                      offload_dir=limit.offload_dir if limit else None, quiet_check=args.quiet_check,
+                      offload_dir=limit.offload_dir if limit else None,
+                      offload_io=limit.offload_io if limit else "buffered", quiet_check=args.quiet_check,
                       report=args.out)
     out, result = res.summary, res.result
     if args.json:

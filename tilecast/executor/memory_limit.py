@@ -87,12 +87,23 @@ def parse_size(text: str, field: str = "memory_limit") -> int:
     return n
 
 
+#: the disk node's ways of writing and reading its files (:attr:`MemoryLimit.offload_io`)
+OFFLOAD_IO = ("buffered", "direct")
+
+
 @dataclass(frozen=True)
 class MemoryLimit:
     """StarPU's main-memory limit in bytes and the directory of its disk node (None: no disk node)."""
 
     limit_bytes: int
     offload_dir: str | None = None
+    #: how the disk node's files are written and read: "buffered" (StarPU's unistd backend, through the page
+    #: cache) or "direct" (O_DIRECT for the tiles of whole pages, c/disk_ops.c; docs/memory.md)
+    offload_io: str = "buffered"
+
+    def __post_init__(self):
+        if self.offload_io not in OFFLOAD_IO:
+            raise MemoryLimitError(f"offload_io: {self.offload_io!r} is not one of {', '.join(OFFLOAD_IO)}")
 
     @property
     def limit_mib(self) -> int:
@@ -108,6 +119,8 @@ class MemoryLimit:
             raise MemoryLimitError(f"memory_limit: {refused}")
         if self.offload_dir is not None:
             check_offload_dir(self.offload_dir, max(tile_bytes(graphs) - self.limit_mib * MIB, 0))
+            if self.offload_io == "direct":
+                check_direct_io(self.offload_dir)
 
     def disk_size_bytes(self) -> int:
         """The disk node's capacity given to StarPU: the offload directory's free space, less 64 MiB
@@ -133,6 +146,27 @@ def check_offload_dir(path: str, need: int) -> None:
     if free < need:
         raise MemoryLimitError(f"offload_dir: {path} has {format_size(free)} free, the run may evict up to "
                                f"{format_size(need)} to it")
+
+
+def check_direct_io(path: str) -> None:
+    """One-line :class:`MemoryLimitError` if a file in ``path`` cannot be written and read with ``O_DIRECT``
+    (``offload_io="direct"``; some file systems refuse it)."""
+    import mmap
+
+    fd = -1
+    try:
+        if not hasattr(os, "O_DIRECT"):
+            raise OSError("this system has no O_DIRECT")
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tilecast-direct-") as f:
+            fd = os.open(f.name, os.O_RDWR | os.O_DIRECT)
+            page = mmap.mmap(-1, mmap.PAGESIZE)  # page-aligned, as O_DIRECT wants
+            if os.pwrite(fd, page, 0) != mmap.PAGESIZE or os.preadv(fd, [page], 0) != mmap.PAGESIZE:
+                raise OSError("a page did not go through")
+    except OSError as e:
+        raise MemoryLimitError(f"offload_io: {path} does not take O_DIRECT ({e.strerror or e}); use buffered") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def overhead_bytes(graph, before_start_bytes: int, limit_bytes: int) -> int:

@@ -47,7 +47,7 @@ def mpi_glue():
     cflags, libs = cflags + mpi_c, libs + mpi_l
     return build_extension(
         "_tilecast_starpu_mpi", _cdef() + _mpi_cdef(), '#include "starpu_glue.h"\n#include "starpu_mpi_glue.h"',
-        sources=[str(C_DIR / "starpu_glue.c"), str(C_DIR / "starpu_mpi_glue.c")],
+        sources=[str(C_DIR / "starpu_glue.c"), str(C_DIR / "disk_ops.c"), str(C_DIR / "starpu_mpi_glue.c")],
         include_dirs=[str(C_DIR)] + [f[2:] for f in cflags if f.startswith("-I")],
         libraries=[f[2:] for f in libs if f.startswith("-l")],
         library_dirs=[f[2:] for f in libs if f.startswith("-L")],

@@ -52,7 +52,8 @@ def glue():
     cflags = _pkg_config(pkg, "--cflags")
     libs = _pkg_config(pkg, "--libs")
     mod = build_extension(
-        "_tilecast_starpu", _cdef(), '#include "starpu_glue.h"', sources=[str(C_DIR / "starpu_glue.c")],
+        "_tilecast_starpu", _cdef(), '#include "starpu_glue.h"',
+        sources=[str(C_DIR / "starpu_glue.c"), str(C_DIR / "disk_ops.c")],
         include_dirs=[str(C_DIR)] + [f[2:] for f in cflags if f.startswith("-I")],
         libraries=[f[2:] for f in libs if f.startswith("-l")],
         library_dirs=[f[2:] for f in libs if f.startswith("-L")],

@@ -153,7 +153,12 @@ class StarPUSession:
         g = glue()
         size = self.memory.disk_size_bytes()
         self._disk_dir = g.ffi.new("char[]", os.path.abspath(self.memory.offload_dir).encode())
-        node = g.lib.tcs_disk_register(self._disk_dir, size)
+        direct = self.memory.offload_io == "direct"
+        if direct:
+            from tilecast.executor.memory_limit import check_direct_io
+
+            check_direct_io(self.memory.offload_dir)
+        node = g.lib.tcs_disk_register(self._disk_dir, size, int(direct))
         if node < 0:
             raise StarPUError(f"StarPU could not use {self.memory.offload_dir} as a disk memory node")
         self.disk_node = int(node)
@@ -270,3 +275,12 @@ class limit_environment:
 def _close_at_exit() -> None:
     for s in list(_ACTIVE):
         s.close()
+
+
+def disk_files() -> dict:
+    """The disk node's files created in this process so far by ``offload_io="direct"`` sessions (StarPU makes
+    one per tile it evicts): ``direct`` (opened with O_DIRECT) and ``buffered`` (tiles not of whole pages)."""
+    g = glue()
+    d, b = g.ffi.new("int64_t *"), g.ffi.new("int64_t *")
+    g.lib.tcs_disk_files(d, b)
+    return {"direct": int(d[0]), "buffered": int(b[0])}

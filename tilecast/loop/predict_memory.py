@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int, limit_bytes: int,
                     offload_dir: str | None, recompute: str = "none", graph=None, machine=None,
-                    keep_result: bool = False, page_cache=None):
+                    keep_result: bool = False, page_cache=None, offload_io: str = "buffered"):
     """The :class:`~tilecast.loop.predict.Prediction` of one step of the configuration under a main-memory
     limit of ``limit_bytes`` with a disk node in ``offload_dir`` (None: no disk node), on the local machine
     with its stored models (kernel calibration, host costs, the disk node measured by ``tilecast calibrate``
@@ -15,21 +15,22 @@ def predict_limited(cfg, batch: int, seq: int, tiling, sched: str, workers: int,
     ``evictions``, ``writebacks``, ``dropped``,
     ``disk_written_bytes`` and ``disk_read_bytes`` of a step after a warm-up step. ``page_cache``: the page
     cache in front of the disk's device (:class:`~tilecast.perfmodel.page_cache.PageCache`; None: what this
-    machine's memory leaves the run when the forecast is made)."""
+    machine's memory leaves the run when the forecast is made). ``offload_io``: ``"direct"`` forecasts the disk
+    node's files written with O_DIRECT (:meth:`~tilecast.perfmodel.disk_node.DiskNode.direct`)."""
     from dataclasses import replace
 
     from tilecast.executor.memory_limit import MemoryLimitError, limit_prefetches
     from tilecast.loop.config import StepConfig
     from tilecast.loop.predict import predict, stored_models
     from tilecast.perfmodel import load_machine
-    from tilecast.perfmodel.disk_node import ensure_disk
+    from tilecast.perfmodel.disk_node import ensure_disk, for_offload_io
     from tilecast.simulator.memory_capacity import MemoryForecast
 
     machine = machine or load_machine("local")
     config = StepConfig(cfg, batch, seq, tiling, sched, workers, recompute)
     graph = graph if graph is not None else config.build()
     calibration, host_costs = stored_models(machine)
-    disk = ensure_disk(machine, offload_dir) if offload_dir is not None else None
+    disk = for_offload_io(ensure_disk(machine, offload_dir) if offload_dir is not None else None, offload_io)
     if disk is not None and not limit_prefetches():  # the list walks of failed prefetches: none to forecast
         disk = replace(disk, walk_s=0.0)
     forecast = MemoryForecast(limit_bytes, disk, page_cache)

@@ -109,6 +109,20 @@ class DiskNode:
     io_cpu_busy: int = 0
     io_cpu_source: str = ""
 
+    def direct(self) -> "DiskNode":
+        """The node as ``--offload-io direct`` uses it (O_DIRECT, ``executor/c/disk_ops.c``): every transfer at
+        the device's O_DIRECT figures, no page cache in front of it and none of the page cache's computing time
+        (its copies, reclaim and write-back); StarPU's costs in the workers as fitted. Where the device was not
+        measured, a :class:`DiskNodeError` naming ``offload_io`` (``tilecast calibrate --offload-dir`` measures it)."""
+        if not self.has_device:
+            raise DiskNodeError(f"offload_io: the device under {self.directory or 'the offload directory'} was not "
+                                "measured (tilecast calibrate --offload-dir DIR measures it); direct transfers go to it")
+        return replace(self, write_bandwidth=self.device_write_bandwidth, read_bandwidth=self.device_read_bandwidth,
+                       write_latency=self.device_read_latency, read_latency=self.device_read_latency,
+                       source=f"{self.device_source}; O_DIRECT: no page cache",
+                       device_write_bandwidth=0.0, device_read_bandwidth=0.0, device_writeback_bandwidth=0.0,
+                       io_cpu_write=0.0, io_cpu_read=0.0, io_cpu_hit=0.0, io_cpu_busy=0, io_cpu_source="")
+
     @property
     def has_device(self) -> bool:
         """Whether the device's own speed was measured (the forecast then puts the page cache in front of it:
@@ -339,6 +353,12 @@ def other_file_systems(a: str, b: str) -> bool:
         return os.stat(a).st_dev != os.stat(b).st_dev
     except OSError:
         return False
+
+
+def for_offload_io(disk: DiskNode | None, offload_io: str) -> DiskNode | None:
+    """``disk`` as the run's ``--offload-io`` uses it: itself for ``buffered``, :meth:`DiskNode.direct` for
+    ``direct``; None stays None."""
+    return disk.direct() if disk is not None and offload_io == "direct" else disk
 
 
 def ensure_disk(machine, directory: str | None = None) -> DiskNode:

@@ -565,11 +565,14 @@ int tcs_tiles_read(int64_t n, const int64_t *idx, const uint64_t *dst, void **ha
     return copy_tiles(n, idx, dst, handles, 0);
 }
 
-int tcs_disk_register(const char *dir, int64_t size)
+const struct starpu_disk_ops *tcs_direct_disk_ops(void); /* c/disk_ops.c */
+
+int tcs_disk_register(const char *dir, int64_t size, int direct)
 {
     if (!started)
         return -1;
-    return starpu_disk_register(&starpu_disk_unistd_ops, (void *)dir, (starpu_ssize_t)size);
+    struct starpu_disk_ops *ops = direct ? (struct starpu_disk_ops *)tcs_direct_disk_ops() : &starpu_disk_unistd_ops;
+    return starpu_disk_register(ops, (void *)dir, (starpu_ssize_t)size);
 }
 
 int tcs_bus_bytes(int src, int dst, int64_t *bytes, int64_t *count)

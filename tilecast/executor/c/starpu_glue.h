@@ -68,8 +68,12 @@ void tcs_unregister_managed(int64_t n, void **handles);
  * time; src/dst[k] is the host address of tile idx[k]'s bytes. 0 or the first StarPU error. */
 int tcs_tiles_write(int64_t n, const int64_t *idx, const uint64_t *src, void **handles);
 int tcs_tiles_read(int64_t n, const int64_t *idx, const uint64_t *dst, void **handles);
-/* A disk memory node (unistd backend) in directory dir, of at most size bytes; its node id, or -1. */
-int tcs_disk_register(const char *dir, int64_t size);
+/* A disk memory node in directory dir, of at most size bytes; its node id, or -1. direct 0: StarPU's unistd
+ * backend (every tile through the page cache); 1: the same with O_DIRECT for tiles of whole pages
+ * (c/disk_ops.c). */
+int tcs_disk_register(const char *dir, int64_t size, int direct);
+/* The disk node's files created so far: opened with O_DIRECT, and buffered (c/disk_ops.c). */
+void tcs_disk_files(int64_t *direct, int64_t *buffered);
 /* Bytes and transfers from node src to node dst since the last call (StarPU's bus profiling). */
 int tcs_bus_bytes(int src, int dst, int64_t *bytes, int64_t *count);
 
