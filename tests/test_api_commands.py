@@ -255,6 +255,8 @@ BAD = [
     (lambda: tc.tune_ranks("gpt2-tiny", 4, 16, distributions=["nope"]), "distributions: unknown distribution",
      ["tune", "--model", "gpt2-tiny", "--batch", "4", "--seq", "16", "--ranks", "2", "--distributions", "nope"],
      "--distributions: unknown distribution"),
+    (lambda: tc.calibrate(offload_io="direct"), "offload_io needs offload_dir", ["calibrate", "--offload-io", "direct"],
+     "--offload-io needs --offload-dir"),
     (lambda: tc.calibrate(repeats=0), "repeats must be at least 1", ["calibrate", "--repeats", "0"],
      "--repeats must be at least 1"),
     (lambda: tc.calibrate_network(sizes=[8]), "sizes: at least two distinct", ["calibrate", "--ranks", "2", "--sizes",

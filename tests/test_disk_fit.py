@@ -149,8 +149,8 @@ def test_calibrate_fits_the_costs_on_one_worker_and_on_two(tmp_path, monkeypatch
     machine = cpu_machine(2)
     ran = []
 
-    def fake_fit(machine_, disk, directory, probes, workers, progress=None):
-        ran.append(workers)
+    def fake_fit(machine_, disk, directory, probes, workers, progress=None, offload_io="buffered"):
+        ran.append((workers, offload_io))
         progress(0, 1, "probe")
         row = {"probe": "probe", "measured_step_s": 1.0, "base_step_s": 0.5, "predicted_step_s": 1.0, "error": 0.0}
         return replace(disk, worker_costs={"reads": 1e-4 * workers},
@@ -160,10 +160,20 @@ def test_calibrate_fits_the_costs_on_one_worker_and_on_two(tmp_path, monkeypatch
     monkeypatch.setattr(kernel_calibration, "starpu_workers", lambda m: 2)
     monkeypatch.setattr(calibration, "_io_cpu", lambda machine_, disk, *a: (disk, ""))
     disk, path, rows = calibration._disk(machine, str(tmp_path), fit=True, progress=True)
-    assert ran == [1, 2] and [r["workers"] for r in rows] == [1, 2]
+    assert [r[:2] for r in ran] == [(1, "buffered"), (2, "buffered")] and [r["workers"] for r in rows] == [1, 2]
     assert disk.worker_costs == {"reads": 2e-4} and disk.costs_for(1) == {"reads": 1e-4}
-    assert load_disk(path) == disk and "1 workers" in disk.worker_costs_source
+    assert load_disk(path) == disk and "1 workers" in disk.worker_costs_source and disk.direct_costs == {}
     assert "under a memory limit on 1 worker (probe)" in capsys.readouterr().err
+    if not disk.has_device:  # a file system without O_DIRECT: the direct probes are not run
+        return
+    ran.clear()
+    disk, path, rows = calibration._disk(machine, str(tmp_path), fit=True, progress=True, offload_io="direct")
+    # the same probes again, their files written direct
+    assert [r[:2] for r in ran] == [(1, "buffered"), (2, "buffered"), (1, "direct"), (2, "direct")]
+    assert [r.get("offload_io") for r in rows] == [None, None, "direct", "direct"]
+    assert disk.direct_costs["worker_costs_by_workers"] == {"1": {"reads": 1e-4}, "2": {"reads": 2e-4}}
+    assert load_disk(path).direct().costs_for(1) == {"reads": 1e-4} and disk.worker_costs == {"reads": 2e-4}
+    assert "on 1 worker, O_DIRECT (probe)" in capsys.readouterr().err
 
 
 def test_the_typical_tile_is_the_byte_weighted_median():
@@ -231,10 +241,10 @@ def test_calibrate_runs_a_probe_at_the_configurations_tile_size_when_its_tiles_a
     machine = cpu_machine(2)
     probed = []
 
-    def fake_fit(machine_, disk, directory, probes, workers, progress=None):
+    def fake_fit(machine_, disk, directory, probes, workers, progress=None, offload_io="buffered"):
         return replace(disk, worker_costs={"reads": 1e-5}), []
 
-    def fake_tile(machine_, disk, directory, probe, counts, progress=None):
+    def fake_tile(machine_, disk, directory, probe, counts, progress=None, offload_io="buffered"):
         probed.append((probe, list(counts)))
         progress(0, len(counts), counts[0], "tile probe")
         return {"tile_bytes": 262144, "by_workers": {str(w): {"reads": 1e-4 * w} for w in counts}}, [

@@ -161,6 +161,13 @@ def test_direct_offload_io_is_forecast_at_the_device_figures_without_the_cache()
     assert for_offload_io(None, "direct") is None
     with pytest.raises(DiskNodeError, match="^offload_io: the device under"):
         DISK.direct()  # its device was not measured
+    # StarPU's costs: those fitted on probes run direct where calibrate --offload-io direct fitted them
+    buffered = replace(dev, worker_costs={"per_task": 1e-6}, worker_costs_by_workers={"2": {"per_task": 2e-6}})
+    assert buffered.direct().costs_for(2) == {"per_task": 2e-6}
+    fitted = replace(buffered, direct_costs={"worker_costs": {"per_task": 5e-6},
+                                             "worker_costs_by_workers": {"2": {"per_task": 6e-6}}, "source": "test"})
+    assert fitted.direct().costs_for(2) == {"per_task": 6e-6} and fitted.direct().worker_costs == {"per_task": 5e-6}
+    assert "with --offload-io direct: 5 us per task" in fitted.describe()
     res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, direct, "eager", **run)
     plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", **run)
     assert "page_cache_read_hits" not in res.summary and res.summary["io_cpu_s"] == 0

@@ -71,13 +71,15 @@ def _typical_tile_bytes(cfg, batch: int, seq: int, tiling) -> int:
     return typical_tile_bytes(build_step(cfg, batch, seq, tiling).tile_nbytes)
 
 
-def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_bytes: int = 0):
+def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_bytes: int = 0,
+          offload_io: str = "buffered"):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
     with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
     (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there, on one worker and
     on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of ``tile_bytes`` (the
     calibrated configuration's typical tile) where they are much larger than the standard probes'
-    (:func:`tilecast.loop.disk_fit.calibrate_tile_costs`); stored."""
+    (:func:`tilecast.loop.disk_fit.calibrate_tile_costs`); with ``offload_io`` ``"direct"``, the same probes run again
+    with their files written with O_DIRECT, for ``DiskNode.direct_costs``; stored."""
     import os
 
     from tilecast.home import home
@@ -92,7 +94,7 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_
     from dataclasses import replace
 
     from tilecast.loop.kernel_calibration import starpu_workers
-    from tilecast.loop.disk_fit import PROBES, calibrate_tile_costs, calibrate_worker_costs, tile_probe
+    from tilecast.loop.disk_fit import tile_probe
 
     workers = starpu_workers(machine)
     disk, path = _io_cpu(machine, disk, offload_dir, progress)
@@ -102,31 +104,52 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_
         return disk, path, []
 
     counts = sorted({1, min(workers, 2)})  # a read back costs the worker less where a core is left free
+    fitted, rows = _disk_probe_costs(machine, disk, offload_dir, counts, tile_probe(tile_bytes), progress, "buffered")
+    disk = replace(disk, **fitted)
+    if offload_io == "direct":
+        if not disk.has_device:
+            print("tilecast calibrate: the device under the offload directory was not measured: the direct probes "
+                  "are not run", file=sys.stderr)
+        else:
+            fitted_d, rows_d = _disk_probe_costs(machine, disk, offload_dir, counts, tile_probe(tile_bytes),
+                                                 progress, "direct")
+            disk = replace(disk, direct_costs={**fitted_d, "source": fitted_d.pop("worker_costs_source")})
+            rows += [{**r, "offload_io": "direct"} for r in rows_d]
+    return disk, save_disk(machine, disk), rows
+
+
+def _disk_probe_costs(machine, disk, offload_dir: str, counts, probe, progress: bool, offload_io: str):
+    """(fields of DiskNode: ``worker_costs``, ``worker_costs_by_workers``, ``worker_costs_source``, ``tile_costs``;
+    probe rows): StarPU's costs in the workers fitted on the standard probes on each worker count of ``counts`` and
+    on ``probe`` (the configuration's tile size; None: none), their files written ``offload_io``."""
+    from tilecast.loop.disk_fit import PROBES, calibrate_tile_costs, calibrate_worker_costs
+
     by_workers, rows = {}, []
+    direct = ", O_DIRECT" if offload_io == "direct" else ""
     for w in counts:
         def told(i, n, label, w=w):
             if progress:
-                print(f"disk node: probe {i + 1}/{n} under a memory limit on {w} worker{'s' if w > 1 else ''} "
-                      f"({label})", file=sys.stderr)
+                print(f"disk node: probe {i + 1}/{n} under a memory limit on {w} worker{'s' if w > 1 else ''}"
+                      f"{direct} ({label})", file=sys.stderr)
 
-        fitted, w_rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, w, told)
+        fitted, w_rows = calibrate_worker_costs(machine, disk, offload_dir, PROBES, w, told, offload_io)
         by_workers[str(w)] = fitted
         rows += [{**r, "workers": w} for r in w_rows]
-    top = by_workers[str(counts[-1])]
-    disk = replace(top, worker_costs_by_workers=(
-        {w: d.worker_costs for w, d in by_workers.items()} if len(by_workers) > 1 else {}),
-        worker_costs_source="; ".join(d.worker_costs_source for d in by_workers.values()))
-    probe = tile_probe(tile_bytes)
+    out = {"worker_costs": by_workers[str(counts[-1])].worker_costs,
+           "worker_costs_by_workers": ({w: d.worker_costs for w, d in by_workers.items()}
+                                       if len(by_workers) > 1 else {}),
+           "worker_costs_source": "; ".join(d.worker_costs_source for d in by_workers.values()),
+           "tile_costs": dict(disk.tile_costs) if offload_io == "buffered" else {}}
     if probe is not None:
         def told_tile(i, n, w, label):
             if progress:
                 print(f"disk node: probe at the configuration's tile size {i + 1}/{n} on {w} "
-                      f"worker{'s' if w > 1 else ''} ({label})", file=sys.stderr)
+                      f"worker{'s' if w > 1 else ''}{direct} ({label})", file=sys.stderr)
 
-        tile_costs, t_rows = calibrate_tile_costs(machine, disk, offload_dir, probe, counts, told_tile)
-        disk = replace(disk, tile_costs=tile_costs)
+        out["tile_costs"], t_rows = calibrate_tile_costs(machine, disk, offload_dir, probe, counts, told_tile,
+                                                         offload_io)
         rows += t_rows
-    return disk, save_disk(machine, disk), rows
+    return out, rows
 
 
 def _io_cpu(machine, disk, offload_dir: str, progress: bool, busy: int | None = None, nbytes: int | None = None):
@@ -217,7 +240,7 @@ def _probe_costs(machine, workers: int, progress: bool) -> dict:
 def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tiles=("32", "64", "128"),
               repeats: int = 7, per_kernel: int = 16, budget: float | None = None, timer: str = "auto",
               output: str | None = None, offload_dir: str | None = None, disk_only: bool = False,
-              probe: bool = True, progress: bool = False) -> CalibrateResult:
+              probe: bool = True, progress: bool = False, offload_io: str = "buffered") -> CalibrateResult:
     """Time the kernels over the distinct tile shapes of ``model``'s step at ``tile`` and each of ``tiles``
     (``tilecast calibrate``), as StarPU tasks on every worker where StarPU runs (``timer`` auto or starpu),
     else the C kernels (c) or numpy references (numpy) alone; ``repeats`` runs per shape; at most
@@ -227,7 +250,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     (``probe``), and the disk node is timed in ``offload_dir`` (with ``offload_dir`` given or ``disk_only``, and
     ``probe``, the computing time the disk traffic takes from busy cores and the device's write-back rate are then
     measured there, and StarPU's time in the workers under a limit fitted on probe steps: docs/memory.md).
-    ``disk_only``: the disk node alone.
+    ``disk_only``: the disk node alone. ``offload_io`` ``"direct"``: the disk node's probes also run with their
+    files written with O_DIRECT, fitting StarPU's costs for ``--offload-io direct`` (``DiskNode.direct_costs``).
     ``progress``: a line and a bar on standard error."""
     import numpy as np
     from tqdm import tqdm
@@ -248,9 +272,13 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     _shape(cfg, batch, seq)
     machine = load_machine("local")
     fit_disk = probe and (offload_dir is not None or disk_only)  # the disk part asked for: StarPU's costs too
+    if offload_io not in ("buffered", "direct"):
+        raise FieldError(f"offload_io: {offload_io!r} is not one of buffered, direct")
+    if offload_io == "direct" and not fit_disk:
+        raise FieldError("offload_io needs offload_dir (or disk_only) and the probes")
     tile_bytes = _typical_tile_bytes(cfg, batch, seq, tiling) if fit_disk else 0
     if disk_only:
-        disk, path, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes)
+        disk, path, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes, offload_io)
         summary = {"machine": machine.name, "fingerprint": machine.fingerprint(),
                    "disk": {**asdict(disk), "file": path, "probes": disk_probes}}
         return CalibrateResult(machine.name, machine.fingerprint(), disk=summary["disk"], summary=summary,
@@ -322,7 +350,7 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     if extrapolated and progress:
         print(extrapolation_note({"extrapolated": extrapolated, "bound": bound}), file=sys.stderr)
     report_hot = holdout_errors(cal, kernels=[k for k in cal.hot if cal.has_hot(k)], lane="hot") if cal.hot else {}
-    disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes)
+    disk, disk_file, disk_probes = _disk(machine, offload_dir, fit_disk, progress, tile_bytes, offload_io)
     summary = {"machine": machine.name, "fingerprint": machine.fingerprint(), "timer": timer_name, "file": path,
                "shapes": len(cases), "shapes_seen": len(seen), "shapes_predicted": len(predicted),
                "kernels": len(cal.points), "heldout": report, "heldout_hot": report_hot,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from tilecast.cli import UsageError
 from tilecast.cli.calibrate_ranks import add_rank_calibration_args, run_rank_calibration
 from tilecast.cli.common import (add_json_arg, add_model_args, add_tiles_arg, blas_summary, library_errors,
                                  model_args, print_json, tilings_arg)
@@ -51,6 +52,10 @@ def add_parser(sub):
                         "alone, for steps of such tiles; store it all with the calibration (default: "
                         "$TILECAST_HOME/offload, where a calibration without "
                         "--offload-dir or --disk-only times the file system only)")
+    p.add_argument("--offload-io", choices=["buffered", "direct"], default="buffered",
+                   help="with --offload-dir: direct also runs the disk node's probe steps with the tiles' files "
+                        "written with O_DIRECT, fitting StarPU's costs for run/simulate --offload-io direct "
+                        "(about a minute more); default: buffered only")
     p.add_argument("--disk-only", action="store_true",
                    help="time the disk node only (see --offload-dir: the file system and StarPU's probe steps), "
                         "not the kernels")
@@ -58,7 +63,8 @@ def add_parser(sub):
     return p
 
 
-CALIBRATE_FLAGS = {"repeats": "--repeats", "per_kernel": "--per-kernel", "budget": "--budget", "timer": "--timer"}
+CALIBRATE_FLAGS = {"repeats": "--repeats", "per_kernel": "--per-kernel", "budget": "--budget", "timer": "--timer",
+                   "offload_io": "--offload-io", "offload_dir": "--offload-dir", "disk_only": "--disk-only"}
 
 
 def run(args) -> int:
@@ -67,13 +73,15 @@ def run(args) -> int:
 
     if args.ranks is not None:
         return run_rank_calibration(args)
+    if args.offload_io == "direct" and (args.no_probe or (args.offload_dir is None and not args.disk_only)):
+        raise UsageError("--offload-io needs --offload-dir (or --disk-only) and the probes (not --no-probe)")
     cfg, batch, seq, tiling = model_args(args)
     tilings = tilings_arg(args.tiles)
     try:
         with library_errors(CALIBRATE_FLAGS):
             res = tc.calibrate(cfg, batch, seq, tiling, tilings, args.repeats, args.per_kernel, args.budget,
                                args.timer, args.output, args.offload_dir, args.disk_only, probe=not args.no_probe,
-                               progress=not args.json)
+                               progress=not args.json, offload_io=args.offload_io)
     except NativeUnavailable as e:
         print(f"tilecast calibrate: {e}", file=sys.stderr)
         return 1
@@ -147,5 +155,6 @@ def _print_disk_probes(rows) -> None:
     """The probe steps the disk node's StarPU costs were fitted on: measured beside forecast."""
     for r in rows:
         on = f" on {r['workers']} worker{'s' if r['workers'] > 1 else ''}" if "workers" in r else ""
+        on += ", O_DIRECT" if r.get("offload_io") == "direct" else ""
         print(f"  probe {r['probe']}{on}: {r['measured_step_s']:.3f} s measured, {r['predicted_step_s']:.3f} s "
               f"forecast with the fitted costs ({100 * r['error']:+.0f}%), {r['base_step_s']:.3f} s without them")

@@ -169,9 +169,10 @@ def _forecast(machine, config, limit_bytes: int, disk, graph, keep: bool = False
 
 
 def run_probe(machine, disk, directory: str, probe, workers: int, sched: str = "dmda", warmup: int = 1,
-              steps: int = 2) -> ProbeRun:
+              steps: int = 2, offload_io: str = "buffered") -> ProbeRun:
     """Run the probe ``(model, batch, seq, tile, limit)`` on StarPU with the disk node in ``directory`` (``warmup`` +
-    ``steps`` steps, the timed ones traced) and simulate it with ``disk`` (the file system's figures alone)."""
+    ``steps`` steps, the timed ones traced; its files written ``offload_io``) and simulate it with ``disk`` (the file
+    system's figures alone, as that way of writing sees them: :func:`~tilecast.perfmodel.disk_node.for_offload_io`)."""
     from tilecast.executor.memory_limit import MemoryLimit
     from tilecast.executor.starpu_run import run_steps
     from tilecast.graph import Tiling
@@ -183,7 +184,7 @@ def run_probe(machine, disk, directory: str, probe, workers: int, sched: str = "
     graph = config.build()
     p = _forecast(machine, config, limit, disk, graph, keep=True)
     res = run_steps(config.model, batch, seq, config.tiling, sched, workers, warmup + steps,
-                    memory=MemoryLimit(limit, directory), trace_from=warmup)
+                    memory=MemoryLimit(limit, directory, offload_io), trace_from=warmup)
     pred_ptr, pred = graph.dependencies
     real = []
     for tr in res.traces:
@@ -232,43 +233,53 @@ def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS) -> t
     return costs, rows
 
 
-def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers: int = 2, progress=None):
-    """(DiskNode with ``worker_costs`` fitted on ``probes`` run in ``directory``, rows of :func:`fit_probe_costs`).
-    ``disk``: the file system's figures (``runtime_latency`` and any earlier costs are not used)."""
+def _base(disk, offload_io: str):
+    """``disk`` without StarPU's costs, as ``offload_io`` sees it (:func:`~tilecast.perfmodel.disk_node.for_offload_io`)."""
     from dataclasses import replace
 
-    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
-                   worker_costs_by_workers={}, tile_costs={})
+    from tilecast.perfmodel.disk_node import for_offload_io
+
+    bare = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
+                   worker_costs_by_workers={}, tile_costs={}, direct_costs={})
+    return for_offload_io(bare, offload_io)
+
+
+def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers: int = 2, progress=None,
+                           offload_io: str = "buffered"):
+    """(DiskNode with ``worker_costs`` fitted on ``probes`` run in ``directory``, rows of :func:`fit_probe_costs`).
+    ``disk``: the file system's figures (``runtime_latency`` and any earlier costs are not used); ``offload_io``: how
+    the probes' disk node writes its files (``direct``: the node returned is :meth:`DiskNode.direct`'s view)."""
+    from dataclasses import replace
+
+    base = _base(disk, offload_io)
     runs = []
     for i, probe in enumerate(probes):
         if progress:
             progress(i, len(probes), probe_label(probe))
-        runs.append(run_probe(machine, base, directory, probe, workers))
+        runs.append(run_probe(machine, base, directory, probe, workers, offload_io=offload_io))
     costs, rows = fit_probe_costs(machine, base, runs)
     names = "; ".join(r.label for r in runs)
     return replace(base, worker_costs=costs, tile_costs=dict(disk.tile_costs), worker_costs_source=(
-        f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda): per-task delays, "
+        f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda, {offload_io}): per-task delays, "
         f"measured less simulated, on the events of each task's acquisition, then scaled to the steps")), rows
 
 
-def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=None) -> tuple[dict, list[dict]]:
+def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=None,
+                         offload_io: str = "buffered") -> tuple[dict, list[dict]]:
     """(``DiskNode.tile_costs``, rows of :func:`fit_probe_costs`): StarPU's costs in the worker fitted on the one
     ``probe`` (:func:`tile_probe`) alone, run in ``directory`` on each worker count of ``counts``. ``disk``: the file
-    system's figures."""
-    from dataclasses import replace
-
+    system's figures; ``offload_io``: as :func:`calibrate_worker_costs`."""
     from tilecast.perfmodel.disk_node import typical_tile_bytes
 
-    base = replace(disk, runtime_latency=0.0, runtime_source="", worker_costs={}, worker_costs_source="",
-                   worker_costs_by_workers={}, tile_costs={})
+    base = _base(disk, offload_io)
     by_workers, rows, tile_bytes = {}, [], 0
     for i, w in enumerate(counts):
         if progress:
             progress(i, len(counts), w, probe_label(probe))
-        run = run_probe(machine, base, directory, probe, w)
+        run = run_probe(machine, base, directory, probe, w, offload_io=offload_io)
         tile_bytes = typical_tile_bytes(run.config.build().tile_nbytes)
         costs, w_rows = fit_probe_costs(machine, base, [run])
         by_workers[str(w)] = costs
         rows += [{**r, "workers": w} for r in w_rows]
     return {"tile_bytes": tile_bytes, "by_workers": by_workers,
-            "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda"}, rows
+            "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda, {offload_io}"}, rows

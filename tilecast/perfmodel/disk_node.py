@@ -108,12 +108,19 @@ class DiskNode:
     io_cpu_hit: float = 0.0
     io_cpu_busy: int = 0
     io_cpu_source: str = ""
+    #: StarPU's costs in the workers fitted on the probes run with ``--offload-io direct`` (``tilecast calibrate
+    #: --offload-dir DIR --offload-io direct``): ``worker_costs``, ``worker_costs_by_workers``, ``tile_costs`` as
+    #: above, and their ``source``; :meth:`direct` takes them. Empty: not fitted (the buffered probes' are taken).
+    direct_costs: dict = field(default_factory=dict)
 
     def direct(self) -> "DiskNode":
         """The node as ``--offload-io direct`` uses it (O_DIRECT, ``executor/c/disk_ops.c``): every transfer at
         the device's O_DIRECT figures, no page cache in front of it and none of the page cache's computing time
         (its copies, reclaim and write-back); StarPU's costs in the workers as fitted. Where the device was not
-        measured, a :class:`DiskNodeError` naming ``offload_io`` (``tilecast calibrate --offload-dir`` measures it)."""
+        measured, a :class:`DiskNodeError` naming ``offload_io`` (``tilecast calibrate --offload-dir`` measures it).
+        StarPU's costs in the workers: those fitted on probes run direct (:attr:`direct_costs`) where
+        ``calibrate --offload-io direct`` fitted them, else the buffered probes'. The write latency is taken as the
+        device's read latency (the only one measured)."""
         if not self.has_device:
             raise DiskNodeError(f"offload_io: the device under {self.directory or 'the offload directory'} was not "
                                 "measured (tilecast calibrate --offload-dir DIR measures it); direct transfers go to it")
@@ -121,7 +128,12 @@ class DiskNode:
                        write_latency=self.device_read_latency, read_latency=self.device_read_latency,
                        source=f"{self.device_source}; O_DIRECT: no page cache",
                        device_write_bandwidth=0.0, device_read_bandwidth=0.0, device_writeback_bandwidth=0.0,
-                       io_cpu_write=0.0, io_cpu_read=0.0, io_cpu_hit=0.0, io_cpu_busy=0, io_cpu_source="")
+                       io_cpu_write=0.0, io_cpu_read=0.0, io_cpu_hit=0.0, io_cpu_busy=0, io_cpu_source="",
+                       **({"worker_costs": dict(self.direct_costs["worker_costs"]),
+                           "worker_costs_by_workers": dict(self.direct_costs.get("worker_costs_by_workers", {})),
+                           "tile_costs": dict(self.direct_costs.get("tile_costs", {})),
+                           "worker_costs_source": self.direct_costs.get("source", "")}
+                          if self.direct_costs.get("worker_costs") else {}), direct_costs={})
 
     @property
     def has_device(self) -> bool:
@@ -166,6 +178,8 @@ class DiskNode:
             line += f"; at tiles of {kib:g} KiB: " + "; ".join(
                 f"on {w} worker{'s' if w != '1' else ''}: {_costs_text(cw) or 'nothing'}"
                 for w, cw in sorted(self.tile_costs.get("by_workers", {}).items()))
+        if self.direct_costs.get("worker_costs"):
+            line += "; with --offload-io direct: " + _costs_text(self.direct_costs["worker_costs"])
         if self.has_device:
             line += (f"; device (O_DIRECT) write {self.device_write_bandwidth / 1e9:.2f} GB/s, read "
                      f"{self.device_read_bandwidth / 1e9:.2f} GB/s + {self.device_read_latency * 1e6:.0f} us")
@@ -389,7 +403,8 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
                        walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source,
-                       worker_costs_by_workers=dict(old.worker_costs_by_workers), tile_costs=dict(old.tile_costs))
+                       worker_costs_by_workers=dict(old.worker_costs_by_workers), tile_costs=dict(old.tile_costs),
+                       direct_costs=dict(old.direct_costs))
     if (old is not None and old.device_writeback_bandwidth and disk.has_device
             and not other_file_systems(old.directory, directory)):  # the rate is the device's: not another's
         disk = replace(disk, device_writeback_bandwidth=old.device_writeback_bandwidth,
