@@ -234,7 +234,8 @@ def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS) -> t
 
 
 def _base(disk, offload_io: str):
-    """``disk`` without StarPU's costs, as ``offload_io`` sees it (:func:`~tilecast.perfmodel.disk_node.for_offload_io`)."""
+    """``disk`` without StarPU's costs, as ``offload_io`` sees it
+    (:func:`~tilecast.perfmodel.disk_node.for_offload_io`)."""
     from dataclasses import replace
 
     from tilecast.perfmodel.disk_node import for_offload_io
@@ -260,8 +261,8 @@ def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers
     costs, rows = fit_probe_costs(machine, base, runs)
     names = "; ".join(r.label for r in runs)
     return replace(base, worker_costs=costs, tile_costs=dict(disk.tile_costs), worker_costs_source=(
-        f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda, {offload_io}): per-task delays, "
-        f"measured less simulated, on the events of each task's acquisition, then scaled to the steps")), rows
+        f"fitted by tilecast calibrate on probe steps ({names}; {workers} workers, dmda, {offload_io}): per-task "
+        f"delays, measured less simulated, on the events of each task's acquisition, then scaled to the steps")), rows
 
 
 def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=None,
@@ -282,4 +283,5 @@ def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=
         by_workers[str(w)] = costs
         rows += [{**r, "workers": w} for r in w_rows]
     return {"tile_bytes": tile_bytes, "by_workers": by_workers,
-            "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda, {offload_io}"}, rows
+            "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda, "
+                      f"{offload_io}"}, rows
