@@ -272,8 +272,10 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
     _shape(cfg, batch, seq)
     machine = load_machine("local")
     fit_disk = probe and (offload_dir is not None or disk_only)  # the disk part asked for: StarPU's costs too
-    if offload_io not in ("buffered", "direct"):
-        raise FieldError(f"offload_io: {offload_io!r} is not one of buffered, direct")
+    from tilecast.executor.memory_limit import OFFLOAD_IO
+
+    if offload_io not in OFFLOAD_IO:
+        raise FieldError(f"offload_io: {offload_io!r} is not one of {', '.join(OFFLOAD_IO)}")
     if offload_io == "direct" and not fit_disk:
         raise FieldError("offload_io needs offload_dir (or disk_only) and the probes")
     tile_bytes = _typical_tile_bytes(cfg, batch, seq, tiling) if fit_disk else 0

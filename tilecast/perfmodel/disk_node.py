@@ -116,24 +116,25 @@ class DiskNode:
     def direct(self) -> "DiskNode":
         """The node as ``--offload-io direct`` uses it (O_DIRECT, ``executor/c/disk_ops.c``): every transfer at
         the device's O_DIRECT figures, no page cache in front of it and none of the page cache's computing time
-        (its copies, reclaim and write-back); StarPU's costs in the workers as fitted. Where the device was not
-        measured, a :class:`DiskNodeError` naming ``offload_io`` (``tilecast calibrate --offload-dir`` measures it).
-        StarPU's costs in the workers: those fitted on probes run direct (:attr:`direct_costs`) where
-        ``calibrate --offload-io direct`` fitted them, else the buffered probes'. The write latency is taken as the
-        device's read latency (the only one measured)."""
+        (its copies, reclaim and write-back). StarPU's costs in the workers: those fitted on probes run direct
+        (:attr:`direct_costs`) where ``calibrate --offload-io direct`` fitted them, else the buffered probes'. The
+        write latency is taken as the device's read latency (the only one measured). Where the device was not
+        measured, a :class:`DiskNodeError` naming ``offload_io`` (``tilecast calibrate --offload-dir`` measures it)."""
         if not self.has_device:
             raise DiskNodeError(f"offload_io: the device under {self.directory or 'the offload directory'} was not "
                                 "measured (tilecast calibrate --offload-dir DIR measures it); direct transfers go to it")
+        costs = {}
+        fitted = self.direct_costs
+        if fitted.get("worker_costs"):
+            costs = {"worker_costs": dict(fitted["worker_costs"]),
+                     "worker_costs_by_workers": dict(fitted.get("worker_costs_by_workers", {})),
+                     "tile_costs": dict(fitted.get("tile_costs", {})), "worker_costs_source": fitted.get("source", "")}
         return replace(self, write_bandwidth=self.device_write_bandwidth, read_bandwidth=self.device_read_bandwidth,
                        write_latency=self.device_read_latency, read_latency=self.device_read_latency,
                        source=f"{self.device_source}; O_DIRECT: no page cache",
                        device_write_bandwidth=0.0, device_read_bandwidth=0.0, device_writeback_bandwidth=0.0,
                        io_cpu_write=0.0, io_cpu_read=0.0, io_cpu_hit=0.0, io_cpu_busy=0, io_cpu_source="",
-                       **({"worker_costs": dict(self.direct_costs["worker_costs"]),
-                           "worker_costs_by_workers": dict(self.direct_costs.get("worker_costs_by_workers", {})),
-                           "tile_costs": dict(self.direct_costs.get("tile_costs", {})),
-                           "worker_costs_source": self.direct_costs.get("source", "")}
-                          if self.direct_costs.get("worker_costs") else {}), direct_costs={})
+                       direct_costs={}, **costs)
 
     @property
     def has_device(self) -> bool:
