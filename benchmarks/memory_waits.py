@@ -27,7 +27,7 @@ import tempfile
 
 import numpy as np
 
-from tilecast.executor.memory_limit import MemoryLimit, parse_size
+from tilecast.executor.memory_limit import OFFLOAD_IO, MemoryLimit, parse_size
 from tilecast.executor.starpu_run import run_steps
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
@@ -49,23 +49,33 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--offload-dir", default=None, metavar="DIR",
+                    help="disk node directory (default: a new directory under $TILECAST_HOME/offload, "
+                         "removed at the end)")
+    ap.add_argument("--offload-io", default="buffered", choices=OFFLOAD_IO,
+                    help="the disk node's files through the page cache (buffered) or O_DIRECT (direct)")
     args = ap.parse_args()
     cfg, tiling, limit = load_model(args.model), Tiling.parse(args.tile), parse_size(args.memory_limit)
-    base = home("offload")
-    base.mkdir(parents=True, exist_ok=True)
-    offload = tempfile.mkdtemp(prefix="waits-", dir=base)
+    made = args.offload_dir is None
+    if made:
+        base = home("offload")
+        base.mkdir(parents=True, exist_ok=True)
+        offload = tempfile.mkdtemp(prefix="waits-", dir=base)
+    else:
+        offload = args.offload_dir
     try:
         conditions = run_conditions()
         print(conditions_line(conditions))
         p = predict_limited(cfg, args.batch, args.seq, tiling, args.sched, args.workers, limit, offload,
-                            args.recompute, keep_result=True)
+                            args.recompute, keep_result=True, offload_io=args.offload_io)
         sim = p.result
         g = sim.graph
         pred_ptr, pred = g.dependencies
         res = run_steps(cfg, args.batch, args.seq, tiling, args.sched, args.workers, args.warmup + args.steps,
-                        memory=MemoryLimit(limit, offload), recompute=args.recompute, trace_from=args.warmup)
+                        memory=MemoryLimit(limit, offload, args.offload_io), recompute=args.recompute, trace_from=args.warmup)
     finally:
-        shutil.rmtree(offload, ignore_errors=True)
+        if made:
+            shutil.rmtree(offload, ignore_errors=True)
     sim_delay = task_delays(sim.start, sim.end, sim.worker, pred_ptr, pred)
     real_delays, busy = [], []
     for tr in res.traces:
@@ -102,7 +112,7 @@ def main() -> int:
     print("extra cost per event (measured less simulated delay, NNLS): "
           + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in costs.items()))
     print(json.dumps({"model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile,
-                      "memory_limit": args.memory_limit, "tasks": int(g.n_tasks), "step_s": steps,
+                      "memory_limit": args.memory_limit, "offload_io": args.offload_io, "tasks": int(g.n_tasks), "step_s": steps,
                       "predicted_step_s": p.step_s, "busy_s": {"real": float(np.median(busy)),
                                                                "sim": float((sim.end - sim.start).sum())},
                       "delay_s": {"real": float(np.median([d.sum() for d in real_delays])),
