@@ -74,6 +74,22 @@ def test_starpu_cost_grows_with_the_tiles_in_memory():
         assert res.summary[k] == plain.summary[k]
 
 
+def test_search_for_a_tile_to_reuse_costs_its_worker_per_tile_walked():
+    """The steps of test_eviction_by_hand with StarPU's cost per tile walked past in its search for a tile to reuse
+    (walk_tile_s): the two searches walk 3 and 1 tiles, each charged to the task whose allocation searched, so the
+    serial step is 4 walk_tile_s longer and nothing else changes."""
+    d, walk = 1e-3, 1e-4
+    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
+                                    warmup=False, throttle=None)
+    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_tile_s=walk), "eager",
+                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
+    assert res.makespan == pytest.approx(plain.makespan + 4 * walk, rel=1e-12)
+    assert list(res.task_costs) == pytest.approx([3 * walk, walk], rel=1e-12)
+    assert res.summary["reuse_walk_s"] == pytest.approx(4 * walk, rel=1e-12) and plain.summary["reuse_walk_s"] == 0
+    for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes", "reuse_walked"):
+        assert res.summary[k] == plain.summary[k]
+
+
 def test_no_eviction_when_everything_fits_and_too_small_is_an_error():
     res = simulate_memory_limited(two_axpys(), cpu_machine(1), 4 * S, DISK, "eager", durations=np.full((1, 2), 1e-3))
     assert res.summary["evictions"] == 0 and res.summary["disk_read_bytes"] == 0

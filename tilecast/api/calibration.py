@@ -75,8 +75,9 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_
           offload_io: str = "buffered"):
     """(DiskNode, file, probe rows): the disk node timed in ``offload_dir`` (default $TILECAST_HOME/offload), then,
     with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
-    (:func:`_io_cpu`) and StarPU's time in the workers under a limit fitted on probe steps there, on one worker and
-    on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of ``tile_bytes`` (the
+    (:func:`_io_cpu`), StarPU's time per tile its search for a tile to reuse walks past
+    (:mod:`tilecast.loop.walk_probe`) and its other time in the workers under a limit fitted on probe steps there, on
+    one worker and on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of ``tile_bytes`` (the
     calibrated configuration's typical tile) where they are much larger than the standard probes'
     (:func:`tilecast.loop.disk_fit.calibrate_tile_costs`); with ``offload_io`` ``"direct"``, the same probes run again
     with their files written with O_DIRECT, for ``DiskNode.direct_costs``; stored."""
@@ -103,6 +104,12 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_
               "system's figures alone are stored)", file=sys.stderr)
         return disk, path, []
 
+    from tilecast.loop.walk_probe import measure_walk_tile_s
+
+    if progress:
+        print("disk node: StarPU's search for a tile to reuse, timed on StarPU alone", file=sys.stderr)
+    walk = measure_walk_tile_s(offload_dir)  # before the probes: their simulated delays include the walks' cost
+    disk = replace(disk, walk_tile_s=walk.walk_tile_s, walk_tile_source=walk.source)
     counts = sorted({1, min(workers, 2)})  # a read back costs the worker less where a core is left free
     fitted, rows = _disk_probe_costs(machine, disk, offload_dir, counts, tile_probe(tile_bytes), progress, "buffered")
     disk = replace(disk, **fitted)

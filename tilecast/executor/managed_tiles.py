@@ -80,6 +80,13 @@ class ManagedTileStore(TileStore):
 
     write_tensor = set_tensor
 
+    def write_tiles(self, tids, arrays: list) -> None:
+        """Copy each array of ``arrays`` (flat, the tile's size) into the tile of the same place in ``tids``, one
+        ``starpu_data_acquire`` each, in that order (:mod:`tilecast.loop.walk_probe` times them one by one)."""
+        tids = np.asarray(tids, dtype=np.int64)
+        self._copy(tids, [np.ascontiguousarray(a) for a in arrays], write=True)
+        self.written[tids] = True
+
     def tensor(self, name: str) -> np.ndarray:
         """Gather tensor ``name`` from its tiles (read through acquire; tiles on disk come back first)."""
         t = self.graph.tensor(name)

@@ -234,8 +234,9 @@ def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS) -> t
 
 
 def _base(disk, offload_io: str):
-    """``disk`` without StarPU's costs, as ``offload_io`` sees it
-    (:func:`~tilecast.perfmodel.disk_node.for_offload_io`)."""
+    """``disk`` without StarPU's fitted costs, as ``offload_io`` sees it
+    (:func:`~tilecast.perfmodel.disk_node.for_offload_io`); the walk's cost per tile (``walk_tile_s``, timed apart) is
+    kept, so that the probes' simulated delays include it."""
     from dataclasses import replace
 
     from tilecast.perfmodel.disk_node import for_offload_io

@@ -69,6 +69,11 @@ class DiskNode:
     #: tiles (memalloc.c, mc_list, under mc_lock) grow with the tiles the limit holds; fitted with
     #: runtime_latency (benchmarks/memory_forecast.py --fit); 0 until then
     walk_s: float = 0.0
+    #: StarPU's time per tile its search for a tile to reuse walks past (s; memalloc.c,
+    #: try_to_reuse_potentially_in_use_mc), charged to the allocating worker on the simulated walks; timed by
+    #: ``tilecast calibrate --offload-dir`` on StarPU alone (tilecast.loop.walk_probe); 0 until then
+    walk_tile_s: float = 0.0
+    walk_tile_source: str = ""
     #: StarPU's time in a task's worker before the task starts, under the limit (s): ``per_task`` and per event
     #: of the task's acquisition (``allocs``, ``reads``, ``writebacks``, ``drops``: tiles; ``read_bytes``,
     #: ``writeback_bytes``: bytes), fitted by ``tilecast calibrate`` on probe steps (tilecast.loop.disk_fit);
@@ -168,6 +173,8 @@ class DiskNode:
         walk = f" + {self.walk_s * 1e9:.0f} ns x tiles in memory" if self.walk_s else ""
         line = (f"write {self.write_bandwidth / 1e9:.2f} GB/s + {self.write_latency * 1e6:.0f} us, read "
                 f"{self.read_bandwidth / 1e9:.2f} GB/s + {self.read_latency * 1e6:.0f} us{rt} per transfer{walk}")
+        if self.walk_tile_s:
+            line += f"; StarPU's search for a tile to reuse {self.walk_tile_s * 1e9:.0f} ns per tile walked"
         if self.worker_costs:
             c = self.worker_costs
             line += "; StarPU in the worker: " + (_costs_text(c) or "nothing")
@@ -400,9 +407,10 @@ def measure_and_store(machine, directory: str, **measure) -> tuple[DiskNode, str
         old = stored_disk(machine)
     except DiskNodeError:
         old = None
-    if old is not None and (old.runtime_latency or old.walk_s or old.worker_costs):
+    if old is not None and (old.runtime_latency or old.walk_s or old.walk_tile_s or old.worker_costs):
         disk = replace(disk, runtime_latency=old.runtime_latency, runtime_source=old.runtime_source,
-                       walk_s=old.walk_s, worker_costs=dict(old.worker_costs),
+                       walk_s=old.walk_s, walk_tile_s=old.walk_tile_s, walk_tile_source=old.walk_tile_source,
+                       worker_costs=dict(old.worker_costs),
                        worker_costs_source=old.worker_costs_source,
                        worker_costs_by_workers=dict(old.worker_costs_by_workers), tile_costs=dict(old.tile_costs),
                        direct_costs=dict(old.direct_costs))

@@ -247,6 +247,7 @@ class CappedMemory(Memory):
         # to reuse and the tiles they walked past or took, tidying passes and the tiles they looked at
         self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
+        self.walk_tile_s = 0.0  # StarPU's time per tile its search for a tile to reuse walks past (DiskNode.walk_tile_s)
         self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
         # the share of the disk traffic's computing time (DiskLinks.io_cpu) each worker pays, and what each has paid
@@ -279,6 +280,7 @@ class CappedMemory(Memory):
         self.task_reads = np.zeros(n_tasks + 1, np.int32)
         self.task_writebacks = np.zeros(n_tasks + 1, np.int32)
         self.task_drops = np.zeros(n_tasks + 1, np.int32)
+        self.task_walked = np.zeros(n_tasks + 1, np.int64)  # tiles its worker's searches for a tile to reuse walked
         self.task_read_bytes = np.zeros(n_tasks + 1, np.int64)
         self.task_writeback_bytes = np.zeros(n_tasks + 1, np.int64)
         self.task_wait = np.zeros(n_tasks + 1)  # seconds its worker waited for the disk transfers (reads, write-backs)
@@ -336,6 +338,7 @@ class CappedMemory(Memory):
                 self.task_drops[self.task] += 1
                 break
         self.reuse_walked += walked
+        self.task_walked[self.task] += walked
         if taken:
             return now
         # memalloc.c, _starpu_allocate_interface: reclaim = 2 x the tile, at least what is lacking
@@ -425,7 +428,7 @@ class CappedMemory(Memory):
         if node == 0:
             if ready > now:
                 self.task_wait[task] = ready - now
-            if self.worker_costs:
+            if self.worker_costs or self.walk_tile_s:
                 cost = self._worker_cost(task)
                 self.task_cost[task] = cost
                 ready = (ready if ready > now else now) + cost
@@ -446,9 +449,11 @@ class CappedMemory(Memory):
     def _worker_cost(self, task: int) -> float:
         """StarPU's time in the task's worker before the task starts, beyond the transfers themselves: a cost per
         task under the limit and per event of its acquisition (``worker_costs``, fitted by ``tilecast calibrate``
-        on probe steps: :mod:`tilecast.loop.disk_fit`)."""
+        on probe steps: :mod:`tilecast.loop.disk_fit`), and per tile its searches for a tile to reuse walked past
+        (``walk_tile_s``, which ``calibrate`` times apart: :mod:`tilecast.loop.walk_probe`)."""
         c = self.worker_costs
-        return (c.get("per_task", 0.0) + c.get("allocs", 0.0) * int(self.task_allocs[task])
+        return (c.get("per_task", 0.0) + self.walk_tile_s * int(self.task_walked[task])
+                + c.get("allocs", 0.0) * int(self.task_allocs[task])
                 + c.get("reads", 0.0) * int(self.task_reads[task])
                 + c.get("writebacks", 0.0) * int(self.task_writebacks[task])
                 + c.get("drops", 0.0) * int(self.task_drops[task])
@@ -602,6 +607,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
     memory = CappedMemory(graph, m, links, limit_bytes, tidy,
                           limit_prefetches() if prefetches is None else bool(prefetches))
     memory.walk_s = float(getattr(disk, "walk_s", 0.0))
+    memory.walk_tile_s = float(getattr(disk, "walk_tile_s", 0.0))
     if hasattr(disk, "costs_for"):
         from tilecast.perfmodel.disk_node import typical_tile_bytes
 
@@ -645,6 +651,7 @@ def simulate_memory_limited(graph, machine, limit_bytes: int, disk, sched: str =
                     "disk_writes": int(memory.n_writebacks + memory.n_tidied), "disk_reads": int(memory.n_disk_reads),
                     "warmup_makespan_s": warm, "disk_node": disk.describe(),
                     "reuse_searches": memory.reuse_searches, "reuse_walked": memory.reuse_walked,
+                    "reuse_walk_s": memory.walk_tile_s * memory.reuse_walked,
                     "tidy_passes": memory.tidy_passes, "tidy_walked": memory.tidy_walked})
     summary["allocations"] = int(memory.task_allocs.sum())
     summary["io_cpu_s"] = float(links.io_cpu)  # the step's disk traffic's computing time
