@@ -59,15 +59,18 @@ def test_eviction_by_hand():
     assert s["bytes_per_link"] == {"disk-write:host->disk": 2 * S, "disk-read:disk->host": 3 * S}
 
 
+def by_hand(disk, d: float = 1e-3):
+    """The steps of test_eviction_by_hand (limit 3 tiles, one worker, tasks of ``d`` s) with ``disk``."""
+    return simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, disk, "eager", durations=np.full((1, 2), d),
+                                   warmup=False, throttle=None)
+
+
 def test_starpu_cost_grows_with_the_tiles_in_memory():
     """The same steps as test_eviction_by_hand with StarPU's cost per disk transfer and tile held in main memory
     (walk_s): the transfers see 2, 1 (write-backs of t2 then t3), 1 (t0 read), 2 and 2 (t2, t3 read) tiles held,
     so the serial step is 8 walk_s longer, and the counters do not change."""
-    d, walk = 1e-3, 1e-4
-    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
-                                    warmup=False, throttle=None)
-    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_s=walk), "eager",
-                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
+    walk = 1e-4
+    plain, res = by_hand(DISK), by_hand(replace(DISK, walk_s=walk))
     assert res.makespan == pytest.approx(plain.makespan + 8 * walk, rel=1e-12)
     assert res.summary["resident_per_transfer"] == pytest.approx(8 / 5)
     for k in ("evictions", "writebacks", "dropped", "disk_written_bytes", "disk_read_bytes"):
@@ -78,11 +81,8 @@ def test_search_for_a_tile_to_reuse_costs_its_worker_per_tile_walked():
     """The steps of test_eviction_by_hand with StarPU's cost per tile walked past in its search for a tile to reuse
     (walk_tile_s): the two searches walk 3 and 1 tiles, each charged to the task whose allocation searched, so the
     serial step is 4 walk_tile_s longer and nothing else changes."""
-    d, walk = 1e-3, 1e-4
-    plain = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, DISK, "eager", durations=np.full((1, 2), d),
-                                    warmup=False, throttle=None)
-    res = simulate_memory_limited(two_axpys(), cpu_machine(1), 3 * S, replace(DISK, walk_tile_s=walk), "eager",
-                                  durations=np.full((1, 2), d), warmup=False, throttle=None)
+    walk = 1e-4
+    plain, res = by_hand(DISK), by_hand(replace(DISK, walk_tile_s=walk))
     assert res.makespan == pytest.approx(plain.makespan + 4 * walk, rel=1e-12)
     assert list(res.task_costs) == pytest.approx([3 * walk, walk], rel=1e-12)
     assert res.summary["reuse_walk_s"] == pytest.approx(4 * walk, rel=1e-12) and plain.summary["reuse_walk_s"] == 0
