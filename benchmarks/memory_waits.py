@@ -72,7 +72,8 @@ def main() -> int:
         g = sim.graph
         pred_ptr, pred = g.dependencies
         res = run_steps(cfg, args.batch, args.seq, tiling, args.sched, args.workers, args.warmup + args.steps,
-                        memory=MemoryLimit(limit, offload, args.offload_io), recompute=args.recompute, trace_from=args.warmup)
+                        memory=MemoryLimit(limit, offload, args.offload_io), recompute=args.recompute,
+                        trace_from=args.warmup)
     finally:
         if made:
             shutil.rmtree(offload, ignore_errors=True)
@@ -112,7 +113,8 @@ def main() -> int:
     print("extra cost per event (measured less simulated delay, NNLS): "
           + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in costs.items()))
     print(json.dumps({"model": cfg.name, "batch": args.batch, "seq": args.seq, "tiling": args.tile,
-                      "memory_limit": args.memory_limit, "offload_io": args.offload_io, "tasks": int(g.n_tasks), "step_s": steps,
+                      "memory_limit": args.memory_limit, "offload_io": args.offload_io, "tasks": int(g.n_tasks),
+                      "step_s": steps,
                       "predicted_step_s": p.step_s, "busy_s": {"real": float(np.median(busy)),
                                                                "sim": float((sim.end - sim.start).sum())},
                       "delay_s": {"real": float(np.median([d.sum() for d in real_delays])),

@@ -77,8 +77,8 @@ def _disk(machine, offload_dir, fit: bool = False, progress: bool = False, tile_
     with ``fit``, the computing time the disk traffic takes from busy cores and the device's write-back rate
     (:func:`_io_cpu`), StarPU's time per tile its search for a tile to reuse walks past
     (:mod:`tilecast.loop.walk_probe`) and its other time in the workers under a limit fitted on probe steps there, on
-    one worker and on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of ``tile_bytes`` (the
-    calibrated configuration's typical tile) where they are much larger than the standard probes'
+    one worker and on two (:func:`tilecast.loop.disk_fit.calibrate_worker_costs`), and on a probe of tiles of
+    ``tile_bytes`` (the calibrated configuration's typical tile) where they are much larger than the standard probes'
     (:func:`tilecast.loop.disk_fit.calibrate_tile_costs`); with ``offload_io`` ``"direct"``, the same probes run again
     with their files written with O_DIRECT, for ``DiskNode.direct_costs``; stored."""
     import os

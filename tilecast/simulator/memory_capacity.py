@@ -247,7 +247,7 @@ class CappedMemory(Memory):
         # to reuse and the tiles they walked past or took, tidying passes and the tiles they looked at
         self.reuse_searches = self.reuse_walked = self.tidy_passes = self.tidy_walked = 0
         self.walk_s = 0.0  # StarPU's time per disk transfer and tile held in main memory (DiskNode.walk_s)
-        self.walk_tile_s = 0.0  # StarPU's time per tile its search for a tile to reuse walks past (DiskNode.walk_tile_s)
+        self.walk_tile_s = 0.0  # StarPU's time per tile walked in a search for a tile to reuse (DiskNode.walk_tile_s)
         self.worker_costs = {}  # StarPU's time per task and per acquisition event, s (DiskNode.worker_costs)
         self.resident_sum = 0  # tiles held in main memory, summed over the disk transfers
         # the share of the disk traffic's computing time (DiskLinks.io_cpu) each worker pays, and what each has paid
