@@ -52,7 +52,12 @@ with the StarPU 1.3.10 code each follows:
   more with every core polled by a worker), and on a probe of the step's own
   tile size where ``calibrate`` ran one (a read back of a large tile costs
   more than the standard probes' small ones show); the events are counted per
-  task (:meth:`CappedMemory.task_events`).
+  task (:meth:`CappedMemory.task_events`). Each tile a search for a tile to
+  reuse walks past costs the allocating worker ``walk_tile_s``
+  (``DiskNode.walk_tile_s``, timed by ``calibrate`` on StarPU alone:
+  :mod:`tilecast.loop.walk_probe`): the one cost here that grows with the
+  tiles main memory holds; the simulated searches walk longer than StarPU's,
+  at a per-tile cost below a step's (docs/memory.md, 2026-12-05).
 - **The disk traffic's computing time.** StarPU's CPU workers poll while
   their tiles are in transfer (``src/drivers/cpu/driver_cpu.c``,
   ``_starpu_cpu_driver_run_once``), so with as many workers as cores the page
