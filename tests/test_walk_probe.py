@@ -17,7 +17,7 @@ def test_searches_walk_every_tile_held_with_tidying_off(tmp_path):
 def test_measurement_and_its_source(tmp_path, monkeypatch):
     """The figure is the median run's (b - a) / (held difference), never negative, and its source says how."""
     seen = iter([1e-3, 2e-3, 1e-3, 1.5e-3, 1e-3, 9e-4])  # per tile: 1e-3/1000, 5e-4/1000, -1e-4/1000 (clipped)
-    monkeypatch.setattr(walk_probe, "_session_writes", lambda d, h, w, between_bytes=0: next(seen))
+    monkeypatch.setattr(walk_probe, "_session_writes", lambda d, h, w: next(seen))
     w = measure_walk_tile_s(str(tmp_path), held=(100, 1100), repeats=3)
     assert w.walk_tile_s == pytest.approx(5e-7) and w.write_s == (1e-3, 1.5e-3)
     assert "100 and 1100 tiles" in w.source and "tidying off" in w.source

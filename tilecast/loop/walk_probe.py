@@ -49,11 +49,9 @@ class WalkTiming:
     source: str
 
 
-def _session_writes(directory: str, held: int, writes: int, between_bytes: int = 0) -> float:
+def _session_writes(directory: str, held: int, writes: int) -> float:
     """Median seconds of two consecutive host writes of tiles past the limit (one search among them), with ``held``
-    tiles in main memory; before each,
-    untimed, ``between_bytes`` of another buffer are read (what a task's kernel does to the caches between two of
-    its worker's allocations)."""
+    tiles in main memory."""
     from tilecast.executor.managed_tiles import ManagedTileStore
     from tilecast.executor.memory_limit import MemoryLimit
     from tilecast.executor.starpu_session import StarPUSession
@@ -68,7 +66,6 @@ def _session_writes(directory: str, held: int, writes: int, between_bytes: int =
     graph = b.build()
     order = np.stack([np.arange(pairs), np.arange(pairs) + pairs], axis=1).reshape(-1)  # small, large, ...
     data = [np.ones(graph.tile_nbytes[t] // 4, np.float32) for t in order[:2]]
-    other = np.ones(max(between_bytes // 4, 1), np.float32)
     saved = {k: os.environ.get(k) for k in ("STARPU_MINIMUM_CLEAN_BUFFERS", "STARPU_TARGET_CLEAN_BUFFERS")}
     os.environ.update({k: "0" for k in saved})
     try:
@@ -79,8 +76,6 @@ def _session_writes(directory: str, held: int, writes: int, between_bytes: int =
                 store.write_tiles([t], [data[int(t >= pairs)]])
             times = []
             for t in order[fill:fill + writes]:
-                if between_bytes:
-                    other.sum()
                 t0 = time.perf_counter()
                 store.write_tiles([t], [data[int(t >= pairs)]])
                 times.append(time.perf_counter() - t0)
