@@ -162,3 +162,52 @@ def test_a_timing_pass_in_a_slow_spell_is_retaken(tmp_path, monkeypatch):
     path = cal.save(str(tmp_path / "c.json"))
     back = type(cal).load(path)
     assert back.quiet == cal.quiet and back.hot == cal.hot and back.cache_bytes == cal.cache_bytes
+
+
+def test_warmup_case_is_the_smallest_of_the_first_cases_kernel():
+    from tilecast.executor.runtime_timer import WARMUP_BYTES, WARMUP_TASKS, warmup_case
+
+    def gemm(m):  # m x m x m, its three buffers
+        return ("gemm", np.array([0, 0, m, m, m, 1.0, 0.0] + [4.0 * m * m] * 3))
+
+    fill = ("fill", np.array([16, 0.0, 64.0]))  # fewer bytes than any GEMM, but another kernel
+    cases = [gemm(64), fill, gemm(32), gemm(512)]
+    i, tasks = warmup_case(cases, [0, 1, 2, 3], [40, 40, 40, 4])
+    assert i == 2 and tasks == WARMUP_TASKS  # 12 KiB a task: WARMUP_BYTES // 12288 = 341, capped
+    i, tasks = warmup_case(cases, [3, 1], [40, 40, 40, 4])
+    assert WARMUP_BYTES // (3 * 4 * 512 * 512) < 2 and (i, tasks) == (3, 4)  # 3 MiB a task: its own 4 repeats
+    i, tasks = warmup_case(cases, [3, 1], [40, 40, 40, 1])
+    assert (i, tasks) == (3, 2)  # at least 2
+    i, tasks = warmup_case(cases, [1, 0], [40, 60, 40, 4])
+    assert i == 1 and tasks == WARMUP_TASKS
+    assert warmup_case(cases, [1, 0], [40, 500, 40, 4]) == (1, 500)  # never fewer than its own repeats
+
+
+@pytest.mark.parametrize("sched", ["prio", "eager"])
+def test_a_hot_graph_opens_with_an_untimed_chain(sched):
+    """Under a priority policy every graph starts with the warm-up chain (its tasks the highest priorities, run
+    first and not timed); under eager no chain is added."""
+    from tilecast.executor.runtime_timer import warmup_case
+
+    cases = [c for c in _cases() if c[0] == "gemm"][:2] + [c for c in _cases() if c[0] != "gemm"][:2]
+    reps = [3, 4, 3, 2]
+    seen = []
+    with StarPUSession(sched, 2) as s:
+        run = s.execute
+
+        def spy(graph, store, **kw):
+            tr = run(graph, store, **kw)
+            seen.append((graph.n_tasks, tr))
+            return tr
+
+        s.execute = spy
+        med, _ = time_in_runtime(cases, reps, s)
+    assert np.isfinite(med).all() and len(seen) == 1
+    n_tasks, tr = seen[0]
+    if sched == "eager":
+        assert n_tasks == 2 * sum(reps)
+        return
+    w, w_tasks = warmup_case(cases, range(4), reps)
+    assert cases[w][0] == "gemm" and n_tasks == 2 * (sum(reps) + w_tasks)
+    first = tr[tr["task"] >= 0].sort_values("start_s")["task"].to_numpy()[:2]
+    assert (first < 2 * w_tasks).all(), first  # lanes_graph puts the chain first: its tasks are 0 .. 2 w_tasks - 1

@@ -23,6 +23,14 @@ figures a shape is calibrated with:
   run the chains one shape after another, each chain's repeats back to
   back, so that its buffers stay in the core's cache.
 
+Under a priority policy each graph opens with a chain of untimed tasks of its
+smallest shape (:func:`warmup_case`): in the first millisecond or so of a graph
+the first chains ran 2-4x their later time on the 2-core Xeon guest (a 32 x 32
+x 32 GEMM 1.8-3.6 us against 0.7-0.9, on one worker and on two, in most graphs
+where it came first, and so in every hot pass of a calibration), and a chain
+of the same kernel before them took that away, where a chain of ``fill`` did
+not on two workers (docs/predicting.md, "The first shape of a hot graph").
+
 How far the cold figure's buffers were evicted depends on the bytes the
 graph interleaves: in graphs of up to :data:`MAX_GROUP_BYTES` they come back
 from main memory, in graphs of :data:`NEAR_LANE_BYTES` a lane (the *near*
@@ -47,6 +55,11 @@ MAX_GROUP_BYTES = 512 << 20  # buffer memory of one calibration graph (all lanes
 # cache's share (tens to hundreds of MiB)
 NEAR_LANE_BYTES = 16 << 20
 MAX_GROUP_TASKS = 20_000
+# The untimed chain that opens a graph under a priority policy (warmup_case): at most WARMUP_TASKS tasks per
+# lane, fewer for larger shapes, so that it moves about WARMUP_BYTES per lane (200 tasks of a 32 x 32 x 32
+# GEMM's 12 KiB, about a millisecond; 2 of a shape of 2 MiB or more)
+WARMUP_TASKS = 200
+WARMUP_BYTES = 4 << 20
 
 
 def runnable(name: str, shape) -> bool:
@@ -106,6 +119,22 @@ def lanes_graph(cases, idx, repeats, lanes: int):
     return b.build(), contents, np.asarray(task_case), np.asarray(task_first)
 
 
+def warmup_case(cases, idx, repeats) -> tuple[int, int]:
+    """The case of ``idx`` whose copy opens a graph under a priority policy, and its chain's tasks per lane.
+
+    The case: of the first case's kernel (a chain of another kernel did not take the slow start away), the
+    one of fewest bytes (its tasks the shortest). Its tasks: :data:`WARMUP_BYTES` over its bytes, within 2
+    and :data:`WARMUP_TASKS`, and at least its own repeats."""
+    def nbytes(i):
+        name, shape = cases[i]
+        return float(np.sum(np.asarray(shape, dtype=np.float64)[len(get(name).params):]))
+
+    kernel = cases[idx[0]][0]
+    i = min((j for j in idx if cases[j][0] == kernel), key=nbytes)
+    tasks = int(np.clip(WARMUP_BYTES // max(nbytes(i), 1.0), 2, WARMUP_TASKS))
+    return i, max(tasks, int(repeats[i]))
+
+
 def chain_order_weights(task_case: np.ndarray, order: list, lanes: int) -> np.ndarray:
     """Per-task weights whose bottom levels rank the cases of ``order`` first to last: every chain's last
     task (the last ``lanes`` tasks of a case) weighs more than any later case's whole chain, so that a
@@ -118,8 +147,8 @@ def chain_order_weights(task_case: np.ndarray, order: list, lanes: int) -> np.nd
     return w
 
 
-def time_in_runtime(cases, repeats, session, progress=None, group_bytes: int = MAX_GROUP_BYTES
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def time_in_runtime(cases, repeats, session, progress=None, group_bytes: int = MAX_GROUP_BYTES,
+                    warmup: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(median seconds, median absolute deviation) of each case run as StarPU tasks in ``session``.
 
     ``repeats[i]`` tasks per lane for case ``i`` (at least 2: the first is a
@@ -128,7 +157,8 @@ def time_in_runtime(cases, repeats, session, progress=None, group_bytes: int = M
     case by case (hot); ``group_bytes`` bounds each graph's buffers (under
     ``eager``: how far the interleaved chains evict each other's buffers). ``progress(n)`` is called
     with the number of cases done after each graph. Cases that cannot run
-    (see :func:`runnable`) get NaN.
+    (see :func:`runnable`) get NaN. ``warmup=False`` leaves out the untimed chain that opens each graph
+    under a priority policy (:func:`warmup_case`; for ``benchmarks/hot_lane_start.py``).
     """
     from tilecast.reference.tiles import TileStore
 
@@ -137,12 +167,18 @@ def time_in_runtime(cases, repeats, session, progress=None, group_bytes: int = M
     lanes = session.n_cpus
     repeats = np.maximum(np.asarray(repeats, dtype=np.int64), 2)
     ok = [i for i, (name, shape) in enumerate(cases) if runnable(name, shape)]
+    ordered = session.sched in USES_PRIORITIES
+    warmup = warmup and ordered
     for group in _groups([cases[i] for i in ok], repeats[ok], lanes, group_bytes):
         idx = [ok[g] for g in group]
-        graph, contents, task_case, task_first = lanes_graph(cases, idx, repeats, lanes)
+        run_cases, run_reps, order = cases, repeats, idx
+        if warmup:  # an untimed chain first (its case index n is past every timed one)
+            w, w_tasks = warmup_case(cases, idx, repeats)
+            run_cases, run_reps, order = list(cases) + [cases[w]], np.append(repeats, w_tasks), [n] + idx
+        graph, contents, task_case, task_first = lanes_graph(run_cases, order, run_reps, lanes)
         store = TileStore(graph)
         store.buffers = contents
-        weights = chain_order_weights(task_case, idx, lanes) if session.sched in USES_PRIORITIES else None
+        weights = chain_order_weights(task_case, order, lanes) if ordered else None
         trace = session.execute(graph, store, trace=True, priority=weights)
         session.tile_handles.release()  # the next group registers its own buffers
         d = (trace["end_s"] - trace["start_s"]).to_numpy()
