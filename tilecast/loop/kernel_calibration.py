@@ -271,21 +271,23 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     ``prio``, ``cal.hot``) and cold within the shared cache
     (:data:`NEAR_PASSES` under ``eager`` in small graphs, ``cal.near``); the
     cache size a task's inputs stay hot within, and the shared cache's share
-    per core, are stored beside them (``cal.cache_bytes``, ``cal.llc_bytes``). With several workers, a
+    per core (sysfs's, or less where a stream on every core at once shows less:
+    :mod:`tilecast.perfmodel.llc_probe`), are stored beside them (``cal.cache_bytes``, ``cal.llc_bytes``). With several workers, a
     sample of the cases is also timed hot on one worker and on all, side by
     side (:func:`worker_pair_passes`, ``cal.worker_samples``).
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable
     from tilecast.loop.interference import QuietGuard
-    from tilecast.perfmodel.cache_size import l2_per_core, llc_per_core
+    from tilecast.perfmodel.cache_size import l2_per_core
+    from tilecast.perfmodel.llc_probe import effective_llc_per_core
 
     if cal is None:
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0], STARPU_TASKS)
     guard = guard if guard is not None else QuietGuard(workers=workers, max_wait_s=QUIET_WAIT_S)
     l2, l2_source = l2_per_core()
     cal.cache_bytes, cal.cache_source = float(l2), l2_source
-    llc, llc_source = llc_per_core()
+    llc, llc_source = effective_llc_per_core(l2, workers)  # sysfs's share, or less where a stream shows less
     cal.llc_bytes, cal.llc_source = float(llc), llc_source
     sample = worker_sample(cases, estimated_seconds(machine, cases)) if workers > 1 else []
     # the bar counts whole cases: a pass over n of them advances it by n / per_case
