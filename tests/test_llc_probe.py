@@ -50,3 +50,20 @@ def test_a_real_stream_is_faster_within_the_level_2_cache_than_far_beyond_it():
     rates = llc_probe.stream_rates([256 << 10, 256 * MIB], cores=1)
     print(f"stream: {rates[0] / 2**30:.1f} GiB/s at 256 KiB, {rates[1] / 2**30:.1f} at 256 MiB")
     assert np.isfinite(rates).all() and rates[0] > 1.2 * rates[1]
+
+
+def test_a_footprint_that_cannot_be_allocated_ends_the_sweep_without_a_hang(monkeypatch):
+    class Shim:  # numpy, whose ones() fails past 1 MiB as a full machine's would
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def ones(n, dtype=None):
+            if n * 4 > MIB:
+                raise MemoryError("test")
+            return np.ones(n, dtype=dtype)
+
+    monkeypatch.setattr(llc_probe, "np", Shim())
+    rates = llc_probe.stream_rates([256 << 10, 8 * MIB, 512 << 10], cores=2)
+    assert np.isfinite(rates[0]) and np.isnan(rates[1:]).all()
+    assert knee([1, 2, 3, 4], [30.0, 30.0, 30.0, float("nan")]) is None

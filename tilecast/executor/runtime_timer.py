@@ -24,7 +24,7 @@ figures a shape is calibrated with:
   back, so that its buffers stay in the core's cache.
 
 Under a priority policy each graph opens with a chain of untimed tasks of its
-smallest shape (:func:`warmup_case`): in the first millisecond or so of a graph
+first shape's kernel (:func:`warmup_case`): in the first millisecond or so of a graph
 the first chains ran 2-4x their later time on the 2-core Xeon guest (a 32 x 32
 x 32 GEMM 1.8-3.6 us against 0.7-0.9, on one worker and on two, in most graphs
 where it came first, and so in every hot pass of a calibration), and a chain

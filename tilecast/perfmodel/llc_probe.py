@@ -31,6 +31,8 @@ SECONDS_PER_SIZE = 0.06
 MEMORY_SHARE = 0.25
 #: runs of the whole sweep, each footprint's rate their median (one run's knee moved by a half step, 45 to 64 MiB)
 RUNS = 3
+#: the longest a thread waits for the others at a footprint's start or end before the sweep is given up
+BARRIER_S = 60.0
 
 
 def footprints(l2_bytes: float, sysfs_share: float) -> list[int]:
@@ -90,18 +92,21 @@ def stream_rates(sizes, cores: int) -> np.ndarray:
                 os.sched_setaffinity(0, {cpus[c]})  # the calling thread's own mask (Linux)
             except OSError:
                 pass
-        for i, size in enumerate(sizes):
-            n = int(size) // 8  # float32 elements of each of the two buffers
-            a, b = np.ones(n, dtype=np.float32), np.empty(n, dtype=np.float32)
-            np.add(a, 1.0, out=b)  # pages touched, caches warmed
-            barrier.wait()
-            passes, t0 = 0, time.perf_counter()
-            while passes < 2 or time.perf_counter() - t0 < SECONDS_PER_SIZE:
-                np.add(a, 1.0, out=b)
-                passes += 1
-            rates[i, c] = passes * 8.0 * n / (time.perf_counter() - t0)
-            del a, b
-            barrier.wait()
+        try:
+            for i, size in enumerate(sizes):
+                n = int(size) // 8  # float32 elements of each of the two buffers
+                a, b = np.ones(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+                np.add(a, 1.0, out=b)  # pages touched, caches warmed
+                barrier.wait(BARRIER_S)
+                passes, t0 = 0, time.perf_counter()
+                while passes < 2 or time.perf_counter() - t0 < SECONDS_PER_SIZE:
+                    np.add(a, 1.0, out=b)
+                    passes += 1
+                rates[i, c] = passes * 8.0 * n / (time.perf_counter() - t0)
+                del a, b
+                barrier.wait(BARRIER_S)
+        except (threading.BrokenBarrierError, MemoryError):  # one thread failed or stalled: the rest stop too
+            barrier.abort()  # (the footprints not measured stay NaN: no knee is read from them)
 
     threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in range(cores)]
     for t in threads:
