@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -31,10 +29,11 @@ from tilecast.executor.memory_limit import OFFLOAD_IO, MemoryLimit, parse_size
 from tilecast.executor.starpu_run import run_steps
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
-from tilecast.home import home
 from tilecast.loop.predict_memory import predict_limited
 from tilecast.loop.disk_fit import delay_table, fit_event_costs, task_delays
 from tilecast.perfmodel.local import conditions_line, run_conditions
+
+from offload_dir import offload_directory  # benchmarks/, beside this script
 
 
 def main() -> int:
@@ -56,14 +55,7 @@ def main() -> int:
                     help="the disk node's files through the page cache (buffered) or O_DIRECT (direct)")
     args = ap.parse_args()
     cfg, tiling, limit = load_model(args.model), Tiling.parse(args.tile), parse_size(args.memory_limit)
-    made = args.offload_dir is None
-    if made:
-        base = home("offload")
-        base.mkdir(parents=True, exist_ok=True)
-        offload = tempfile.mkdtemp(prefix="waits-", dir=base)
-    else:
-        offload = args.offload_dir
-    try:
+    with offload_directory(args.offload_dir, "waits-") as offload:
         conditions = run_conditions()
         print(conditions_line(conditions))
         p = predict_limited(cfg, args.batch, args.seq, tiling, args.sched, args.workers, limit, offload,
@@ -74,9 +66,6 @@ def main() -> int:
         res = run_steps(cfg, args.batch, args.seq, tiling, args.sched, args.workers, args.warmup + args.steps,
                         memory=MemoryLimit(limit, offload, args.offload_io), recompute=args.recompute,
                         trace_from=args.warmup)
-    finally:
-        if made:
-            shutil.rmtree(offload, ignore_errors=True)
     sim_delay = task_delays(sim.start, sim.end, sim.worker, pred_ptr, pred)
     real_delays, busy = [], []
     for tr in res.traces:

@@ -41,9 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -53,12 +51,12 @@ from tilecast.executor.memory_limit import (HANDLE_BYTES, STARPU_START_BYTES, Me
 from tilecast.executor.starpu_run import run_steps
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
-from tilecast.home import home
 from tilecast.loop.predict_memory import predicted_fields_apart
 from tilecast.simulator.engine import SimulationError
 from tilecast.perfmodel.local import conditions_line, run_conditions
 from tilecast.perfmodel.page_cache import page_cache_for, run_process_bytes
 
+from offload_dir import offload_directory
 from system_counters import StepCounters
 
 
@@ -83,62 +81,53 @@ def main() -> int:
                     help="activation recompute of the step (default: none)")
     args = ap.parse_args()
     cfg = load_model(args.model)
-    made = args.offload_dir is None
-    if made:
-        base = home("offload")
-        base.mkdir(parents=True, exist_ok=True)
-        offload = tempfile.mkdtemp(prefix="run-", dir=base)
-    else:
-        offload = args.offload_dir
-    try:
-        memory = MemoryLimit(parse_size(args.memory_limit), offload, args.offload_io)
-        conditions = run_conditions()
-        print(conditions_line(conditions))
-        print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} "
-              f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload} ({memory.offload_io})")
-
-        t0 = time.perf_counter()
+    with offload_directory(args.offload_dir, "run-") as offload:
         try:
-            forecast = predicted_fields_apart(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched,
-                                              args.workers, memory.limit_bytes, offload, args.recompute,
-                                              offload_io=args.offload_io)
-        except SimulationError as e:
+            memory = MemoryLimit(parse_size(args.memory_limit), offload, args.offload_io)
+            conditions = run_conditions()
+            print(conditions_line(conditions))
+            print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} "
+                  f"workers; memory limit {format_size(memory.limit_bytes)}, offload to {offload} ({memory.offload_io})")
+
+            t0 = time.perf_counter()
+            try:
+                forecast = predicted_fields_apart(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched,
+                                                  args.workers, memory.limit_bytes, offload, args.recompute,
+                                                  offload_io=args.offload_io)
+            except SimulationError as e:
+                print(f"out_of_core: {e}", file=sys.stderr)
+                return 2
+            print(f"predicted step {forecast['step_s']:.2f} s (simulated in {time.perf_counter() - t0:.1f} s): "
+                  f"{format_size(forecast['disk_written_bytes'])} written to disk, "
+                  f"{format_size(forecast['disk_read_bytes'])} read, {forecast['evictions']} evictions "
+                  f"({forecast['writebacks']} write-backs)", flush=True)
+            if forecast.get("page_cache"):
+                print(f"  through the {forecast['page_cache']}: {forecast['page_cache_read_misses']} of "
+                      f"{forecast['page_cache_read_misses'] + forecast['page_cache_read_hits']} reads from the device, "
+                      f"writers waited for write-back during {forecast['page_cache_throttled_wall_s']:.1f} s "
+                      f"({forecast['page_cache_throttled_writes']} writes)", flush=True)
+
+            counters = StepCounters(offload, page_cache_for(run_process_bytes(memory.limit_bytes, 0)).background_bytes)
+
+            def progress(t, dt, loss):
+                counters.mark()
+                print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
+
+            # pandas, which the run imports (its trace table), loaded before the baseline: its pages are part of
+            # what the process holds before StarPU starts (the prediction path, which loaded it first, no longer does)
+            import pandas  # noqa: F401
+
+            before_start = current_rss_bytes()
+            counters.start()
+            try:
+                res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
+                                args.warmup + args.steps, seed=0, progress=progress, memory=memory,
+                                recompute=args.recompute)
+            finally:
+                counters.stop()
+        except MemoryLimitError as e:
             print(f"out_of_core: {e}", file=sys.stderr)
             return 2
-        print(f"predicted step {forecast['step_s']:.2f} s (simulated in {time.perf_counter() - t0:.1f} s): "
-              f"{format_size(forecast['disk_written_bytes'])} written to disk, "
-              f"{format_size(forecast['disk_read_bytes'])} read, {forecast['evictions']} evictions "
-              f"({forecast['writebacks']} write-backs)", flush=True)
-        if forecast.get("page_cache"):
-            print(f"  through the {forecast['page_cache']}: {forecast['page_cache_read_misses']} of "
-                  f"{forecast['page_cache_read_misses'] + forecast['page_cache_read_hits']} reads from the device, "
-                  f"writers waited for write-back during {forecast['page_cache_throttled_wall_s']:.1f} s "
-                  f"({forecast['page_cache_throttled_writes']} writes)", flush=True)
-
-        counters = StepCounters(offload, page_cache_for(run_process_bytes(memory.limit_bytes, 0)).background_bytes)
-
-        def progress(t, dt, loss):
-            counters.mark()
-            print(f"  step {t + 1}: {dt:.2f} s, loss {loss:.4f}", file=sys.stderr, flush=True)
-
-        # pandas, which the run imports (its trace table), loaded before the baseline: its pages are part of
-        # what the process holds before StarPU starts (the prediction path, which loaded it first, no longer does)
-        import pandas  # noqa: F401
-
-        before_start = current_rss_bytes()
-        counters.start()
-        try:
-            res = run_steps(cfg, args.batch, args.seq, Tiling.parse(args.tile), args.sched, args.workers,
-                            args.warmup + args.steps, seed=0, progress=progress, memory=memory,
-                            recompute=args.recompute)
-        finally:
-            counters.stop()
-    except MemoryLimitError as e:
-        print(f"out_of_core: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if made:
-            shutil.rmtree(offload, ignore_errors=True)
     timed = slice(args.warmup, None)
     steps, written, read = res.step_s[timed], res.disk_written[timed], res.disk_read[timed]
     print(f"\n{'step':>5}{'time s':>10}{'disk written':>15}{'disk read':>15}{'loss':>9}")

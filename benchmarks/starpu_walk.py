@@ -40,10 +40,8 @@ import argparse
 import ctypes
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +50,10 @@ from starpu_walk_build import COUNTERS, N_SLOTS, BuildError, ensure_starpu_walk
 from tilecast.executor.memory_limit import MemoryLimit, MemoryLimitError, format_size, parse_size
 from tilecast.graph import Tiling
 from tilecast.graph.model_config import load_model
-from tilecast.home import home
 from tilecast.kernels.native_build import NativeUnavailable
 from tilecast.perfmodel.local import conditions_line, run_conditions
+
+from offload_dir import offload_directory  # benchmarks/, beside this script
 
 
 def _args(argv=None):
@@ -156,14 +155,7 @@ def main(argv=None) -> int:
         # NativeUnavailable: no source tree, a tool missing, or a build step failed (with the log's last lines)
         print(f"starpu_walk: {e}", file=sys.stderr)
         return 2
-    made = args.offload_dir is None
-    if made:
-        base = home("offload")
-        base.mkdir(parents=True, exist_ok=True)
-        offload = tempfile.mkdtemp(prefix="walk-", dir=base)
-    else:
-        offload = args.offload_dir
-    try:
+    with offload_directory(args.offload_dir, "walk-") as offload:
         conditions = run_conditions()
         print(conditions_line(conditions))
         print(f"{cfg.name}, batch {args.batch} x {args.seq}, tile {args.tile}, {args.sched} on {args.workers} workers; "
@@ -183,9 +175,6 @@ def main(argv=None) -> int:
         if proc.returncode != 0:
             print(f"starpu_walk: the run failed (exit {proc.returncode})", file=sys.stderr)
             return proc.returncode or 1
-    finally:
-        if made:
-            shutil.rmtree(offload, ignore_errors=True)
     library = next((r["library"] for r in rows if "library" in r), "")
     steps = [r for r in rows if "step" in r][args.warmup:]
     per = [_per_step(r) for r in steps]

@@ -241,27 +241,16 @@ class StarPUSession:
 THROTTLE_PER_WORKER = (16, 8)
 
 
-class limit_environment:
-    """StarPU's environment for a memory limit, set while StarPU starts (it reads it then) and restored."""
+class environment:
+    """Variables set in ``os.environ`` while inside (StarPU reads its own when it starts), restored on leaving."""
 
-    def __init__(self, memory, workers: int):
-        from tilecast.executor.memory_limit import limit_prefetches
-
-        self.env = {}
-        if memory is not None:
-            hi, lo = THROTTLE_PER_WORKER
-            self.env = {"STARPU_LIMIT_CPU_MEM": str(memory.limit_mib),
-                        "STARPU_LIMIT_MAX_SUBMITTED_TASKS": str(hi * workers),
-                        "STARPU_LIMIT_MIN_SUBMITTED_TASKS": str(lo * workers),
-                        "STARPU_PREFETCH": "1" if limit_prefetches() else "0"}
+    def __init__(self, env: dict):
+        self.env = dict(env)
 
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
-        if self.env:  # tiles freed by StarPU go back to the system (docs/memory.md)
-            from tilecast.executor.memory_limit import map_tile_buffers
-
-            map_tile_buffers()
+        return self
 
     def __exit__(self, *exc):
         for k, v in self.saved.items():
@@ -269,6 +258,30 @@ class limit_environment:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class limit_environment(environment):
+    """StarPU's environment for a memory limit, set while StarPU starts (it reads it then) and restored."""
+
+    def __init__(self, memory, workers: int):
+        from tilecast.executor.memory_limit import limit_prefetches
+
+        env = {}
+        if memory is not None:
+            hi, lo = THROTTLE_PER_WORKER
+            env = {"STARPU_LIMIT_CPU_MEM": str(memory.limit_mib),
+                   "STARPU_LIMIT_MAX_SUBMITTED_TASKS": str(hi * workers),
+                   "STARPU_LIMIT_MIN_SUBMITTED_TASKS": str(lo * workers),
+                   "STARPU_PREFETCH": "1" if limit_prefetches() else "0"}
+        super().__init__(env)
+
+    def __enter__(self):
+        super().__enter__()
+        if self.env:  # tiles freed by StarPU go back to the system (docs/memory.md)
+            from tilecast.executor.memory_limit import map_tile_buffers
+
+            map_tile_buffers()
+        return self
 
 
 @atexit.register

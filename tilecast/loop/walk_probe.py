@@ -24,7 +24,6 @@ median times over the difference of the tiles held is the cost per tile walked
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -54,7 +53,7 @@ def _session_writes(directory: str, held: int, writes: int) -> float:
     tiles in main memory."""
     from tilecast.executor.managed_tiles import ManagedTileStore
     from tilecast.executor.memory_limit import MemoryLimit
-    from tilecast.executor.starpu_session import StarPUSession
+    from tilecast.executor.starpu_session import StarPUSession, environment
     from tilecast.graph import GraphBuilder, Tiling
 
     per_pair = sum(TILE_BYTES)
@@ -66,26 +65,18 @@ def _session_writes(directory: str, held: int, writes: int) -> float:
     graph = b.build()
     order = np.stack([np.arange(pairs), np.arange(pairs) + pairs], axis=1).reshape(-1)  # small, large, ...
     data = [np.ones(graph.tile_nbytes[t] // 4, np.float32) for t in order[:2]]
-    saved = {k: os.environ.get(k) for k in ("STARPU_MINIMUM_CLEAN_BUFFERS", "STARPU_TARGET_CLEAN_BUFFERS")}
-    os.environ.update({k: "0" for k in saved})
-    try:
-        with StarPUSession("eager", 1, memory=MemoryLimit(limit, directory)) as session:
-            store = ManagedTileStore(graph, session)
-            fill = int(limit // per_pair) * 2
-            for t in order[:fill]:
-                store.write_tiles([t], [data[int(t >= pairs)]])
-            times = []
-            for t in order[fill:fill + writes]:
-                t0 = time.perf_counter()
-                store.write_tiles([t], [data[int(t >= pairs)]])
-                times.append(time.perf_counter() - t0)
-            store.close()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    untidied = environment({"STARPU_MINIMUM_CLEAN_BUFFERS": "0", "STARPU_TARGET_CLEAN_BUFFERS": "0"})
+    with untidied, StarPUSession("eager", 1, memory=MemoryLimit(limit, directory)) as session:
+        store = ManagedTileStore(graph, session)
+        fill = int(limit // per_pair) * 2
+        for t in order[:fill]:
+            store.write_tiles([t], [data[int(t >= pairs)]])
+        times = []
+        for t in order[fill:fill + writes]:
+            t0 = time.perf_counter()
+            store.write_tiles([t], [data[int(t >= pairs)]])
+            times.append(time.perf_counter() - t0)
+        store.close()
     # StarPU reclaims two tiles' room for each tile it cannot place (memalloc.c, _starpu_allocate_interface:
     # starpu_memstrategy_data_size_coefficient), so every other write searches: one search per pair of writes
     pairs_s = np.add(times[0::2][:len(times) // 2], times[1::2][:len(times) // 2])

@@ -67,17 +67,6 @@ def knee(sizes, rates) -> int | None:
     return int(sizes[i])
 
 
-def _available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def stream_rates(sizes, cores: int) -> np.ndarray:
     """Bytes per second (read and written) per core, the median over ``cores`` threads (each pinned to its own
     CPU where the system allows) streaming at once, for each footprint in ``sizes``."""
@@ -123,7 +112,9 @@ def measure(l2_bytes: float, sysfs_share: float, cores: int) -> tuple[int | None
     if not sysfs_share > 0:
         return None, "not measured: sysfs lists no cache beyond level 2"
     sizes = footprints(l2_bytes, sysfs_share)
-    avail = _available_bytes()
+    from tilecast.perfmodel.page_cache import mem_available_bytes
+
+    avail = mem_available_bytes()
     if avail:
         sizes = [s for s in sizes if s * max(cores, 1) <= MEMORY_SHARE * avail]
     if len(sizes) < 4:
