@@ -99,7 +99,7 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
 
 def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
     from tilecast.loop.kernel_calibration import WORKER_SAMPLES_PER_KERNEL, ensure_calibration, missing_cases
-    from tilecast.loop.step_probe import FACTOR_RANGE, probe_graph
+    from tilecast.loop.step_probe import FACTOR_RANGE, HOT_RANGE, probe_graph
     from tilecast.executor.starpu_session import max_workers
     from tilecast.perfmodel import load_machine
 
@@ -112,12 +112,10 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     assert not missing_cases(cal, [g])
     # the step probe's shapes were timed too, and the probe step ran against them (tilecast.loop.step_probe)
     assert not missing_cases(cal, [probe_graph()])
-    # fitted, or run and left at 1 where the probe's lanes are within their noise of the hot figures (MIN_CACHE_PART)
-    if cal.in_step_source.startswith("measured: gpt2-step-probe"):
-        assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1]
-    else:
-        assert "too little to scale" in cal.in_step_source and cal.in_step_factor == 1.0, cal.in_step_source
-    print(f"step probe: x{cal.in_step_factor:.3f} ({cal.in_step_source})")
+    # and fitted, both factors within their ranges
+    assert cal.in_step_source.startswith("measured: gpt2-step-probe"), cal.in_step_source
+    assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1] and HOT_RANGE[0] <= cal.in_step_hot <= HOT_RANGE[1]
+    print(f"step probe: hot figure x{cal.in_step_hot:.3f}, cache part x{cal.in_step_factor:.3f} ({cal.in_step_source})")
     # a sample of each kernel's shapes also timed on one worker, when calibration kept several busy
     assert cal.lane_workers == min(len(machine.workers), max_workers())
     if cal.lane_workers > 1:

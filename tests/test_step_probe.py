@@ -1,5 +1,5 @@
-"""The in-step factor: a traced probe step's tasks against their own lane figures, and the lanes' cache part
-scaled by it in forecasts."""
+"""The in-step factors: a traced probe step's tasks against their own lane figures, and the lanes' hot figure
+and cache part scaled by them in forecasts."""
 
 import dataclasses
 import json
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from test_shared_cache import _calibration
 
-from tilecast.loop.step_probe import FACTOR_RANGE, PROBE_MODEL, fit_in_step_factor, probe_config, probe_graph
+from tilecast.loop.step_probe import (FACTOR_RANGE, HOT_RANGE, PROBE_MODEL, fit_factors, fit_in_step_factors,
+                                     probe_config, probe_graph)
 from tilecast.perfmodel import load_machine
 from tilecast.perfmodel.calibration import Calibration, CalibrationError
 from tilecast.perfmodel.kernel_model import DurationModel
@@ -21,8 +22,9 @@ def probe():
     return machine, g, _calibration(g, machine)
 
 
-def _lane_durations(machine, graph, cal, factor=1.0):
-    return DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_factor=factor)).durations(graph)[0]
+def _lane_durations(machine, graph, cal, factor=1.0, hot=1.0):
+    c = dataclasses.replace(cal, in_step_factor=factor, in_step_hot=hot)
+    return DurationModel(machine.with_workers(1), c).durations(graph)[0]
 
 
 def _hot(machine, graph, cal):
@@ -42,39 +44,40 @@ def test_the_probe_is_no_shape_used_elsewhere():
     assert (c.workers, c.sched) == (1, "eager") and probe_graph().n_tasks > 500
 
 
-def test_the_factor_is_the_traced_cache_part_over_the_lanes(probe):
+def test_the_factors_are_those_the_traced_tasks_were_made_with(probe):
     machine, g, cal = probe
     lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
     assert lanes.sum() > hot.sum()  # the probe's tasks have a cache part to scale
-    traced = hot + 1.25 * (lanes - hot)
-    factor, sums = fit_in_step_factor(g, traced, machine, cal)
-    assert factor == pytest.approx(1.25) and sums["tasks"] == g.n_tasks
-    assert sums["whole_ratio"] == pytest.approx(traced.sum() / lanes.sum())
-    assert fit_in_step_factor(g, lanes, machine, cal)[0] == pytest.approx(1.0)  # as the lanes say: 1
-    assert fit_in_step_factor(g, hot, machine, cal)[0] == pytest.approx(0.0, abs=1e-12)  # all hot: 0
+    for r, a in ((1.0, 1.25), (1.16, 1.05), (0.9, 0.0), (1.1, 1.1), (1.0, 1.0)):
+        traced = r * hot + a * (lanes - hot)
+        factors, sums = fit_in_step_factors(g, traced, machine, cal)
+        assert factors == pytest.approx((r, a), abs=1e-6) and sums["tasks"] == g.n_tasks
+        assert sums["whole_ratio"] == pytest.approx(traced.sum() / lanes.sum())
+    traced = 1.2 * hot + 1.1 * (lanes - hot)
     traced[::3] = np.nan  # tasks missing from the trace are left out of every sum
-    traced[1] = 100.0 * lanes[1]  # and one outlier moves the sums, not a median
-    factor, sums = fit_in_step_factor(g, traced, machine, cal)
-    assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3)) and factor > 1.25
-    assert fit_in_step_factor(g, 5.0 * lanes, machine, cal)[0] == FACTOR_RANGE[1]  # kept within its range
-    assert fit_in_step_factor(g, 0.5 * hot, machine, cal)[0] == FACTOR_RANGE[0]
+    factors, sums = fit_in_step_factors(g, traced, machine, cal)
+    assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3)) and factors == pytest.approx((1.2, 1.1))
 
 
-def test_a_cache_part_within_the_lanes_noise_is_not_fitted(probe, monkeypatch):
-    import tilecast.loop.step_probe as step_probe
+def test_the_fit_matches_the_probes_sum_and_keeps_its_ranges():
+    rng = np.random.default_rng(1)
+    hot = rng.uniform(1e-6, 1e-4, 400)
+    part = hot * rng.uniform(0.0, 0.6, 400)
+    traced = (1.15 * hot + 1.05 * part) * rng.lognormal(0.0, 0.1, 400)  # noisy tasks: the sum is still matched
+    r, a = fit_factors(traced, hot, part)
+    assert r * hot.sum() + a * part.sum() == pytest.approx(traced.sum())
+    assert 1.05 < r < 1.25 and 0.7 < a < 1.4
+    assert fit_factors(hot + 10.0 * part, hot, part)[1] == FACTOR_RANGE[1]  # kept within their ranges
+    assert fit_factors(0.2 * hot, hot, part) == (HOT_RANGE[0], pytest.approx(0.0, abs=1e-9))
+    assert fit_factors(5.0 * (hot + part), hot, part)[0] == HOT_RANGE[1]
+    # a cache part too small to tell from the hot figure: left at 1, the hot figure takes the excess
+    tiny = hot * 1e-3
+    r, a = fit_factors(1.2 * (hot + tiny), hot, tiny)
+    assert a == 1.0 and r * hot.sum() + tiny.sum() == pytest.approx(1.2 * (hot + tiny).sum())
 
-    machine, g, cal = probe
-    lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
-    part = 1 - hot.sum() / lanes.sum()
-    assert step_probe.fit_in_step_factor(g, lanes, machine, cal)[0] == pytest.approx(1.0)
-    monkeypatch.setattr(step_probe, "MIN_CACHE_PART", part + 0.01)  # the probe's cache part just under the least
-    factor, sums = step_probe.fit_in_step_factor(g, 1.1 * lanes, machine, cal)
-    assert factor is None and "too little to scale" in sums["why"] and f"{100 * part:.1f}%" in sums["why"]
-    assert sums["whole_ratio"] == pytest.approx(1.1)  # how the tasks ran against their lanes is still reported
 
-
-def test_a_probe_too_little_to_scale_says_how_its_tasks_ran(probe, monkeypatch):
-    """Every session runs; the source gives the median of their whole ratios (the tasks against their lanes)."""
+def test_a_probe_keeps_the_session_of_the_median_whole_ratio(probe, monkeypatch):
+    """Every session runs and is fitted; the one whose tasks ran at the median ratio to their lanes counts."""
     import importlib
 
     import tilecast.loop.step_probe as step_probe
@@ -83,33 +86,38 @@ def test_a_probe_too_little_to_scale_says_how_its_tasks_ran(probe, monkeypatch):
     from_trace = importlib.import_module("tilecast.perfmodel.from_trace")
     machine, g, cal = probe
     lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
-    monkeypatch.setattr(step_probe, "MIN_CACHE_PART", 1 - hot.sum() / lanes.sum() + 0.01)
     scales = iter([1.2, 1.05, 1.1])
 
-    class Run:  # a measured round: its traces give each task ``scale`` x its lane figure
+    class Run:  # a measured round: its traces give each task ``scale`` x its hot figure plus its cache part
         def __init__(self, scale):
             self.graph, self.traces = g, [scale]
 
     monkeypatch.setattr(measure, "measure_round", lambda *a, **k: (None, None, Run(next(scales))))
-    monkeypatch.setattr(from_trace, "task_seconds", lambda graph, t: t * lanes)
-    factor, source, sums = step_probe.measure_in_step_factor(machine, cal, sessions=3)
-    assert factor is None and source.startswith("not measured: ") and "too little to scale" in source
-    assert "tasks 1.100x their lane figures (the median of 3 sessions)" in source
-    assert sums["whole_ratios"] == pytest.approx([1.05, 1.1, 1.2])
+    monkeypatch.setattr(from_trace, "task_seconds", lambda graph, t: t * hot + (lanes - hot))
+    factors, source, sums = step_probe.measure_in_step_factors(machine, cal, sessions=3)
+    assert factors == pytest.approx((1.1, 1.0), abs=1e-6) and source.startswith("measured: ")
+    assert "hot figure x1.100" in source and "cache part" in source
+    assert len(sums["whole_ratios"]) == 3 and sums["whole_ratios"] == sorted(sums["whole_ratios"])
 
 
 def test_a_calibration_without_lane_figures_cannot_be_fitted(probe):
     machine, g, cal = probe
     bare = Calibration(cal.machine, cal.fingerprint, cal.kind, cal.timer)
-    factor, sums = fit_in_step_factor(g, np.ones(g.n_tasks), machine, bare)
-    assert factor is None and "lane" in sums["why"]
+    factors, sums = fit_in_step_factors(g, np.ones(g.n_tasks), machine, bare)
+    assert factors is None and "lane" in sums["why"]
 
 
-def test_forecasts_scale_the_cache_part_by_the_factor(probe):
+def test_forecasts_scale_the_hot_figure_and_the_cache_part_by_the_factors(probe):
     machine, g, cal = probe
     one, scaled, hot = _lane_durations(machine, g, cal), _lane_durations(machine, g, cal, 1.3), _hot(machine, g, cal)
     assert np.allclose(scaled, hot + 1.3 * (one - hot), rtol=1e-12)
     assert np.allclose(_lane_durations(machine, g, cal, 0.0), hot, rtol=1e-12)
+    both = _lane_durations(machine, g, cal, 1.3, hot=1.1)
+    assert np.allclose(both, 1.1 * hot + 1.3 * (one - hot), rtol=1e-12)
+    from tilecast.perfmodel.task_lanes import lanes_of  # the simulation's hot figures are the scaled ones
+
+    d = DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_hot=1.1)).durations(g)
+    assert np.allclose(lanes_of(d).hot[0], 1.1 * hot, rtol=1e-12)
     cal.in_step_factor = 1.3
     try:  # the simulation's per-worker durations (task_lanes) scale alike: the step between as timed and 1.3x
         from tilecast.simulator.simulate import simulate
@@ -125,23 +133,30 @@ def test_forecasts_scale_the_cache_part_by_the_factor(probe):
 
 def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     machine, g, cal = probe
-    c = dataclasses.replace(cal, in_step_factor=1.17, in_step_source="measured: a probe")
+    c = dataclasses.replace(cal, in_step_factor=1.17, in_step_hot=1.08, in_step_source="measured: a probe")
     path = c.save(str(tmp_path / "cal.json"))
     back = Calibration.load(path)
-    assert (back.in_step_factor, back.in_step_source) == (1.17, "measured: a probe")
-    assert back.without_points().in_step_factor == 1.17  # kept when runs are learned on top
+    assert (back.in_step_factor, back.in_step_hot, back.in_step_source) == (1.17, 1.08, "measured: a probe")
+    assert (back.without_points().in_step_factor, back.without_points().in_step_hot) == (1.17, 1.08)  # kept
     doc = json.loads(open(path).read())
     doc["in_step_factor"] = -1
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(CalibrationError, match="in_step_factor"):
         Calibration.load(str(tmp_path / "bad.json"))
+    doc["in_step_factor"], doc["in_step_hot"] = 1.0, "fast"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(CalibrationError, match="in_step_hot"):
+        Calibration.load(str(tmp_path / "bad.json"))
     old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed
-    whole = {k: v for k, v in json.loads(open(path).read()).items() if k != "in_step_part"}
-    (tmp_path / "whole.json").write_text(json.dumps(whole))
-    back = Calibration.load(str(tmp_path / "whole.json"))  # a factor of the whole figure: measured again
-    assert (back.in_step_factor, back.in_step_source) == (1.0, "")
+    for part in (None, "cache"):  # a factor of the whole figure, or of the cache part alone: measured again
+        older = {k: v for k, v in json.loads(open(path).read()).items() if k != "in_step_part"}
+        if part:
+            older["in_step_part"] = part
+        (tmp_path / "older.json").write_text(json.dumps(older))
+        back = Calibration.load(str(tmp_path / "older.json"))
+        assert (back.in_step_factor, back.in_step_hot, back.in_step_source) == (1.0, 1.0, "")
 
 
 def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):

@@ -111,7 +111,9 @@ def run(args) -> int:
         print(f"shared cache a task's inputs come back from (near, not cold) within: {cal.llc_bytes / 2**20:.0f} MiB "
               f"per core ({cal.llc_source})")
     if cal.in_step_source:
-        print(f"tasks in a step, the lanes' cache part: x{cal.in_step_factor:.3f} ({cal.in_step_source})")
+        from tilecast.loop.step_probe import in_step_line
+
+        print(in_step_line(cal))
     if cal.quiet:
         print(quiet_line(cal.quiet))
     print(f"disk node in {disk['directory']}: {res.disk_node.describe()} -> {disk['file']}")

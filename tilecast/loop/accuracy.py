@@ -201,7 +201,8 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
         if progress:
             print(retake_line(late), file=sys.stderr)
         # first use (and what learns on top of it) from the calibration as retaken, the step probe taken again
-        if late["retaken"] or late["in_step_factor"]["now"] != late["in_step_factor"]["calibration"]:
+        step_probe = late["in_step_factor"]
+        if late["retaken"] or step_probe["now_source"] != step_probe["calibration_source"]:
             cal0, host0 = cal_all.calibrated_only(), calibrated_only(host_all)
             first = _predict_all(configs, machine, cal0, host0, graphs, progress,
                                  "predicting again from the calibration retaken")
@@ -288,7 +289,8 @@ def retake_line(late: dict) -> str:
         line += f", {late['still_disturbed']} still disturbed"
     f = late.get("in_step_factor")
     if f:
-        line += f"; step probe x{f['calibration']:.3f} while calibrating, x{f['now']:.3f} now"
+        line += (f"; step probe: hot figure x{f['hot_calibration']:.3f}, cache part x{f['calibration']:.3f} while "
+                 f"calibrating, x{f['hot_now']:.3f} and x{f['now']:.3f} now")
     return line
 
 

@@ -571,12 +571,11 @@ def ensure_calibration(machine, graphs, progress: bool = True, timer=None, in_ru
         cal = Calibration(machine.name, machine.fingerprint(), machine.kind_names[0],
                           STARPU_TASKS if workers else timer_name)
     if workers and cal.hot and (probe_new or not cal.in_step_source):  # tilecast.loop.step_probe
-        from tilecast.loop.step_probe import take_step_probe
+        from tilecast.loop.step_probe import in_step_line, take_step_probe
 
         take_step_probe(machine, cal, guard)
         if progress:
-            print(f"tasks in a step, the lanes' cache part: x{cal.in_step_factor:.3f} ({cal.in_step_source})",
-                  file=sys.stderr)
+            print(in_step_line(cal), file=sys.stderr)
     for name, row in predicted:
         cal.add_predicted(name, row)
     cal.last_run = {"cases": len(timed) + len(predicted), "timed": len(timed), "predicted": len(predicted),

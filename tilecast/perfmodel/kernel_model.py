@@ -261,14 +261,16 @@ class DurationModel:
                     lanes = tuple(np.zeros_like(out) for _ in range(5))
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
-                if cal.in_step_factor != 1.0:  # the cache part as a traced probe step ran it (tilecast.loop.step_probe)
-                    # near or cold beyond hot, scaled; a shape with one figure (learned from a trace: k == h) keeps it.
-                    # A lane timed below its hot figure (noise on a sub-microsecond shape) has a negative excess,
-                    # which a factor above 1 could take below zero: every scaled figure stays >= 0, so that any
-                    # share of hot, near and cold a simulation takes is a duration
-                    a = cal.in_step_factor
-                    k = np.maximum(h + a * (k - h), 0.0)
-                    near[is_hot] = np.maximum(h + a * (near[is_hot] - h), 0.0)
+                if cal.in_step_factor != 1.0 or cal.in_step_hot != 1.0:  # as a traced probe step ran them
+                    # (tilecast.loop.step_probe): the hot figure and near or cold beyond it, each scaled; a shape
+                    # with one figure (learned from a trace) has no lanes here and keeps it. A lane timed below its
+                    # hot figure (noise on a sub-microsecond shape) has a negative excess, which a factor above 1
+                    # could take below zero: every scaled figure stays >= 0, so that any share of hot, near and
+                    # cold a simulation takes is a duration
+                    a, rh = cal.in_step_factor, cal.in_step_hot
+                    k = np.maximum(rh * h + a * (k - h), 0.0)
+                    near[is_hot] = np.maximum(rh * h + a * (near[is_hot] - h), 0.0)
+                    h = rh * h
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f
