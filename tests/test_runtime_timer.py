@@ -99,7 +99,7 @@ def test_time_in_runtime_gives_each_shape_its_tasks_durations():
 
 def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeypatch):
     from tilecast.loop.kernel_calibration import WORKER_SAMPLES_PER_KERNEL, ensure_calibration, missing_cases
-    from tilecast.loop.step_probe import FACTOR_RANGE, HOT_RANGE, probe_graph
+    from tilecast.loop.step_probe import BYTE_RANGE, FACTOR_RANGE, HOT_RANGE, in_step_line, probe_graph
     from tilecast.executor.starpu_session import max_workers
     from tilecast.perfmodel import load_machine
 
@@ -115,7 +115,8 @@ def test_calibration_on_first_use_times_shapes_as_starpu_tasks(tmp_path, monkeyp
     # and fitted, both factors within their ranges
     assert cal.in_step_source.startswith("measured: gpt2-step-probe"), cal.in_step_source
     assert FACTOR_RANGE[0] <= cal.in_step_factor <= FACTOR_RANGE[1] and HOT_RANGE[0] <= cal.in_step_hot <= HOT_RANGE[1]
-    print(f"step probe: hot figure x{cal.in_step_hot:.3f}, cache part x{cal.in_step_factor:.3f} ({cal.in_step_source})")
+    assert BYTE_RANGE[0] <= cal.in_step_byte_s <= BYTE_RANGE[1]
+    print(in_step_line(cal))
     # a sample of each kernel's shapes also timed on one worker, when calibration kept several busy
     assert cal.lane_workers == min(len(machine.workers), max_workers())
     if cal.lane_workers > 1:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_shared_cache import _calibration
 
-from tilecast.loop.step_probe import (FACTOR_RANGE, HOT_RANGE, PROBE_MODEL, fit_factors, fit_in_step_factors,
-                                     probe_config, probe_graph)
+from tilecast.loop.step_probe import (BYTE_RANGE, FACTOR_RANGE, HOT_RANGE, PROBE_MODEL, fit_factors,
+                                     fit_in_step_factors, probe_config, probe_graph)
 from tilecast.perfmodel import load_machine
 from tilecast.perfmodel.calibration import Calibration, CalibrationError
 from tilecast.perfmodel.kernel_model import DurationModel
@@ -22,8 +22,8 @@ def probe():
     return machine, g, _calibration(g, machine)
 
 
-def _lane_durations(machine, graph, cal, factor=1.0, hot=1.0):
-    c = dataclasses.replace(cal, in_step_factor=factor, in_step_hot=hot)
+def _lane_durations(machine, graph, cal, factor=1.0, hot=1.0, per_byte=0.0):
+    c = dataclasses.replace(cal, in_step_factor=factor, in_step_hot=hot, in_step_byte_s=per_byte)
     return DurationModel(machine.with_workers(1), c).durations(graph)[0]
 
 
@@ -44,36 +44,45 @@ def test_the_probe_is_no_shape_used_elsewhere():
     assert (c.workers, c.sched) == (1, "eager") and probe_graph().n_tasks > 500
 
 
-def test_the_factors_are_those_the_traced_tasks_were_made_with(probe):
+def test_the_terms_are_those_the_traced_tasks_were_made_with(probe):
+    from tilecast.perfmodel.reuse import task_bytes
+
     machine, g, cal = probe
-    lanes, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
+    lanes, hot, nbytes = _lane_durations(machine, g, cal), _hot(machine, g, cal), task_bytes(g)
     assert lanes.sum() > hot.sum()  # the probe's tasks have a cache part to scale
-    for r, a in ((1.0, 1.25), (1.16, 1.05), (0.9, 0.0), (1.1, 1.1), (1.0, 1.0)):
-        traced = r * hot + a * (lanes - hot)
-        factors, sums = fit_in_step_factors(g, traced, machine, cal)
-        assert factors == pytest.approx((r, a), abs=1e-6) and sums["tasks"] == g.n_tasks
+    for r, a, b in ((1.0, 1.25, 0.0), (1.08, 0.8, 15e-12), (0.9, 0.0, 0.0), (1.1, 1.1, 0.0), (1.0, 1.0, 0.0)):
+        traced = r * hot + a * (lanes - hot) + b * nbytes
+        terms, sums = fit_in_step_factors(g, traced, machine, cal)
+        assert terms == pytest.approx((r, a, b), rel=1e-6, abs=1e-15) and sums["tasks"] == g.n_tasks
         assert sums["whole_ratio"] == pytest.approx(traced.sum() / lanes.sum())
-    traced = 1.2 * hot + 1.1 * (lanes - hot)
+    traced = 1.2 * hot + 1.1 * (lanes - hot) + 5e-12 * nbytes
     traced[::3] = np.nan  # tasks missing from the trace are left out of every sum
-    factors, sums = fit_in_step_factors(g, traced, machine, cal)
-    assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3)) and factors == pytest.approx((1.2, 1.1))
+    terms, sums = fit_in_step_factors(g, traced, machine, cal)
+    assert sums["tasks"] == g.n_tasks - len(range(0, g.n_tasks, 3))
+    assert terms == pytest.approx((1.2, 1.1, 5e-12), rel=1e-6)
 
 
 def test_the_fit_matches_the_probes_sum_and_keeps_its_ranges():
     rng = np.random.default_rng(1)
     hot = rng.uniform(1e-6, 1e-4, 400)
     part = hot * rng.uniform(0.0, 0.6, 400)
-    traced = (1.15 * hot + 1.05 * part) * rng.lognormal(0.0, 0.1, 400)  # noisy tasks: the sum is still matched
-    r, a = fit_factors(traced, hot, part)
-    assert r * hot.sum() + a * part.sum() == pytest.approx(traced.sum())
-    assert 1.05 < r < 1.25 and 0.7 < a < 1.4
-    assert fit_factors(hot + 10.0 * part, hot, part)[1] == FACTOR_RANGE[1]  # kept within their ranges
-    assert fit_factors(0.2 * hot, hot, part) == (HOT_RANGE[0], pytest.approx(0.0, abs=1e-9))
-    assert fit_factors(5.0 * (hot + part), hot, part)[0] == HOT_RANGE[1]
-    # a cache part too small to tell from the hot figure: left at 1, the hot figure takes the excess
+    nbytes = hot * 2e9 * rng.uniform(0.2, 5.0, 400)  # memory-bound tasks and compute-bound ones
+    made = 1.1 * hot + 0.8 * part + 15e-12 * nbytes
+    traced = made * rng.lognormal(0.0, 0.1, 400)  # noisy tasks: the sum is still matched
+    r, a, b = fit_factors(traced, hot, part, nbytes)
+    assert r * hot.sum() + a * part.sum() + b * nbytes.sum() == pytest.approx(traced.sum())
+    assert 1.0 < r < 1.2 and 0.5 < a < 1.1 and 5e-12 < b < 25e-12
+    assert fit_factors(hot + 10.0 * part, hot, part, nbytes)[1] == FACTOR_RANGE[1]  # kept within their ranges
+    assert fit_factors(0.2 * hot, hot, part, nbytes)[0] == HOT_RANGE[0]
+    assert fit_factors(5.0 * (hot + part), hot, part, nbytes)[0] == HOT_RANGE[1]
+    assert fit_factors(hot + part + 5e-9 * nbytes, hot, part, nbytes)[2] == BYTE_RANGE[1]
+    # tasks that ran shorter the more bytes they had: no cost per byte, the others fitted without it
+    r, a, b = fit_factors(hot + part - 2e-12 * nbytes, hot, part, nbytes)
+    assert b == 0.0 and r * hot.sum() + a * part.sum() == pytest.approx((hot + part - 2e-12 * nbytes).sum())
+    # a cache part too small to tell from the hot figure: left at 1, the others take the excess
     tiny = hot * 1e-3
-    r, a = fit_factors(1.2 * (hot + tiny), hot, tiny)
-    assert a == 1.0 and r * hot.sum() + tiny.sum() == pytest.approx(1.2 * (hot + tiny).sum())
+    r, a, b = fit_factors(1.2 * (hot + tiny), hot, tiny, nbytes)
+    assert a == 1.0 and r * hot.sum() + tiny.sum() + b * nbytes.sum() == pytest.approx(1.2 * (hot + tiny).sum())
 
 
 def test_a_probe_keeps_the_session_of_the_median_whole_ratio(probe, monkeypatch):
@@ -94,9 +103,9 @@ def test_a_probe_keeps_the_session_of_the_median_whole_ratio(probe, monkeypatch)
 
     monkeypatch.setattr(measure, "measure_round", lambda *a, **k: (None, None, Run(next(scales))))
     monkeypatch.setattr(from_trace, "task_seconds", lambda graph, t: t * hot + (lanes - hot))
-    factors, source, sums = step_probe.measure_in_step_factors(machine, cal, sessions=3)
-    assert factors == pytest.approx((1.1, 1.0), abs=1e-6) and source.startswith("measured: ")
-    assert "hot figure x1.100" in source and "cache part" in source
+    terms, source, sums = step_probe.measure_in_step_factors(machine, cal, sessions=3)
+    assert terms == pytest.approx((1.1, 1.0, 0.0), abs=1e-6) and source.startswith("measured: ")
+    assert "hot figure x1.100" in source and "cache part" in source and "0.0 ps a byte" in source
     assert len(sums["whole_ratios"]) == 3 and sums["whole_ratios"] == sorted(sums["whole_ratios"])
 
 
@@ -114,6 +123,10 @@ def test_forecasts_scale_the_hot_figure_and_the_cache_part_by_the_factors(probe)
     assert np.allclose(_lane_durations(machine, g, cal, 0.0), hot, rtol=1e-12)
     both = _lane_durations(machine, g, cal, 1.3, hot=1.1)
     assert np.allclose(both, 1.1 * hot + 1.3 * (one - hot), rtol=1e-12)
+    from tilecast.perfmodel.reuse import task_bytes
+
+    per_byte = _lane_durations(machine, g, cal, 1.3, hot=1.1, per_byte=2e-11)
+    assert np.allclose(per_byte, both + 2e-11 * task_bytes(g), rtol=1e-12)
     from tilecast.perfmodel.task_lanes import lanes_of  # the simulation's hot figures are the scaled ones
 
     d = DurationModel(machine.with_workers(1), dataclasses.replace(cal, in_step_hot=1.1)).durations(g)
@@ -133,11 +146,14 @@ def test_forecasts_scale_the_hot_figure_and_the_cache_part_by_the_factors(probe)
 
 def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     machine, g, cal = probe
-    c = dataclasses.replace(cal, in_step_factor=1.17, in_step_hot=1.08, in_step_source="measured: a probe")
+    c = dataclasses.replace(cal, in_step_factor=1.17, in_step_hot=1.08, in_step_byte_s=1.5e-11,
+                            in_step_source="measured: a probe")
     path = c.save(str(tmp_path / "cal.json"))
     back = Calibration.load(path)
-    assert (back.in_step_factor, back.in_step_hot, back.in_step_source) == (1.17, 1.08, "measured: a probe")
-    assert (back.without_points().in_step_factor, back.without_points().in_step_hot) == (1.17, 1.08)  # kept
+    assert (back.in_step_factor, back.in_step_hot, back.in_step_byte_s) == (1.17, 1.08, 1.5e-11)
+    assert back.in_step_source == "measured: a probe"
+    kept = back.without_points()  # kept when runs are learned on top
+    assert (kept.in_step_factor, kept.in_step_hot, kept.in_step_byte_s) == (1.17, 1.08, 1.5e-11)
     doc = json.loads(open(path).read())
     doc["in_step_factor"] = -1
     (tmp_path / "bad.json").write_text(json.dumps(doc))
@@ -150,13 +166,13 @@ def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed
-    for part in (None, "cache"):  # a factor of the whole figure, or of the cache part alone: measured again
+    for part in (None, "cache", "hot and cache"):  # the earlier forms of the in-step terms: measured again
         older = {k: v for k, v in json.loads(open(path).read()).items() if k != "in_step_part"}
         if part:
             older["in_step_part"] = part
         (tmp_path / "older.json").write_text(json.dumps(older))
         back = Calibration.load(str(tmp_path / "older.json"))
-        assert (back.in_step_factor, back.in_step_hot, back.in_step_source) == (1.0, 1.0, "")
+        assert (back.in_step_factor, back.in_step_hot, back.in_step_byte_s, back.in_step_source) == (1.0, 1.0, 0.0, "")
 
 
 def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
@@ -169,11 +185,14 @@ def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):
     ks = next(ks for ks in graph_shapes(g) if all_kernels()[ks.kernel].name == "gemm")
     learned.add("gemm", ks.shapes[0], 5e-5, 0.0, TRACE)  # an in-step figure for one gemm shape
     tasks = ks.tasks[ks.inverse == 0]
-    one, scaled = _lane_durations(machine, g, learned), _lane_durations(machine, g, learned, 1.3)
+    one, scaled = _lane_durations(machine, g, learned), _lane_durations(machine, g, learned, 1.3, 1.2, 1e-11)
     assert len(tasks) and np.array_equal(scaled[tasks], one[tasks]) and np.allclose(one[tasks], 5e-5)
     rest = np.setdiff1d(np.arange(g.n_tasks), tasks)
     hot = _hot(machine, g, learned)
-    assert np.allclose(scaled[rest], hot[rest] + 1.3 * (one[rest] - hot[rest]), rtol=1e-12)
+    from tilecast.perfmodel.reuse import task_bytes
+
+    extra = 1e-11 * task_bytes(g)[rest]
+    assert np.allclose(scaled[rest], 1.2 * hot[rest] + 1.3 * (one[rest] - hot[rest]) + extra, rtol=1e-12)
     assert (scaled[rest] > one[rest]).any()
 
 

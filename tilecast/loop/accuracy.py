@@ -289,8 +289,9 @@ def retake_line(late: dict) -> str:
         line += f", {late['still_disturbed']} still disturbed"
     f = late.get("in_step_factor")
     if f:
-        line += (f"; step probe: hot figure x{f['hot_calibration']:.3f}, cache part x{f['calibration']:.3f} while "
-                 f"calibrating, x{f['hot_now']:.3f} and x{f['now']:.3f} now")
+        line += (f"; step probe: hot figure x{f['hot_calibration']:.3f}, cache part x{f['calibration']:.3f}, "
+                 f"{f['byte_s_calibration'] * 1e12:.1f} ps a byte while calibrating, x{f['hot_now']:.3f}, "
+                 f"x{f['now']:.3f} and {f['byte_s_now'] * 1e12:.1f} ps now")
     return line
 
 

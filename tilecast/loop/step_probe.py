@@ -50,12 +50,13 @@ PROBE_MODEL = {"name": "gpt2-step-probe", "n_layer": 2, "n_embd": 160, "n_head":
 PROBE_BATCH, PROBE_SEQ, PROBE_TILE, PROBE_SCHED = 8, 80, "80", "eager"
 PROBE_STEPS, PROBE_WARMUP = 4, 1  # the last three steps are traced (tilecast.loop.measure)
 PROBE_SESSIONS = 3  # StarPU sessions of the probe; their median ratio counts (one varied by 1-3% on the Xeon)
-#: the factors' ranges: a cache part of 0 is every task at its hot figure; a probe outside them says more about the
-#: probe than the kernels
+#: the terms' ranges: a cache part of 0 is every task at its hot figure; a probe outside them says more about the
+#: probe than the kernels (a cost per byte of 1 ns is a pass over the task's bytes at 1 GB/s)
 FACTOR_RANGE = (0.0, 4.0)
 HOT_RANGE = (0.5, 2.0)
+BYTE_RANGE = (0.0, 1e-9)
 #: the least share of the probe's lane figures that their cache part must be for its own factor to be fitted; below,
-#: it is left at 1 and the hot figure's factor takes the whole excess (the two columns are not told apart)
+#: it is left at 1 and the other terms take the whole excess (the columns are not told apart)
 MIN_CACHE_PART = 0.02
 
 
@@ -69,37 +70,52 @@ def probe_config():
                       Tiling.parse(PROBE_TILE), PROBE_SCHED, 1)
 
 
-def fit_factors(traced: np.ndarray, hot: np.ndarray, part: np.ndarray) -> tuple[float, float]:
-    """(r, a): ``traced ~ r * hot + a * part`` by least squares on each task's error relative to its traced time,
-    with ``r * sum(hot) + a * sum(part) == sum(traced)`` (the probe's step is matched); ``a`` within
-    :data:`FACTOR_RANGE` (1 where the cache part is under :data:`MIN_CACHE_PART` of the lanes), then ``r`` from the
-    sum, within :data:`HOT_RANGE`."""
-    y, h, c = (np.asarray(v, dtype=np.float64) for v in (traced, hot, part))
+def _held_to_sum(target: np.ndarray, cols: list, traced: np.ndarray) -> np.ndarray:
+    """Coefficients ``c`` minimising ``sum((target - X c)^2 / traced)`` with ``sum(X c) == sum(target)`` (X's
+    columns ``cols``), solved on columns scaled to sums of 1 (seconds and bytes differ by ten decades)."""
+    x = np.stack(cols, axis=1)
+    scale = x.sum(axis=0)
+    scale[scale == 0] = 1.0
+    xs, norm = x / scale, float(traced.sum())
+    ys, w = target / norm, norm / np.maximum(traced, 1e-300)
+    n = x.shape[1]
+    kkt = np.zeros((n + 1, n + 1))  # the weighted normal equations with the sum as a constraint (a Lagrange multiplier)
+    kkt[:n, :n], kkt[:n, n], kkt[n, :n] = xs.T @ (xs * w[:, None]), xs.sum(axis=0), xs.sum(axis=0)
+    c = np.linalg.lstsq(kkt, np.append(xs.T @ (w * ys), ys.sum()), rcond=None)[0][:n]
+    return c * norm / scale
+
+
+def fit_factors(traced: np.ndarray, hot: np.ndarray, part: np.ndarray, nbytes: np.ndarray
+                ) -> tuple[float, float, float]:
+    """(r, a, b): ``traced ~ r * hot + a * part + b * nbytes`` by least squares on each task's error relative to
+    its traced time, the probe's traced sum matched. ``b`` (seconds per byte) within :data:`BYTE_RANGE` and ``a``
+    within :data:`FACTOR_RANGE` (1 where the cache part is under :data:`MIN_CACHE_PART` of the lanes), the others
+    fitted again where ``b`` was held at a bound; then ``r`` from the sum, within :data:`HOT_RANGE`."""
+    y, h, c, nb = (np.asarray(v, dtype=np.float64) for v in (traced, hot, part, nbytes))
     total, hs, cs = float(y.sum()), float(h.sum()), float(c.sum())
-    if cs >= MIN_CACHE_PART * (hs + cs):
-        w = 1.0 / np.maximum(y, 1e-12)
-        x = np.stack([h, c], axis=1)
-        g = np.array([hs, cs])
-        kkt = np.zeros((3, 3))  # the weighted normal equations with the sum as a constraint (a Lagrange multiplier)
-        kkt[:2, :2], kkt[:2, 2], kkt[2, :2] = x.T @ (x * w[:, None]), g, g
-        rhs = np.append(x.T @ (w * y), total)
-        a = float(np.linalg.lstsq(kkt, rhs, rcond=None)[0][1])
-        a = float(np.clip(a, *FACTOR_RANGE)) if np.isfinite(a) else 1.0
-    else:
-        a = 1.0
-    r = (total - a * cs) / hs if hs > 0 else 1.0
-    return float(np.clip(r, *HOT_RANGE)), a
+    fit_a = cs >= MIN_CACHE_PART * (hs + cs)
+    given = np.zeros_like(y) if fit_a else c  # a cache part too small to fit stays at 1
+    free = [h, c] if fit_a else [h]
+    coef = _held_to_sum(y - given, free + [nb], y)
+    b = float(coef[-1]) if np.isfinite(coef[-1]) else 0.0
+    if not BYTE_RANGE[0] <= b <= BYTE_RANGE[1]:  # held at its bound: the others fitted again without it
+        b = float(np.clip(b, *BYTE_RANGE))
+        coef = _held_to_sum(y - given - b * nb, free, y)
+    a = float(np.clip(coef[1], *FACTOR_RANGE)) if fit_a and np.isfinite(coef[1]) else 1.0
+    r = (total - a * cs - b * float(nb.sum())) / hs if hs > 0 else 1.0
+    return float(np.clip(r, *HOT_RANGE)), a, b
 
 
-def fit_in_step_factors(graph, traced: np.ndarray, machine, cal) -> tuple[tuple[float, float] | None, dict]:
-    """((hot factor, cache-part factor), sums): over the probe's tasks that have lane figures and were traced
-    (``traced``: per-task seconds, NaN where not traced), :func:`fit_factors` of their traced times against
-    their hot figures and cache parts (``lanes - hot``, ``lanes`` the tasks' one-worker durations from ``cal``'s
-    lanes without factors); None where no task of the probe has lane figures."""
+def fit_in_step_factors(graph, traced: np.ndarray, machine, cal) -> tuple[tuple[float, float, float] | None, dict]:
+    """((hot factor, cache-part factor, seconds per byte), sums): over the probe's tasks that have lane figures
+    and were traced (``traced``: per-task seconds, NaN where not traced), :func:`fit_factors` of their traced
+    times against their hot figures, cache parts (``lanes - hot``, ``lanes`` the tasks' one-worker durations from
+    ``cal``'s lanes without the in-step terms) and bytes; None where no task of the probe has lane figures."""
     from tilecast.perfmodel.kernel_model import DurationModel
+    from tilecast.perfmodel.reuse import task_bytes
     from tilecast.perfmodel.task_lanes import lanes_of
 
-    plain = dataclasses.replace(cal, in_step_factor=1.0, in_step_hot=1.0)
+    plain = dataclasses.replace(cal, in_step_factor=1.0, in_step_hot=1.0, in_step_byte_s=0.0)
     d = DurationModel(machine.with_workers(1), plain).durations(graph)
     lanes = lanes_of(d)
     if lanes is None:
@@ -108,20 +124,21 @@ def fit_in_step_factors(graph, traced: np.ndarray, machine, cal) -> tuple[tuple[
     ok = np.isfinite(traced) & (lanes.delta[0] != 0.0)
     if not ok.any():
         return None, {"why": "no traced task of the probe has lane times in the calibration"}
-    lane, hot, y = d[0][ok], lanes.hot[0][ok], traced[ok]
-    r, a = fit_factors(y, hot, lane - hot)
+    lane, hot, y, nbytes = d[0][ok], lanes.hot[0][ok], traced[ok], task_bytes(graph)[ok]
+    r, a, b = fit_factors(y, hot, lane - hot, nbytes)
     lane_sum, hot_sum, traced_sum = float(lane.sum()), float(hot.sum()), float(y.sum())
     sums = {"tasks": int(ok.sum()), "of": int(graph.n_tasks), "traced_s": traced_sum, "lanes_s": lane_sum,
-            "hot_s": hot_sum, "whole_ratio": traced_sum / lane_sum, "hot_factor": r, "cache_factor": a,
-            "cache_part": 1.0 - hot_sum / lane_sum}
-    return (r, a), sums
+            "hot_s": hot_sum, "bytes": float(nbytes.sum()), "whole_ratio": traced_sum / lane_sum, "hot_factor": r,
+            "cache_factor": a, "byte_s": b, "cache_part": 1.0 - hot_sum / lane_sum}
+    return (r, a, b), sums
 
 
 def measure_in_step_factors(machine, cal, guard=None, sessions: int = PROBE_SESSIONS
-                              ) -> tuple[tuple[float, float] | None, str, dict]:
+                              ) -> tuple[tuple[float, float, float] | None, str, dict]:
     """Run the probe step on StarPU in ``sessions`` sessions (each under ``guard``'s quiet check if given), fit
     the factors of each against ``cal`` (whose points learned from runs are left out) and keep the session of
-    the median whole ratio (its tasks against their lanes). Returns ((hot factor, cache-part factor) or None,
+    the median whole ratio (its tasks against their lanes). Returns ((hot factor, cache-part factor, seconds a
+    byte) or None,
     where they come from, that session's sums with every session's whole ratio)."""
     from tilecast.loop.measure import measure_round
     from tilecast.perfmodel.from_trace import task_seconds
@@ -139,13 +156,13 @@ def measure_in_step_factors(machine, cal, guard=None, sessions: int = PROBE_SESS
         if factors is None:  # nothing of the probe to set against its lanes
             return None, f"not measured: {sums['why']}", sums
         fits.append((factors, sums))
-    (r, a), sums = sorted(fits, key=lambda f: f[1]["whole_ratio"])[len(fits) // 2]
+    (r, a, b), sums = sorted(fits, key=lambda f: f[1]["whole_ratio"])[len(fits) // 2]
     sums = {**sums, "whole_ratios": sorted(s["whole_ratio"] for _, s in fits)}
     source = (f"measured: {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
               f"worker, the median of {len(fits)} sessions' traced steps: tasks {sums['whole_ratio']:.3f}x their "
-              f"lane figures, fitted as the hot figure x{r:.3f} and the cache part "
-              f"({100 * sums['cache_part']:.1f}% of the lanes) x{a:.3f}")
-    return (r, a), source, sums
+              f"lane figures, fitted as the hot figure x{r:.3f}, the cache part "
+              f"({100 * sums['cache_part']:.1f}% of the lanes) x{a:.3f} and {b * 1e12:.1f} ps a byte")
+    return (r, a, b), source, sums
 
 
 def probe_graph():
@@ -154,19 +171,18 @@ def probe_graph():
 
 
 def take_step_probe(machine, cal, guard=None) -> dict:
-    """Measure the factors and set them in ``cal`` (``in_step_hot``, ``in_step_factor``, ``in_step_source``); a
-    probe that cannot run or cannot be fitted leaves them at 1 and says why. Returns the sums of the fit (or the
+    """Measure the terms and set them in ``cal`` (``in_step_hot``, ``in_step_factor``, ``in_step_byte_s``,
+    ``in_step_source``); a probe that cannot run or cannot be fitted leaves them at 1, 1 and 0 and says why. Returns the sums of the fit (or the
     reason)."""
     try:
         factors, source, sums = measure_in_step_factors(machine, cal, guard)
     except Exception as e:  # the calibration stands without it: say why, forecast from the lanes as timed
         factors, source, sums = None, f"not measured: the probe step failed ({type(e).__name__}: {e})", {}
-    cal.in_step_hot, cal.in_step_factor = factors if factors is not None else (1.0, 1.0)
+    cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s = factors if factors is not None else (1.0, 1.0, 0.0)
     cal.in_step_source = source
     return sums
 
 
 def in_step_line(cal) -> str:
     """The factors a calibration holds and their source, for people."""
-    return (f"tasks in a step against their lanes: hot figure x{cal.in_step_hot:.3f}, cache part "
-            f"x{cal.in_step_factor:.3f} ({cal.in_step_source})")
+    return f"tasks in a step against their lanes: {cal.in_step_source}"  # the source gives the terms measured

@@ -223,7 +223,7 @@ class DurationModel:
         shapes cold within the shared last-level cache (near lane times, ``Calibration.llc_bytes``), the
         bytes from within that cache take the near figure and only those from beyond it the cold one
         (:func:`tilecast.perfmodel.reuse.far_fraction`)."""
-        from tilecast.perfmodel.reuse import cold_fraction, far_fraction, interpolate
+        from tilecast.perfmodel.reuse import cold_fraction, far_fraction, interpolate, task_bytes
         from tilecast.perfmodel.task_lanes import shared_cache_durations
 
         n = graph.n_tasks
@@ -261,16 +261,18 @@ class DurationModel:
                     lanes = tuple(np.zeros_like(out) for _ in range(5))
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
-                if cal.in_step_factor != 1.0 or cal.in_step_hot != 1.0:  # as a traced probe step ran them
-                    # (tilecast.loop.step_probe): the hot figure and near or cold beyond it, each scaled; a shape
-                    # with one figure (learned from a trace) has no lanes here and keeps it. A lane timed below its
-                    # hot figure (noise on a sub-microsecond shape) has a negative excess, which a factor above 1
-                    # could take below zero: every scaled figure stays >= 0, so that any share of hot, near and
-                    # cold a simulation takes is a duration
-                    a, rh = cal.in_step_factor, cal.in_step_hot
-                    k = np.maximum(rh * h + a * (k - h), 0.0)
-                    near[is_hot] = np.maximum(rh * h + a * (near[is_hot] - h), 0.0)
-                    h = rh * h
+                if cal.in_step_factor != 1.0 or cal.in_step_hot != 1.0 or cal.in_step_byte_s != 0.0:
+                    # as a traced probe step ran them (tilecast.loop.step_probe): the hot figure scaled plus a
+                    # cost per byte the task accesses, and near or cold beyond hot scaled. A shape with one
+                    # figure (learned from a trace, in-step already: its hot, near and cold are that figure)
+                    # keeps it. A lane timed below its hot figure (noise on a sub-microsecond shape) has a
+                    # negative excess, which a factor above 1 could take below zero: every scaled figure stays
+                    # >= 0, so that any share of hot, near and cold a simulation takes is a duration
+                    a, two = cal.in_step_factor, k != h
+                    base = np.where(two, cal.in_step_hot * h + cal.in_step_byte_s * task_bytes(graph)[is_hot], h)
+                    k = np.maximum(base + a * (k - h), 0.0)
+                    near[is_hot] = np.maximum(base + a * (near[is_hot] - h), 0.0)
+                    h = base
                 lanes[0][r, is_hot] = h
                 lanes[1][r, is_hot] = k - h
                 lanes[2][r, is_hot] = f

@@ -89,7 +89,8 @@ def far_fraction(graph, cache_bytes: float, llc_bytes: float) -> np.ndarray:
 
 
 def _held(graph, key, compute) -> np.ndarray:
-    """``compute(graph, *sizes)`` for ``key`` (a size, or ("far", sizes...)), kept while the graph lives."""
+    """``compute(graph, *sizes)`` for ``key`` (a size, ("far", sizes...) or ("bytes",)), kept while the graph
+    lives."""
     sizes = key[1:] if isinstance(key, tuple) else (key,)
     arrays = (graph.acc_ptr, graph.acc_tile, graph.tile_nbytes)
     held = _FRACTIONS.get(id(graph))
@@ -106,6 +107,16 @@ def _held(graph, key, compute) -> np.ndarray:
         f.flags.writeable = False
         held[2][key] = f
     return held[2][key]
+
+
+def task_bytes(graph) -> np.ndarray:
+    """Per task, the bytes of the tiles it accesses (each access counted). Read-only; computed once per graph."""
+    return _held(graph, ("bytes",), _task_bytes)
+
+
+def _task_bytes(graph) -> np.ndarray:
+    nbytes = np.asarray(graph.tile_nbytes, dtype=np.float64)[np.asarray(graph.acc_tile)]
+    return np.bincount(access_tasks(graph), weights=nbytes, minlength=graph.n_tasks)
 
 
 def _cold_fraction(graph, cache_bytes: float) -> np.ndarray:
