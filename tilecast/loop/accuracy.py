@@ -201,8 +201,8 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
         if progress:
             print(retake_line(late), file=sys.stderr)
         # first use (and what learns on top of it) from the calibration as retaken, the step probe taken again
-        step_probe = late["in_step_factor"]
-        if late["retaken"] or step_probe["now_source"] != step_probe["calibration_source"]:
+        probe_now = late["in_step_factor"]
+        if late["retaken"] or probe_now["now_source"] != probe_now["calibration_source"]:
             cal0, host0 = cal_all.calibrated_only(), calibrated_only(host_all)
             first = _predict_all(configs, machine, cal0, host0, graphs, progress,
                                  "predicting again from the calibration retaken")

@@ -1,5 +1,5 @@
-"""How a step's tasks run against their lanes: two factors, on the lanes' hot figure and on their cache part,
-fitted on a traced probe step.
+"""How a step's tasks run against their lanes: three terms, on the lanes' hot figure, on their cache part and per
+byte a task accesses, fitted on a traced probe step.
 
 Calibration times every shape as StarPU tasks three ways (hot, near: within
 the shared last-level cache, cold: from main memory; :mod:`tilecast.loop.kernel_calibration`),
@@ -14,13 +14,14 @@ level each.
 
 So calibration also runs a probe step, a model shape used nowhere else (not
 the quiet check's reference, not a suite configuration, not an executor
-probe), on one worker under ``eager``, traces it, and fits two numbers to
+probe), on one worker under ``eager``, traces it, and fits three numbers to
 its tasks (its shapes are calibrated with the others, so the probe is
-compared with its own lanes): ``traced ~ r * hot + a * (lanes - hot)``, with
-``lanes`` a task's interpolated figure, by least squares relative to each
-task's time, held to the probe's traced sum (``in_step_hot`` = r,
-``in_step_factor`` = a). A forecast takes ``r * hot + a * (near or cold -
-hot)`` for every task with lane figures
+compared with its own lanes): ``traced ~ r * hot + a * (lanes - hot) + b *
+bytes``, with ``lanes`` a task's interpolated figure and ``bytes`` those of
+the tiles it accesses, by least squares relative to each task's time, held
+to the probe's traced sum (``in_step_hot`` = r, ``in_step_factor`` = a,
+``in_step_byte_s`` = b). A forecast takes ``r * hot + b * bytes + a * (near
+or cold - hot)`` for every task with lane figures
 (:class:`tilecast.perfmodel.kernel_model.DurationModel`).
 
 One factor was fitted before, on one part. On the whole figure it moved the
@@ -29,12 +30,13 @@ run 35; -9 to -24% on the EPYC, run 37). On the cache part alone it needed a
 guard (a part under 10% of the lanes was not fitted), and the Xeon guest's
 probe sat at it (8-9%): the factor jumped between 1 and 2.2-2.6 from one
 calibration to the next, and first use's bias with it between -15% and +4%
-(runs 51-53). The tasks say which part: the two-factor fit of that guest's
-probe put the excess on the hot figure (r 1.16-1.17 and a 1.04-1.16 over
-three sessions, the tasks 1.21-1.23x their lanes; docs/predicting.md, "The
-in-step factors"). The factors are taken again after an accuracy run's
-measurement, in the state the steps ran in
-(:func:`tilecast.loop.quiet_calibration.retake_calibration`).
+(runs 51-53). Fitted task by task, that guest's probe put most of its excess
+on the hot figure and in proportion to the bytes (r 1.08-1.13, a 0.65-0.82,
+b 14-17 ps a byte over four sessions, the tasks 1.15-1.23x their lanes):
+a product of small tiles longer than one of large tiles, as measured
+(docs/predicting.md, "Three terms, fitted task by task"). The terms are
+taken again after an accuracy run's measurement, in the state the steps ran
+in (:func:`tilecast.loop.quiet_calibration.retake_calibration`).
 """
 
 from __future__ import annotations
@@ -138,8 +140,7 @@ def measure_in_step_factors(machine, cal, guard=None, sessions: int = PROBE_SESS
     """Run the probe step on StarPU in ``sessions`` sessions (each under ``guard``'s quiet check if given), fit
     the factors of each against ``cal`` (whose points learned from runs are left out) and keep the session of
     the median whole ratio (its tasks against their lanes). Returns ((hot factor, cache-part factor, seconds a
-    byte) or None,
-    where they come from, that session's sums with every session's whole ratio)."""
+    byte) or None, where they come from, that session's sums with every session's whole ratio)."""
     from tilecast.loop.measure import measure_round
     from tilecast.perfmodel.from_trace import task_seconds
 
@@ -172,8 +173,8 @@ def probe_graph():
 
 def take_step_probe(machine, cal, guard=None) -> dict:
     """Measure the terms and set them in ``cal`` (``in_step_hot``, ``in_step_factor``, ``in_step_byte_s``,
-    ``in_step_source``); a probe that cannot run or cannot be fitted leaves them at 1, 1 and 0 and says why. Returns the sums of the fit (or the
-    reason)."""
+    ``in_step_source``); a probe that cannot run or cannot be fitted leaves them at 1, 1 and 0 and says why.
+    Returns the sums of the fit (or the reason)."""
     try:
         factors, source, sums = measure_in_step_factors(machine, cal, guard)
     except Exception as e:  # the calibration stands without it: say why, forecast from the lanes as timed
@@ -184,5 +185,5 @@ def take_step_probe(machine, cal, guard=None) -> dict:
 
 
 def in_step_line(cal) -> str:
-    """The factors a calibration holds and their source, for people."""
-    return f"tasks in a step against their lanes: {cal.in_step_source}"  # the source gives the terms measured
+    """How a calibration's in-step terms were measured (the source gives them), for people."""
+    return f"tasks in a step against their lanes: {cal.in_step_source}"

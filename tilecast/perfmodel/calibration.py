@@ -310,7 +310,8 @@ class Calibration:
                 "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
                 "cache_source": self.cache_source, "near": self.near, "llc_bytes": self.llc_bytes,
                 "llc_source": self.llc_source, "in_step_factor": self.in_step_factor,
-                "in_step_hot": self.in_step_hot, "in_step_byte_s": self.in_step_byte_s, "in_step_part": IN_STEP_PART, "in_step_source": self.in_step_source}
+                "in_step_hot": self.in_step_hot, "in_step_byte_s": self.in_step_byte_s, "in_step_part": IN_STEP_PART,
+                "in_step_source": self.in_step_source}
 
     def save(self, path: str | None = None) -> str:
         path = path or calibration_path(self.machine, self.fingerprint)
