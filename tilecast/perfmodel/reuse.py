@@ -124,7 +124,7 @@ def _cold_fraction(graph, cache_bytes: float) -> np.ndarray:
     nbytes = np.asarray(graph.tile_nbytes, dtype=np.float64)[np.asarray(graph.acc_tile)]
     task = access_tasks(graph)
     far = reuse_distances(graph) > cache_bytes
-    total = np.bincount(task, weights=nbytes, minlength=n)
+    total = task_bytes(graph)
     cold = np.bincount(task, weights=np.where(far, nbytes, 0.0), minlength=n)
     return np.divide(cold, total, out=np.zeros(n), where=total > 0)
 
@@ -135,7 +135,7 @@ def _far_fraction(graph, cache_bytes: float, llc_bytes: float) -> np.ndarray:
     task = access_tasks(graph)
     d = reuse_distances(graph)
     beyond = (d > cache_bytes) & (np.where(np.isinf(d), step_bytes(graph), d) > llc_bytes)
-    total = np.bincount(task, weights=nbytes, minlength=n)
+    total = task_bytes(graph)
     far = np.bincount(task, weights=np.where(beyond, nbytes, 0.0), minlength=n)
     return np.divide(far, total, out=np.zeros(n), where=total > 0)
 
