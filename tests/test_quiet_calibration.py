@@ -182,7 +182,8 @@ def test_the_accuracy_suite_calibrates_and_measures_under_one_standard(monkeypat
         def apply(self, cal):
             cal.value = self.pass_.result
 
-    cal = SimpleNamespace(value=None, quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0, in_step_byte_s=0.0, in_step_source="")
+    cal = SimpleNamespace(value=None, quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0,
+                          in_step_byte_s=0.0, in_step_hot_span_s=0.0, in_step_source="")
     cal.calibrated_only = lambda: SimpleNamespace(value=cal.value)
 
     def fake_host(machine, workers, progress=True, scheds=(), guard=None, record=None):
@@ -254,7 +255,8 @@ def test_probe_sessions_disturbed_by_the_runs_standard_are_refitted(monkeypatch,
     assert host[1] == ("fit", 1.3)
     m.speed = 1.0
     g.check()
-    cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0, in_step_byte_s=0.0, in_step_source="")
+    cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0,
+                          in_step_byte_s=0.0, in_step_hot_span_s=0.0, in_step_source="")
     _, host, report = retake_calibration([sessions], g, None, cal, host, budget_s=1e6)
     assert report["retaken"] == 2 and report["still_disturbed"] == 0
     assert host == {2: "stored", 1: ("fit", 1.0), hc.probe_key(1, "prio"): ("fit", 1.0)} and saved[-1] == host

@@ -55,6 +55,7 @@ def test_the_terms_are_those_the_traced_tasks_were_made_with(probe):
         terms, sums = fit_in_step_factors(g, traced, machine, cal)
         assert terms == pytest.approx((r, a, b), rel=1e-6, abs=1e-15) and sums["tasks"] == g.n_tasks
         assert sums["whole_ratio"] == pytest.approx(traced.sum() / lanes.sum())
+        assert sums["hot_span_s"] == pytest.approx(hot.max())  # the fit's range: the longest hot figure
     traced = 1.2 * hot + 1.1 * (lanes - hot) + 5e-12 * nbytes
     traced[::3] = np.nan  # tasks missing from the trace are left out of every sum
     terms, sums = fit_in_step_factors(g, traced, machine, cal)
@@ -144,14 +145,31 @@ def test_forecasts_scale_the_hot_figure_and_the_cache_part_by_the_factors(probe)
         cal.in_step_factor = 1.0
 
 
+def test_the_hot_factor_adds_no_more_to_a_task_longer_than_the_probes_longest(probe):
+    """Past the probe's longest hot figure (the fit's range) a task gains what that one gained, not its share."""
+    from tilecast.perfmodel.reuse import task_bytes
+
+    machine, g, cal = probe
+    one, hot = _lane_durations(machine, g, cal), _hot(machine, g, cal)
+    span = float(np.median(hot))
+    c = dataclasses.replace(cal, in_step_factor=1.3, in_step_hot=1.2, in_step_byte_s=1e-11, in_step_hot_span_s=span)
+    capped = DurationModel(machine.with_workers(1), c).durations(g)[0]
+    want = hot + 0.2 * np.minimum(hot, span) + 1e-11 * task_bytes(g) + 1.3 * (one - hot)
+    assert np.allclose(capped, want, rtol=1e-12)
+    long = hot > span
+    assert long.any() and (capped[long] < _lane_durations(machine, g, cal, 1.3, 1.2, 1e-11)[long]).all()
+    assert np.allclose(capped[~long], _lane_durations(machine, g, cal, 1.3, 1.2, 1e-11)[~long], rtol=1e-12)
+
+
 def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     machine, g, cal = probe
     c = dataclasses.replace(cal, in_step_factor=1.17, in_step_hot=1.08, in_step_byte_s=1.5e-11,
-                            in_step_source="measured: a probe")
+                            in_step_hot_span_s=2.5e-4, in_step_source="measured: a probe")
     path = c.save(str(tmp_path / "cal.json"))
     back = Calibration.load(path)
     assert (back.in_step_factor, back.in_step_hot, back.in_step_byte_s) == (1.17, 1.08, 1.5e-11)
     assert back.in_step_source == "measured: a probe"
+    assert back.in_step_hot_span_s == 2.5e-4 and back.without_points().in_step_hot_span_s == 2.5e-4
     kept = back.without_points()  # kept when runs are learned on top
     assert (kept.in_step_factor, kept.in_step_hot, kept.in_step_byte_s) == (1.17, 1.08, 1.5e-11)
     doc = json.loads(open(path).read())

@@ -366,7 +366,8 @@ def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tile
                "shapes_over_bound": int(over.sum()), "bound": bound, "extrapolated": extrapolated,
                "cache_bytes": cal.cache_bytes, "llc_bytes": cal.llc_bytes, "llc_source": cal.llc_source,
                "in_step_factor": cal.in_step_factor, "in_step_hot": cal.in_step_hot,
-               "in_step_byte_s": cal.in_step_byte_s, "in_step_source": cal.in_step_source, "blas": blas_fields(),
+               "in_step_byte_s": cal.in_step_byte_s, "in_step_hot_span_s": cal.in_step_hot_span_s,
+               "in_step_source": cal.in_step_source, "blas": blas_fields(),
                "quiet": cal.quiet,
                "disk": {**asdict(disk), "file": disk_file, "probes": disk_probes}, "executor_costs": probes}
     return CalibrateResult(machine.name, machine.fingerprint(), timer_name, path, len(cases), len(seen),

@@ -64,7 +64,7 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
                 fits, cal = r.fit(machine, cal)
                 host.update({k: v for k, v in fits.items() if k in r.by_key or k not in r.base})
     # the step probe again, in the state the steps ran in (tilecast.loop.step_probe)
-    before = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_source)
+    before = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_source, cal.in_step_hot_span_s)
     if cal.in_step_source:
         take_step_probe(machine, cal, guard)
     report["in_step_factor"] = {"calibration": before[1], "now": cal.in_step_factor,
@@ -76,7 +76,8 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
                  "passes_retaken_late": counts["retaken"], "reference_best_s": guard.best_s,
                  "waited_s": guard.waited_s, "reference_s": report["reference_s"],
                  "judged_by": "the fastest reference of the accuracy run"}
-    if counts["retaken"] or (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_source) != before:
+    now = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_source, cal.in_step_hot_span_s)
+    if counts["retaken"] or now != before:
         cal.save()
     if counts["retaken"]:
         save_host_costs(machine, host)

@@ -131,7 +131,7 @@ def fit_in_step_factors(graph, traced: np.ndarray, machine, cal) -> tuple[tuple[
     lane_sum, hot_sum, traced_sum = float(lane.sum()), float(hot.sum()), float(y.sum())
     sums = {"tasks": int(ok.sum()), "of": int(graph.n_tasks), "traced_s": traced_sum, "lanes_s": lane_sum,
             "hot_s": hot_sum, "bytes": float(nbytes.sum()), "whole_ratio": traced_sum / lane_sum, "hot_factor": r,
-            "cache_factor": a, "byte_s": b, "cache_part": 1.0 - hot_sum / lane_sum}
+            "cache_factor": a, "byte_s": b, "cache_part": 1.0 - hot_sum / lane_sum, "hot_span_s": float(hot.max())}
     return (r, a, b), sums
 
 
@@ -180,6 +180,7 @@ def take_step_probe(machine, cal, guard=None) -> dict:
     except Exception as e:  # the calibration stands without it: say why, forecast from the lanes as timed
         factors, source, sums = None, f"not measured: the probe step failed ({type(e).__name__}: {e})", {}
     cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s = factors if factors is not None else (1.0, 1.0, 0.0)
+    cal.in_step_hot_span_s = float(sums["hot_span_s"]) if factors is not None else 0.0
     cal.in_step_source = source
     return sums
 

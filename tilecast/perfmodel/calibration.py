@@ -110,6 +110,9 @@ class Calibration:
     in_step_source: str = ""
     in_step_hot: float = 1.0
     in_step_byte_s: float = 0.0
+    # the longest hot figure among the probe's fitted tasks (s): the hot factor scales a task's hot figure up to
+    # it and adds no more than it adds there to a longer task's (0: every hot figure scaled whole)
+    in_step_hot_span_s: float = 0.0
     # what the latest ensure_calibration timed (not stored): cases, timed, predicted, budget_s, wall_s
     last_run: dict = field(default_factory=dict, compare=False)
 
@@ -157,6 +160,7 @@ class Calibration:
         if other.in_step_source:
             self.in_step_factor, self.in_step_source = other.in_step_factor, other.in_step_source
             self.in_step_hot, self.in_step_byte_s = other.in_step_hot, other.in_step_byte_s
+            self.in_step_hot_span_s = other.in_step_hot_span_s
         for name, rows in other.worker_samples.items():
             self.worker_samples.setdefault(name, []).extend([list(r) for r in rows])
         self.lane_workers = self.lane_workers or other.lane_workers
@@ -286,7 +290,8 @@ class Calibration:
                            hot=_copy_lane(self.hot), cache_bytes=self.cache_bytes, cache_source=self.cache_source,
                            near=_copy_lane(self.near), llc_bytes=self.llc_bytes, llc_source=self.llc_source,
                            in_step_factor=self.in_step_factor, in_step_source=self.in_step_source,
-                           in_step_hot=self.in_step_hot, in_step_byte_s=self.in_step_byte_s)
+                           in_step_hot=self.in_step_hot, in_step_byte_s=self.in_step_byte_s,
+                           in_step_hot_span_s=self.in_step_hot_span_s)
 
     def calibrated_only(self) -> "Calibration":
         """A copy without the points learned from runs (:data:`LEARNED` sources): what ``tilecast calibrate``
@@ -310,7 +315,8 @@ class Calibration:
                 "predicted": self.predicted, "hot": self.hot, "cache_bytes": self.cache_bytes,
                 "cache_source": self.cache_source, "near": self.near, "llc_bytes": self.llc_bytes,
                 "llc_source": self.llc_source, "in_step_factor": self.in_step_factor,
-                "in_step_hot": self.in_step_hot, "in_step_byte_s": self.in_step_byte_s, "in_step_part": IN_STEP_PART,
+                "in_step_hot": self.in_step_hot, "in_step_byte_s": self.in_step_byte_s,
+                "in_step_hot_span_s": self.in_step_hot_span_s, "in_step_part": IN_STEP_PART,
                 "in_step_source": self.in_step_source}
 
     def save(self, path: str | None = None) -> str:
@@ -371,14 +377,15 @@ class Calibration:
                 raise CalibrationError(f"{path}: field predicted.{name}: a known kernel, shapes of {width} numbers")
         hot, near = _lane_times(path, doc, "hot", known), _lane_times(path, doc, "near", known)
         cache, llc = _bytes_field(path, doc, "cache_bytes"), _bytes_field(path, doc, "llc_bytes")
-        factor, on_hot, per_byte = (doc.get("in_step_factor", 1.0), doc.get("in_step_hot", 1.0),
-                                    doc.get("in_step_byte_s", 0.0))
-        for field_name, v in (("in_step_factor", factor), ("in_step_hot", on_hot), ("in_step_byte_s", per_byte)):
+        factor, on_hot, per_byte, span = (doc.get("in_step_factor", 1.0), doc.get("in_step_hot", 1.0),
+                                          doc.get("in_step_byte_s", 0.0), doc.get("in_step_hot_span_s", 0.0))
+        for field_name, v in (("in_step_factor", factor), ("in_step_hot", on_hot), ("in_step_byte_s", per_byte),
+                              ("in_step_hot_span_s", span)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and np.isfinite(v)):
                 raise CalibrationError(f"{path}: field {field_name}: a non-negative number, got {v!r}")
         in_step_source = str(doc.get("in_step_source", ""))
         if doc.get("in_step_part") != IN_STEP_PART:  # factors of another part of the figure (before): measured again
-            factor, on_hot, per_byte, in_step_source = 1.0, 1.0, 0.0, ""
+            factor, on_hot, per_byte, span, in_step_source = 1.0, 1.0, 0.0, 0.0, ""
         return cls(doc["machine"], doc["fingerprint"], doc.get("kind", "cpu"), doc.get("timer", "?"), doc["points"],
                    {k: [list(r) for r in v] for k, v in samples.items()}, lane_workers,
                    {k: [list(r) for r in v] for k, v in workers.items()}, quiet, str(doc.get("kernels", "")),
@@ -386,7 +393,7 @@ class Calibration:
                    hot=_copy_lane(hot), cache_bytes=cache, cache_source=str(doc.get("cache_source", "")),
                    near=_copy_lane(near), llc_bytes=llc, llc_source=str(doc.get("llc_source", "")),
                    in_step_factor=float(factor), in_step_source=in_step_source, in_step_hot=float(on_hot),
-                   in_step_byte_s=float(per_byte))
+                   in_step_byte_s=float(per_byte), in_step_hot_span_s=float(span))
 
 
 LANES = ("cold", "hot", "near")  # Calibration.arrays' lanes

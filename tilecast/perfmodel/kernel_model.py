@@ -262,14 +262,17 @@ class DurationModel:
                     lanes[0][:] = np.nan
                 h, k, f = hot[is_hot], cold[is_hot], fraction[c][is_hot]
                 if cal.in_step_factor != 1.0 or cal.in_step_hot != 1.0 or cal.in_step_byte_s != 0.0:
-                    # as a traced probe step ran them (tilecast.loop.step_probe): the hot figure scaled plus a
+                    # as a traced probe step ran them (tilecast.loop.step_probe): the hot figure scaled (a
+                    # longer task than the probe's longest gains no more than that one: the fit's range) plus a
                     # cost per byte the task accesses, and near or cold beyond hot scaled. A shape with one
                     # figure (learned from a trace, in-step already: its hot, near and cold are that figure)
                     # keeps it. A lane timed below its hot figure (noise on a sub-microsecond shape) has a
                     # negative excess, which a factor above 1 could take below zero: every scaled figure stays
                     # >= 0, so that any share of hot, near and cold a simulation takes is a duration
                     a, two = cal.in_step_factor, k != h
-                    base = np.where(two, cal.in_step_hot * h + cal.in_step_byte_s * task_bytes(graph)[is_hot], h)
+                    scaled = h if cal.in_step_hot_span_s <= 0 else np.minimum(h, cal.in_step_hot_span_s)
+                    excess = (cal.in_step_hot - 1.0) * scaled + cal.in_step_byte_s * task_bytes(graph)[is_hot]
+                    base = np.where(two, h + excess, h)
                     k = np.maximum(base + a * (k - h), 0.0)
                     near[is_hot] = np.maximum(base + a * (near[is_hot] - h), 0.0)
                     h = base
