@@ -184,13 +184,14 @@ def test_the_factor_is_stored_with_the_calibration(probe, tmp_path):
     old = {k: v for k, v in json.loads(open(path).read()).items() if not k.startswith("in_step")}
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert Calibration.load(str(tmp_path / "old.json")).in_step_factor == 1.0  # files from before: the lanes as timed
-    for part in (None, "cache", "hot and cache"):  # the earlier forms of the in-step terms: measured again
+    for part in (None, "cache", "hot and cache", "hot, cache and bytes"):  # earlier forms of the terms: measured again
         older = {k: v for k, v in json.loads(open(path).read()).items() if k != "in_step_part"}
         if part:
             older["in_step_part"] = part
         (tmp_path / "older.json").write_text(json.dumps(older))
         back = Calibration.load(str(tmp_path / "older.json"))
         assert (back.in_step_factor, back.in_step_hot, back.in_step_byte_s, back.in_step_source) == (1.0, 1.0, 0.0, "")
+        assert back.in_step_hot_span_s == 0.0
 
 
 def test_a_figure_learned_from_a_trace_is_not_scaled_again(probe):

@@ -397,11 +397,11 @@ class Calibration:
 
 
 LANES = ("cold", "hot", "near")  # Calibration.arrays' lanes
-#: what the in-step terms scale: ``in_step_hot`` the hot figure, ``in_step_factor`` the cache part of the lane
-#: figures, ``in_step_byte_s`` the task's bytes. Files of one factor (on the whole figure before 2026-12-03's
-#: accuracy run 37, on the cache part alone before 2026-12-05's run 54) load them as 1, 1 and 0, and the probe
-#: step runs again
-IN_STEP_PART = "hot, cache and bytes"
+#: what the in-step terms scale: ``in_step_hot`` the hot figure up to ``in_step_hot_span_s``, ``in_step_factor``
+#: the cache part of the lane figures, ``in_step_byte_s`` the task's bytes. Files of one factor (on the whole
+#: figure before 2026-12-03's accuracy run 37, on the cache part alone before 2026-12-05's run 54) and of three
+#: terms without the span (before run 58) load them as 1, 1 and 0, and the probe step runs again
+IN_STEP_PART = "hot within the probe's span, cache and bytes"
 
 
 def _copy_lane(lane: dict) -> dict:
