@@ -263,6 +263,40 @@ def test_probe_sessions_disturbed_by_the_runs_standard_are_refitted(monkeypatch,
     assert report["retaken_what"] == ["executor probes (1 worker)", "executor probes (prio, 1 worker)"]
 
 
+def test_first_use_takes_the_mean_of_the_probe_while_calibrating_and_the_one_after(monkeypatch, tmp_path):
+    """The step probe is taken again after the measurement; the forecast's terms are the mean of both probes'
+    (the steps ran between them), the report keeps each, and a probe that could not be fitted is not averaged."""
+    from tilecast.loop import accuracy, step_probe
+    from tilecast.loop.quiet_calibration import retake_calibration
+
+    monkeypatch.setenv("TILECAST_HOME", str(tmp_path))
+
+    def probe_again(machine, cal, guard=None):
+        cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_hot_span_s = 1.1, 0.5, 2e-11, 4e-4
+        cal.in_step_source = "measured: the second probe"
+        return {}
+
+    monkeypatch.setattr(step_probe, "take_step_probe", probe_again)
+    g = make_guard(Machine(1.0))
+    cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json", in_step_factor=0.9, in_step_hot=0.95,
+                          in_step_byte_s=1e-11, in_step_hot_span_s=3e-4, in_step_source="measured: the first probe")
+    cal, _, report = retake_calibration([], g, None, cal, {}, budget_s=1e6)
+    assert (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s) == pytest.approx((1.025, 0.7, 1.5e-11))
+    assert cal.in_step_hot_span_s == 4e-4  # the later probe's, read from the lanes the forecast takes
+    assert "the mean of two probes" in cal.in_step_source and "the first probe" in cal.in_step_source
+    assert "the second probe" in cal.in_step_source and cal.in_step_source.startswith("measured:")
+    f = report["in_step_factor"]
+    assert (f["hot_calibration"], f["hot_now"], f["hot_used"]) == pytest.approx((0.95, 1.1, 1.025))
+    assert (f["calibration"], f["now"], f["used"]) == pytest.approx((0.9, 0.5, 0.7))
+    line = accuracy.retake_line({"disturbed": 0, "passes": 0, "retaken": 0, "seconds": 0.0, "still_disturbed": 0,
+                                 "in_step_factor": f})
+    assert "forecast with their mean, x1.025, x0.700 and 15.0 ps" in line
+    cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0,
+                          in_step_byte_s=0.0, in_step_hot_span_s=0.0, in_step_source="not measured: no lanes")
+    cal, _, report = retake_calibration([], g, None, cal, {}, budget_s=1e6)
+    assert (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s) == (1.1, 0.5, 2e-11)  # the second alone
+
+
 def test_the_reference_lines_for_people():
     from tilecast.cli.accuracy_cmd import references_line
     from tilecast.cli.calibrate_cmd import quiet_line
