@@ -37,7 +37,7 @@ def mean_of_probes(cal, earlier: tuple, earlier_source: str) -> None:
     """Set ``cal``'s in-step terms to the mean of ``earlier`` (hot factor, cache-part factor, seconds a byte, from
     the probe taken while calibrating) and its own (the probe taken again after the measurement).
 
-    The suite's steps ran between the two probes, some fifteen minutes apart, and each probe's terms move with
+    The suite's steps ran between the two probes, some twenty minutes apart, and each probe's terms move with
     the guest's state from one to the next (on the 2-core Xeon guest the hot factor x0.96-1.09, the cache part's
     x0.38-1.37 within an hour: docs/accuracy.md, runs 58-60); their mean forecast runs 58-60 with 52, 48 and 53
     of 56 rows within 10%, against 47 each from the later probe alone. The span stays the later probe's (the

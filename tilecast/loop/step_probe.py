@@ -25,7 +25,7 @@ or cold - hot)`` for every task with lane figures
 (:class:`tilecast.perfmodel.kernel_model.DurationModel`), and a task longer
 than the probe's longest (its hot figure, ``in_step_hot_span_s``: the fit's
 range) gains from ``r`` what that one gains, not its share: the probe's
-products take 0.1 ms, a 512-wide model's 3.
+products take 0.1 ms, a 512-wide model's 2.7.
 
 One factor was fitted before, on one part. On the whole figure it moved the
 GEMM-bound steps of 512-wide models the wrong way (+14-24% on the Xeon,
