@@ -292,7 +292,7 @@ def retake_line(late: dict) -> str:
         line += (f"; step probe: hot figure x{f['hot_calibration']:.3f}, cache part x{f['calibration']:.3f}, "
                  f"{f['byte_s_calibration'] * 1e12:.1f} ps a byte while calibrating, x{f['hot_now']:.3f}, "
                  f"x{f['now']:.3f} and {f['byte_s_now'] * 1e12:.1f} ps now")
-        if "used" in f and f["used"] != f["now"]:
+        if "used" in f and (f["hot_used"], f["used"], f["byte_s_used"]) != (f["hot_now"], f["now"], f["byte_s_now"]):
             line += (f"; forecast with their mean, x{f['hot_used']:.3f}, x{f['used']:.3f} and "
                      f"{f['byte_s_used'] * 1e12:.1f} ps")
     return line

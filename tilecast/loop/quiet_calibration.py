@@ -29,28 +29,6 @@ def record_passes(record: list) -> list:
     return [p for r in record for p in r.passes]
 
 
-#: how a step probe's source starts when its terms were fitted (tilecast.loop.step_probe)
-MEASURED = "measured:"
-
-
-def mean_of_probes(cal, earlier: tuple, earlier_source: str) -> None:
-    """Set ``cal``'s in-step terms to the mean of ``earlier`` (hot factor, cache-part factor, seconds a byte, from
-    the probe taken while calibrating) and its own (the probe taken again after the measurement).
-
-    The suite's steps ran between the two probes, some twenty minutes apart, and each probe's terms move with
-    the guest's state from one to the next (on the 2-core Xeon guest the hot factor x0.96-1.09, the cache part's
-    x0.38-1.37 within an hour: docs/accuracy.md, runs 58-60); their mean forecast runs 58-60 with 52, 48 and 53
-    of 56 rows within 10%, against 47 each from the later probe alone. The span stays the later probe's (the
-    lanes it was read from are the forecast's)."""
-    now = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s)
-    cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s = ((a + b) / 2 for a, b in zip(earlier, now))
-    cal.in_step_source = (f"{MEASURED} the mean of two probes, while calibrating and after the accuracy suite's "
-                          f"measurement: hot figure x{cal.in_step_hot:.3f}, cache part x{cal.in_step_factor:.3f}, "
-                          f"{cal.in_step_byte_s * 1e12:.1f} ps a byte (the first: "
-                          f"{earlier_source[len(MEASURED):].strip()}; the second: "
-                          f"{cal.in_step_source[len(MEASURED):].strip()})")
-
-
 def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict, budget_s: float,
                        wait_s: float = 0.0) -> tuple:
     """Retake the passes of ``record`` that ``guard``'s fastest reference now shows disturbed (at most
@@ -63,11 +41,12 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
     (``reference_s``, the machine's speed while calibration timed) beside
     the standard (``reference_best_s``). The step probe is taken again too, in
     the state the steps ran in (:mod:`tilecast.loop.step_probe`; the report's
-    ``in_step_factor``), and the forecast takes the mean of the two probes' terms (:func:`mean_of_probes`).
+    ``in_step_factor``), and the forecast takes the mean of the two probes' terms
+    (:func:`tilecast.loop.step_probe.mean_of_probes`).
     Both are saved when anything changed; ``cal.quiet`` keeps the report.
     """
     from tilecast.loop.host_cost import ProbeSessions, save_host_costs
-    from tilecast.loop.step_probe import take_step_probe
+    from tilecast.loop.step_probe import MEASURED, mean_of_probes, take_step_probe
 
     passes = record_passes(record)
     counts = retake_disturbed(passes, guard, budget_s, wait_s)

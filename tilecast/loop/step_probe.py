@@ -63,6 +63,8 @@ BYTE_RANGE = (0.0, 1e-9)
 #: the least share of the probe's lane figures that their cache part must be for its own factor to be fitted; below,
 #: it is left at 1 and the other terms take the whole excess (the columns are not told apart)
 MIN_CACHE_PART = 0.02
+#: how a probe's source starts when its terms were fitted (and not otherwise)
+MEASURED = "measured:"
 
 
 def probe_config():
@@ -162,11 +164,29 @@ def measure_in_step_factors(machine, cal, guard=None, sessions: int = PROBE_SESS
         fits.append((factors, sums))
     (r, a, b), sums = sorted(fits, key=lambda f: f[1]["whole_ratio"])[len(fits) // 2]
     sums = {**sums, "whole_ratios": sorted(s["whole_ratio"] for _, s in fits)}
-    source = (f"measured: {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
+    source = (f"{MEASURED} {PROBE_MODEL['name']} {PROBE_BATCH}x{PROBE_SEQ} tile {PROBE_TILE} {PROBE_SCHED} on one "
               f"worker, the median of {len(fits)} sessions' traced steps: tasks {sums['whole_ratio']:.3f}x their "
               f"lane figures, fitted as the hot figure x{r:.3f}, the cache part "
               f"({100 * sums['cache_part']:.1f}% of the lanes) x{a:.3f} and {b * 1e12:.1f} ps a byte")
     return (r, a, b), source, sums
+
+
+def mean_of_probes(cal, earlier: tuple, earlier_source: str) -> None:
+    """Set ``cal``'s in-step terms to the mean of ``earlier`` (hot factor, cache-part factor, seconds a byte, from
+    the probe taken while calibrating) and its own (the probe taken again after the measurement).
+
+    The suite's steps ran between the two probes, some twenty minutes apart, and each probe's terms move with
+    the guest's state from one to the next (on the 2-core Xeon guest the hot factor x0.96-1.09, the cache part's
+    x0.38-1.37 within an hour: docs/accuracy.md, runs 58-60); their mean forecast runs 58-60 with 52, 48 and 53
+    of 56 rows within 10%, against 47 each from the later probe alone. The span stays the later probe's (the
+    lanes it was read from are the forecast's)."""
+    now = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s)
+    cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s = ((a + b) / 2 for a, b in zip(earlier, now))
+    cal.in_step_source = (f"{MEASURED} the mean of two probes, while calibrating and after the accuracy suite's "
+                          f"measurement: hot figure x{cal.in_step_hot:.3f}, cache part x{cal.in_step_factor:.3f}, "
+                          f"{cal.in_step_byte_s * 1e12:.1f} ps a byte (the first: "
+                          f"{earlier_source[len(MEASURED):].strip()}; the second: "
+                          f"{cal.in_step_source[len(MEASURED):].strip()})")
 
 
 def probe_graph():
