@@ -216,10 +216,11 @@ class Calibration:
         """Does the kernel have near lane times (then :meth:`arrays` with ``lane="near"`` differs from cold)?"""
         return bool((self.near.get(kernel) or {}).get("shapes"))
 
-    def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None, lane: str = "cold"
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def arrays(self, kernel: str, isolated: bool = False, workers: int | None = None, lane: str = "cold",
+               exclude: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
         """Shapes and seconds of a kernel's points, one per shape (of the highest :func:`source_rank`, the
-        latest of those); points timed alone get the kernel's runtime excess (unless ``isolated``); with
+        latest of those; points of the sources in ``exclude`` left out); points timed alone get the kernel's
+        runtime excess (unless ``isolated``); with
         ``workers``, the calibration's own in-runtime points (timed as tasks, or on the probe steps, with
         :attr:`lane_workers` busy) get the :meth:`worker_factor` of that many workers.
 
@@ -246,8 +247,12 @@ class Calibration:
         best: dict = {}
         for i, shape in enumerate(e["shapes"]):
             key = tuple(shape)
+            if sources[i] in exclude:
+                continue
             if key not in best or order(i) >= order(best[key]):
                 best[key] = i
+        if not best:
+            return np.zeros((0, 0)), np.zeros(0)
         keep = sorted(best.values())
         shapes = np.asarray([e["shapes"][i] for i in keep], dtype=np.float64)
         t = np.asarray([e["median_s"][i] for i in keep], dtype=np.float64)

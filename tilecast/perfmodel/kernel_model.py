@@ -7,7 +7,9 @@ order of preference:
    (scaled for steps on fewer workers than calibration kept busy:
    ``Calibration.worker_factor``);
 2. the shape model (:mod:`tilecast.perfmodel.shape_model`), when the calibration
-   holds shapes of the kernel: a fitted (from 3 shapes; else the roofline below), physically shaped model
+   holds shapes of the kernel (inside the range of the shapes timed as StarPU tasks, fitted on those
+   alone, not on the probe steps' trace points: :class:`tilecast.perfmodel.shape_model.LaneFirstModel`):
+   a fitted (from 3 shapes; else the roofline below), physically shaped model
    ``t = fixed + flops / rate + bytes / bandwidth`` (non-negative least squares on
    relative error, so small and large tiles weigh alike), corrected by the
    measured-to-fitted ratio of the nearest timed shapes (calibration times a
@@ -49,7 +51,8 @@ import numpy as np
 from tilecast.kernels import all_kernels
 from tilecast.perfmodel.shapes import graph_shapes, shape_bytes, shape_flops
 
-from tilecast.perfmodel.shape_model import MIN_FIT_POINTS, RooflineBase, ShapeModel, holdout_errors  # noqa: F401
+from tilecast.perfmodel.shape_model import (MIN_FIT_POINTS, LaneFirstModel, RooflineBase, ShapeModel,  # noqa: F401
+                                            holdout_errors, lane_points)
 
 
 def _features(kernel_id: int, shapes: np.ndarray) -> np.ndarray:
@@ -91,8 +94,10 @@ _FITTED: dict = {}
 _FITTED_MAX = 512
 
 
-def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool = False) -> tuple:
-    """``cal.arrays(name, workers=workers, lane=lane)`` (``with_digest``: and a key of their content, hashed once),
+def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool = False, fit: bool = False
+            ) -> tuple:
+    """``cal.arrays(name, workers=workers, lane=lane)`` (``fit``: the lane-timed points of those,
+    :func:`tilecast.perfmodel.shape_model.lane_points`; ``with_digest``: and a key of their content, hashed once),
     kept while the calibration holds the very same lists of
     points and samples at the same lengths (they only grow, by :meth:`Calibration.add`; a list replaced or grown is
     read again; the lists are referenced here, so that a replaced one cannot pass for its successor)."""
@@ -103,7 +108,7 @@ def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool 
              cal.runtime_samples.get(name), cal.worker_samples.get(name), h.get("shapes"), h.get("median_s"),
              c.get("shapes"), c.get("median_s"))
     sizes = tuple(-1 if x is None else len(x) for x in lists)
-    key = (name, workers, cal.kind, cal.timer, cal.lane_workers, lane)
+    key = (name, workers, cal.kind, cal.timer, cal.lane_workers, lane, fit)
     held = _POINTS.get(id(cal))
     if held is None or held[0]() is not cal:
         held = _POINTS[id(cal)] = (weakref.ref(cal), {})
@@ -111,7 +116,8 @@ def _points(cal, name: str, workers: int, lane: str = "cold", with_digest: bool 
             del _POINTS[k]
     hit = held[1].get(key)
     if hit is None or hit[1] != sizes or any(a is not b for a, b in zip(hit[0], lists)):
-        shapes, t = cal.arrays(name, workers=workers, lane=lane)
+        shapes, t = (lane_points(cal, name, workers=workers, lane=lane) if fit
+                     else cal.arrays(name, workers=workers, lane=lane))
         digest = (shapes.shape, hashlib.sha1(shapes.tobytes() + t.tobytes()).digest())  # _fit's key of their content
         hit = held[1][key] = (lists, sizes, (shapes, t), digest)
     return hit[2] if not with_digest else (*hit[2], hit[3])
@@ -145,17 +151,19 @@ class DurationModel:
             if self._workers is None:
                 self._workers = sum(1 for w in self.machine.workers if w.kind == self.calibration.kind)
             workers = self._workers
-            shapes, t, digest = _points(self.calibration, all_kernels()[kernel_id].name, workers, lane, True)
+            name = all_kernels()[kernel_id].name
+            shapes, t, digest = _points(self.calibration, name, workers, lane, True)
+            fs, ft, fit_digest = _points(self.calibration, name, workers, lane, True, fit=True)
             kind = self.machine.kinds[self.calibration.kind]
             caches = self.caches()
             # the model depends only on these points (and, below 3 of them, the kind's roofline) and the cache
             # regimes: fitted once per content and reused by every prediction made with them (tune and accuracy
             # predict many steps)
-            key = (kernel_id, *digest, None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
+            key = (kernel_id, *digest, *fit_digest, None if len(t) >= MIN_FIT_POINTS else repr(kind), caches)
             if key not in _FITTED:
                 measured = {tuple(s): v for s, v in zip(shapes.tolist(), t.tolist())}
                 if len(t) >= MIN_FIT_POINTS:
-                    fit = ShapeModel.fit(kernel_id, shapes, t, caches=caches)
+                    fit = LaneFirstModel.fit(kernel_id, shapes, t, fs, ft, caches=caches)
                 elif len(t):  # too few shapes to fit: the roofline, scaled by the nearest timed shapes
                     fit = ShapeModel.fit(kernel_id, shapes, t, base=RooflineBase(kernel_id, kind), caches=caches)
                 else:

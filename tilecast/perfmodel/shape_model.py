@@ -15,7 +15,17 @@ path but not the work. The model has two parts:
 
 A timed shape is predicted as its own measured time (distance zero), and so
 is every shape with the same features (e.g. an attention tile at another
-offset). :func:`holdout_errors` is the model's error on timed shapes left
+offset). A shape inside the range of the shapes timed as StarPU tasks is
+predicted from those alone (:class:`LaneFirstModel`, :func:`lane_points`),
+not from the points learned from the traces of calibration's own probe
+steps. Such a point has one figure for every lane, the time its shape took
+in that probe step, and as a neighbour it carried that step's context to
+shapes it never ran: a 64 x 128 x 128 GEMM was forecast 46 us in every lane
+from a 64 x 64 x 256 one that took 47 us in a 163-task probe step, where it
+ran 21 us in the steps that use it and its lane-timed neighbours 15-25 us.
+Beyond that range the probe points are the evidence nearest, and every
+point is fitted: without them, the 32-row GEMMs of a batch-1 step, smaller
+than every lane-timed one, were extrapolated 8x too long. :func:`holdout_errors` is the model's error on timed shapes left
 out of its fit.
 
 A shape beyond the timed range (more, or fewer, flops or bytes than every
@@ -40,6 +50,7 @@ from scipy.spatial import cKDTree
 
 from tilecast.kernels import all_kernels, get
 from tilecast.perfmodel.cache_regimes import CacheRegimes, working_set
+from tilecast.perfmodel.calibration import PROBE_TRACE
 from tilecast.perfmodel.shapes import shape_bytes, shape_flops
 
 NEIGHBOURS = 4
@@ -49,6 +60,15 @@ NEIGHBOURS = 4
 FLAG_PARAMS = ("trans_a", "trans_b", "causal", "beta", "sign")
 FLAG_DISTANCE = 0.5
 MIN_FIT_POINTS = 3
+# sources of points that shapes inside the range of the others are not predicted from (LaneFirstModel)
+NOT_NEIGHBOURS = (PROBE_TRACE,)
+
+
+def lane_points(calibration, kernel: str, workers: int | None = None, lane: str = "cold"
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Calibration.arrays`' points of ``kernel`` but those of :data:`NOT_NEIGHBOURS`: the shapes timed as
+    StarPU tasks (and any learned from runs), whose lanes are their own."""
+    return calibration.arrays(kernel, workers=workers, lane=lane, exclude=NOT_NEIGHBOURS)
 
 
 def flag_columns(kernel_id: int) -> list[int]:
@@ -145,6 +165,39 @@ class ShapeModel:
         return self.base.describe()
 
 
+@dataclass
+class LaneFirstModel:
+    """Shapes inside the range of the lane-timed points (:func:`lane_points`) from the model fitted on those,
+    the others from the model fitted on every point (see the module's docstring)."""
+
+    inner: ShapeModel
+    outer: ShapeModel
+
+    @classmethod
+    def fit(cls, kernel_id: int, shapes, seconds, lane_shapes, lane_seconds, base=None,
+            caches: CacheRegimes | None = None):
+        """The two models, or the model of every point alone where fewer than :data:`MIN_FIT_POINTS` shapes
+        are lane-timed or every point is."""
+        outer = ShapeModel.fit(kernel_id, shapes, seconds, base=base, caches=caches)
+        if len(lane_seconds) < MIN_FIT_POINTS or len(lane_seconds) == len(seconds):
+            return outer
+        return cls(ShapeModel.fit(kernel_id, lane_shapes, lane_seconds, caches=caches), outer)
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        shapes = np.atleast_2d(np.asarray(shapes, dtype=np.float64))
+        out = self.outer.predict(shapes)
+        inside = self.inner.beyond(shapes) <= 0.0
+        if inside.any():
+            out[inside] = self.inner.predict(shapes[inside])
+        return out
+
+    def beyond(self, shapes: np.ndarray) -> np.ndarray:
+        return self.outer.beyond(shapes)
+
+    def describe(self) -> dict:
+        return self.outer.describe()
+
+
 def beyond_decades(timed: np.ndarray, features: np.ndarray) -> np.ndarray:
     """Decades each row of ``features`` lies outside the range of ``timed`` (features of
     :func:`shape_features`) in flops or bytes, the larger of the two; 0 inside the range."""
@@ -202,7 +255,9 @@ def holdout_errors(calibration, holdout: float = 0.3, seed: int = 0, kernels=Non
     folds = max(2, int(round(1.0 / holdout)))
     out = {}
     for name in sorted(kernels if kernels is not None else calibration.points):
-        shapes, t = calibration.arrays(name, lane=lane)
+        shapes, t = lane_points(calibration, name, lane=lane)
+        if len(t) < MIN_FIT_POINTS + 1:
+            shapes, t = calibration.arrays(name, lane=lane)
         if len(t) < MIN_FIT_POINTS + 1:
             continue
         k = get(name)
