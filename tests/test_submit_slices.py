@@ -45,6 +45,35 @@ def test_the_sharer_runs_in_its_own_turns_and_the_others_throughout():
     assert run(0, 27, 1) == pytest.approx((27, 28))  # after the last task is submitted: its core again
 
 
+def test_a_submission_done_within_the_escape_is_not_cut():
+    escaping = SubmitSlices(2, 1 * MS, 4 * MS, 2 * MS, escape_s=5 * MS)
+    # 8 tasks: 4 alone, then 4 ms on a core after the resume, within the 5 ms: one uninterrupted turn
+    short = escaping.for_tasks(8)
+    assert short.release_times(8) / MS == pytest.approx([1, 2, 3, 4, 5, 6, 7, 8])
+    assert short.first_s == 0.0
+    resume, end = 4 * MS, 8 * MS
+    # the sharer waits for the submitting thread's last task, then keeps its core; the other worker runs
+    assert tuple(x / MS for x in short.run(0, resume, 1 * MS, resume, end)) == pytest.approx((8, 9))
+    assert tuple(x / MS for x in short.run(1, resume, 1 * MS, resume, end)) == pytest.approx((4, 5))
+    # 16 tasks need 12 ms after the resume: cut, the turns as without the escape
+    assert escaping.for_tasks(16) is escaping
+    assert escaping.release_times(16) / MS == pytest.approx(TURNS.release_times(16) / MS)
+    assert TURNS.for_tasks(8) is TURNS  # no escape: every submission past the resume is cut
+
+
+def test_predict_lets_a_short_submission_escape_and_cuts_a_long_one():
+    """With the turns predict() gives (a 4 ms tick on 2 cores: escape 2 ms), 212 tasks at 3 us of wall a task
+    (0.3 ms on a core) are not cut: the first ones start at once, where the cut held both workers for 2 ms."""
+    from tilecast.simulator.ranks_threads import tick_slice_s
+
+    m = cpu_machine(2)
+    m.meta["hardware"] = {"cores": 2}
+    turns = with_submitting_thread(m.with_workers(2), m, 2, 3e-6).submit_slices
+    assert turns.escape_s == pytest.approx(tick_slice_s(2) / 2)
+    assert turns.for_tasks(212).release_times(212)[-1] == pytest.approx(212 * 1.5e-6)
+    assert turns.for_tasks(20000).release_times(20000)[-1] > 2 * 20000 * 1.5e-6 - turns.slice_s
+
+
 def _chain(n):
     b = GraphBuilder(Tiling.uniform(TILE))
     t = b.tensor("x", (TILE, TILE), ("seq", None), "param")
@@ -66,6 +95,11 @@ def test_a_chain_on_one_worker_by_hand(loop, monkeypatch):
     r = simulate(g, m, "eager", durations=np.full((1, g.n_tasks), 1 * MS))
     assert r.start / MS == pytest.approx([2, 3, 8, 9, 10, 11, 16, 17, 18, 19])
     assert r.makespan == pytest.approx(20 * MS)
+    # with an escape of 10 ms the 8 ms of submission after the resume are not cut: the worker, whose core the
+    # submitting thread keeps, starts once the last task is submitted (10 ms)
+    m = cpu_machine(1).with_submit_slices(SubmitSlices(1, 1 * MS, 4 * MS, 2 * MS, escape_s=10 * MS))
+    r = simulate(g, m, "eager", durations=np.full((1, g.n_tasks), 1 * MS))
+    assert r.start / MS == pytest.approx(np.arange(10, 20))
 
 
 @pytest.mark.parametrize("sched", list(POLICIES))
@@ -105,5 +139,7 @@ def test_bad_turns_are_refused():
         SubmitSlices(2, 1e-6, 0.0, 2e-3)
     with pytest.raises(ValueError, match="cpu_task_s"):
         SubmitSlices(2, float("nan"), 4e-3, 2e-3)
+    with pytest.raises(ValueError, match="escape_s"):
+        SubmitSlices(2, 1e-6, 4e-3, 2e-3, escape_s=-1.0)
     with pytest.raises(Exception, match="2 workers"):
         cpu_machine(3).with_submit_slices(TURNS)

@@ -82,7 +82,8 @@ def with_submitting_thread(m, machine, workers: int, per_task: float):
     it takes its turns on one worker's core (:class:`tilecast.simulator.submit_slices.SubmitSlices`): half of
     ``per_task`` on a core per task, since it runs one turn in two, in turns of a timer tick
     (:func:`tilecast.simulator.ranks_threads.tick_slice_s`), after the resumed workers hold every core for half
-    a tick. With a core to spare, or the core count unknown, it submits beside the workers at ``per_task``."""
+    a tick; a submission done within half a tick of the resume is not cut. With a core to spare, or the core
+    count unknown, it submits beside the workers at ``per_task``."""
     from tilecast.simulator.ranks_threads import tick_slice_s
     from tilecast.simulator.submit_slices import SubmitSlices
 
@@ -91,7 +92,7 @@ def with_submitting_thread(m, machine, workers: int, per_task: float):
     if not cores or workers < int(cores) or per_task <= 0:
         return m
     tick = tick_slice_s(int(cores))
-    return m.with_submit_slices(SubmitSlices(workers, per_task / 2, tick, tick / 2))
+    return m.with_submit_slices(SubmitSlices(workers, per_task / 2, tick, tick / 2, escape_s=tick / 2))
 
 
 def predict(config, machine, calibration, host_costs: dict | None = None, graph=None, durations=None,

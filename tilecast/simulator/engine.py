@@ -123,6 +123,7 @@ class Engine:
         # per task: when the submitting thread has submitted it (the policy gets it no earlier), or None
         self.submitted_at = None if submitted_at is None else list(submitted_at)
         if slices is not None:
+            slices = self.slices = slices.for_tasks(n)
             rel = slices.release_times(n)
             self.submitted_at = rel.tolist()
             self.sub_resume = float(slices.resume_at(n))

@@ -165,6 +165,7 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.gap_handoff = float(machine.gap_handoff)
     slices = machine.submit_slices
     if slices is not None:  # the Engine's slices (submit_slices.py), the same release times and turns
+        slices = slices.for_tasks(n)
         at = slices.release_times(n)
         s.sub_at = p(at, np.float64)
         s.sub_resume, s.sub_end = float(slices.resume_at(n)), float(at[-1]) if n else 0.0
