@@ -25,8 +25,9 @@ from a 64 x 64 x 256 one that took 47 us in a 163-task probe step, where it
 ran 21 us in the steps that use it and its lane-timed neighbours 15-25 us.
 Beyond that range the probe points are the evidence nearest, and every
 point is fitted: without them, the 32-row GEMMs of a batch-1 step, smaller
-than every lane-timed one, were extrapolated 8x too long. :func:`holdout_errors` is the model's error on timed shapes left
-out of its fit.
+than every lane-timed one, were extrapolated 8x too long.
+:func:`holdout_errors` is the model's error on timed shapes left out of its
+fit.
 
 A shape beyond the timed range (more, or fewer, flops or bytes than every
 timed shape of its kernel: :meth:`ShapeModel.beyond`) is *extrapolated*: the

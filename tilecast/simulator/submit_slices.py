@@ -38,9 +38,11 @@ steps of 12, one of 1,438 tasks (2.1 ms) in 3, one of 2,342 (3.2 ms) in 9,
 one of 8,346 (16 ms) in all 12; a cut added 2-5 ms. Charged the hold and
 the turns, the 212-task step of a 2-layer 128-wide model at tile 256 was
 forecast 14.2 ms on two workers against 11.6 measured (18.5 against 18.6 on
-one), its first 2.3 ms without a task on either worker. A task reaches the scheduler only once
-submitted. A task that the sharer begins in the thread's turn starts at its
-own next turn, and its kernel is cut by the thread's turns.
+one), its first 2.3 ms without a task on either worker.
+
+A task reaches the scheduler only once submitted. A task that the sharer
+begins in the thread's turn starts at its own next turn, and its kernel is
+cut by the thread's turns.
 :class:`tilecast.simulator.engine.Engine` and the C loop (``c/tcsim.c``) both
 apply it, with the same arithmetic.
 """
