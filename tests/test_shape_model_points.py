@@ -74,3 +74,14 @@ def test_the_held_out_error_is_that_of_the_points_the_model_is_fitted_on():
     errors = holdout_errors(_calibration(machine, 2.2), kernels=["gemm"])["gemm"]
     assert errors["n_fit"] == 8  # the lane-timed shapes, not the probe's
     assert errors["median_rel_err"] < 0.1
+
+
+def test_a_shape_timed_both_ways_is_a_neighbour_by_its_lane_figure():
+    """A shape timed as StarPU tasks and learned from a probe step's trace too: every point set has as many shapes
+    as the lane-timed one, but its figure is the probe's; the untimed neighbour still takes the lane figure."""
+    machine = load_machine("local").with_workers(1)
+    cal = _calibration(machine, 2.2)
+    cal.add("gemm", _shape(64, 64, 256), _law(64, 64, 256), 0.0, STARPU_TASKS)
+    neighbour = _seconds(machine, cal, _shape(64, 128, 128))
+    assert abs(neighbour / _law(64, 128, 128) - 1.0) < 0.15
+    assert _seconds(machine, cal, _shape(64, 64, 256)) == 2.2 * _law(64, 64, 256)  # its own: the probe's, as before

@@ -178,9 +178,11 @@ class LaneFirstModel:
     def fit(cls, kernel_id: int, shapes, seconds, lane_shapes, lane_seconds, base=None,
             caches: CacheRegimes | None = None):
         """The two models, or the model of every point alone where fewer than :data:`MIN_FIT_POINTS` shapes
-        are lane-timed or every point is."""
+        are lane-timed or the two sets of points are the same (a shape also learned from a probe's trace has
+        the probe's figure in every point's set, its lane figure in the other: not the same)."""
         outer = ShapeModel.fit(kernel_id, shapes, seconds, base=base, caches=caches)
-        if len(lane_seconds) < MIN_FIT_POINTS or len(lane_seconds) == len(seconds):
+        if len(lane_seconds) < MIN_FIT_POINTS or (np.array_equal(lane_shapes, shapes)
+                                                  and np.array_equal(lane_seconds, seconds)):
             return outer
         return cls(ShapeModel.fit(kernel_id, lane_shapes, lane_seconds, caches=caches), outer)
 
