@@ -43,16 +43,22 @@ def test_a_schedulers_host_time_below_eagers_gives_no_negative_cost():
 
 
 def test_the_queue_probes_walk_is_what_the_simulator_counts():
-    """measure_sorted's decreasing priorities: each insertion walks past every task queued before it, as the
-    simulated dmdas counts a walk (DequeModel._walked, fifo_queues.c _starpu_fifo_push_sorted_task); equal
-    priorities walk past none."""
-    from tilecast.loop.queue_probe import walk_steps
+    """measure_sorted's walks: each insertion walks past every queued task of at least its priority, as the
+    simulated dmdas counts a walk (DequeModel._walked, fifo_queues.c _starpu_fifo_push_sorted_task), whatever
+    the order of the priorities; equal priorities walk past none."""
+    import numpy as np
+
+    from tilecast.loop.queue_probe import insertion_walks
     from tilecast.simulator.policies.deque_model import DequeModel
 
-    for priorities, expected in ((range(100, 0, -1), walk_steps(100)), ([0.0] * 100, 0)):
+    shuffled = np.random.default_rng(3).permutation(100) + 1.0
+    for priorities in (range(100, 0, -1), shuffled, range(1, 101), [0.0] * 100):
         q = DequeModel()
         q.keys = [[]]
-        assert sum(q._walked(0, -float(p)) for p in priorities) == expected
+        simulated = [q._walked(0, -float(p)) for p in priorities]
+        assert list(insertion_walks(list(priorities))) == simulated
+    assert insertion_walks(range(100, 0, -1)).sum() == 100 * 99 // 2  # decreasing: past every queued task
+    assert insertion_walks(range(1, 101)).sum() == 0 and insertion_walks([0.0] * 100).sum() == 0
 
 
 def test_the_walk_fit_stays_within_the_cost_measured_on_starpu(tmp_path, monkeypatch):

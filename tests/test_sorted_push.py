@@ -124,3 +124,40 @@ def test_long_sorted_queues_cost_more_the_more_they_hold(sched):
     d1 = d[:1]
     assert simulate(g, one.with_push_walk(2e-7), sched, durations=d1).makespan > \
         simulate(g, one, sched, durations=d1).makespan
+
+
+@pytest.mark.parametrize("sched", ["dmdas", "dmdasd"])
+def test_steps_beyond_the_knee_cost_the_far_figure_in_every_loop(sched):
+    """Task 3's insertion walks past 2 queued tasks: with a knee of 1, one step at the near cost and one at the
+    far cost (queue_costs.list_walk_s), in every loop; prio's tree search is not a list and gets no far cost."""
+    from tilecast.simulator.queue_costs import list_walk_s, walk_far_of
+
+    g = fan_out()
+    d = np.full((1, g.n_tasks), 1e-3)
+    prio = np.array([100, 10, 20, 5])
+    far = 7 * WALK
+    m = cpu_machine(1).with_push_walk(WALK).with_walk_far(far, 1)
+    assert list_walk_s(2, WALK, far, 1) == pytest.approx(WALK + far)
+    for name, (start, _, _) in loops(g, m, d, sched, prio).items():
+        assert start[2] == pytest.approx(1e-3 + WALK + far), name
+    assert walk_far_of(m, sched) == (far, 1.0) and walk_far_of(m, "prio") == (0.0, 0.0)
+    for name, (start, _, _) in loops(g, cpu_machine(1).with_push_walk(WALK).with_walk_far(far, 2), d, sched,
+                                     prio).items():
+        assert start[2] == pytest.approx(1e-3 + 2 * WALK), name  # within the knee: the near cost alone
+
+
+@st.composite
+def far_walking_cases(draw):
+    graph, machine, durations, sched, transfers = draw(walking_cases())
+    far = machine.push_walk * draw(st.sampled_from([0.5, 3.0, 10.0]))
+    return graph, machine.with_walk_far(far, draw(st.sampled_from([0, 1, 3, 40]))), durations, sched, transfers
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(far_walking_cases())
+def test_every_loop_charges_the_same_far_steps(case):
+    general = _outcome(*case, fused=False)
+    if case[3] == "dmdas":
+        assert_same_outcome(general, _outcome(*case, fused=True))
+    if HAS_C:
+        assert_same_outcome(general, _outcome(*case, fused=False, native=True))

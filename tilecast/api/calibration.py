@@ -236,12 +236,20 @@ def _probe_costs(machine, workers: int, progress: bool) -> dict:
     from tilecast.simulator.simulate import POLICIES
 
     fits = ensure_host_costs(machine, worker_counts(workers), progress=progress, scheds=usable_scheds(list(POLICIES)))
-    return {str(w): {"task_overhead_us": (h.task_overhead_s or 0.0) * 1e6, "host_fixed_ms": h.fixed_s * 1e3,
-                     "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6,
-                     "gap_start_buffer_us": h.gap_start_buffer_s * 1e6, "gap_end_buffer_us": h.gap_end_buffer_s * 1e6,
-                     "gap_successor_us": h.gap_successor_s * 1e6, "gap_ready_us": h.gap_ready_s * 1e6,
-                     "gap_handoff_us": h.gap_handoff_s * 1e6}
-            for w, h in fits.items() if isinstance(w, int)}
+    out = {}
+    for w, h in fits.items():
+        if not isinstance(w, int):
+            continue
+        out[str(w)] = {"task_overhead_us": (h.task_overhead_s or 0.0) * 1e6, "host_fixed_ms": h.fixed_s * 1e3,
+                       "host_per_task_us": h.per_task_s * 1e6, "host_per_tile_us": h.per_tile_s * 1e6,
+                       "gap_start_buffer_us": h.gap_start_buffer_s * 1e6,
+                       "gap_end_buffer_us": h.gap_end_buffer_s * 1e6, "gap_successor_us": h.gap_successor_s * 1e6,
+                       "gap_ready_us": h.gap_ready_s * 1e6, "gap_handoff_us": h.gap_handoff_s * 1e6}
+        sorted_fit = fits.get(f"{w}:dmdas")
+        if sorted_fit is not None and sorted_fit.walk_far_s > 0:  # dmdas's insertions (queue_costs.list_walk_s)
+            out[str(w)].update(sorted_walk_ns=sorted_fit.push_walk_s * 1e9,
+                               sorted_walk_far_ns=sorted_fit.walk_far_s * 1e9, sorted_walk_knee=sorted_fit.walk_knee)
+    return out
 
 
 def calibrate(model="gpt2-tiny", batch: int = 2, seq: int = 128, tile="64", tiles=("32", "64", "128"),

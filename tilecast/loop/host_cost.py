@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 16  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 17  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -45,6 +45,8 @@ FORMAT = 16  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (tilecast.simulator.submit_slices), so the costs fitted by simulating them are fitted again
 # 16: a sorted policy's walk is kept over its own cost per task only if, fitted on all probes but one, it
 # predicts the one left out better (tilecast.loop.decision_cost.fit_sorting)
+# 17: the sorted insertion measured with priorities in random order, its steps dearer beyond a knee
+# (walk_far_s, walk_knee; tilecast.loop.queue_probe.walk_curve), on one worker for every count
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -93,8 +95,11 @@ class HostCost:
     # tilecast.simulator.queue_costs); 0: not charged
     push_walk_s: float = 0.0
     # dmdas: seconds per task walked past measured on StarPU on queues of known length
-    # (tilecast.loop.queue_probe.measure_sorted), the most push_walk_s is fitted to; 0: not measured
+    # (tilecast.loop.queue_probe.measure_sorted, walk_curve): over an insertion's first walk_knee steps, the
+    # most push_walk_s is fitted to (0: not measured), and beyond them walk_far_s (0: push_walk_s throughout)
     walk_step_s: float = 0.0
+    walk_far_s: float = 0.0
+    walk_knee: float = 0.0
     # the runtime's cost between a worker's tasks beyond task_overhead_s (tilecast.simulator.gap_cost), fitted
     # on the probes' start delays (tilecast.loop.runtime_overhead.fit_gap_model): seconds per buffer of the
     # starting task, per buffer and per successor of the worker's ended task, per successor it made ready;
@@ -139,6 +144,10 @@ class HostCost:
         """Charge between tasks what ``other`` charges: its constant and its per-buffer and per-successor costs."""
         self.task_overhead_s = other.task_overhead_s
         self.set_gap_costs(other.gap_costs)
+
+    def take_walk(self, other: "HostCost") -> None:
+        """Charge the sorted insertions as ``other`` does: its cost per step walked past, and its far steps'."""
+        self.push_walk_s, self.walk_far_s, self.walk_knee = other.push_walk_s, other.walk_far_s, other.walk_knee
 
     def set_gap_costs(self, costs) -> None:
         """Set the costs between tasks from :attr:`gap_costs`' tuple."""
@@ -299,7 +308,7 @@ def learn_from_runs(fits: dict, runs) -> dict:
         if probe is not None and probe.charged_apart:
             out[key].task_overhead_s = probe.task_overhead_s
             out[key].decision_scan_s, out[key].decision_lock_s = probe.decision_scan_s, probe.decision_lock_s
-            out[key].push_walk_s = probe.push_walk_s
+            out[key].take_walk(probe)
         if source is not None and source.has_gap_model:
             # a run's mean start delay is the cost between tasks averaged over its own buffers and successors:
             # the probes' model of it is kept, the run teaches the host cost alone
@@ -416,7 +425,7 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     if companion is not None and companion.task_overhead_s is not None:
         probe.take_gap_model(companion)
     if companion is not None:  # its sorted insertions (dmdasd's queues are dmdas's)
-        probe.push_walk_s = companion.push_walk_s
+        probe.take_walk(companion)
     m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
@@ -449,7 +458,7 @@ def _probe_machine(probe: HostCost, machine):
                                    else machine.task_overhead).with_gap_costs(*probe.gap_costs)
     if probe.submit_task_s > 0:
         m = with_submitting_thread(m, machine, len(machine.workers), probe.submit_task_s)
-    return m.with_push_walk(probe.push_walk_s)
+    return m.with_push_walk(probe.push_walk_s).with_walk_far(probe.walk_far_s, probe.walk_knee)
 
 
 def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str, graphs: list) -> None:
@@ -523,7 +532,7 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 
         from tilecast.loop.queue_probe import SORTED_SIZES
 
-        sorted_runs = sum(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
+        sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1)
                    + sorted_runs,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
@@ -548,9 +557,7 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 SORTED_WALK = ("dmdas",)
 
 
-def sorted_key(workers: int) -> str:
-    """Key of the sorted-insertion measurement among :class:`ProbeSessions`' passes."""
-    return f"sorted:{workers}"
+SORTED_KEY = "sorted"  # the sorted-insertion measurement among ProbeSessions' passes (one worker, for every count)
 
 
 class ProbeSessions:
@@ -569,10 +576,9 @@ class ProbeSessions:
             self.by_key[probe_key(w, sched)] = GuardedPass(
                 f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''})",
                 lambda w=w, sched=sched: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
-            if sched in SORTED_WALK:
-                self.by_key[sorted_key(w)] = GuardedPass(
-                    f"sorted insertions ({sched}, {w} worker{'s' if w > 1 else ''})",
-                    lambda w=w: measure_sorted(w, progress=self._tick))
+            if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
+                self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
+                                                      lambda: measure_sorted(progress=self._tick))
 
     @property
     def passes(self) -> list:
@@ -586,7 +592,7 @@ class ProbeSessions:
         """(fits, kernel calibration) from the sessions' results: the stored fits with the measured ones set, and
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
-        from tilecast.loop.queue_probe import step_cost
+        from tilecast.loop.queue_probe import walk_curve
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -604,8 +610,8 @@ class ProbeSessions:
             probe.fit_gap_model(traced)
             probe.probe_points = len(points)
             probe.submit_task_s = submit
-            if sorted_key(w) in self.by_key and sched in SORTED_WALK:
-                probe.walk_step_s = step_cost(self.by_key[sorted_key(w)].result)
+            if SORTED_KEY in self.by_key and sched in SORTED_WALK:
+                probe.walk_step_s, probe.walk_far_s, probe.walk_knee = walk_curve(self.by_key[SORTED_KEY].result)
             if sched in WALKING:
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           [g for g, _ in traced])

@@ -125,7 +125,7 @@ def predict(config, machine, calibration, host_costs: dict | None = None, graph=
     if host is not None and host.decides:
         m = m.with_decision_cost(host.decision_scan_s, host.decision_lock_s)
     if host is not None and host.push_walk_s > 0:
-        m = m.with_push_walk(host.push_walk_s)
+        m = m.with_push_walk(host.push_walk_s).with_walk_far(host.walk_far_s, host.walk_knee)
     if host is not None and host.submit_task_s > 0:
         m = with_submitting_thread(m, machine, config.workers, host.submit_task_s)
     whole, peak = capacity_check(graph, m)

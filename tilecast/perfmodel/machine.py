@@ -141,6 +141,10 @@ class Machine:
     #: paid by the pushing worker; prio: seconds per level of its priority tree searched on each push and pop
     #: (see tilecast.simulator.engine, tilecast.simulator.queue_costs)
     push_walk: float = 0.0
+    #: dmdas and dmdasd: seconds per queued task walked past beyond the first ``push_walk_knee`` of an insertion
+    #: (0: ``push_walk`` for every step; tilecast.simulator.queue_costs.list_walk_s)
+    push_walk_far: float = 0.0
+    push_walk_knee: float = 0.0
     #: the runtime's cost between a worker's tasks beyond ``task_overhead`` (see tilecast.simulator.gap_cost):
     #: seconds per buffer of the task starting, and per buffer and per successor of the worker's ended task
     gap_start_buffer: float = 0.0
@@ -216,6 +220,14 @@ class Machine:
         if not seconds >= 0:
             raise MachineError(f"{self.name}: the sorted insertion's cost must be at least 0 s a task, got {seconds}")
         return replace(self, push_walk=float(seconds), meta=dict(self.meta))
+
+    def with_walk_far(self, seconds: float, knee: float) -> "Machine":
+        """The same machine with another cost per task a sorted insertion walks past beyond its first ``knee``
+        (:func:`tilecast.simulator.queue_costs.list_walk_s`; 0 s: ``push_walk`` for every step)."""
+        if not (seconds >= 0 and knee >= 0):
+            raise MachineError(f"{self.name}: the sorted insertion's far cost and its knee must be at least 0, "
+                               f"got {seconds} s and {knee} tasks")
+        return replace(self, push_walk_far=float(seconds), push_walk_knee=float(knee), meta=dict(self.meta))
 
     def with_gap_costs(self, start_buffer: float, end_buffer: float, successor: float,
                        ready: float = 0.0, handoff: float = 0.0) -> "Machine":

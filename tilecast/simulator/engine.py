@@ -26,6 +26,7 @@ import simpy
 
 from tilecast.simulator.dag import successors
 from tilecast.simulator.policies.base import Policy
+from tilecast.simulator.queue_costs import list_walk_s
 
 
 class SimulationError(RuntimeError):
@@ -61,6 +62,10 @@ class Engine:
         its next task, and pops that task only once it has pushed every task its
         ended one released (``pushing``), as a StarPU worker does; meanwhile a
         shared queue's tasks go to the other idle workers (:meth:`wake_first_idle`).
+    walk_far, walk_knee:
+        a sorted insertion's steps beyond its first ``walk_knee`` cost ``walk_far`` each instead of
+        ``push_walk`` (:func:`tilecast.simulator.queue_costs.list_walk_s`; 0: no difference). Only the sorted
+        lists' walks get them (dmdas, dmdasd), not prio's tree.
     slices:
         the submitting thread taking its turns on a worker's core
         (:class:`tilecast.simulator.submit_slices.SubmitSlices`, or None): a task reaches the policy only once
@@ -100,7 +105,8 @@ class Engine:
                  overhead: float = 0.0, memory=None, decision_scan: float = 0.0,
                  decision_lock: float = 0.0,
                  push_walk: float = 0.0, gap_before=None, release=None, gap_ready: float = 0.0,
-                 cache=None, gap_handoff: float = 0.0, slices=None, submitted_at=None):
+                 cache=None, gap_handoff: float = 0.0, slices=None, submitted_at=None, walk_far: float = 0.0,
+                 walk_knee: float = 0.0):
         duration = np.atleast_2d(np.asarray(duration, dtype=np.float64))
         self.n_tasks = n = duration.shape[1]
         self.n_workers = len(worker_kind)
@@ -130,6 +136,7 @@ class Engine:
             self.sub_end = float(rel[-1]) if n else 0.0
         self.sched_free = 0.0
         self.push_walk = float(push_walk)
+        self.walk_far, self.walk_knee = float(walk_far), float(walk_knee)
         self.gap_before = None if gap_before is None else np.asarray(gap_before, dtype=np.float64).tolist()
         self.release = None if release is None else np.asarray(release, dtype=np.float64).tolist()
         self.gap_ready = float(gap_ready)
@@ -174,7 +181,8 @@ class Engine:
         if by >= 0 and walked:
             h = self.hold[by]
             now = self.env._now
-            self.hold[by] = (now if now >= h else h) + walked * self.push_walk
+            self.hold[by] = (now if now >= h else h) + list_walk_s(walked, self.push_walk, self.walk_far,
+                                                                   self.walk_knee)
 
     # --- running ------------------------------------------------------------
     def run(self) -> "Engine":

@@ -99,6 +99,8 @@ def run_deque_model(eng) -> None:
     # dmdas: sorted insertions charged to the pushing worker (Engine.walk), which pops its next task only after
     # pushing all that its ended task released
     push_walk: cython.double = eng.push_walk
+    walk_far: cython.double = eng.walk_far
+    walk_knee: cython.double = eng.walk_knee
     walking: cython.bint = sorted_queues and push_walk > 0.0
     hold: list = eng.hold
     keys: list = pol.keys
@@ -291,7 +293,11 @@ def run_deque_model(eng) -> None:
         if by >= 0 and walked:
             h = hold[by]
             now = env._now
-            hold[by] = (now if now >= h else h) + walked * push_walk
+            # list_walk_s (tilecast/simulator/queue_costs.py), inline
+            if walk_far > 0.0 and walked > walk_knee:
+                hold[by] = (now if now >= h else h) + walk_knee * push_walk + (walked - walk_knee) * walk_far
+            else:
+                hold[by] = (now if now >= h else h) + walked * push_walk
 
     def take(w: cython.Py_ssize_t, q) -> cython.Py_ssize_t:
         """The first task of ``w``'s queue, removed."""

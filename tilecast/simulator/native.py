@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tilecast.kernels.native_build import NativeUnavailable, build_extension
-from tilecast.simulator.queue_costs import SEARCHING, priority_stages
+from tilecast.simulator.queue_costs import SEARCHING, priority_stages, walk_far_of
 
 C_DIR = Path(__file__).parent / "c"
 NAME = "_tilecast_sim"
@@ -159,6 +159,7 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.overhead = float(machine.task_overhead)
     s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
     s.push_walk = float(machine.push_walk) if sched in SEARCHING else 0.0  # as simulate.simulate
+    s.walk_far, s.walk_knee = walk_far_of(machine, sched)
     gap_before, release = gap_charges if gap_charges is not None else (None, None)
     s.gap_before, s.release = p(gap_before, np.float64), p(release, np.float64)
     s.gap_ready = float(machine.gap_ready)

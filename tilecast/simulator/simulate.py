@@ -32,7 +32,7 @@ from tilecast.simulator.policies.central import Eager, Prio
 from tilecast.simulator.policies.deque_model import (DequeModel, DequeModelDataAware, DequeModelDataAwareSorted,
                                                      DequeModelDataAwareSortedDecision)
 from tilecast.simulator.policies.random_policy import Random, draw_workers
-from tilecast.simulator.queue_costs import SEARCHING
+from tilecast.simulator.queue_costs import SEARCHING, walk_far_of
 from tilecast.simulator.policies.stealing import LocalityWorkStealing, WorkStealing, proximity_lists
 from tilecast.trace import make_trace
 
@@ -178,6 +178,7 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
                      decision_lock=machine.decision_lock,
                      push_walk=machine.push_walk if sched in SEARCHING else 0.0,
+                     **dict(zip(("walk_far", "walk_knee"), walk_far_of(machine, sched))),
                      gap_ready=machine.gap_ready, gap_handoff=machine.gap_handoff,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
                      slices=machine.submit_slices,

@@ -707,8 +707,12 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
         int64_t walked = 0;
         if (q->n && !(q->key[q->head] == k && q->key[q->head + q->n - 1] == k)) walked = sq_count_le(q, k);
         if (by >= 0 && walked) {
-            double h = p->hold[by];
-            p->hold[by] = (now >= h ? now : h) + (double)walked * s->push_walk;
+            double h = p->hold[by], k = (double)walked, cost;
+            if (s->walk_far > 0.0 && k > s->walk_knee)  /* queue_costs.list_walk_s */
+                cost = s->walk_knee * s->push_walk + (k - s->walk_knee) * s->walk_far;
+            else
+                cost = k * s->push_walk;
+            p->hold[by] = (now >= h ? now : h) + cost;
         }
     }
     if (p->use_sq) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);

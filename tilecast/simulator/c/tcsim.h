@@ -18,6 +18,8 @@ typedef struct {
                                            * locked; decisions are serial (Engine.decide) */
     double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the
                                    * pushing worker before its next task (Engine.walk) */
+    double walk_far, walk_knee;   /* dmdas, dmdasd: s per step beyond the first walk_knee steps of an insertion
+                                   * (queue_costs.list_walk_s); walk_far 0: push_walk for every step */
     const double *gap_before;     /* per task: s charged before it starts beyond overhead; NULL: none */
     const double *release;        /* per task: s its ending worker spends releasing it before its next task
                                    * (Engine._released; tilecast/simulator/gap_cost.py); NULL: none */
