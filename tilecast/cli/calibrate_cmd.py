@@ -126,11 +126,13 @@ def run(args) -> int:
               f"successor and {c['gap_ready_us']:.2f} us per successor made ready of the task ended"
               + (f"; {c['gap_handoff_us']:.2f} us per task started on another worker than the one that made it "
                  "ready" if int(w) > 1 else ""))
-        if "sorted_walk_far_ns" in c:
+        if "sorted_walk_far_ns" in c and c["sorted_walk_ns"] > 0:
             print(f"  dmdas's sorted insertions: {c['sorted_walk_ns']:.2f} ns a queued task walked past over the first "
                   f"{c['sorted_walk_knee']:.0f}, {c['sorted_walk_far_ns']:.2f} ns beyond (measured on a queue of "
-                  f"known length in random order" + ("; none charged on the probes' fit"
-                                                     if c["sorted_walk_ns"] == 0 else "") + ")")
+                  "known length in random order)")
+        elif "sorted_walk_far_ns" in c:
+            print("  dmdas's sorted insertions: not charged apart (its own cost per task reproduced its probes "
+                  "better than a walk)")
     print()
     print("shape model's error on timed shapes held out of its fit:")
     print(f"{'kernel':<16}{'timed/held out':>15}{'median err':>12}{'max err':>10}{'fit alone':>11}{'fixed us':>10}"

@@ -174,11 +174,12 @@ def _simulate(graph, machine, sched, durations, calibration, priority, transfers
     else:
         memory = Memory(graph, machine, links) if transfers and len(machine.nodes) > 1 else None
         policy = POLICIES[sched](priority, seed, estimate)
+        walk_far, walk_knee = walk_far_of(machine, sched)
         eng = Engine(durations, pred_ptr, pred, worker_kind, worker_node, policy,
                      overhead=machine.task_overhead, memory=memory, decision_scan=machine.decision_scan,
                      decision_lock=machine.decision_lock,
                      push_walk=machine.push_walk if sched in SEARCHING else 0.0,
-                     **dict(zip(("walk_far", "walk_knee"), walk_far_of(machine, sched))),
+                     walk_far=walk_far, walk_knee=walk_knee,
                      gap_ready=machine.gap_ready, gap_handoff=machine.gap_handoff,
                      cache=WorkerCache(lanes, graph, worker_kind) if lanes is not None else None,
                      slices=machine.submit_slices,
