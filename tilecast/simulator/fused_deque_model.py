@@ -295,7 +295,7 @@ def run_deque_model(eng) -> None:
             now = env._now
             # list_walk_s (tilecast/simulator/queue_costs.py), inline
             if walk_far > 0.0 and walked > walk_knee:
-                hold[by] = (now if now >= h else h) + walk_knee * push_walk + (walked - walk_knee) * walk_far
+                hold[by] = (now if now >= h else h) + (walk_knee * push_walk + (walked - walk_knee) * walk_far)
             else:
                 hold[by] = (now if now >= h else h) + walked * push_walk
 
