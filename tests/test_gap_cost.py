@@ -25,7 +25,7 @@ def _probe(workers=2):
                          overheads=[[1000, 9e-6]])
     probe.probe_points = 3
     probe.task_overhead_s = 1e-6
-    probe.set_gap_costs((1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6))
+    probe.set_gap_costs((1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6, 3e-12, 2.0**21))
     return probe
 
 
@@ -36,9 +36,9 @@ def test_runs_refine_the_host_cost_but_keep_the_cost_between_tasks(local):
     learned = fits["2:dmda"]
     assert len(learned.points) == 4  # the run taught the host cost
     # its mean start delay (40 us: its buffers and successors included) is not taken as the constant
-    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6)
+    assert (learned.task_overhead_s, *learned.gap_costs) == (1e-6, 1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6, 3e-12, 2.0**21)
     host_cost.save_host_costs(local, fits)
-    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6)
+    assert host_cost.load_host_costs(local)["2:dmda"].gap_costs == (1e-6, 2e-7, 6e-7, 1e-6, 1.5e-6, 3e-12, 2.0**21)
 
 
 def test_fits_of_the_format_before_are_measured_again(local):
@@ -92,7 +92,7 @@ def test_the_rank_forecast_charges_the_mean_start_delay():
     probe = _probe()
     assert probe.flat_task_overhead_s == pytest.approx(9e-6)
     flat = HostCost(**{**probe.__dict__, "gap_start_buffer_s": 0.0, "gap_end_buffer_s": 0.0,
-                       "gap_successor_s": 0.0, "gap_ready_s": 0.0, "gap_handoff_s": 0.0})
+                       "gap_successor_s": 0.0, "gap_ready_s": 0.0, "gap_handoff_s": 0.0, "gap_end_byte_s": 0.0})
     assert flat.flat_task_overhead_s == 1e-6
 
 
@@ -132,3 +132,39 @@ def test_a_task_made_ready_on_the_other_worker_starts_later_by_the_handoff(nativ
     one = cpu_machine(n_workers=1, overhead_us=0.0)
     alone = simulate(g, one.with_gap_costs(0.0, 0.0, 0.0, 0.0, h), "eager", durations=durations)
     assert alone.makespan == pytest.approx(2 * (n + 1) * d, rel=1e-12)
+
+
+def test_the_ending_worker_pays_per_byte_of_its_task_up_to_the_cap():
+    """After each task its worker pays the cost per byte of the tiles the task accessed, those beyond the cap
+    not counted (tilecast.loop.gap_bytes)."""
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
+    from tilecast.perfmodel.reuse import task_bytes
+
+    g = StepConfig(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"), "eager", 1).build()
+    d = np.full((1, g.n_tasks), 1e-5)
+    m = cpu_machine(n_workers=1, overhead_us=0.0)
+    nbytes = task_bytes(g)
+    cap = float(np.median(nbytes))
+    assert nbytes.max() > cap > 0  # the cap cuts some tasks' bytes
+    paid = simulate(g, m.with_gap_costs(0.0, 0.0, 0.0, 0.0, 0.0, 1e-10, cap), "eager", durations=d)
+    order = np.argsort(paid.start)
+    gaps = paid.start[order[1:]] - paid.end[order[:-1]]
+    assert gaps == pytest.approx(1e-10 * np.minimum(nbytes[order[:-1]], cap), abs=1e-12)
+
+
+def test_the_cost_per_byte_is_read_back_from_start_delays():
+    """fit_end_byte_cost finds the cost per byte that a trace's start delays have beyond the gap model given:
+    on a simulated trace whose worker paid it, the one it was simulated with (and none where it paid none)."""
+    from tilecast.loop.gap_bytes import fit_end_byte_cost
+
+    g = gemm_chain_graph(n_layers=3, tiles=3)
+    d = np.random.default_rng(3).uniform(2e-5, 8e-5, size=(1, g.n_tasks))
+    base = cpu_machine(n_workers=1, overhead_us=2.0).with_gap_costs(1e-7, 5e-8, 3e-7)
+    coef = (2e-6, 1e-7, 5e-8, 3e-7, 0.0, 0.0)
+    cap = 1e9
+    paid = simulate(g, base.with_gap_costs(1e-7, 5e-8, 3e-7, 0.0, 0.0, 2e-11, cap), "eager", durations=d)
+    assert fit_end_byte_cost([(g, paid.trace())], coef, cap) == pytest.approx(2e-11, rel=1e-6)
+    free = simulate(g, base, "eager", durations=d)
+    assert fit_end_byte_cost([(g, free.trace())], coef, cap) == pytest.approx(0.0, abs=1e-15)

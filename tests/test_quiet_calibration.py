@@ -258,9 +258,11 @@ def test_probe_sessions_disturbed_by_the_runs_standard_are_refitted(monkeypatch,
     cal = SimpleNamespace(quiet={}, save=lambda *a: "cal.json", in_step_factor=1.0, in_step_hot=1.0,
                           in_step_byte_s=0.0, in_step_hot_span_s=0.0, in_step_source="")
     _, host, report = retake_calibration([sessions], g, None, cal, host, budget_s=1e6)
-    assert report["retaken"] == 2 and report["still_disturbed"] == 0
-    assert host == {2: "stored", 1: ("fit", 1.0), hc.probe_key(1, "prio"): ("fit", 1.0)} and saved[-1] == host
-    assert report["retaken_what"] == ["executor probes (1 worker)", "executor probes (prio, 1 worker)"]
+    assert report["retaken"] == 3 and report["still_disturbed"] == 0
+    assert host == {2: "stored", 1: ("fit", 1.0), hc.probe_key(1, "prio"): ("fit", 1.0),
+                    hc.STEP_GAPS_KEY: ("fit", 1.0)} and saved[-1] == host
+    assert report["retaken_what"] == ["executor probes (1 worker)", "executor probes (prio, 1 worker)",
+                                      "the step probe's gaps (eager, 1 worker)"]
 
 
 def test_first_use_takes_the_mean_of_the_probe_while_calibrating_and_the_one_after(monkeypatch, tmp_path):

@@ -157,7 +157,7 @@ def test_costs_between_tasks(sched):
     g = random_graph(np.random.default_rng(7), 1500, 40, TILE)
     m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
     d = np.random.default_rng(8).integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6
-    gapped = m.with_gap_costs(2e-6, 5e-7, 1.5e-6, 2.5e-6, 3e-6).with_push_walk(1e-7)
+    gapped = m.with_gap_costs(2e-6, 5e-7, 1.5e-6, 2.5e-6, 3e-6, 4e-12, 1e5).with_push_walk(1e-7)
     general = _outcome(g, gapped, d, sched, True, fused=False)
     assert not isinstance(general, str), general
     assert_same_outcome(general, _outcome(g, gapped, d, sched, True, fused=False, native=True))

@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 17  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 18  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -47,6 +47,8 @@ FORMAT = 17  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # predicts the one left out better (tilecast.loop.decision_cost.fit_sorting)
 # 17: the sorted insertion measured with priorities in random order, its steps dearer beyond a knee
 # (walk_far_s, walk_knee; tilecast.loop.queue_probe.walk_curve), on one worker for every count
+# 18: a cost between tasks per byte of the ended task, up to the core's cache (gap_end_byte_s, gap_byte_cap;
+# tilecast.loop.gap_bytes), measured on the step probe
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -109,6 +111,9 @@ class HostCost:
     gap_successor_s: float = 0.0
     gap_ready_s: float = 0.0  # per successor the ended task made ready
     gap_handoff_s: float = 0.0  # per task started on another worker than the one that made it ready
+    # per byte the worker's ended task accessed, up to gap_byte_cap bytes (tilecast.loop.gap_bytes; 0: not measured)
+    gap_end_byte_s: float = 0.0
+    gap_byte_cap: float = 0.0
     # task graph (StepConfig.graph_id) -> seconds per task that this scheduler's measured runs of that graph waited
     # between tasks beyond their simulation (tilecast.loop.execute.learn_delay_excess): charged on top of
     # task_overhead_s to that graph alone, as it is a residual of the graph's own learned durations
@@ -122,14 +127,14 @@ class HostCost:
         return max(0.0, self.task_overhead_s + self.graph_excess.get(graph_id, 0.0))
 
     @property
-    def gap_costs(self) -> tuple[float, float, float, float, float]:
+    def gap_costs(self) -> tuple[float, float, float, float, float, float, float]:
         """The costs between tasks in :meth:`tilecast.perfmodel.machine.Machine.with_gap_costs`'s order."""
         return (self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s,
-                self.gap_handoff_s)
+                self.gap_handoff_s, self.gap_end_byte_s, self.gap_byte_cap)
 
     @property
     def has_gap_model(self) -> bool:
-        return any(c > 0.0 for c in self.gap_costs)
+        return any(c > 0.0 for c in self.gap_costs[:6])  # the cap alone is no cost
 
     @property
     def flat_task_overhead_s(self) -> float | None:
@@ -150,9 +155,13 @@ class HostCost:
         self.push_walk_s, self.walk_far_s, self.walk_knee = other.push_walk_s, other.walk_far_s, other.walk_knee
 
     def set_gap_costs(self, costs) -> None:
-        """Set the costs between tasks from :attr:`gap_costs`' tuple."""
+        """Set the costs between tasks from :attr:`gap_costs`' tuple (its first five alone: the cost per byte
+        stays)."""
+        costs = [float(v) for v in costs]
         (self.gap_start_buffer_s, self.gap_end_buffer_s, self.gap_successor_s, self.gap_ready_s,
-         self.gap_handoff_s) = (float(v) for v in costs)
+         self.gap_handoff_s) = costs[:5]
+        if len(costs) > 5:
+            self.gap_end_byte_s, self.gap_byte_cap = costs[5:7]
 
     def fit_gap_model(self, traced) -> None:
         """The cost between tasks fitted on the start delays of ``traced`` = [(graph, real trace)]: its constant
@@ -530,11 +539,12 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
     if progress:
         from tqdm import tqdm
 
+        from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1)
-                   + sorted_runs,
+                   + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
     sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
     try:
@@ -558,6 +568,7 @@ SORTED_WALK = ("dmdas",)
 
 
 SORTED_KEY = "sorted"  # the sorted-insertion measurement among ProbeSessions' passes (one worker, for every count)
+STEP_GAPS_KEY = "step gaps"  # the step probe's traced steps (tilecast.loop.gap_bytes), for every count and policy
 
 
 class ProbeSessions:
@@ -566,6 +577,7 @@ class ProbeSessions:
     per worker count and scheduler), and the fits made from them (:meth:`fit`, again after a retake)."""
 
     def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
+        from tilecast.loop.gap_bytes import measure_step_gaps
         from tilecast.loop.interference import GuardedPass
         from tilecast.loop.queue_probe import measure_sorted
 
@@ -579,6 +591,9 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
+        if self.todo:
+            self.by_key[STEP_GAPS_KEY] = GuardedPass("the step probe's gaps (eager, 1 worker)",
+                                                     lambda: measure_step_gaps(progress=self._tick))
 
     @property
     def passes(self) -> list:
@@ -623,4 +638,20 @@ class ProbeSessions:
         for sched in DECIDING:
             if any(s == sched for _, s in self.sched_todo):
                 fit_decisions_jointly(fits, machine, cal, sched)
+        self._fit_end_bytes(fits, machine, cal)
         return fits, cal
+
+    def _fit_end_bytes(self, fits: dict, machine, cal) -> None:
+        """Set the cost per byte of a worker's ended task (:mod:`tilecast.loop.gap_bytes`) on every fit measured
+        in these sessions: the step probe's start delays beyond one worker's model (eager's, on the probes)."""
+        from tilecast.loop.gap_bytes import cache_cap, fit_end_byte_cost
+
+        base = fits.get(1)
+        if STEP_GAPS_KEY not in self.by_key or base is None or base.task_overhead_s is None:
+            return
+        cap = cache_cap(machine, cal)
+        cost = fit_end_byte_cost(self.by_key[STEP_GAPS_KEY].result, (base.task_overhead_s, *base.gap_costs[:5]),
+                                 cap)
+        for key in [*self.todo, *(probe_key(w, s) for w, s in self.sched_todo)]:
+            if key in fits:
+                fits[key].gap_end_byte_s, fits[key].gap_byte_cap = cost, cap

@@ -84,6 +84,12 @@ def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
     :data:`GAP_TERMS` (1, the starting task's buffers, the worker's previous task's buffers, that task's
     successors, and those of them it made ready: whose last predecessor to end it was; and 1 where the starting
     task's last predecessor to end ran on another worker: a handoff)."""
+    d, x, _ = gap_rows(graph, trace)
+    return d, x
+
+
+def gap_rows(graph, trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`gap_terms` and, per row, the task its worker ran before (the task whose end the delay follows)."""
     tasks = trace[trace["task"] >= 0].sort_values("start_s", kind="stable")
     n = graph.n_tasks
     pred_ptr, pred = graph.dependencies
@@ -116,7 +122,7 @@ def gap_terms(graph, trace) -> tuple[np.ndarray, np.ndarray]:
     ok = np.isfinite(d)
     d, prev, nxt = np.maximum(d[ok], 0.0), prev[ok], nxt[ok]
     return d, np.stack([np.ones(len(d)), nbuf[nxt], nbuf[prev], nsucc[prev], made_ready[prev], handoff[nxt]],
-                       axis=1)
+                       axis=1), prev
 
 
 PREEMPTED_S = 100e-6  # a delay this far above the model's: the worker was preempted (a time slice is milliseconds)

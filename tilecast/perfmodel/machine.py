@@ -153,6 +153,9 @@ class Machine:
     gap_ready: float = 0.0  # per successor that the ended task made ready (pushed to the scheduler)
     #: per task started on another worker than the one whose ended task made it ready (the handoff between cores)
     gap_handoff: float = 0.0
+    #: per byte the worker's ended task accessed, up to ``gap_byte_cap`` bytes (tilecast.loop.gap_bytes)
+    gap_end_byte: float = 0.0
+    gap_byte_cap: float = 0.0
 
     def __post_init__(self):
         self.routes = _routes(self)
@@ -230,16 +233,20 @@ class Machine:
         return replace(self, push_walk_far=float(seconds), push_walk_knee=float(knee), meta=dict(self.meta))
 
     def with_gap_costs(self, start_buffer: float, end_buffer: float, successor: float,
-                       ready: float = 0.0, handoff: float = 0.0) -> "Machine":
+                       ready: float = 0.0, handoff: float = 0.0, end_byte: float = 0.0,
+                       byte_cap: float = 0.0) -> "Machine":
         """The same machine with another cost between a worker's tasks: seconds per buffer of the starting
-        task, per buffer of the worker's ended task, per successor of it, per successor it made ready, and per
-        task started on another worker than the one that made it ready (on top of ``task_overhead``)."""
-        if not (start_buffer >= 0 and end_buffer >= 0 and successor >= 0 and ready >= 0 and handoff >= 0):
+        task, per buffer of the worker's ended task, per successor of it, per successor it made ready, per
+        task started on another worker than the one that made it ready, and per byte the ended task accessed up
+        to ``byte_cap`` bytes (on top of ``task_overhead``)."""
+        if not (start_buffer >= 0 and end_buffer >= 0 and successor >= 0 and ready >= 0 and handoff >= 0
+                and end_byte >= 0 and byte_cap >= 0):
             raise MachineError(f"{self.name}: the costs between tasks must be at least 0 s, got {start_buffer}, "
-                               f"{end_buffer}, {successor}, {ready} and {handoff}")
+                               f"{end_buffer}, {successor}, {ready}, {handoff} and {end_byte} (cap {byte_cap} "
+                               f"bytes)")
         return replace(self, gap_start_buffer=float(start_buffer), gap_end_buffer=float(end_buffer),
                        gap_successor=float(successor), gap_ready=float(ready), gap_handoff=float(handoff),
-                       meta=dict(self.meta))
+                       gap_end_byte=float(end_byte), gap_byte_cap=float(byte_cap), meta=dict(self.meta))
 
     def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended seconds to move ``nbytes`` from node ``src`` to node ``dst``."""

@@ -24,6 +24,12 @@ before it starts: the engine records which worker made each task ready
 (``Engine.made_by``) and charges it in ``_begin``, the fused loop and the C
 loop alike.
 Measured by :func:`tilecast.loop.runtime_overhead.fit_gap_model`.
+
+After a task of many bytes the worker's own structures and code are no
+longer in its core's cache: ``Machine.gap_end_byte`` per byte the ended task
+accessed, up to ``Machine.gap_byte_cap`` (the core's cache), is charged to the
+ending worker with the rest (measured on a step of larger tasks than the
+executor's probes: :mod:`tilecast.loop.gap_bytes`).
 """
 
 from __future__ import annotations
@@ -36,10 +42,16 @@ def charges(graph, machine) -> tuple[np.ndarray | None, np.ndarray | None]:
     ``machine.gap_ready`` per successor it makes ready, which the loops count as they run), or (None, None) when
     ``machine`` has no cost between tasks beyond its fixed one."""
     a, b, c = machine.gap_start_buffer, machine.gap_end_buffer, machine.gap_successor
-    if a == 0.0 and b == 0.0 and c == 0.0 and machine.gap_ready == 0.0:
+    e = machine.gap_end_byte
+    if a == 0.0 and b == 0.0 and c == 0.0 and e == 0.0 and machine.gap_ready == 0.0:
         return None, None
     n = graph.n_tasks
     nbuf = np.diff(np.asarray(graph.acc_ptr, dtype=np.int64)).astype(np.float64)
     pred = np.asarray(graph.dependencies[1], dtype=np.int64)
     nsucc = np.bincount(pred, minlength=n).astype(np.float64)
-    return a * nbuf, b * nbuf + c * nsucc
+    release = b * nbuf + c * nsucc
+    if e > 0.0:
+        from tilecast.perfmodel.reuse import task_bytes
+
+        release = release + e * np.minimum(task_bytes(graph), machine.gap_byte_cap)
+    return a * nbuf, release
