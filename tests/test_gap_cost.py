@@ -156,10 +156,14 @@ def test_the_ending_worker_pays_per_byte_of_its_task_up_to_the_cap():
 
 def test_the_cost_per_byte_is_read_back_from_start_delays():
     """fit_end_byte_cost finds the cost per byte that a trace's start delays have beyond the gap model given:
-    on a simulated trace whose worker paid it, the one it was simulated with (and none where it paid none)."""
+    on a simulated trace whose worker paid it, the one it was simulated with (none where it paid none, and the
+    same where every delay is longer by one constant)."""
+    from tilecast.graph import Tiling
+    from tilecast.graph.model_config import load_model
+    from tilecast.loop.config import StepConfig
     from tilecast.loop.gap_bytes import fit_end_byte_cost
 
-    g = gemm_chain_graph(n_layers=3, tiles=3)
+    g = StepConfig(load_model("gpt2-tiny"), 2, 32, Tiling.parse("32"), "eager", 1).build()  # tasks of many sizes
     d = np.random.default_rng(3).uniform(2e-5, 8e-5, size=(1, g.n_tasks))
     base = cpu_machine(n_workers=1, overhead_us=2.0).with_gap_costs(1e-7, 5e-8, 3e-7)
     coef = (2e-6, 1e-7, 5e-8, 3e-7, 0.0, 0.0)
@@ -168,3 +172,7 @@ def test_the_cost_per_byte_is_read_back_from_start_delays():
     assert fit_end_byte_cost([(g, paid.trace())], coef, cap) == pytest.approx(2e-11, rel=1e-6)
     free = simulate(g, base, "eager", durations=d)
     assert fit_end_byte_cost([(g, free.trace())], coef, cap) == pytest.approx(0.0, abs=1e-15)
+    # every delay longer alike (a slower moment, a larger step): the constant takes it, not the bytes
+    slower = simulate(g, base.with_task_overhead(3e-6).with_gap_costs(1e-7, 5e-8, 3e-7, 0.0, 0.0, 2e-11, cap),
+                      "eager", durations=d)
+    assert fit_end_byte_cost([(g, slower.trace())], coef, cap) == pytest.approx(2e-11, rel=1e-6)

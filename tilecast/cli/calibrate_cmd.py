@@ -126,8 +126,8 @@ def run(args) -> int:
               f"successor and {c['gap_ready_us']:.2f} us per successor made ready of the task ended"
               + (f"; {c['gap_handoff_us']:.2f} us per task started on another worker than the one that made it "
                  "ready" if int(w) > 1 else ""))
-        if c.get("gap_end_us_per_mb", 0.0) > 0:
-            print(f"  after a task of many bytes: {c['gap_end_us_per_mb']:.2f} us per MiB it accessed, up to "
+        if c.get("gap_end_us_per_mib", 0.0) > 0:
+            print(f"  after a task of many bytes: {c['gap_end_us_per_mib']:.2f} us per MiB it accessed, up to "
                   f"{c['gap_byte_cap_bytes'] / 2**20:.1f} MiB (the step probe's gaps beyond the model above)")
         if "sorted_walk_far_ns" in c and c["sorted_walk_ns"] > 0:
             print(f"  dmdas's sorted insertions: {c['sorted_walk_ns']:.2f} ns a queued task walked past over the first "

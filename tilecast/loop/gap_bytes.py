@@ -17,8 +17,8 @@ itself are what a large task's data have pushed out of the core's cache.
 So the forecast charges, after every task, a cost per byte the task accessed, up to the core's cache (past
 it the cache holds nothing of the runtime's any more): measured here on the step probe of the in-step terms
 (:mod:`tilecast.loop.step_probe`: 849 tasks of 347 KB on average, not a suite configuration), traced on one
-worker under eager, as what its start delays exceed the executor probes' model by, per byte of the task
-before each (the probe's sum held). It is measured with every calibration of the executor's costs.
+worker under eager: the slope of what its start delays exceed the executor probes' model by on the bytes of
+the task before each. It is measured with every calibration of the executor's costs.
 """
 
 from __future__ import annotations
@@ -43,22 +43,29 @@ def cache_cap(machine, calibration) -> float:
 def fit_end_byte_cost(samples, coef, cap: float) -> float:
     """Seconds per byte of a worker's ended task (up to ``cap`` bytes) by which the start delays of ``samples`` =
     [(graph, real trace)] exceed the gap model ``coef`` (:data:`tilecast.loop.runtime_overhead.GAP_TERMS`
-    order): their excess summed over the delays (but a preempted worker's,
-    :data:`~tilecast.loop.runtime_overhead.PREEMPTED_S` above the model), over the capped bytes of the tasks
-    they follow; within 0 and :data:`BYTE_BOUND`."""
+    order): the slope of their excess (but a preempted worker's,
+    :data:`~tilecast.loop.runtime_overhead.PREEMPTED_S` above the model) on the capped bytes of the tasks they
+    follow, by least squares with a constant; within 0 and :data:`BYTE_BOUND`.
+
+    The constant takes what lengthens every delay of the probe alike (the guest's state of the moment, a step of
+    more tiles than the executor's probes), which is not the bytes' cost: on the 2-core Xeon guest, four sets of
+    three sessions right after the executor's probes gave 4.5-5.3 us per MiB beside a constant of 0.56-0.77 us,
+    where the excess summed over the bytes alone gave 6.4-7.0 (and 11.0 in a slower spell)."""
     from tilecast.loop.runtime_overhead import PREEMPTED_S, gap_rows
     from tilecast.perfmodel.reuse import task_bytes
 
-    excess, nbytes = 0.0, 0.0
+    excess, nbytes = [], []
     for graph, trace in samples:
         d, x, prev = gap_rows(graph, trace)
         r = d - x @ np.asarray(coef, dtype=np.float64)
         keep = r <= PREEMPTED_S
-        excess += float(r[keep].sum())
-        nbytes += float(np.minimum(task_bytes(graph)[prev[keep]], cap).sum())
-    if nbytes <= 0.0:
+        excess.append(r[keep])
+        nbytes.append(np.minimum(task_bytes(graph)[prev[keep]], cap))
+    r, b = (np.concatenate(v) if v else np.zeros(0) for v in (excess, nbytes))
+    if len(b) < 2 or np.ptp(b) <= 0.0:
         return 0.0
-    return float(np.clip(excess / nbytes, 0.0, BYTE_BOUND))
+    slope = np.polyfit(b, r, 1)[0]
+    return float(np.clip(slope, 0.0, BYTE_BOUND))
 
 
 def measure_step_gaps(sessions: int = SESSIONS, progress=None) -> list:
