@@ -4,15 +4,15 @@ executor's probes.
 The cost between a worker's tasks (:func:`tilecast.loop.runtime_overhead.fit_gap_model`) is fitted on the
 executor's probes: gpt2-tiny steps whose tasks access 17-131 KB (medians) and whose tiles, 3-25 MB in all,
 stay in the shared cache. In the accuracy suite's steps (52-1,510 MB of tiles) the same model left the gaps
-short, and the more so after larger tasks: one worker, eager, traced steps against the model of a calibration
-an hour before (2-core Xeon guest, 2026-12-05), 0.2-0.9 us a task more where the tasks access 50-80 KB, 1.0 us at 150-190 KB, 2.4 us at
-290 KB, 8-19 us at 2.8-13.6 MB. Regressed on the tasks on either side of each gap, the excess follows the
-bytes of the task that ended, not of the one that starts (in a GPT-2 step at tile 32, 15 ns a KB against
--5). A chain of 192 x 192 x 2048 GEMMs (3.2 MB each, distinct inputs) alone on a worker waits 9-11 us
-between tasks where 32 x 32 x 32 ones wait 2-3 us. What the runtime does between tasks (releasing the
-ended task's buffers and successors, pushing, popping, acquiring the next task's buffers: StarPU 1.3.10,
-``_starpu_cpu_driver_run_once``) is the same code whatever the task's size; its structures and the code
-itself are what a large task's data have pushed out of the core's cache.
+short, and the more so after larger tasks: one worker, eager, traced steps against the model fitted on the
+probes traced the same hour (2-core Xeon guest, 2026-12-05), 0.2-1.2 us a task more where the tasks access
+54-91 KB on average, 1.0 us at 150-190 KB, 2.4 us at 290 KB, 8-19 us at 2.8-13.7 MB. Regressed on the tasks on
+either side of each gap, the excess follows the bytes of the task that ended, not of the one that starts (in a
+GPT-2 step at tile 32, 15 ns a KB against -5). A chain of 192 x 192 x 2048 GEMMs (3.2 MB each, distinct inputs)
+alone on a worker waits 8.7-9.4 us between tasks (mean) where 32 x 32 x 32 ones wait 2.6-3.0 us. What the
+runtime does between tasks (releasing the ended task's buffers and successors, pushing, popping, acquiring the
+next task's buffers: StarPU 1.3.10, ``_starpu_cpu_driver_run_once``) is the same code whatever the task's size;
+its structures and the code itself are what a large task's data have pushed out of the core's cache.
 
 So the forecast charges, after every task, a cost per byte the task accessed, up to the core's cache (past
 it the cache holds nothing of the runtime's any more): measured here on the step probe of the in-step terms
