@@ -176,3 +176,13 @@ def test_the_cost_per_byte_is_read_back_from_start_delays():
     slower = simulate(g, base.with_task_overhead(3e-6).with_gap_costs(1e-7, 5e-8, 3e-7, 0.0, 0.0, 2e-11, cap),
                       "eager", durations=d)
     assert fit_end_byte_cost([(g, slower.trace())], coef, cap) == pytest.approx(2e-11, rel=1e-6)
+
+
+def test_a_policy_measured_later_takes_its_worker_counts_cost_per_byte():
+    """A calibration that measures a scheduler's probes alone (its worker count's fits stored before) gives that
+    scheduler's fit the cost per byte its worker count has, as the policies measured with it have."""
+    sessions = host_cost.ProbeSessions({}, [], [(2, "lws")])
+    assert host_cost.STEP_GAPS_KEY not in sessions.by_key  # no worker count measured: the step probe is not run
+    fits = {2: _probe(), probe_key(2, "lws"): HostCost.fit(2, [[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]])}
+    sessions._fit_end_bytes(fits, None, None)
+    assert (fits[probe_key(2, "lws")].gap_end_byte_s, fits[probe_key(2, "lws")].gap_byte_cap) == (3e-12, 2.0**21)

@@ -27,7 +27,7 @@ import numpy as np
 
 #: StarPU sessions of the step probe for this measurement (each a warm-up and three traced steps)
 SESSIONS = 3
-#: at most this many seconds per byte (50 us per MB): a probe beyond it measured something else
+#: at most this many seconds per byte (52 us per MiB): a probe beyond it measured something else
 BYTE_BOUND = 5e-11
 
 

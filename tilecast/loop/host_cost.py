@@ -642,16 +642,19 @@ class ProbeSessions:
         return fits, cal
 
     def _fit_end_bytes(self, fits: dict, machine, cal) -> None:
-        """Set the cost per byte of a worker's ended task (:mod:`tilecast.loop.gap_bytes`) on every fit measured
-        in these sessions: the step probe's start delays beyond one worker's model (eager's, on the probes)."""
+        """Set the cost per byte of a worker's ended task (:mod:`tilecast.loop.gap_bytes`) on every worker count's
+        fit measured in these sessions (the step probe's start delays beyond one worker's model, eager's on the
+        probes), and on every scheduler's fit measured in them that of its worker count (measured now or stored)."""
         from tilecast.loop.gap_bytes import cache_cap, fit_end_byte_cost
 
         base = fits.get(1)
-        if STEP_GAPS_KEY not in self.by_key or base is None or base.task_overhead_s is None:
-            return
-        cap = cache_cap(machine, cal)
-        cost = fit_end_byte_cost(self.by_key[STEP_GAPS_KEY].result, (base.task_overhead_s, *base.gap_costs[:5]),
-                                 cap)
-        for key in [*self.todo, *(probe_key(w, s) for w, s in self.sched_todo)]:
-            if key in fits:
-                fits[key].gap_end_byte_s, fits[key].gap_byte_cap = cost, cap
+        if STEP_GAPS_KEY in self.by_key and base is not None and base.task_overhead_s is not None:
+            cap = cache_cap(machine, cal)
+            cost = fit_end_byte_cost(self.by_key[STEP_GAPS_KEY].result,
+                                     (base.task_overhead_s, *base.gap_costs[:5]), cap)
+            for w in self.todo:
+                fits[w].gap_end_byte_s, fits[w].gap_byte_cap = cost, cap
+        for w, sched in self.sched_todo:
+            source, key = fits.get(w), probe_key(w, sched)
+            if source is not None and key in fits:
+                fits[key].gap_end_byte_s, fits[key].gap_byte_cap = source.gap_end_byte_s, source.gap_byte_cap
