@@ -249,7 +249,8 @@ def _probe_costs(machine, workers: int, progress: bool) -> dict:
         sorted_fit = fits.get(f"{w}:dmdas")
         if sorted_fit is not None and sorted_fit.walk_far_s > 0:  # dmdas's insertions (queue_costs.list_walk_s)
             out[str(w)].update(sorted_walk_ns=sorted_fit.push_walk_s * 1e9,
-                               sorted_walk_far_ns=sorted_fit.walk_far_s * 1e9, sorted_walk_knee=sorted_fit.walk_knee)
+                               sorted_walk_far_ns=sorted_fit.walk_far_s * 1e9, sorted_walk_knee=sorted_fit.walk_knee,
+                               sorted_walk_queue_ns=sorted_fit.walk_step_s * 1e9)
     return out
 
 

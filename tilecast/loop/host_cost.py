@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 18  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 19  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -49,6 +49,7 @@ FORMAT = 18  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (walk_far_s, walk_knee; tilecast.loop.queue_probe.walk_curve), on one worker for every count
 # 18: a cost between tasks per byte of the ended task, up to the core's cache (gap_end_byte_s, gap_byte_cap;
 # tilecast.loop.gap_bytes), measured on the step probe
+# 19: dmdas's walk also fitted on its longest probe beside dmda, as a step pays it (tilecast.loop.walk_in_step)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -476,6 +477,7 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     on the same probes), unless its own per-task cost without a walk reproduces the probes better
     (:func:`tilecast.loop.decision_cost.fit_sorting`)."""
     from tilecast.loop.decision_cost import WALKING, fit_sorting
+    from tilecast.loop.walk_in_step import fit_in_step_walk
 
     own = probe.task_overhead_s
     own_gaps = probe.gap_costs
@@ -492,6 +494,12 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
                                                            cap=probe.walk_step_s)
     if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
         probe.set_gap_costs(own_gaps)
+    if sched in SORTED_WALK:  # the walk as a step pays it, on the longest probe (tilecast.loop.walk_in_step)
+        in_step = fit_in_step_walk(m, calibration, graphs, makespans, sched, beside, floor=probe.walk_step_s)
+        if in_step > max(probe.push_walk_s, 1.01 * probe.walk_step_s):  # dearer than the walk on the queue probe
+            probe.take_gap_model(companion)
+            probe.push_walk_s = in_step
+            probe.walk_far_s = max(probe.walk_far_s, in_step) if probe.walk_far_s > 0.0 else 0.0
 
 
 def sched_probe_fit(fits: dict, workers: int, sched: str) -> HostCost | None:
