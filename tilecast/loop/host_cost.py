@@ -494,7 +494,8 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
                                                            cap=probe.walk_step_s)
     if probe.push_walk_s == 0.0 and probe.task_overhead_s == own:  # its own cost between tasks, all of it
         probe.set_gap_costs(own_gaps)
-    if sched in SORTED_WALK:  # the walk as a step pays it, on the longest probe (tilecast.loop.walk_in_step)
+    # the walk as a step pays it, on the longest probe (tilecast.loop.walk_in_step)
+    if sched in SORTED_WALK and beside is not None and companion.task_overhead_s is not None:
         in_step = fit_in_step_walk(m, calibration, graphs, makespans, sched, beside, floor=probe.walk_step_s)
         if in_step > max(probe.push_walk_s, 1.01 * probe.walk_step_s):  # dearer than the walk on the queue probe
             probe.take_gap_model(companion)

@@ -10,7 +10,8 @@ over the steps the simulated dmdas walks): on one worker 5.8 ns a step over nine
 kernels running between a worker's insertions; on two workers 32 ns (llama-3x192 at tile 64, 177,179 steps)
 and 37 ns (gpt2-4x128 at tile 32, 818,060 steps), the tasks walked past having last been written by the other
 core. The executor's scheduler probes show the same in their stored makespans: on their largest graph
-(gpt2-tiny 8 x 128 at tile 16, 13,402 tasks) 6.2 ns a step on one worker and 48 ns on two; on the two smaller
+(gpt2-tiny 8 x 128 at tile 16, 13,402 tasks) 6-19 ns a step on one worker and 48-72 ns on two in four
+calibrations (the homes of accuracy runs 68-71); on the two smaller
 ones (14-65 thousand steps) the difference is lost in the runs' spread (from -61 to +634 ns a step), so that a
 walk fitted on all three, held to the queue probe's near cost, came out that near cost on one worker and none
 on two, where the suite's Llama rows under dmdas ran 5-10% longer than under dmda and were forecast equal.
@@ -26,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-#: at most this many seconds a step walked past (a cross-core cache miss is 50-150 ns; a fit beyond measured
-#: something else)
+#: at most this many seconds a step walked past: about three times the dearest the longest probe gave (72 ns, two
+#: workers); a fit beyond it has measured something else
 WALK_BOUND = 2e-7
 #: the costs first tried, evenly in log between the floor and the bound; the fit refines around the best
 GRID_POINTS = 13
