@@ -10,11 +10,6 @@ from tilecast.perfmodel import load_machine
 from tilecast.simulator.simulate import simulate
 
 
-@pytest.fixture(scope="module")
-def probes():
-    return [g for *_, g in host_cost.probe_graphs(host_cost.SCHED_PROBES)]
-
-
 @pytest.fixture
 def local(tmp_path, monkeypatch):
     monkeypatch.setenv("TILECAST_HOME", str(tmp_path))

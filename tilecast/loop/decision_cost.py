@@ -139,20 +139,30 @@ def _misfit(machine, sched, graphs, durations, target) -> float:
     return float(r @ r)
 
 
-def _fit_walk(machine, sched, graphs, durations, target, cap: float = 0.0) -> tuple[float, float]:
+def _fit_walk(machine, sched, graphs, durations, target, cap: float = 0.0, floor: float = 0.0,
+              far_at_least_walk: bool = False) -> tuple[float, float]:
     """(walk, its misfit): the grid, then a bounded refinement around its best point; with ``cap`` > 0 (the
-    cost a step measured on StarPU, :func:`tilecast.loop.queue_probe.measure_sorted`) no walk above it."""
+    cost a step measured on StarPU, :func:`tilecast.loop.queue_probe.measure_sorted`) no walk above it, with
+    ``floor`` none below it. ``far_at_least_walk``: the steps past the machine's knee cost at least the walk
+    (:func:`tilecast.loop.walk_in_step.far_with`)."""
+    from tilecast.loop.walk_in_step import far_with
+
+    far, knee = float(machine.push_walk_far), float(machine.push_walk_knee)
     seen = {}
 
     def cost(walk: float) -> float:
-        walk = max(float(walk), 0.0)
+        walk = max(float(walk), floor, 0.0)
         if cap > 0.0:
             walk = min(walk, cap)
         if walk not in seen:
-            seen[walk] = _misfit(machine.with_push_walk(walk), sched, graphs, durations, target)
+            m = machine.with_push_walk(walk)
+            if far_at_least_walk:
+                m = m.with_walk_far(far_with(far, walk), knee)
+            seen[walk] = _misfit(m, sched, graphs, durations, target)
         return seen[walk]
 
-    grid = [g for g in WALK_GRID if cap <= 0.0 or g < cap] + ([cap] if cap > 0.0 else [])
+    grid = ([floor] if floor > 0.0 else []) + [g for g in WALK_GRID if g >= floor and (cap <= 0.0 or g < cap)]
+    grid += [cap] if cap > 0.0 else []
     i = min(range(len(grid)), key=lambda j: cost(grid[j]))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
     if hi > lo:

@@ -477,7 +477,7 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
     on the same probes), unless its own per-task cost without a walk reproduces the probes better
     (:func:`tilecast.loop.decision_cost.fit_sorting`)."""
     from tilecast.loop.decision_cost import WALKING, fit_sorting
-    from tilecast.loop.walk_in_step import fit_in_step_walk
+    from tilecast.loop.walk_in_step import far_with, fit_in_step_walk
 
     own = probe.task_overhead_s
     own_gaps = probe.gap_costs
@@ -500,7 +500,7 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
         if in_step > max(probe.push_walk_s, 1.01 * probe.walk_step_s):  # dearer than the walk on the queue probe
             probe.take_gap_model(companion)
             probe.push_walk_s = in_step
-            probe.walk_far_s = max(probe.walk_far_s, in_step) if probe.walk_far_s > 0.0 else 0.0
+            probe.walk_far_s = far_with(probe.walk_far_s, in_step)
 
 
 def sched_probe_fit(fits: dict, workers: int, sched: str) -> HostCost | None:

@@ -24,14 +24,14 @@ than the walk fitted on all the probes.
 
 from __future__ import annotations
 
-import numpy as np
-from scipy.optimize import minimize_scalar
-
 #: at most this many seconds a step walked past: about three times the dearest the longest probe gave (72 ns, two
 #: workers); a fit beyond it has measured something else
 WALK_BOUND = 2e-7
-#: the costs first tried, evenly in log between the floor and the bound; the fit refines around the best
-GRID_POINTS = 13
+
+
+def far_with(far: float, walk: float) -> float:
+    """The cost a step past the knee with an in-step ``walk``: at least the walk (0 far: the walk everywhere)."""
+    return max(far, walk) if far > 0.0 else 0.0
 
 
 def longest_probe(graphs) -> int:
@@ -45,28 +45,13 @@ def fit_in_step_walk(machine, calibration, graphs, makespans, sched: str, beside
     probes)), within ``floor`` (the queue probe's near cost) and :data:`WALK_BOUND`; 0 without ``beside``.
 
     ``machine``: the probe's costs as fitted (the companion's per-task cost, the queue probe's far cost and
-    knee); a step beyond the knee costs the larger of the far cost and the walk."""
-    from tilecast.loop.decision_cost import _misfit, _probe_target
+    knee); a step beyond the knee costs the larger of the far cost and the walk (:func:`far_with`)."""
+    from tilecast.loop.decision_cost import _fit_walk, _probe_target
 
     if beside is None or not graphs:
         return 0.0
     i = longest_probe(graphs)
     ref_sched, ref = beside
     durations, target = _probe_target(machine, calibration, [graphs[i]], [makespans[i]], (ref_sched, [ref[i]]))
-    far, knee = float(machine.push_walk_far), float(machine.push_walk_knee)
-    seen = {}
-
-    def cost(walk: float) -> float:
-        walk = float(np.clip(walk, lo, WALK_BOUND))
-        if walk not in seen:
-            m = machine.with_push_walk(walk).with_walk_far(max(far, walk) if far > 0.0 else 0.0, knee)
-            seen[walk] = _misfit(m, sched, [graphs[i]], durations, target)
-        return seen[walk]
-
-    lo = max(float(floor), 1e-10)
-    grid = np.geomspace(lo, WALK_BOUND, GRID_POINTS).tolist()
-    j = min(range(len(grid)), key=lambda k: cost(grid[k]))
-    a, b = grid[max(j - 1, 0)], grid[min(j + 1, len(grid) - 1)]
-    if b > a:
-        minimize_scalar(cost, bounds=(a, b), method="bounded", options={"xatol": a * 0.01, "maxiter": 20})
-    return float(min(seen, key=seen.get))
+    return _fit_walk(machine, sched, [graphs[i]], durations, target, cap=WALK_BOUND, floor=float(floor),
+                     far_at_least_walk=True)[0]
