@@ -180,3 +180,30 @@ def test_sorting_takes_the_policys_own_cost_when_the_walk_fits_the_probes_only_t
     assert walk > 0.0 and in_sample < alone < _held_out_misfit(base, "prio", probes, durations, target)
     assert fit_sorting(base, None, probes, measured, "prio", beside, own_overhead=own) == (0.0, own)
     assert _held_out_misfit(base, "prio", probes[:2], durations[:2], target[:2]) is None
+
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch):
+    """On one worker the costs between two tasks are paid by that worker's thread, one after the other: its
+    release of the ended task's successors, then per successor the decision (dmdasd's reading of the queue;
+    StarPU's _starpu_handle_job_termination pushes each successor through the policy). So the step grows by
+    about the sum of what each adds alone (less the submitting thread's first decisions, which overlap the
+    worker's first release), not by the larger of them."""
+    import numpy as np
+    from sim_graphs import random_graph
+    from sim_machines import cpu_machine
+
+    from tilecast.simulator.engine import Engine
+
+    monkeypatch.setattr(Engine, "native_loop", native)
+    g = random_graph(np.random.default_rng(5), 600, 120)
+    d = np.random.default_rng(6).integers(5, 40, size=(1, g.n_tasks)) * 1e-6
+    m = cpu_machine(n_workers=1, overhead_us=0.0)
+    release, decisions = m.with_gap_costs(0.0, 0.0, 4e-6), m.with_decision_cost(2e-7, 0.0)
+    both = release.with_decision_cost(2e-7, 0.0)
+    base = simulate(g, m, "dmdasd", durations=d).makespan
+    alone = [simulate(g, x, "dmdasd", durations=d).makespan - base for x in (release, decisions)]
+    assert min(alone) > 0.0
+    together = simulate(g, both, "dmdasd", durations=d).makespan - base
+    assert sum(alone) * 0.98 <= together <= sum(alone) * (1 + 1e-9)

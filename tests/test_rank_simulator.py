@@ -152,3 +152,22 @@ def test_network_fit_falls_back_to_mpi_bandwidth():
     disturbed = np.array([6e-3, 7e-3, 4e-3, 1e-4])  # slow small sizes: a burst of other work
     net = fit_network(sizes, disturbed, 1e-6 + sizes / 1e10)
     assert net.bandwidth_Bps == pytest.approx(1e10, rel=1e-6)
+
+
+def test_a_ranks_policy_charges_its_own_workers():
+    """A rank's policy numbers its workers from 0; what it charges a worker (a sorted insertion's walk, a
+    decision) goes to that worker's global id in the engine, not to the first rank's worker of that number."""
+    from types import SimpleNamespace
+
+    from tilecast.simulator.ranks_policy import RankView
+
+    charged = []
+    engine = SimpleNamespace(n_tasks=0, worker_kind=[0, 0, 0, 0], duration=None, duration_array=None, env=None,
+                             missing=[], walk=lambda by, k: charged.append(("walk", by, k)),
+                             decide=lambda locked, scanned, by=-1: charged.append(("decide", by, scanned)))
+    view = RankView(engine, [2, 3])
+    view.walk(1, 7)
+    view.walk(-1, 4)
+    view.decide(1, 9, 0)
+    view.decide(1, 5)
+    assert charged == [("walk", 3, 7), ("walk", -1, 4), ("decide", 2, 9), ("decide", -1, 5)]

@@ -13,7 +13,9 @@ step ran as long as a 2-worker one, so decisions do not overlap.
 
 The simulator charges each decision ``lock * other workers + scan * queued
 tasks read`` on one scheduler that no task starts past
-(:meth:`tilecast.simulator.engine.Engine.decide`). The two costs are fitted
+(:meth:`tilecast.simulator.engine.Engine.decide`); a decision made by a worker
+runs after that worker's release of its ended task and its earlier pushes, as
+StarPU runs them one after the other in that worker's thread. The two costs are fitted
 here: the probe steps are simulated with the kernel calibration and the
 policy's per-task cost without decisions (dmdas's), and ``scan`` and
 ``lock`` are chosen so that the simulated makespans match the measured ones

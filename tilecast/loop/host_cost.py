@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 19  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 20  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -50,6 +50,8 @@ FORMAT = 19  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 18: a cost between tasks per byte of the ended task, up to the core's cache (gap_end_byte_s, gap_byte_cap;
 # tilecast.loop.gap_bytes), measured on the step probe
 # 19: dmdas's walk also fitted on its longest probe beside dmda, as a step pays it (tilecast.loop.walk_in_step)
+# 20: a worker's dmdasd decisions run after its release and earlier insertions, not beside them
+# (tilecast.simulator.engine.Engine.decide), so the decision costs fitted by simulating the probes are fitted again
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.

@@ -59,8 +59,12 @@ class RankView:
                 self.e.wake(w)
                 return
 
-    def decide(self, locked: int, scanned: int) -> None:
-        self.e.decide(locked, scanned)
+    def decide(self, locked: int, scanned: int, by: int = -1) -> None:
+        self.e.decide(locked, scanned, self.gw[by] if by >= 0 else -1)
+
+    def walk(self, by: int, walked: int) -> None:
+        """:meth:`Engine.walk` by this rank's worker ``by`` (its global id), or by a thread that is none."""
+        self.e.walk(self.gw[by] if by >= 0 else -1, walked)
 
     def __getattr__(self, name):
         """Anything else a policy reads (the costs the engine charges): the engine's own."""

@@ -701,6 +701,16 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
     p->predicted_transfer[task] = tr;
     int64_t qlen = p->use_sq ? p->sq[w].n : p->sorted_q ? p->hq[w].n : p->dq[w].n;
     if (s->has_mem && (qlen || p->busy[w])) prefetch(s, p, task, nd, now);
+    if (p->sorted_decision) {  /* Engine.decide: every worker's queue locked but the deciding worker's own; in the
+                                  * deciding worker's thread after its earlier work, before the insertion */
+        double cost = (double)(n - (by >= 0 ? 1 : 0)) * s->decision_lock + (double)p->scanned * s->decision_scan;
+        if (cost > 0.0) {
+            double from = now >= p->sched_free ? now : p->sched_free;
+            if (by >= 0 && p->hold[by] > from) from = p->hold[by];
+            if (by >= 0) p->hold[by] = from + cost;
+            p->sched_free = from + cost;
+        }
+    }
     if (p->use_sq && s->push_walk > 0.0) {  /* Engine.walk: _starpu_fifo_push_sorted_task's walk */
         sq_t *q = &p->sq[w];
         double k = s->neg ? s->neg[task] : 0.0;
@@ -718,13 +728,6 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
     if (p->use_sq) sq_insert(s, &p->sq[w], s->neg ? s->neg[task] : 0.0, row, task);
     else if (p->sorted_q) h_push(s, &p->hq[w], s->neg ? s->neg[task] : 0.0, ++p->pushed, task);
     else dq_append(s, &p->dq[w], task);
-    if (p->sorted_decision) {  /* Engine.decide: every worker's queue locked but the deciding worker's own */
-        double cost = (double)(n - (by >= 0 ? 1 : 0)) * s->decision_lock + (double)p->scanned * s->decision_scan;
-        if (cost > 0.0) {
-            double from = now >= p->sched_free ? now : p->sched_free;
-            p->sched_free = from + cost;
-        }
-    }
     if (!p->busy[w]) wake(s, p, w);
 }
 

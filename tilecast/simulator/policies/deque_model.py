@@ -167,6 +167,9 @@ class DequeModel(Policy):
         q = self.queues[w]
         if memory is not None and (q or eng.busy[w]):  # an idle worker fetches at once anyway
             memory.prefetch(task, node, now)
+        if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own; the decision
+            # comes before the insertion (compute_all_performance_predictions, then push_task_on_best_worker)
+            eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned, by)
         if self.sorted_queues:
             self.pushed += 1
             key = self.neg[task] if self.neg else 0.0
@@ -175,8 +178,6 @@ class DequeModel(Policy):
                 eng.walk(by, self._walked(w, key))
         else:
             q.append(task)
-        if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own
-            eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned)
         if not eng.busy[w]:
             eng.wake(w)
 
