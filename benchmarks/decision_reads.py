@@ -15,13 +15,14 @@ Per step it prints: the readings counted in StarPU, the simulator's readings
 for the same configuration (:meth:`tilecast.simulator.engine.Engine.decide`,
 counted in the Python loop), the time of one call inside StarPU (dmdasd's
 calls and dmdas's, the counter's own cost included), the measured steps of
-both policies and what the difference costs per reading, beside the stored
+both policies (runs without the counter, alternated with the counted ones)
+and what the difference costs per reading, beside the stored
 fit's cost per reading (``decision_scan_s``) and the stored models'
 predictions of both steps. The time per reading as a step pays it is what the
 simulator charges; the time of a call shows how much of that is the call.
 
-Needs StarPU, a C compiler and a calibration (``tilecast calibrate``); the
-steps of both policies alternate ``--rounds`` times. Last line: one JSON object.
+Needs StarPU, a C compiler and a calibration (``tilecast calibrate``); each
+round runs both policies with the counter and without it. Last line: one JSON object.
 
     python3 benchmarks/decision_reads.py                      # gpt2-4x128, 8 x 64, tile 32, 1 worker
     python3 benchmarks/decision_reads.py --workers 2 --rounds 3
@@ -110,22 +111,28 @@ def build_counter(directory: Path) -> Path:
     return lib
 
 
-def run_counted(lib: Path, directory: Path, args, sched: str) -> dict:
-    """One ``tilecast run`` of ``args.steps`` steps under ``sched`` with the counter preloaded: its JSON and
-    the counter's figures."""
+def run_counted(lib: Path | None, directory: Path, args, sched: str) -> dict:
+    """One ``tilecast run`` of ``args.steps`` steps under ``sched``, with the counter preloaded (``lib``) or
+    without it (None: the steps as they run, the counter's own cost left out): its JSON and the counter's
+    figures."""
     out = directory / f"count_{sched}.json"
     out.unlink(missing_ok=True)
-    env = {**os.environ, "LD_PRELOAD": str(lib), "TILECAST_COUNT_OUT": str(out)}
+    env = dict(os.environ)
+    if lib is not None:
+        env.update(LD_PRELOAD=str(lib), TILECAST_COUNT_OUT=str(out))
     cmd = [sys.executable, "-m", "tilecast", "run", "--model", args.model, "--batch", str(args.batch), "--seq",
            str(args.seq), "--tile", args.tile, "--sched", sched, "--workers", str(args.workers), "--steps",
            str(args.steps), "--json"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if r.returncode != 0:
         sys.exit(f"decision_reads: `tilecast run --sched {sched}` failed: {(r.stderr or r.stdout).strip()[-400:]}")
+    run = json.loads(r.stdout.strip().splitlines()[-1])
+    if lib is None:
+        return {"run": run}
     if not out.exists():
         sys.exit("decision_reads: the counter saw no call of starpu_task_expected_length (StarPU not linked through "
                  "its procedure linkage table?)")
-    return {"run": json.loads(r.stdout.strip().splitlines()[-1]), "count": json.loads(out.read_text())}
+    return {"run": run, "count": json.loads(out.read_text())}
 
 
 def simulated(args) -> dict:
@@ -161,7 +168,7 @@ def simulated(args) -> dict:
     dmdas = predict(replace(config, sched="dmdas"), machine, cal, host)
     fit = (host or {}).get(fit_key(args.workers, "dmdasd"))
     return {"readings": read[0], "dmdasd_step_s": dmdasd.step_s, "dmdas_step_s": dmdas.step_s,
-            "decision_scan_s": getattr(fit, "decision_scan_s", None)}
+            "decision_scan_s": getattr(fit, "decision_scan_s", None), "decision_lock_s": getattr(fit, "decision_lock_s", None)}
 
 
 def main(argv=None) -> int:
@@ -187,15 +194,18 @@ def main(argv=None) -> int:
     print(conditions_line(conditions))
     sim = simulated(args)
     runs = {"dmdas": [], "dmdasd": []}
+    plain = {"dmdas": [], "dmdasd": []}
     with tempfile.TemporaryDirectory(prefix="tilecast-reads-") as tmp:
         lib = build_counter(Path(tmp))
-        for _ in range(args.rounds):
+        for _ in range(args.rounds):  # the counted runs and the plain ones, whose steps the counter does not slow
             for sched in runs:
                 runs[sched].append(run_counted(lib, Path(tmp), args, sched))
+                plain[sched].append(run_counted(None, Path(tmp), args, sched))
     per_step = {s: [r["count"]["calls"] / args.steps for r in rs] for s, rs in runs.items()}
     ns_per_call = {s: float(np.median([1e9 * r["count"]["cycles"] / r["count"]["calls"] / r["count"]["tsc_hz"]
                                        for r in rs])) for s, rs in runs.items()}
-    step = {s: float(np.median([r["run"]["step_s"] for r in rs])) for s, rs in runs.items()}
+    step = {s: float(np.median([r["run"]["step_s"] for r in rs])) for s, rs in plain.items()}
+    counted_step = {s: float(np.median([r["run"]["step_s"] for r in rs])) for s, rs in runs.items()}
     tasks = runs["dmdas"][0]["run"]["tasks"]
     readings = float(np.median(per_step["dmdasd"]) - np.median(per_step["dmdas"]))
     paid = (step["dmdasd"] - step["dmdas"]) / readings if readings > 0 else float("nan")
@@ -209,15 +219,19 @@ def main(argv=None) -> int:
     print(f"  one call inside StarPU (counter included): dmdas {ns_per_call['dmdas']:.0f} ns, "
           f"dmdasd {ns_per_call['dmdasd']:.0f} ns")
     print(f"  step: dmdas {step['dmdas'] * 1e3:.1f} ms (predicted {sim['dmdas_step_s'] * 1e3:.1f}), dmdasd "
-          f"{step['dmdasd'] * 1e3:.1f} ms (predicted {sim['dmdasd_step_s'] * 1e3:.1f})")
-    fitted = sim["decision_scan_s"]
-    print(f"  a reading as the step pays it: {paid * 1e9:.0f} ns; the stored fit charges "
-          + (f"{fitted * 1e9:.0f} ns" if fitted is not None else "none (no dmdasd fit stored)"))
+          f"{step['dmdasd'] * 1e3:.1f} ms (predicted {sim['dmdasd_step_s'] * 1e3:.1f}); with the counter "
+          f"{counted_step['dmdas'] * 1e3:.1f} and {counted_step['dmdasd'] * 1e3:.1f} ms")
+    fitted, lock = sim["decision_scan_s"], sim["decision_lock_s"]
+    print(f"  dmdasd's step less dmdas's, per reading: {paid * 1e9:.0f} ns (with {args.workers - 1} other worker(s) "
+          "locked per decision); the stored fit charges "
+          + (f"{fitted * 1e9:.0f} ns a reading and {lock * 1e6:.2f} us a decision per other worker locked"
+             if fitted is not None else "nothing (no dmdasd fit stored)"))
     print(json.dumps({"tasks": tasks, "workers": args.workers, "calls_per_step": per_step,
                       "readings_per_step": readings, "simulated_readings_per_step": sim["readings"],
-                      "ns_per_call": ns_per_call, "step_s": step,
+                      "ns_per_call": ns_per_call, "step_s": step, "counted_step_s": counted_step,
                       "predicted_step_s": {"dmdas": sim["dmdas_step_s"], "dmdasd": sim["dmdasd_step_s"]},
-                      "reading_paid_s": paid, "fitted_reading_s": fitted, "conditions": conditions}))
+                      "reading_paid_s": paid, "fitted_reading_s": fitted, "fitted_lock_s": lock,
+                      "conditions": conditions}))
     return 0
 
 
