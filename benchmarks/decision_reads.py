@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -105,7 +106,8 @@ def build_counter(directory: Path) -> Path:
         sys.exit(f"decision_reads: the counter reads the x86 time-stamp counter; this is {os.uname().machine}")
     src, lib = directory / "count_length.c", directory / "count_length.so"
     src.write_text(COUNTER_C)
-    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], capture_output=True, text=True)
+    r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], capture_output=True,
+                       text=True)
     if r.returncode != 0:
         sys.exit(f"decision_reads: building the counter failed: {r.stderr.strip().splitlines()[-1:]}")
     return lib
@@ -163,12 +165,11 @@ def simulated(args) -> dict:
         dmdasd = predict(config, machine, cal, host)
     finally:
         engine.Engine.decide, engine.Engine.native_loop = decide, native
-    from dataclasses import replace
-
     dmdas = predict(replace(config, sched="dmdas"), machine, cal, host)
     fit = (host or {}).get(fit_key(args.workers, "dmdasd"))
     return {"readings": read[0], "dmdasd_step_s": dmdasd.step_s, "dmdas_step_s": dmdas.step_s,
-            "decision_scan_s": getattr(fit, "decision_scan_s", None), "decision_lock_s": getattr(fit, "decision_lock_s", None)}
+            "decision_scan_s": getattr(fit, "decision_scan_s", None),
+            "decision_lock_s": getattr(fit, "decision_lock_s", None)}
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,16 @@
 """dmdasd's decision costs and the sorted queues' insertion cost: fitted from probe makespans, kept through what
 runs teach, used by predict."""
 
+import numpy as np
 import pytest
+from sim_graphs import random_graph
+from sim_machines import cpu_machine
 
 from tilecast.loop import host_cost
 from tilecast.loop.decision_cost import fit_decision_cost, fit_decision_cost_jointly
 from tilecast.loop.host_cost import HostCost, probe_key
 from tilecast.perfmodel import load_machine
+from tilecast.simulator.engine import Engine
 from tilecast.simulator.simulate import simulate
 
 
@@ -182,7 +186,6 @@ def test_sorting_takes_the_policys_own_cost_when_the_walk_fits_the_probes_only_t
     assert _held_out_misfit(base, "prio", probes[:2], durations[:2], target[:2]) is None
 
 
-
 @pytest.mark.parametrize("native", [True, False])
 def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch):
     """On one worker the costs between two tasks are paid by that worker's thread, one after the other: its
@@ -190,12 +193,6 @@ def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch):
     StarPU's _starpu_handle_job_termination pushes each successor through the policy). So the step grows by
     about the sum of what each adds alone (less the submitting thread's first decisions, which overlap the
     worker's first release), not by the larger of them."""
-    import numpy as np
-    from sim_graphs import random_graph
-    from sim_machines import cpu_machine
-
-    from tilecast.simulator.engine import Engine
-
     monkeypatch.setattr(Engine, "native_loop", native)
     g = random_graph(np.random.default_rng(5), 600, 120)
     d = np.random.default_rng(6).integers(5, 40, size=(1, g.n_tasks)) * 1e-6
