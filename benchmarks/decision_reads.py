@@ -121,7 +121,8 @@ def run_counted(lib: Path | None, directory: Path, args, sched: str) -> dict:
     out.unlink(missing_ok=True)
     env = dict(os.environ)
     if lib is not None:
-        env.update(LD_PRELOAD=str(lib), TILECAST_COUNT_OUT=str(out))
+        pre = env.get("LD_PRELOAD", "")  # kept after the counter, as tilecast.executor.mpi_call_times does
+        env.update(LD_PRELOAD=f"{lib}{':' + pre if pre else ''}", TILECAST_COUNT_OUT=str(out))
     cmd = [sys.executable, "-m", "tilecast", "run", "--model", args.model, "--batch", str(args.batch), "--seq",
            str(args.seq), "--tile", args.tile, "--sched", sched, "--workers", str(args.workers), "--steps",
            str(args.steps), "--json"]
@@ -223,8 +224,8 @@ def main(argv=None) -> int:
           f"{step['dmdasd'] * 1e3:.1f} ms (predicted {sim['dmdasd_step_s'] * 1e3:.1f}); with the counter "
           f"{counted_step['dmdas'] * 1e3:.1f} and {counted_step['dmdasd'] * 1e3:.1f} ms")
     fitted, lock = sim["decision_scan_s"], sim["decision_lock_s"]
-    print(f"  dmdasd's step less dmdas's, per reading: {paid * 1e9:.0f} ns (with {args.workers - 1} other worker(s) "
-          "locked per decision); the stored fit charges "
+    locks = f"{args.workers - 1} other worker(s) locked a decision" if args.workers > 1 else "no other worker to lock"
+    print(f"  dmdasd's step less dmdas's, per reading: {paid * 1e9:.0f} ns ({locks}); the stored fit charges "
           + (f"{fitted * 1e9:.0f} ns a reading and {lock * 1e6:.2f} us a decision per other worker locked"
              if fitted is not None else "nothing (no dmdasd fit stored)"))
     print(json.dumps({"tasks": tasks, "workers": args.workers, "calls_per_step": per_step,

@@ -706,8 +706,10 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
         double cost = (double)(n - (by >= 0 ? 1 : 0)) * s->decision_lock + (double)p->scanned * s->decision_scan;
         if (cost > 0.0) {
             double from = now >= p->sched_free ? now : p->sched_free;
-            if (by >= 0 && p->hold[by] > from) from = p->hold[by];
-            if (by >= 0) p->hold[by] = from + cost;
+            if (by >= 0) {
+                if (p->hold[by] > from) from = p->hold[by];
+                p->hold[by] = from + cost;
+            }
             p->sched_free = from + cost;
         }
     }
