@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 20  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 21  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -52,6 +52,8 @@ FORMAT = 20  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 19: dmdas's walk also fitted on its longest probe beside dmda, as a step pays it (tilecast.loop.walk_in_step)
 # 20: a worker's dmdasd decisions run after its release and earlier insertions, not beside them
 # (tilecast.simulator.engine.Engine.decide), so the decision costs fitted by simulating the probes are fitted again
+# 21: the submitting thread's cost per task is the probe's with the most tasks (long_submission_per_task), not the
+# probes' median
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -384,7 +386,7 @@ def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = 
                    progress=None) -> tuple[list, list, list, float]:
     """Host-cost points [tiles, tasks, median makespan, median step less median makespan], overhead points
     [tasks per second, mean start delay], the (graph, trace) of real runs of each probe step, and the
-    submitting thread's median seconds per task over the probes."""
+    submitting thread's seconds per task (:func:`long_submission_per_task`)."""
     from tilecast.loop.runtime_overhead import task_overhead
 
     points, overheads, traced, submit = [], [], [], []
@@ -392,8 +394,25 @@ def measure_probes(workers: int, probes=PROBES, repeats: int = 15, sched: str = 
         points.append([graph.n_tiles, graph.n_tasks, makespan, max(host, 1e-6)])
         overheads.append([graph.n_tasks / (makespan + host), task_overhead(graph, trace)])
         traced.append((graph, trace))
-        submit.append(submit_s / max(graph.n_tasks, 1))
-    return points, overheads, traced, float(np.median(submit))
+        submit.append((graph.n_tasks, submit_s))
+    return points, overheads, traced, long_submission_per_task(submit)
+
+
+def long_submission_per_task(submissions: list) -> float:
+    """The submitting thread's seconds per task as a long submission pays them: that of the probe with the
+    most tasks, from [(tasks, median seconds of its submission)].
+
+    A short submission runs on warm caches: on the 2-core Xeon guest, fresh StarPU sessions, one worker, eager,
+    the probes of 163-2,342 tasks (3-26 MB of tiles) took 1.3-1.7 us a task, the one of 13,402 tasks 2.1, and
+    the accuracy suite's steps of 1,066-11,397 tasks (54-1,584 MB) 1.8-2.6 (docs/predicting.md, "The
+    submitting thread's cost per task"). With as many workers as cores a short submission is also often not
+    cut by the scheduler tick (tilecast.simulator.submit_slices), so its wall time per task is about half
+    that of a cut one, which the forecast takes as two turns per task: the probes' median (1,214 tasks) gave
+    1.5 us or 3.1 us in calibrations minutes apart, the longest probe 4.2."""
+    if not submissions:
+        return 0.0
+    tasks, seconds = max(submissions, key=lambda s: s[0])
+    return float(seconds) / max(int(tasks), 1)
 
 
 def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PROBE_SCHED, progress=None) -> list:
