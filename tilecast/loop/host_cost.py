@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 21  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 22  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -54,6 +54,8 @@ FORMAT = 21  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (tilecast.simulator.engine.Engine.decide), so the decision costs fitted by simulating the probes are fitted again
 # 21: the submitting thread's cost per task is the probe's with the most tasks (long_submission_per_task), not the
 # probes' median
+# 22: dmdas's walk as a step pays it fitted on its ratio to dmda on the longest probe in alternated sessions
+# (tilecast.loop.walk_pairs)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -492,13 +494,16 @@ def _probe_machine(probe: HostCost, machine):
     return m.with_push_walk(probe.push_walk_s).with_walk_far(probe.walk_far_s, probe.walk_knee)
 
 
-def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str, graphs: list) -> None:
+def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str, graphs: list,
+              longest_ratio: float | None = None) -> None:
     """Fit a sorted policy's cost per queued task walked past on the measured makespans of the probe
     ``graphs``, its per-task cost then being its companion's (the same policy without sorted queues, measured
     on the same probes), unless its own per-task cost without a walk reproduces the probes better
-    (:func:`tilecast.loop.decision_cost.fit_sorting`)."""
+    (:func:`tilecast.loop.decision_cost.fit_sorting`). ``longest_ratio``: the policy's makespan of the longest
+    probe over its companion's, measured in alternated sessions (:mod:`tilecast.loop.walk_pairs`), which the
+    walk as a step pays is fitted on instead of the two sessions' ratio."""
     from tilecast.loop.decision_cost import WALKING, fit_sorting
-    from tilecast.loop.walk_in_step import far_with, fit_in_step_walk
+    from tilecast.loop.walk_in_step import far_with, fit_in_step_walk, longest_probe
 
     own = probe.task_overhead_s
     own_gaps = probe.gap_costs
@@ -517,6 +522,10 @@ def fit_walks(probe: HostCost, machine, calibration, companion: HostCost | None,
         probe.set_gap_costs(own_gaps)
     # the walk as a step pays it, on the longest probe (tilecast.loop.walk_in_step)
     if sched in SORTED_WALK and beside is not None and companion.task_overhead_s is not None:
+        if longest_ratio is not None:
+            i = longest_probe(graphs)
+            makespans = list(makespans)
+            makespans[i] = longest_ratio * beside[1][i]
         in_step = fit_in_step_walk(m, calibration, graphs, makespans, sched, beside, floor=probe.walk_step_s)
         if in_step > max(probe.push_walk_s, 1.01 * probe.walk_step_s):  # dearer than the walk on the queue probe
             probe.take_gap_model(companion)
@@ -572,7 +581,10 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
 
+        from tilecast.loop.walk_pairs import PAIRS, REPEATS
+
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
+        sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1)
                    + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
@@ -598,6 +610,11 @@ SORTED_WALK = ("dmdas",)
 
 
 SORTED_KEY = "sorted"  # the sorted-insertion measurement among ProbeSessions' passes (one worker, for every count)
+
+
+def pairs_key(workers: int, sched: str) -> str:
+    """ProbeSessions' pass of ``sched`` beside its companion in alternated sessions (tilecast.loop.walk_pairs)."""
+    return f"pairs:{workers}:{sched}"
 STEP_GAPS_KEY = "step gaps"  # the step probe's traced steps (tilecast.loop.gap_bytes), for every count and policy
 
 
@@ -607,9 +624,11 @@ class ProbeSessions:
     per worker count and scheduler), and the fits made from them (:meth:`fit`, again after a retake)."""
 
     def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
+        from tilecast.loop.decision_cost import WALKING
         from tilecast.loop.gap_bytes import measure_step_gaps
         from tilecast.loop.interference import GuardedPass
         from tilecast.loop.queue_probe import measure_sorted
+        from tilecast.loop.walk_pairs import measure_walk_pairs
 
         self.base, self.todo, self.sched_todo, self.tick = dict(base), list(todo), list(sched_todo), tick
         self.by_key = {w: GuardedPass(f"executor probes ({w} worker{'s' if w > 1 else ''})",
@@ -621,6 +640,10 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
+            if sched in SORTED_WALK:
+                self.by_key[pairs_key(w, sched)] = GuardedPass(
+                    f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
+                    lambda w=w, sched=sched: measure_walk_pairs(w, sched, WALKING[sched], progress=self._tick))
         if self.todo:
             self.by_key[STEP_GAPS_KEY] = GuardedPass("the step probe's gaps (eager, 1 worker)",
                                                      lambda: measure_step_gaps(progress=self._tick))
@@ -638,6 +661,7 @@ class ProbeSessions:
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
         from tilecast.loop.queue_probe import walk_curve
+        from tilecast.loop.walk_pairs import pair_ratio
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -658,8 +682,9 @@ class ProbeSessions:
             if SORTED_KEY in self.by_key and sched in SORTED_WALK:
                 probe.walk_step_s, probe.walk_far_s, probe.walk_knee = walk_curve(self.by_key[SORTED_KEY].result)
             if sched in WALKING:
+                pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
-                          [g for g, _ in traced])
+                          [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
             if sched in DECIDING:
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
                               [g for g, _ in traced])
