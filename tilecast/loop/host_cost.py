@@ -410,7 +410,7 @@ def long_submission_per_task(submissions: list) -> float:
     submitting thread's cost per task"). With as many workers as cores a short submission is also often not
     cut by the scheduler tick (tilecast.simulator.submit_slices), so its wall time per task is about half
     that of a cut one, which the forecast takes as two turns per task: the probes' median (1,214 tasks) gave
-    1.5 us or 3.1 us in calibrations minutes apart, the longest probe 4.2."""
+    the two-worker figure 1.5 us or 3.0-3.3 us in calibrations minutes apart, the longest probe 4.1-4.2."""
     if not submissions:
         return 0.0
     tasks, seconds = max(submissions, key=lambda s: s[0])
@@ -580,7 +580,6 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
-
         from tilecast.loop.walk_pairs import PAIRS, REPEATS
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
@@ -610,12 +609,12 @@ SORTED_WALK = ("dmdas",)
 
 
 SORTED_KEY = "sorted"  # the sorted-insertion measurement among ProbeSessions' passes (one worker, for every count)
+STEP_GAPS_KEY = "step gaps"  # the step probe's traced steps (tilecast.loop.gap_bytes), for every count and policy
 
 
 def pairs_key(workers: int, sched: str) -> str:
     """ProbeSessions' pass of ``sched`` beside its companion in alternated sessions (tilecast.loop.walk_pairs)."""
     return f"pairs:{workers}:{sched}"
-STEP_GAPS_KEY = "step gaps"  # the step probe's traced steps (tilecast.loop.gap_bytes), for every count and policy
 
 
 class ProbeSessions:

@@ -8,7 +8,8 @@ Intel Xeon guest that one ratio came out 1.22, 1.13, 1.05 and 1.01 in four calib
 homes of accuracy runs 74-77), and the walk fitted on it 84.9, 56.2, 30.4 and 5.0 ns a step; the suite's
 two-worker `dmdas` and `dmdasd` rows followed it (the Llama's `dmdas` at tile 64 -1.2% to -15.5%). Here the two
 policies' sessions alternate, ``pairs`` times each, and the ratio is the median of the pairs'
-(:func:`pair_ratio`), so that the machine's state while one policy ran is also the other's.
+(:func:`pair_ratio`), so that the machine's state while one policy ran is also the other's: four pairs of 3
+steps each gave 1.09-1.18 (median 1.14) on two workers and 1.06-1.17 (1.11) on one, in 9 and 5 s.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def measure_walk_pairs(workers: int, sched: str, companion: str, pairs: int = PA
     the most tasks, ``sched`` first in one pair, the companion first in the next."""
     from tilecast.loop.host_cost import SCHED_PROBES, measure_walls
 
-    longest = max(SCHED_PROBES, key=lambda p: _tasks(p))
+    longest = max(SCHED_PROBES, key=_tasks)
     out = []
     for k in range(pairs):
         order = (sched, companion) if k % 2 == 0 else (companion, sched)
