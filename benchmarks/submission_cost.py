@@ -77,7 +77,7 @@ def main() -> None:
           f"us per task, median of the timed steps (min-max)")
     rows = []
     for label, cfg, batch, seq, graph in graphs(args.quick):
-        big = graph.flops().sum() > 5e10  # steps of seconds on these machines
+        big = graph.flops.sum() > 5e10  # steps of seconds on these machines
         per = submission_per_task(cfg, batch, seq, graph, args.workers, 2 if big else args.steps, args.paused)
         row = dict(label=label, tasks=graph.n_tasks, tiles=graph.n_tiles,
                    mb=round(float(graph.tile_nbytes.sum()) / 1e6, 1), per_task_s=float(np.median(per)),
