@@ -4,7 +4,7 @@ the probe fit taking the walk from that ratio instead of the two sessions' own."
 import pytest
 from test_walk_in_step import _makespans, _probe_fit, two  # noqa: F401 (a fixture)
 
-from tilecast.loop import host_cost, walk_pairs
+from tilecast.loop import host_cost
 from tilecast.loop.walk_pairs import measure_walk_pairs, pair_ratio
 
 
@@ -24,7 +24,7 @@ def test_the_sessions_alternate_on_the_longest_probe(monkeypatch):
     got = measure_walk_pairs(2, "dmdas", "dmda", pairs=3, repeats=2)
     assert got == [(1.1, 1.0)] * 3
     assert [c[3] for c in calls] == ["dmdas", "dmda", "dmda", "dmdas", "dmdas", "dmda"]
-    longest = max(host_cost.SCHED_PROBES, key=lambda p: walk_pairs._tasks(p))
+    longest = max(host_cost.SCHED_PROBES, key=lambda p: host_cost.probe_graphs((p,))[0][3].n_tasks)
     assert all(c[:3] == (2, (longest,), 2) for c in calls)
 
 

@@ -25,21 +25,16 @@ def measure_walk_pairs(workers: int, sched: str, companion: str, pairs: int = PA
                        progress=None) -> list:
     """[(``sched``'s median makespan, ``companion``'s)] of ``pairs`` pairs of sessions on the scheduler probe with
     the most tasks, ``sched`` first in one pair, the companion first in the next."""
-    from tilecast.loop.host_cost import SCHED_PROBES, measure_walls
+    from tilecast.loop.host_cost import SCHED_PROBES, measure_walls, probe_graphs
+    from tilecast.loop.walk_in_step import longest_probe
 
-    longest = max(SCHED_PROBES, key=_tasks)
+    longest = SCHED_PROBES[longest_probe([g for *_, g in probe_graphs(SCHED_PROBES)])]
     out = []
     for k in range(pairs):
         order = (sched, companion) if k % 2 == 0 else (companion, sched)
         got = {s: measure_walls(workers, (longest,), repeats, s, progress)[0][1] for s in order}
         out.append((got[sched], got[companion]))
     return out
-
-
-def _tasks(probe) -> int:
-    from tilecast.loop.host_cost import probe_graphs
-
-    return probe_graphs((probe,))[0][3].n_tasks
 
 
 def pair_ratio(pairs: list) -> float | None:
