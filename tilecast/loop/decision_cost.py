@@ -73,47 +73,31 @@ PULL = 0.01
 
 def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmdasd") -> tuple[float, float]:
     """(seconds per queued task read, seconds per other worker locked) that make the simulated makespans of
-    ``graphs`` under ``sched`` on ``machine`` (its per-task cost already set) match ``makespans``: the fit of
-    :func:`fit_decision_cost_jointly` over one worker count."""
-    scan, locks = fit_decision_cost_jointly({0: (machine, graphs, makespans)}, calibration, sched)
-    return scan, locks[0]
+    ``graphs`` under ``sched`` on ``machine`` (its per-task cost already set) match ``makespans``, fitted on one
+    worker count's probes.
 
-
-def fit_decision_cost_jointly(setups: dict, calibration, sched: str = "dmdasd") -> tuple[float, dict]:
-    """(seconds per queued task read, {workers: seconds per other worker locked}) that make the simulated
-    makespans of every worker count's probes match the measured ones together: one cost of reading a queued
-    task, whatever the worker count, and a lock cost per count. ``setups``: {workers: (machine of that many
-    workers with its per-task cost set, graphs, measured makespans)}.
-
-    Why one reading cost: it is the same list walk on every count, and the probes alone cannot tell it
-    from the lock on each count separately. Fitted per count, it came out 43-77 ns on two workers against
-    83-93 ns on one in four calibrations of the 2-core Xeon (same probes), and the suite's longest queues
-    (gpt2-4x128 at tile 32, 8,714 tasks) were predicted 18-22% fast on two workers and up to 18% slow on
-    one; with one cost, within -14% to +15% (docs/accuracy.md)."""
+    Why per count: a queued task read on two workers is a list node that the other worker's thread also
+    writes (it pops and pushes on the queues read), so it misses in the reading core's cache more often than
+    on one worker. With the simulator's decisions after a worker's earlier work (host-cost format 20), the
+    reading fitted per count came out 52-70 ns on one worker and 91-100 ns on two in three calibrations of the
+    2-core Xeon (runs 78-80), and the suite predicted again from those calibrations with them missed by at most
+    9.4 / 10.6 / 20.0% against 12.9 / 11.6 / 27.8% with one reading cost for both counts (docs/accuracy.md)."""
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator.simulate import simulate
 
-    counts = sorted(setups)
-    prepared = []
-    for w in counts:
-        machine, graphs, makespans = setups[w]
-        model = DurationModel(machine, calibration)
-        prepared.append((machine, graphs, [model.durations(g) for g in graphs],
-                         np.asarray(makespans, dtype=np.float64)))
-    start = np.concatenate([START[:1], np.full(len(counts), START[1])])
+    model = DurationModel(machine, calibration)
+    durations = [model.durations(g) for g in graphs]
+    measured = np.asarray(makespans, dtype=np.float64)
 
     def residuals(x):
         x = np.maximum(x, 0.0)
-        out = []
-        for i, (machine, graphs, durations, measured) in enumerate(prepared):
-            m = machine.with_decision_cost(x[0] * SCALE[0], x[1 + i] * SCALE[1])
-            sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
-            out.append((sim - measured) / measured)
-        return np.concatenate(out + [PULL * (x - start)])
+        m = machine.with_decision_cost(x[0] * SCALE[0], x[1] * SCALE[1])
+        sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
+        return np.concatenate([(sim - measured) / measured, PULL * (x - START)])
 
-    fit = least_squares(residuals, x0=start, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=60)
+    fit = least_squares(residuals, x0=START, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=60)
     x = np.maximum(fit.x, 0.0)
-    return float(x[0] * SCALE[0]), {w: float(x[1 + i] * SCALE[1]) for i, w in enumerate(counts)}
+    return float(x[0] * SCALE[0]), float(x[1] * SCALE[1])
 
 
 def _probe_target(machine, calibration, graphs, makespans, beside):

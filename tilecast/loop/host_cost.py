@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 22  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 23  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -56,6 +56,7 @@ FORMAT = 22  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # probes' median
 # 22: dmdas's walk as a step pays it fitted on its ratio to dmda on the longest probe in alternated sessions
 # (tilecast.loop.walk_pairs)
+# 23: dmdasd's cost per queued task read fitted on each worker count's probes alone, as from 6 to 13 (not 14's one cost)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -464,25 +465,6 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
 
-def fit_decisions_jointly(fits: dict, machine, calibration, sched: str) -> None:
-    """Refit ``sched``'s decision costs on the probes of every worker count it was measured on, with one cost
-    per queued task read (:func:`tilecast.loop.decision_cost.fit_decision_cost_jointly`); where only one count
-    has them, its own fit (:func:`fit_decisions`) stays. Each count's fit, and a scheduler fit still the same
-    object, get the result."""
-    from tilecast.loop.decision_cost import fit_decision_cost_jointly
-
-    probes = {p.workers: p for key, p in fits.items()
-              if key == probe_key(p.workers, sched) and p.probe_points == len(SCHED_PROBES)}
-    if len(probes) < 2:
-        return
-    graphs = [g for *_, g in probe_graphs(SCHED_PROBES)]
-    setups = {w: (_probe_machine(p, machine.with_workers(w)), graphs, [q[2] for q in p.points[:p.probe_points]])
-              for w, p in probes.items()}
-    scan, locks = fit_decision_cost_jointly(setups, calibration, sched)
-    for w, p in probes.items():
-        p.decision_scan_s, p.decision_lock_s = scan, locks[w]
-
-
 def _probe_machine(probe: HostCost, machine):
     """``machine`` with the costs of ``probe`` that a fit keeps fixed, as predict() simulates them."""
     from tilecast.loop.predict import with_submitting_thread
@@ -689,9 +671,6 @@ class ProbeSessions:
                               [g for g, _ in traced])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
-        for sched in DECIDING:
-            if any(s == sched for _, s in self.sched_todo):
-                fit_decisions_jointly(fits, machine, cal, sched)
         self._fit_end_bytes(fits, machine, cal)
         return fits, cal
 
