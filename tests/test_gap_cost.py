@@ -178,11 +178,20 @@ def test_the_cost_per_byte_is_read_back_from_start_delays():
     assert fit_end_byte_cost([(g, slower.trace())], coef, cap) == pytest.approx(2e-11, rel=1e-6)
 
 
-def test_a_policy_measured_later_takes_its_worker_counts_cost_per_byte():
+def test_a_policy_measured_later_takes_its_worker_counts_cost_per_byte(monkeypatch):
     """A calibration that measures a scheduler's probes alone (its worker count's fits stored before) gives that
-    scheduler's fit the cost per byte its worker count has, as the policies measured with it have."""
-    sessions = host_cost.ProbeSessions({}, [], [(2, "lws")])
+    scheduler's fit the cost per byte its worker count has, as the policies measured with it have, and before
+    its decision costs are fitted by simulating its probes (fitted without it, they took up what predictions
+    then charged again per byte)."""
+    seen = []
+    monkeypatch.setattr(host_cost, "fit_decisions",
+                        lambda probe, *a: seen.append((probe.gap_end_byte_s, probe.gap_byte_cap)))
+    monkeypatch.setattr(HostCost, "fit_gap_model", lambda self, traced: None)
+    sessions = host_cost.ProbeSessions({2: _probe()}, [], [(2, "lws"), (2, "dmdasd")])
     assert host_cost.STEP_GAPS_KEY not in sessions.by_key  # no worker count measured: the step probe is not run
-    fits = {2: _probe(), probe_key(2, "lws"): HostCost.fit(2, [[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]])}
-    sessions._fit_end_bytes(fits, None, None)
-    assert (fits[probe_key(2, "lws")].gap_end_byte_s, fits[probe_key(2, "lws")].gap_byte_cap) == (3e-12, 2.0**21)
+    for key in (probe_key(2, "lws"), probe_key(2, "dmdasd")):
+        sessions.by_key[key].result = ([[10, 10, 0.01, 0.001], [100, 100, 0.02, 0.002]], [[1000, 9e-6]], [], 1e-6)
+    fits, _ = sessions.fit(cpu_machine(n_workers=2), None)
+    assert seen == [(3e-12, 2.0**21)]  # dmdasd's decisions fitted with it
+    for sched in ("lws", "dmdasd"):
+        assert (fits[probe_key(2, sched)].gap_end_byte_s, fits[probe_key(2, sched)].gap_byte_cap) == (3e-12, 2.0**21)

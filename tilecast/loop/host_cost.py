@@ -56,7 +56,8 @@ FORMAT = 23  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # probes' median
 # 22: dmdas's walk as a step pays it fitted on its ratio to dmda on the longest probe in alternated sessions
 # (tilecast.loop.walk_pairs)
-# 23: dmdasd's cost per queued task read fitted on each worker count's probes alone, as from 6 to 13 (not 14's one cost)
+# 23: dmdasd's cost per queued task read fitted on each worker count's probes alone, as from 6 to 13 (not 14's one cost),
+# and the walks and decisions fitted with the cost per byte of the ended task that predictions charge
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -654,10 +655,13 @@ class ProbeSessions:
             fits[w].submit_task_s = submit
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
+        self._fit_end_bytes(fits, machine, cal)
         for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
             probe = fit_beside(fits.get(w), w, points, overheads)
             probe.fit_gap_model(traced)
+            if w in fits:  # its worker count's cost per byte, before the costs fitted by simulating the probes
+                probe.gap_end_byte_s, probe.gap_byte_cap = fits[w].gap_end_byte_s, fits[w].gap_byte_cap
             probe.probe_points = len(points)
             probe.submit_task_s = submit
             if SORTED_KEY in self.by_key and sched in SORTED_WALK:
@@ -671,13 +675,15 @@ class ProbeSessions:
                               [g for g, _ in traced])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
-        self._fit_end_bytes(fits, machine, cal)
         return fits, cal
 
     def _fit_end_bytes(self, fits: dict, machine, cal) -> None:
         """Set the cost per byte of a worker's ended task (:mod:`tilecast.loop.gap_bytes`) on every worker count's
         fit measured in these sessions (the step probe's start delays beyond one worker's model, eager's on the
-        probes), and on every scheduler's fit measured in them that of its worker count (measured now or stored)."""
+        probes). A scheduler's probe fit takes its worker count's (measured now or stored) before its walk and
+        decision costs are fitted by simulating its probes (:meth:`fit`): fitted without it, as until host-cost
+        format 23, those costs took up what the prediction then charged again per byte (dmdasd's reading cost
+        on two workers 124.5 ns a task read, 95.8 ns with it, on one calibration of the 2-core Xeon)."""
         from tilecast.loop.gap_bytes import cache_cap, fit_end_byte_cost
 
         base = fits.get(1)
@@ -687,7 +693,3 @@ class ProbeSessions:
                                      (base.task_overhead_s, *base.gap_costs[:5]), cap)
             for w in self.todo:
                 fits[w].gap_end_byte_s, fits[w].gap_byte_cap = cost, cap
-        for w, sched in self.sched_todo:
-            source, key = fits.get(w), probe_key(w, sched)
-            if source is not None and key in fits:
-                fits[key].gap_end_byte_s, fits[key].gap_byte_cap = source.gap_end_byte_s, source.gap_byte_cap
