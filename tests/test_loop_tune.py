@@ -150,3 +150,20 @@ def test_sessions_of_short_configurations_are_interleaved():
     long_at = [order.index((i, 0)) for i in (1, 3, 4)]
     assert long_at == sorted(long_at) and long_at[0] > 2 and long_at[-1] == len(order) - 1
     assert session_order([[3], [4]]) == [(0, 0), (1, 0)]
+
+
+def test_long_configurations_run_in_two_sessions_where_asked_with_two_steps_each():
+    """The accuracy suite measures a configuration of long steps in LONG_ROUNDS sessions (one session is one
+    sample of where the threads and tiles landed), each of at least 2 timed steps; short ones as before."""
+    from tilecast.loop.accuracy import LONG_ROUNDS
+    from tilecast.loop.execute import SHORT_ROUNDS, rounds_for, session_order
+    from tilecast.loop.measure import split_steps
+
+    assert LONG_ROUNDS == 2
+    assert [rounds_for(2.0, n, LONG_ROUNDS) for n in (1, 3, 4, 5)] == [1, 1, 2, 2]
+    assert rounds_for(2.0, 4) == 1  # tune and run keep one session
+    assert rounds_for(0.04, 40, LONG_ROUNDS) == SHORT_ROUNDS
+    plans = [split_steps(4, rounds_for(t, 4, LONG_ROUNDS)) for t in (3.0, 2.0)]
+    assert plans == [[2, 2], [2, 2]]
+    order = session_order(plans)  # each configuration's two sessions apart, the other's between them
+    assert order == [(0, 0), (1, 0), (0, 1), (1, 1)]

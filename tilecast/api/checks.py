@@ -85,7 +85,7 @@ class AccuracyResult(_Result):
                 f"{'targets met' if self.ok else 'targets MISSED'}")
 
 
-def accuracy(suite: str = "full", steps: int = 3, warmup: int = 1, recalibrate: bool = False, workers=None,
+def accuracy(suite: str = "full", steps: int = 4, warmup: int = 1, recalibrate: bool = False, workers=None,
              policies=None, quiet_check: bool = True, max_wait_s: float | None = None,
              progress: bool = False) -> AccuracyResult:
     """Measure every configuration of ``suite`` (``full`` or ``quick``) on StarPU and predict each first-use,

@@ -32,8 +32,8 @@ def add_parser(sub):
                    "configurations of two tiny shapes, to try the command)")
     add_worker_counts_arg(p, "1 and every core StarPU can use")
     add_scheds_arg(p, None, "every policy both simulated and offered by StarPU")
-    add_steps_arg(p, 3, "per configuration, at least, after --warmup (short steps get more, over several "
-                        "sessions)")
+    add_steps_arg(p, 4, "per configuration, at least, after --warmup (short steps get more, over several "
+                        "sessions; the others run in two sessions where there are at least 4)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="warm-up steps per session (default: 1)")
     p.add_argument("--recalibrate", action="store_true",
                    help="also store the models learned from the measured runs, for later predictions (the suite's "

@@ -117,6 +117,13 @@ def figures_of(rows: list, view: str) -> dict:
     return out
 
 
+#: StarPU sessions of a configuration whose steps are not short (tilecast.loop.execute.SHORT_STEP_S): a session
+#: is one sample of where the threads and tiles landed; on the 2-core Xeon one session of gpt2-4x512's eager at tile
+#: 192 on two workers ran its steps at 1.77-1.82 s in two runs and 1.93-2.03 s in two others, the best
+#: configurations of that shape being within 2-5% of each other
+LONG_ROUNDS = 2
+
+
 def estimated_minutes(predictions, steps: int, warmup: int) -> float:
     """A rough duration of measuring ``predictions``: their predicted steps with warm-up, and a second per
     StarPU session (start, the quiet check's reference step)."""
@@ -125,12 +132,12 @@ def estimated_minutes(predictions, steps: int, warmup: int) -> float:
     total = 0.0
     for p in predictions:
         n = steps_for(p.step_s, steps)
-        rounds = rounds_for(p.step_s, n)
+        rounds = rounds_for(p.step_s, n, LONG_ROUNDS)
         total += p.step_s * (n + warmup * rounds) + 1.0 * rounds
     return total / 60.0
 
 
-def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: bool = False,
+def run_suite(name: str = "full", steps: int = 4, warmup: int = 1, recalibrate: bool = False,
               progress: bool = True, workers=None, quiet_check: bool = True,
               max_wait_s: float | None = None, policies=None) -> SuiteResult:
     """Calibrate what is missing, predict every configuration from the calibration alone, measure each on
@@ -187,7 +194,7 @@ def run_suite(name: str = "full", steps: int = 3, warmup: int = 1, recalibrate: 
         guard.max_wait_s = guard.waited_s + (MAX_WAIT_S[name] if max_wait_s is None else max_wait_s)
         before = (len(guard.probes), guard.waited_s, guard.retaken)
     ex = execute(first, first, machine, cal0, host0, steps=steps, warmup=warmup, recalibrate=True,
-                 progress=progress, guard=guard)
+                 progress=progress, guard=guard, long_rounds=LONG_ROUNDS)
     if guard is not None:  # the measurement's own counts (the standard stays the run's fastest reference)
         ex.quiet.update(reference_probes=ex.quiet["reference_probes"] - before[0],
                         waited_s=ex.quiet["waited_s"] - before[1],

@@ -116,10 +116,13 @@ def steps_for(predicted_s: float, steps: int, min_timed_s: float = MIN_TIMED_S) 
     return max(steps, min(MAX_STEPS, want))
 
 
-def rounds_for(predicted_s: float, steps: int) -> int:
+def rounds_for(predicted_s: float, steps: int, long_rounds: int = 1) -> int:
     """StarPU sessions to measure a configuration in: several for short steps, whose time varies by session
-    (at least 3 timed steps each, every session paying its own warm-up)."""
-    return max(1, min(SHORT_ROUNDS, steps // 3)) if predicted_s < SHORT_STEP_S else 1
+    (at least 3 timed steps each, every session paying its own warm-up); ``long_rounds`` for the others, with at
+    least 2 timed steps each."""
+    if predicted_s < SHORT_STEP_S:
+        return max(1, min(SHORT_ROUNDS, steps // 3))
+    return max(1, min(long_rounds, steps // 2))
 
 
 def session_order(plans: list) -> list:
@@ -143,11 +146,11 @@ def session_order(plans: list) -> list:
 
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
             recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S,
-            guard=None) -> Execution:
+            guard=None, long_rounds: int = 1) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
-    exactly ``steps``), short ones over :func:`rounds_for` StarPU sessions.
+    exactly ``steps``), short ones over :func:`rounds_for` StarPU sessions, the others over ``long_rounds``.
     The sessions of different configurations are interleaved
     (:func:`session_order`), so that a slow spell of the machine spreads over
     several configurations instead of shifting one of them.
@@ -168,7 +171,7 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     plans = []
     for p in predictions:
         n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
-        plans.append(split_steps(n, rounds_for(p.step_s, n)))
+        plans.append(split_steps(n, rounds_for(p.step_s, n, long_rounds)))
     done, probes = _measure_sessions(predictions, plans, warmup, guard, progress)
     learned = []  # per configuration, the measurement the models learn from: its quiet sessions
     for i, p in enumerate(predictions):
