@@ -79,9 +79,10 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     Why per count: a queued task read on two workers is a list node that the other worker's thread also
     writes (it pops and pushes on the queues read), so it misses in the reading core's cache more often than
     on one worker. With the simulator's decisions after a worker's earlier work (host-cost format 20), the
-    reading fitted per count came out 52-70 ns on one worker and 91-100 ns on two in three calibrations of the
-    2-core Xeon (runs 78-80), and the suite predicted again from those calibrations with them missed by at most
-    9.4 / 10.6 / 20.0% against 12.9 / 11.6 / 27.8% with one reading cost for both counts (docs/accuracy.md)."""
+    reading fitted per count came out 43-70 ns on one worker and 88-100 ns on two in six calibrations of the
+    2-core Xeon (accuracy runs 78-83; 78-81 refitted on their stored probes), and the suite predicted again from
+    runs 78-82's calibrations missed by at most 9.4-20.0% with them, 14.2-25.5% with one reading cost for both
+    counts (docs/accuracy.md, run 82)."""
     from tilecast.perfmodel.kernel_model import DurationModel
     from tilecast.simulator.simulate import simulate
 
