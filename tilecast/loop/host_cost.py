@@ -660,7 +660,11 @@ class ProbeSessions:
             points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
             probe = fit_beside(fits.get(w), w, points, overheads)
             probe.fit_gap_model(traced)
-            if w in fits:  # its worker count's cost per byte, before the costs fitted by simulating the probes
+            # its worker count's cost per byte (measured now or stored), before the walk and decisions are fitted by
+            # simulating the probes: fitted without it, as until host-cost format 23, they took up what predictions
+            # then charged again per byte (dmdasd's two-worker reading 124.5 ns a task read, 95.8 with it, on one
+            # calibration of the 2-core Xeon)
+            if w in fits:
                 probe.gap_end_byte_s, probe.gap_byte_cap = fits[w].gap_end_byte_s, fits[w].gap_byte_cap
             probe.probe_points = len(points)
             probe.submit_task_s = submit
@@ -680,10 +684,7 @@ class ProbeSessions:
     def _fit_end_bytes(self, fits: dict, machine, cal) -> None:
         """Set the cost per byte of a worker's ended task (:mod:`tilecast.loop.gap_bytes`) on every worker count's
         fit measured in these sessions (the step probe's start delays beyond one worker's model, eager's on the
-        probes). A scheduler's probe fit takes its worker count's (measured now or stored) before its walk and
-        decision costs are fitted by simulating its probes (:meth:`fit`): fitted without it, as until host-cost
-        format 23, those costs took up what the prediction then charged again per byte (dmdasd's reading cost
-        on two workers 124.5 ns a task read, 95.8 ns with it, on one calibration of the 2-core Xeon)."""
+        probes); :meth:`fit` gives each scheduler's probe fit its worker count's."""
         from tilecast.loop.gap_bytes import cache_cap, fit_end_byte_cost
 
         base = fits.get(1)
