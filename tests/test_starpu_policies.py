@@ -165,3 +165,32 @@ def test_work_stealing_places_tasks_ready_at_submission_round_robin_from_worker_
         got = s.execute(g, TileStore(g), submit_paused=True)["worker"].to_numpy()
     sim = simulate(g, cpu_machine(n_workers=2), sched, durations=np.full((1, 2), 1e-4), transfers=False)
     assert got.tolist() == sim.worker.tolist() == [1, 0]
+
+
+def gemm_chain(links: int, n: int = BIG):
+    """``links`` GEMMs accumulating into one tile: each waits for the one before (sequential consistency)."""
+    b = GraphBuilder(Tiling.uniform(n))
+    a, bb, c = (b.tensor(x, (n, n), (None, None), "activation") for x in "abc")
+    for _ in range(links):
+        b.add("gemm", [a.tile_ids(0, 0), bb.tile_ids(0, 0), c.tile_ids(0, 0)],
+              dict(trans_a=0, trans_b=0, m=n, n=n, k=n, alpha=1.0, beta=1.0))
+    return b.build()
+
+
+@pytest.mark.parametrize("sched", ["eager", "prio", "ws", "lws"])
+def test_a_chain_moves_to_the_idle_worker_as_simulated(sched):
+    """A worker whose task ended pushes its successor before it pops again, and the other worker, idle and
+    spinning in its pop, takes it first (Policy.pops_after_pushing): on two workers a chain of GEMMs of a few
+    milliseconds moves to the other worker at nearly every link (measured 35-39 of 39 at 256^3 under each of
+    these policies; at 64^3, tasks of tens of microseconds, ws moved at 8-20 of 39: the race is closer)."""
+    if sched not in policies():
+        pytest.skip(f"this StarPU does not offer {sched}")
+    g = gemm_chain(40)
+    with StarPUSession(sched, 2) as s:
+        w = s.execute(g, TileStore(g), submit_paused=True)
+    got = w[w["task"] >= 0].sort_values("task")["worker"].to_numpy()
+    sim = simulate(g, cpu_machine(n_workers=2), sched, durations=np.full((1, g.n_tasks), 1e-3), transfers=False)
+    moved, sim_moved = int((got[1:] != got[:-1]).sum()), int((sim.worker[1:] != sim.worker[:-1]).sum())
+    print(f"{sched}: the chain moved at {moved} of {g.n_tasks - 1} links on StarPU, {sim_moved} simulated")
+    assert sim_moved == g.n_tasks - 1
+    assert moved >= 0.75 * (g.n_tasks - 1)

@@ -31,7 +31,7 @@ import numpy as np
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 
-FORMAT = 23  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 24  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -58,6 +58,9 @@ FORMAT = 23  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (tilecast.loop.walk_pairs)
 # 23: dmdasd's cost per queued task read fitted on each worker count's probes alone, as from 6 to 13 (not 14's one cost),
 # and the walks and decisions fitted with the cost per byte of the ended task that predictions charge
+# 24: eager, prio, ws and lws simulated with a worker popping only once it has released its ended task, an idle one
+# taking the released tasks first (tilecast.simulator.policies.base.Policy.pops_after_pushing), so prio's tree
+# walk, fitted by simulating its probes, is fitted again
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.

@@ -143,7 +143,9 @@ class Engine:
         self.gap_handoff = float(gap_handoff)
         self.made_by = array("q", [-1]) * n  # the worker whose ended task made each task ready (-1: none)
         self.hold = [0.0] * self.n_workers  # when each worker's sorted insertions end (walk)
-        self.pushing = -1  # the worker pushing the tasks its ended one released (with push_walk)
+        self.pushing = -1  # the worker pushing what its ended task released (push_walk, pops_after_pushing)
+        # per worker: releasing its ended task, not yet back in its pop (Policy.pops_after_pushing); 0 or 1
+        self.releasing = bytearray(self.n_workers)
         self.memory = memory
         self.cache = cache
         self.policy = policy
@@ -214,17 +216,17 @@ class Engine:
         """Offer work to the lowest-numbered idle worker other than the one pushing what its ended task
         released (``pushing``: it pops once it has pushed them all), if any. Offering it to the pushing
         worker instead would leave every other idle worker idle while a shared queue holds tasks."""
-        p = self.pushing
+        p, releasing = self.pushing, self.releasing
         w = -1
         for i in self.idle:
-            if i != p and (w < 0 or i < w):
+            if i != p and not releasing[i] and (w < 0 or i < w):
                 w = i
         if w >= 0:
             self.wake(w)
 
     def wake(self, w: int) -> None:
         """Give worker ``w`` its next task if it is idle and the policy has one for it."""
-        if self.busy[w] or w == self.pushing:
+        if self.busy[w] or w == self.pushing or self.releasing[w]:
             return
         t = self.policy.pop(w)
         if t >= 0:
@@ -284,7 +286,10 @@ class Engine:
                         k += 1
                 cost = cost + k * self.gap_ready
             self._released(w, cost)
-        if self.push_walk > 0.0:
+        after = self.policy.pops_after_pushing
+        if after:
+            self.releasing[w] = 1
+        if self.push_walk > 0.0 or after:
             self.pushing = w
         made_by = self.made_by
         for s in self.succ[self.succ_ptr[t]:self.succ_ptr[t + 1]]:
@@ -293,6 +298,21 @@ class Engine:
                 made_by[s] = w
                 push(s, w)
         self.pushing = -1
+        if after:
+            now = self.env._now
+            if self.hold[w] > now:  # it pops once it has released its task: meanwhile another worker may take work
+                self.env.timeout(self.hold[w] - now, w).callbacks.append(self._released_all)
+                return
+            self.releasing[w] = 0
+        if not self.busy[w]:
+            nxt = self.policy.pop(w)
+            if nxt >= 0:
+                self._begin(w, nxt)
+
+    def _released_all(self, ev) -> None:
+        """Worker ``ev.value`` has released its ended task (:attr:`Policy.pops_after_pushing`): it pops."""
+        w = ev._value
+        self.releasing[w] = 0
         if not self.busy[w]:
             nxt = self.policy.pop(w)
             if nxt >= 0:

@@ -26,6 +26,11 @@ class _Busy:
         return self.e.busy[self.w[i]]
 
 
+class _Releasing(_Busy):
+    def __getitem__(self, i):
+        return self.e.releasing[self.w[i]]
+
+
 class RankView:
     """The engine as one rank's policy sees it: its workers numbered from 0, every task."""
 
@@ -42,6 +47,7 @@ class RankView:
         self.memory = None
         self.missing = engine.missing
         self.busy = _Busy(engine, workers)
+        self.releasing = _Releasing(engine, workers)
 
     @property
     def idle(self) -> set:

@@ -57,6 +57,7 @@ typedef struct {
     dq_t *dq;
     sq_t *sq;
     uint8_t *busy;
+    uint8_t *releasing; /* per worker, releasing its ended task, not yet back in its pop (Engine.releasing) */
     int64_t *cur;
     int32_t *missing;
     int64_t *succ_ptr;
@@ -582,14 +583,14 @@ static int64_t stage_remove(tcsim_t *s, priv_t *p, int64_t t) {  /* StageCount.r
 }
 
 static void wake(tcsim_t *s, priv_t *p, int w) {  /* Engine.wake */
-    if (p->busy[w] || w == p->pushing) return;
+    if (p->busy[w] || w == p->pushing || p->releasing[w]) return;
     int64_t t = policy_pop(s, p, w);
     if (t >= 0) begin(s, p, w, t);
 }
 
 static inline int first_idle(const tcsim_t *s, const priv_t *p) {  /* Engine.wake_first_idle: not the pushing one */
     for (int w = 0; w < s->n_workers; w++)
-        if (!p->busy[w] && w != p->pushing) return w;
+        if (!p->busy[w] && w != p->pushing && !p->releasing[w]) return w;
     return -1;
 }
 
@@ -598,12 +599,12 @@ static int ws_victim(tcsim_t *s, priv_t *p, int w) {
     if (s->policy == TCSIM_LWS) {  /* lws_select_victim */
         const int32_t *prox = s->proximity + (int64_t)w * (n - 1);
         for (int i = 0; i < n - 1; i++)
-            if (p->dq[prox[i]].n && p->busy[prox[i]]) return prox[i];
+            if (p->dq[prox[i]].n && (p->busy[prox[i]] || p->releasing[prox[i]])) return prox[i];
         return -1;
     }
     int start = p->last_pop[w], v = start, found = -1;  /* select_victim_round_robin */
     for (;;) {
-        if (p->dq[v].n && p->busy[v]) {
+        if (p->dq[v].n && (p->busy[v] || p->releasing[v])) {
             found = v;
             break;
         }
@@ -756,8 +757,10 @@ static void policy_push(tcsim_t *s, priv_t *p, int64_t task, int by) {
     case TCSIM_LWS:
         if (by < 0) by = p->last_push = (p->last_push + 1) % s->n_workers;
         dq_append(s, &p->dq[by], task);
-        if (!p->busy[by]) wake(s, p, by);
-        else if ((w = first_idle(s, p)) >= 0) wake(s, p, w);
+        if (p->busy[by] || p->releasing[by]) {
+            if ((w = first_idle(s, p)) >= 0) wake(s, p, w);  /* a thief */
+        } else
+            wake(s, p, by);
         return;
     default:
         dm_push(s, p, task, by);
@@ -799,7 +802,11 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
         }
         released(p, w, cost);
     }
-    if (s->push_walk > 0.0) p->pushing = w;
+    /* Policy.pops_after_pushing: eager, prio, ws, lws */
+    int after = s->policy == TCSIM_EAGER || s->policy == TCSIM_PRIO || s->policy == TCSIM_WS
+                || s->policy == TCSIM_LWS;
+    if (after) p->releasing[w] = 1;
+    if (s->push_walk > 0.0 || after) p->pushing = w;
     for (int64_t j = p->succ_ptr[t]; j < p->succ_ptr[t + 1]; j++) {
         int32_t x = p->succ[j];
         if (--p->missing[x] == 0) {
@@ -808,6 +815,22 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
         }
     }
     p->pushing = -1;
+    if (after) {
+        double now = p->now;
+        if (p->hold[w] > now) {  /* it pops once it has released its task: an event, -(n_tasks + 1 + w) */
+            h_push(s, &p->events, now + (p->hold[w] - now), p->eid++, -(s->n_tasks + 1 + w));
+            return;
+        }
+        p->releasing[w] = 0;
+    }
+    if (!p->busy[w]) {
+        int64_t nxt = policy_pop(s, p, w);
+        if (nxt >= 0) begin(s, p, w, nxt);
+    }
+}
+
+static void released_all(tcsim_t *s, priv_t *p, int w) {  /* Engine._released_all */
+    p->releasing[w] = 0;
     if (!p->busy[w]) {
         int64_t nxt = policy_pop(s, p, w);
         if (nxt >= 0) begin(s, p, w, nxt);
@@ -858,6 +881,7 @@ int tcsim_run(tcsim_t *s) {
     p->made_by = xalloc(s, n, sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) p->made_by[i] = -1;
     p->busy = xalloc(s, nw, 1);
+    p->releasing = xalloc(s, nw, 1);
     p->hold = xalloc(s, nw, sizeof(double));
     p->cur = xalloc(s, nw, sizeof(int64_t));
     p->dq = xalloc(s, nw, sizeof(dq_t));
@@ -903,7 +927,8 @@ int tcsim_run(tcsim_t *s) {
     while (p->events.n) {
         hent ev = h_pop(&p->events);
         p->now = ev.k;
-        if (ev.v < 0) policy_push(s, p, -ev.v - 1, -1);  /* Engine._submitted */
+        if (ev.v < -n) released_all(s, p, (int)(-ev.v - n - 1));
+        else if (ev.v < 0) policy_push(s, p, -ev.v - 1, -1);  /* Engine._submitted */
         else finish(s, p, ev.v);
     }
     return TCSIM_OK;
@@ -926,8 +951,8 @@ void tcsim_free(tcsim_t *s) {
                 free(p->sq[w].task);
                 free(p->sq[w].fold);
             }
-        void *all[] = {p->dq, p->sq, p->hq, p->busy, p->cur, p->missing, p->succ_ptr, p->succ, p->exp_start, p->exp_len,
-                       p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
+        void *all[] = {p->dq, p->sq, p->hq, p->busy, p->releasing, p->cur, p->missing, p->succ_ptr, p->succ,
+                       p->exp_start, p->exp_len, p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
                        p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
                        p->stamp, p->victims, p->free_at, p->hold, p->stage_count, p->made_by};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);

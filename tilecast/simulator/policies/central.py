@@ -27,6 +27,7 @@ from tilecast.simulator.queue_costs import StageCount, priority_stages
 
 class Eager(Policy):
     name = "eager"
+    pops_after_pushing = True
 
     def __init__(self, priority=None):
         self.priority = priority
@@ -49,6 +50,7 @@ class Eager(Policy):
 
 class Prio(Policy):
     name = "prio"
+    pops_after_pushing = True
 
     def __init__(self, priority):
         self.priority = priority

@@ -9,7 +9,10 @@ advanced before use). A worker takes its own oldest task; an idle worker with
 an empty queue steals the *oldest* task of a victim too (``ws_pick_task``:
 ``_starpu_prio_deque_deque_task_for_worker`` walks the list from its front
 like the owner's pop, src/sched_policies/prio_deque.c). Only a worker that
-has queued tasks and is busy running one can be a victim.
+has queued tasks and is busy can be a victim: busy from its pop of a task to
+its next pop (``per_worker[w].busy``), so also while it pushes what its ended
+task released, which an idle thief then takes first
+(:attr:`Policy.pops_after_pushing`).
 
 - *ws* picks the victim round robin (``select_victim_round_robin``; the
   overload-based choice is compiled out, ``USE_OVERLOAD`` undefined): each
@@ -33,6 +36,7 @@ from tilecast.simulator.policies.base import Policy
 
 class WorkStealing(Policy):
     name = "ws"
+    pops_after_pushing = True
 
     def attach(self, engine) -> None:
         super().attach(engine)
@@ -46,19 +50,19 @@ class WorkStealing(Policy):
         if by < 0:  # select_worker_round_robin: advance, then use
             self.last_push = by = (self.last_push + 1) % eng.n_workers
         self.queues[by].append(task)
-        if not eng.busy[by]:
+        if eng.busy[by] or eng.releasing[by]:
+            eng.wake_first_idle()  # a thief
+        else:
             eng.wake(by)
-        elif eng.idle:
-            eng.wake(min(eng.idle))
 
     def victim(self, worker: int) -> int:
         """select_victim_round_robin: the next worker, from where the last scan stopped, that has
-        queued tasks and runs one."""
-        queues, busy, n = self.queues, self.engine.busy, len(self.queues)
+        queued tasks and is busy."""
+        queues, busy, releasing, n = self.queues, self.engine.busy, self.engine.releasing, len(self.queues)
         start = v = self.last_pop[worker]
         found = -1
         while True:
-            if queues[v] and busy[v]:
+            if queues[v] and (busy[v] or releasing[v]):
                 found = v
                 break
             v = (v + 1) % n
@@ -83,10 +87,10 @@ class LocalityWorkStealing(WorkStealing):
         self.proximity = proximity_lists(engine.worker_node)
 
     def victim(self, worker: int) -> int:
-        """lws_select_victim: the first worker of the proximity list that has queued tasks and runs one."""
-        queues, busy = self.queues, self.engine.busy
+        """lws_select_victim: the first worker of the proximity list that has queued tasks and is busy."""
+        queues, busy, releasing = self.queues, self.engine.busy, self.engine.releasing
         for v in self.proximity[worker]:
-            if queues[v] and busy[v]:
+            if queues[v] and (busy[v] or releasing[v]):
                 return v
         return -1
 
