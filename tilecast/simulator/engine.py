@@ -214,8 +214,9 @@ class Engine:
 
     def wake_first_idle(self) -> None:
         """Offer work to the lowest-numbered idle worker other than the one pushing what its ended task
-        released (``pushing``: it pops once it has pushed them all), if any. Offering it to the pushing
-        worker instead would leave every other idle worker idle while a shared queue holds tasks."""
+        released (``pushing``: it pops once it has pushed them all) or still releasing it (``releasing``), if
+        any. Offering it to the pushing worker instead would leave every other idle worker idle while a shared
+        queue holds tasks."""
         p, releasing = self.pushing, self.releasing
         w = -1
         for i in self.idle:

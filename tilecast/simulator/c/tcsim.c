@@ -952,9 +952,9 @@ void tcsim_free(tcsim_t *s) {
                 free(p->sq[w].fold);
             }
         void *all[] = {p->dq, p->sq, p->hq, p->busy, p->releasing, p->cur, p->missing, p->succ_ptr, p->succ,
-                       p->exp_start, p->exp_len, p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop, p->node_workers,
-                       p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head, p->lru_tail,
-                       p->stamp, p->victims, p->free_at, p->hold, p->stage_count, p->made_by};
+                       p->exp_start, p->exp_len, p->predicted, p->predicted_transfer, p->pen, p->ends, p->last_pop,
+                       p->node_workers, p->node_workers_ptr, p->avail, p->lru_prev, p->lru_next, p->lru_head,
+                       p->lru_tail, p->stamp, p->victims, p->free_at, p->hold, p->stage_count, p->made_by};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
         free(p);
         s->priv = NULL;
