@@ -304,15 +304,14 @@ class Engine:
             if self.hold[w] > now:  # it pops once it has released its task: meanwhile another worker may take work
                 self.env.timeout(self.hold[w] - now, w).callbacks.append(self._released_all)
                 return
-            self.releasing[w] = 0
-        if not self.busy[w]:
-            nxt = self.policy.pop(w)
-            if nxt >= 0:
-                self._begin(w, nxt)
+        self._pop_next(w)
 
     def _released_all(self, ev) -> None:
         """Worker ``ev.value`` has released its ended task (:attr:`Policy.pops_after_pushing`): it pops."""
-        w = ev._value
+        self._pop_next(ev._value)
+
+    def _pop_next(self, w: int) -> None:
+        """Worker ``w``, its ended task released, takes its next task if the policy has one."""
         self.releasing[w] = 0
         if not self.busy[w]:
             nxt = self.policy.pop(w)

@@ -787,6 +787,14 @@ static void released(priv_t *p, int w, double cost) {  /* Engine._released */
     }
 }
 
+static void pop_next(tcsim_t *s, priv_t *p, int w) {  /* Engine._pop_next */
+    p->releasing[w] = 0;
+    if (!p->busy[w]) {
+        int64_t nxt = policy_pop(s, p, w);
+        if (nxt >= 0) begin(s, p, w, nxt);
+    }
+}
+
 static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
     int w = (int)s->where[t];
     p->busy[w] = 0;
@@ -821,20 +829,8 @@ static void finish(tcsim_t *s, priv_t *p, int64_t t) {  /* Engine._finish */
             h_push(s, &p->events, now + (p->hold[w] - now), p->eid++, -(s->n_tasks + 1 + w));
             return;
         }
-        p->releasing[w] = 0;
     }
-    if (!p->busy[w]) {
-        int64_t nxt = policy_pop(s, p, w);
-        if (nxt >= 0) begin(s, p, w, nxt);
-    }
-}
-
-static void released_all(tcsim_t *s, priv_t *p, int w) {  /* Engine._released_all */
-    p->releasing[w] = 0;
-    if (!p->busy[w]) {
-        int64_t nxt = policy_pop(s, p, w);
-        if (nxt >= 0) begin(s, p, w, nxt);
-    }
+    pop_next(s, p, w);
 }
 
 /* successors sorted by id: the transpose of the predecessor lists (tilecast.graph.deps.successors) */
@@ -927,7 +923,7 @@ int tcsim_run(tcsim_t *s) {
     while (p->events.n) {
         hent ev = h_pop(&p->events);
         p->now = ev.k;
-        if (ev.v < -n) released_all(s, p, (int)(-ev.v - n - 1));
+        if (ev.v < -n) pop_next(s, p, (int)(-ev.v - n - 1));  /* Engine._released_all */
         else if (ev.v < 0) policy_push(s, p, -ev.v - 1, -1);  /* Engine._submitted */
         else finish(s, p, ev.v);
     }
