@@ -30,8 +30,9 @@ import numpy as np
 
 from tilecast.atomic_file import atomic_write
 from tilecast.home import home
+from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 24  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 25  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -61,6 +62,8 @@ FORMAT = 24  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 24: eager, prio, ws and lws simulated with a worker popping only once it has released its ended task, an idle one
 # taking the released tasks first (tilecast.simulator.policies.base.Policy.pops_after_pushing), so prio's tree
 # walk, fitted by simulating its probes, is fitted again
+# 25: each scheduler's probes taken in several interleaved sessions, its fits made on the median one
+# (tilecast.loop.probe_rounds)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -570,7 +573,7 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
         sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
-        bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1)
+        bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
                    + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
     sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
@@ -619,9 +622,7 @@ class ProbeSessions:
         self.by_key = {w: GuardedPass(f"executor probes ({w} worker{'s' if w > 1 else ''})",
                                       lambda w=w: measure_probes(w, progress=self._tick)) for w in self.todo}
         for w, sched in self.sched_todo:
-            self.by_key[probe_key(w, sched)] = GuardedPass(
-                f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''})",
-                lambda w=w, sched=sched: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
+            self.by_key[probe_key(w, sched)] = self._sched_pass(w, sched, 0)
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
@@ -629,9 +630,24 @@ class ProbeSessions:
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
                     f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
                     lambda w=w, sched=sched: measure_walk_pairs(w, sched, WALKING[sched], progress=self._tick))
+        for r in range(1, ROUNDS):  # each scheduler's later sessions, interleaved (tilecast.loop.probe_rounds)
+            for w, sched in self.sched_todo:
+                self.by_key[round_key(probe_key(w, sched), r)] = self._sched_pass(w, sched, r)
         if self.todo:
             self.by_key[STEP_GAPS_KEY] = GuardedPass("the step probe's gaps (eager, 1 worker)",
                                                      lambda: measure_step_gaps(progress=self._tick))
+
+    def _sched_pass(self, w: int, sched: str, r: int):
+        from tilecast.loop.interference import GuardedPass
+
+        return GuardedPass(f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''}, session {r + 1} of {ROUNDS})",
+                           lambda: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
+
+    def sched_result(self, w: int, sched: str):
+        """``sched``'s probe result on ``w`` workers: its median session (:func:`tilecast.loop.probe_rounds.median_round`)
+        of those taken."""
+        keys = [round_key(probe_key(w, sched), r) for r in range(ROUNDS)]
+        return median_round([self.by_key[k].result for k in keys if k in self.by_key and self.by_key[k].result])
 
     @property
     def passes(self) -> list:
@@ -660,7 +676,7 @@ class ProbeSessions:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         self._fit_end_bytes(fits, machine, cal)
         for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
-            points, overheads, traced, submit = self.by_key[probe_key(w, sched)].result
+            points, overheads, traced, submit = self.sched_result(w, sched)
             probe = fit_beside(fits.get(w), w, points, overheads)
             probe.fit_gap_model(traced)
             # its worker count's cost per byte (measured now or stored), before the walk and decisions are fitted by
