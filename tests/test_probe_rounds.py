@@ -3,7 +3,6 @@
 import pytest
 from sim_machines import cpu_machine
 
-from tilecast.loop import host_cost
 from tilecast.loop.host_cost import HostCost, ProbeSessions, probe_key
 from tilecast.loop.probe_rounds import ROUNDS, mean_start_delay, median_round, round_key
 
@@ -39,7 +38,8 @@ def test_every_scheduler_is_probed_in_interleaved_sessions():
     keys = list(sessions.by_key)
     assert keys == [round_key(probe_key(w, s), r) for r in range(ROUNDS) for w, s in ((1, "lws"), (2, "ws"))]
     assert len(set(keys)) == 2 * ROUNDS >= 6
-    assert sessions.by_key[round_key(probe_key(2, "ws"), 1)].what == f"executor probes (ws, 2 workers, session 2 of {ROUNDS})"
+    second = sessions.by_key[round_key(probe_key(2, "ws"), 1)]
+    assert second.what == f"executor probes (ws, 2 workers, session 2 of {ROUNDS})"
 
 
 def test_a_schedulers_fit_is_made_on_its_median_session(monkeypatch):

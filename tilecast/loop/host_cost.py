@@ -573,8 +573,8 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
         sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
-        bar = tqdm(total=len(todo) * len(PROBES) * 16 + len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
-                   + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
+        sched_runs = len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
+        bar = tqdm(total=len(todo) * len(PROBES) * 16 + sched_runs + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
     sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
     try:
@@ -640,12 +640,12 @@ class ProbeSessions:
     def _sched_pass(self, w: int, sched: str, r: int):
         from tilecast.loop.interference import GuardedPass
 
-        return GuardedPass(f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''}, session {r + 1} of {ROUNDS})",
-                           lambda: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
+        what = f"executor probes ({sched}, {w} worker{'s' if w > 1 else ''}, session {r + 1} of {ROUNDS})"
+        return GuardedPass(what, lambda: measure_probes(w, SCHED_PROBES, SCHED_REPEATS, sched, progress=self._tick))
 
     def sched_result(self, w: int, sched: str):
-        """``sched``'s probe result on ``w`` workers: its median session (:func:`tilecast.loop.probe_rounds.median_round`)
-        of those taken."""
+        """``sched``'s probe result on ``w`` workers: the median of the sessions taken
+        (:func:`tilecast.loop.probe_rounds.median_round`)."""
         keys = [round_key(probe_key(w, sched), r) for r in range(ROUNDS)]
         return median_round([self.by_key[k].result for k in keys if k in self.by_key and self.by_key[k].result])
 
