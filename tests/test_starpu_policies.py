@@ -179,10 +179,13 @@ def gemm_chain(links: int, n: int = BIG):
 
 @pytest.mark.parametrize("sched", ["eager", "prio", "ws", "lws"])
 def test_a_chain_moves_to_the_idle_worker_as_simulated(sched):
-    """A worker whose task ended pushes its successor before it pops again, and the other worker, idle and
-    spinning in its pop, takes it first (Policy.pops_after_pushing): on two workers a chain of GEMMs of a few
-    milliseconds moves to the other worker at nearly every link (measured 35-39 of 39 at 256^3 under each of
-    these policies; at 64^3, tasks of tens of microseconds, ws moved at 8-20 of 39: the race is closer)."""
+    """A worker whose task ended pushes its successor before it pops again, and the other worker, idle in its pop,
+    may take it first (Policy.pops_after_pushing). The simulation gives every such race to the idle worker: a chain
+    of GEMMs moves at every link. On StarPU the race is the machine's: at 256^3 on the 2-core Intel Xeon guest the
+    chain moved at 35-39 of 39 links under each of these policies (at 64^3, tasks of tens of microseconds, ws at
+    8-20), on the 2-core AMD EPYC (Zen 4) guest at 20-33 (eager), 25-28 (prio), 13-21 (ws) and 10-18 (lws). What
+    holds on both: the idle worker takes released tasks, where a worker popping before it pushes would keep the
+    whole chain (0 moves)."""
     if sched not in policies():
         pytest.skip(f"this StarPU does not offer {sched}")
     g = gemm_chain(40)
@@ -193,4 +196,4 @@ def test_a_chain_moves_to_the_idle_worker_as_simulated(sched):
     moved, sim_moved = int((got[1:] != got[:-1]).sum()), int((sim.worker[1:] != sim.worker[:-1]).sum())
     print(f"{sched}: the chain moved at {moved} of {g.n_tasks - 1} links on StarPU, {sim_moved} simulated")
     assert sim_moved == g.n_tasks - 1
-    assert moved >= 0.75 * (g.n_tasks - 1)
+    assert moved >= 5

@@ -2,11 +2,11 @@
 
 Each scheduler's own costs (its cost between tasks, :mod:`tilecast.loop.runtime_overhead`, and the host
 time per task beside eager's fixed and per-tile costs) were fitted on one StarPU session of the scheduler
-probes, about a second long. On a 2-core AMD EPYC (Zen 4) guest, six sessions of one scheduler within two
-minutes gave a cost between tasks of 0.74-1.34 us (ws, two workers) and 0.68-1.36 us (lws); accuracy run 88's
-calibration had fitted 2.21 us for ws and 1.27 for lws there, two policies whose push and pop take the same
-path in StarPU 1.3.10 on two workers (src/sched_policies/work_stealing_policy.c), and its two-worker ws rows
-came out up to 15.6% slow, while the steps of both policies ran alike (docs/accuracy.md, run 88).
+probes, about a second long. On a 2-core AMD EPYC (Zen 4) guest, accuracy run 88's calibration fitted a cost
+between tasks of 2.21 us for ws on two workers and 1.27 for lws, two policies whose push and pop take the same
+path in StarPU 1.3.10 on two workers (src/sched_policies/work_stealing_policy.c); six sessions of each a few
+minutes later gave 0.74-1.34 and 0.68-1.36 us. Run 88 forecast ws's two-worker rows up to 15.6% long, while
+the steps of both policies ran alike (docs/accuracy.md, run 88).
 
 So every scheduler's probes run in :data:`ROUNDS` sessions, the rounds interleaved over the schedulers
 (each scheduler's sessions spread over the calibration, not taken back to back in one spell), and the fits
