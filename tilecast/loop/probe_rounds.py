@@ -45,8 +45,5 @@ def median_round(results: list):
     if not results:
         raise ValueError("no probe session to choose from")
     delays = [mean_start_delay(r) for r in results]
-    order = sorted(range(len(results)), key=lambda i: (np.isnan(delays[i]), delays[i]))
-    finite = [i for i in order if not np.isnan(delays[i])]
-    if not finite:
-        return results[order[0]]
-    return results[finite[(len(finite) - 1) // 2]]
+    finite = sorted((i for i, d in enumerate(delays) if not np.isnan(d)), key=lambda i: delays[i])
+    return results[finite[(len(finite) - 1) // 2]] if finite else results[0]
