@@ -646,8 +646,8 @@ class ProbeSessions:
     def sched_result(self, w: int, sched: str):
         """``sched``'s probe result on ``w`` workers: the median of the sessions taken
         (:func:`tilecast.loop.probe_rounds.median_round`)."""
-        keys = [round_key(probe_key(w, sched), r) for r in range(ROUNDS)]
-        return median_round([self.by_key[k].result for k in keys if k in self.by_key and self.by_key[k].result is not None])
+        passes = [self.by_key.get(round_key(probe_key(w, sched), r)) for r in range(ROUNDS)]
+        return median_round([p.result for p in passes if p is not None and p.result is not None])
 
     @property
     def passes(self) -> list:
