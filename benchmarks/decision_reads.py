@@ -21,6 +21,12 @@ fit's cost per reading (``decision_scan_s``) and the stored models'
 predictions of both steps. The time per reading as a step pays it is what the
 simulator charges; the time of a call shows how much of that is the call.
 
+Everything here runs dmdasd without a declared priority range
+(``TILECAST_PRIORITY_LEVELS=0``; tilecast declares one by default, and its
+decisions then read no queued task: ``benchmarks/dmdasd_priority_range.py``),
+so the stored fit's cost per reading is the reading path's where the
+calibration was taken with that variable set too.
+
 Needs StarPU, a C compiler and a calibration (``tilecast calibrate``); each
 round runs both policies with the counter and without it. Last line: one JSON object.
 
@@ -119,7 +125,9 @@ def run_counted(lib: Path | None, directory: Path, args, sched: str) -> dict:
     figures."""
     out = directory / f"count_{sched}.json"
     out.unlink(missing_ok=True)
-    env = dict(os.environ)
+    # the readings are studied where StarPU makes them: no priority range declared (tilecast declares one for
+    # dmdasd by default, whose decisions then read one sum per worker: tilecast.graph.priorities.declared_range)
+    env = dict(os.environ, TILECAST_PRIORITY_LEVELS="0")
     if lib is not None:
         pre = env.get("LD_PRELOAD", "")  # kept after the counter, as tilecast.executor.mpi_call_times does
         env.update(LD_PRELOAD=f"{lib}{':' + pre if pre else ''}", TILECAST_COUNT_OUT=str(out))
@@ -185,6 +193,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="runs of each policy, alternated (default 2)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default 900)")
     args = ap.parse_args(argv)
+    os.environ["TILECAST_PRIORITY_LEVELS"] = "0"  # the simulator's readings too (run_counted's runs read)
     for flag in ("batch", "seq", "workers", "rounds"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag}: at least 1, got {getattr(args, flag)}")

@@ -20,7 +20,13 @@ def local(tmp_path, monkeypatch):
     return load_machine("local").with_workers(2).with_task_overhead(8e-6)
 
 
-def test_the_fit_recovers_the_costs_that_made_the_makespans(local, probes):
+@pytest.fixture
+def reading(monkeypatch):
+    """dmdasd as StarPU runs it without a declared priority range: each decision reads the queued tasks."""
+    monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
+
+
+def test_the_fit_recovers_the_costs_that_made_the_makespans(local, probes, reading):
     """Makespans simulated with known costs are fitted back to those costs (the roofline's durations)."""
     truth = (1.3e-7, 9e-6)
     measured = [simulate(g, local.with_decision_cost(*truth), "dmdasd").makespan for g in probes]
@@ -32,7 +38,7 @@ def test_the_fit_recovers_the_costs_that_made_the_makespans(local, probes):
     assert scan == pytest.approx(truth[0], rel=0.25) and lock == pytest.approx(truth[1], rel=0.25)
 
 
-def test_each_worker_count_keeps_its_own_reading_cost(local, probes):
+def test_each_worker_count_keeps_its_own_reading_cost(local, probes, reading):
     """Makespans simulated on 1 and 2 workers with a dearer read on two (a queue the other worker writes) are
     fitted back to each count's own costs, not to one shared reading cost."""
     truth = {1: (6e-8, 4e-6), 2: (1.1e-7, 9e-6)}
@@ -45,6 +51,28 @@ def test_each_worker_count_keeps_its_own_reading_cost(local, probes):
         assert fitted == pytest.approx(measured, rel=0.04)
         assert got[w][0] == pytest.approx(truth[w][0], rel=0.25)
     assert got[2][0] > 1.4 * got[1][0]
+
+
+def test_with_a_declared_range_a_decision_reads_no_queued_task(local, probes):
+    """tilecast declares dmdasd's priority range: the cost per queued task read changes nothing, in the
+    Python loop and in C alike, and the fit recovers the cost per other worker with none per read."""
+    from tilecast.graph.priorities import declared_range
+
+    assert declared_range("dmdasd") is not None
+    lock = 9e-6
+    measured = [simulate(g, local.with_decision_cost(0.0, lock), "dmdasd").makespan for g in probes]
+    dearer = [simulate(g, local.with_decision_cost(5e-7, lock), "dmdasd").makespan for g in probes]
+    assert dearer == measured
+    Engine.native_loop = False
+    try:
+        python = [simulate(g, local.with_decision_cost(5e-7, lock), "dmdasd").makespan for g in probes]
+    finally:
+        Engine.native_loop = True
+    assert python == pytest.approx(measured, rel=1e-9)
+    free = [simulate(g, local, "dmdasd").makespan for g in probes]
+    assert min(m / f for m, f in zip(measured, free)) > 1.1  # the cost per other worker matters on these probes
+    scan, fitted = fit_decision_cost(local, None, probes, measured)
+    assert scan == 0.0 and fitted == pytest.approx(lock, rel=0.25)
 
 
 def test_runs_refine_the_host_cost_but_keep_the_decisions(local):
@@ -163,7 +191,7 @@ def test_sorting_takes_the_policys_own_cost_when_the_walk_fits_the_probes_only_t
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch):
+def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch, reading):
     """On one worker the costs between two tasks are paid by that worker's thread, one after the other: its
     release of the ended task's successors, then per successor the decision (dmdasd's reading of the queue;
     StarPU's _starpu_handle_job_termination pushes each successor through the policy). So the step grows by

@@ -63,9 +63,11 @@ def test_long_sorted_queues(sched):
 
 
 @pytest.mark.parametrize("costs", [(1e-6, 0.0), (0.0, 2e-5), (3e-7, 1e-5)])
-def test_decision_costs(costs):
-    """dmdasd's decisions charged (queued tasks read, other workers locked): both loops alike, and the step
-    longer than without them and at least as long as the decisions, which run one at a time."""
+def test_decision_costs(costs, monkeypatch):
+    """dmdasd's decisions charged (queued tasks read, other workers locked; no priority range declared, so
+    that they read the queues): both loops alike, and the step longer than without them and at least as long
+    as the decisions, which run one at a time."""
+    monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
     g = random_graph(np.random.default_rng(11), 4000, 3000, TILE)
     m = two_device_machine(capacity_gib=64 * TILE * TILE * 4 / 2**30, n_devices=2, workers_per_device=2)
     d = np.random.default_rng(12).integers(1, 50, size=(len(m.kind_names), g.n_tasks)) * 1e-6

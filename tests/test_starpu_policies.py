@@ -39,7 +39,31 @@ def test_every_priority_range_the_simulator_assumes_is_the_one_starpu_declares()
             assert s.priority_range == priority_range(sched), sched
 
 
-@pytest.mark.parametrize("sched", ["prio", "dmdas"])
+def test_dmdasd_runs_with_the_declared_priority_range(monkeypatch):
+    """tilecast declares dmdasd's priority levels to StarPU (its decisions then read one sum per worker):
+    StarPU reports that range while the session runs, the variables are gone once it has started, and with
+    none declared ($TILECAST_PRIORITY_LEVELS=0) dmdasd declares the whole int range itself, as by default."""
+    import os
+
+    from tilecast.errors import FieldError
+    from tilecast.graph.priorities import DECLARED_LEVELS, declared_range
+
+    if "dmdasd" not in policies():
+        pytest.skip("this StarPU does not offer dmdasd")
+    assert declared_range("dmdasd") == (0, DECLARED_LEVELS - 1) and declared_range("prio") is None
+    with StarPUSession("dmdasd", 1) as s:
+        assert s.priority_range == (0, DECLARED_LEVELS - 1)
+        assert "STARPU_MIN_PRIO" not in os.environ and "STARPU_MAX_PRIO" not in os.environ
+    monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
+    with StarPUSession("dmdasd", 1) as s:
+        assert s.priority_range == PRIORITY_RANGE["dmdasd"] == priority_range("dmdasd")
+    for bad in ("many", "1", "-4"):
+        monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", bad)
+        with pytest.raises(FieldError, match="TILECAST_PRIORITY_LEVELS"):
+            priority_range("dmdasd")
+
+
+@pytest.mark.parametrize("sched", ["prio", "dmdas", "dmdasd"])
 def test_one_worker_runs_tasks_in_the_order_of_the_simulated_priorities(sched):
     if sched not in policies():
         pytest.skip(f"this StarPU does not offer {sched}")

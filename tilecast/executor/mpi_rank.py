@@ -149,7 +149,7 @@ def run_rank(spec: dict, bottom=None) -> None:
     them (computed once by the launcher, tilecast.graph.priorities)."""
     from tilecast.executor.mpi_native import mpi_glue
     from tilecast.executor.starpu_execute import _graph_arrays
-    from tilecast.executor.starpu_session import starpu_home
+    from tilecast.executor.starpu_session import priority_environment, starpu_home
     from tilecast.reference.step import TrainState, init_params, load_step, set_batch
     from tilecast.graph.distribution import prepare
     from tilecast.graph.gpt2 import AdamWConfig
@@ -181,7 +181,8 @@ def run_rank(spec: dict, bottom=None) -> None:
     addresses = kernel_addresses()  # one BLAS thread per worker
     g = mpi_glue()
     lib, ffi, f = g.lib, g.ffi, g.ffi.from_buffer
-    ret = lib.tcsm_start(spec["sched"].encode(), spec["workers"])
+    with priority_environment(spec["sched"]):  # the range tilecast declares (dmdasd), as a single process does
+        ret = lib.tcsm_start(spec["sched"].encode(), spec["workers"])
     if ret != 0:
         raise RuntimeError(f"StarPU-MPI failed to start (sched={spec['sched']}, workers={spec['workers']}): {ret}")
     drives = bool(lib.tcsm_progress_drives_worker())

@@ -99,7 +99,7 @@ class StarPUSession:
         os.environ["STARPU_HOME"] = str(home)
         os.environ.setdefault("STARPU_SILENT", "1")
         addresses = kernel_addresses()  # builds the kernels extension first, sets one BLAS thread
-        with limit_environment(self.memory, self.n_cpus):
+        with limit_environment(self.memory, self.n_cpus), priority_environment(self.sched):
             ret = g.lib.tcs_start(self.sched.encode(), self.n_cpus)
         if ret != 0:
             raise StarPUError(f"StarPU failed to start (sched={self.sched}, workers={self.n_cpus}): "
@@ -282,6 +282,18 @@ class limit_environment(environment):
 
             map_tile_buffers()
         return self
+
+
+class priority_environment(environment):
+    """The priority range tilecast declares for ``sched`` (:func:`tilecast.graph.priorities.declared_range`:
+    dmdasd's decisions then read one sum per worker instead of every queued task), set while StarPU starts
+    and restored; nothing for the other policies."""
+
+    def __init__(self, sched: str):
+        from tilecast.graph.priorities import declared_range
+
+        span = declared_range(sched)
+        super().__init__({} if span is None else {"STARPU_MIN_PRIO": str(span[0]), "STARPU_MAX_PRIO": str(span[1])})
 
 
 @atexit.register

@@ -14,7 +14,28 @@ Priorities
     ``starpu_sched_get_max_priority()``); :func:`starpu_priorities` maps the
     bottom levels there by dense rank: monotone, equal levels stay equal, and
     distinct levels stay distinct whenever the range has room for them (it
-    has: the policies that use priorities declare the whole ``int`` range).
+    has where the policy declares the whole ``int`` range: prio, dmdas), else
+    neighbouring ranks share a priority, evenly (dmdasd's declared levels,
+    below).
+
+Declared ranges
+    dmdasd decides where a task goes from the predicted work queued ahead of
+    it on each worker. Where the scheduling context declares no priority
+    range (the policy's own ``[INT_MIN, INT_MAX]`` is not a declaration),
+    StarPU 1.3.10 finds that work by walking every worker's queue and reading
+    each queued task's predicted length under the worker's lock
+    (``_starpu_fifo_get_exp_len_prev_task_list``, src/sched_policies/fifo_queues.c,
+    called from ``compute_all_performance_predictions``,
+    src/sched_policies/deque_modeling_policy_data_aware.c). Where the context
+    declares one (``STARPU_MIN_PRIO`` and ``STARPU_MAX_PRIO``, read into the
+    initial context by ``starpu_conf_init``, src/core/workers.c), it keeps the
+    sums per priority level instead (``exp_len_per_priority``, updated by each
+    push and pop over the levels up to the task's) and reads one sum per
+    worker, without the lock. tilecast declares :data:`DECLARED_LEVELS`
+    levels for dmdasd (:func:`declared_range`): its steps of small tasks ran
+    2-2.6x faster so (docs/scheduling.md, "dmdasd with a declared priority
+    range"), and its priorities are ranked into those levels for the
+    simulator and the executor alike.
 
 Footprints
     StarPU's history-based model keys its samples by the task's footprint,
@@ -27,7 +48,11 @@ Footprints
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+from tilecast.errors import FieldError
 
 from tilecast.graph.deps import successors
 
@@ -45,9 +70,48 @@ PRIORITY_RANGE = {"prio": (INT_MIN, INT_MAX), "dmdas": (INT_MIN, INT_MAX), "dmda
                   "ws": (INT_MIN, INT_MAX), "lws": (INT_MIN, INT_MAX)}
 
 
+#: priority levels tilecast declares to StarPU for dmdasd (see "Declared ranges" above): each push and pop
+#: updates the sums of the levels up to its task's, so that few levels cost little (steps of 8,714 tasks
+#: ran as fast with 16 to 256 levels, 2.3-2.6x slower with 8,192, as slow as with none); 0 declares none
+DECLARED_LEVELS = 64
+#: the policies for which tilecast declares a range: those whose decisions read the sums
+DECLARING = ("dmdasd",)
+#: environment variable that overrides :data:`DECLARED_LEVELS` (0: declare none, as StarPU runs by default)
+LEVELS_ENV = "TILECAST_PRIORITY_LEVELS"
+
+
+def declared_levels() -> int:
+    """Levels declared for the :data:`DECLARING` policies: ``$TILECAST_PRIORITY_LEVELS`` or
+    :data:`DECLARED_LEVELS` (0: none)."""
+    raw = os.environ.get(LEVELS_ENV, "").strip()
+    if not raw:
+        return DECLARED_LEVELS
+    try:
+        n = int(raw)
+    except ValueError:
+        raise FieldError(f"{LEVELS_ENV}={raw!r}: expected a whole number of priority levels (0: none)") from None
+    if n < 0 or n == 1:
+        raise FieldError(f"{LEVELS_ENV}={raw!r}: expected 0 (declare none) or at least 2 levels")
+    return n
+
+
+def declared_range(sched: str) -> tuple[int, int] | None:
+    """The priority range tilecast declares to StarPU for ``sched`` (``STARPU_MIN_PRIO``,
+    ``STARPU_MAX_PRIO``), or None where it declares none."""
+    n = declared_levels() if sched in DECLARING else 0
+    return (0, n - 1) if n else None
+
+
+def reads_queued_tasks(sched: str) -> bool:
+    """Whether ``sched``'s decisions read every queued task's predicted length (dmdasd without a declared
+    range) rather than one sum per worker."""
+    return sched in DECLARING and declared_range(sched) is None
+
+
 def priority_range(sched: str) -> tuple[int, int]:
-    """(min, max) priority of StarPU policy ``sched`` (``(0, 0)`` for those that set none)."""
-    return PRIORITY_RANGE.get(sched, (0, 0))
+    """(min, max) priority of StarPU policy ``sched`` as it runs under tilecast: the range tilecast declares
+    for it, else the one the policy declares itself (``(0, 0)`` for those that set none)."""
+    return declared_range(sched) or PRIORITY_RANGE.get(sched, (0, 0))
 
 
 def bottom_level(duration, pred_ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:

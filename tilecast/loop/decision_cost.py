@@ -46,6 +46,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
+from tilecast.graph.priorities import reads_queued_tasks
+
 #: policies whose decisions the simulator charges (Engine.decide), and the policy measured beside each
 #: for its per-task cost without them
 DECIDING = {"dmdasd": "dmdas"}
@@ -74,7 +76,9 @@ PULL = 0.01
 def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmdasd") -> tuple[float, float]:
     """(seconds per queued task read, seconds per other worker locked) that make the simulated makespans of
     ``graphs`` under ``sched`` on ``machine`` (its per-task cost already set) match ``makespans``, fitted on one
-    worker count's probes.
+    worker count's probes. With a declared priority range
+    (:func:`tilecast.graph.priorities.reads_queued_tasks` false) a decision reads no queued task: the cost per
+    read is 0 and the other is fitted alone (a decision's cost per other worker, the sums' upkeep).
 
     Why per count: a queued task read on two workers is a list node that the other worker's thread also
     writes (it pops and pushes on the queues read), so it misses in the reading core's cache more often than
@@ -90,14 +94,19 @@ def fit_decision_cost(machine, calibration, graphs, makespans, sched: str = "dmd
     durations = [model.durations(g) for g in graphs]
     measured = np.asarray(makespans, dtype=np.float64)
 
-    def residuals(x):
-        x = np.maximum(x, 0.0)
+    reads = reads_queued_tasks(sched)  # else a declared priority range: one sum per worker, no task read
+    fitted = slice(0, 2) if reads else slice(1, 2)
+
+    def residuals(v):
+        x = np.zeros(2)
+        x[fitted] = np.maximum(v, 0.0)
         m = machine.with_decision_cost(x[0] * SCALE[0], x[1] * SCALE[1])
         sim = np.array([simulate(g, m, sched, durations=d).makespan for g, d in zip(graphs, durations)])
-        return np.concatenate([(sim - measured) / measured, PULL * (x - START)])
+        return np.concatenate([(sim - measured) / measured, PULL * (x[fitted] - START[fitted])])
 
-    fit = least_squares(residuals, x0=START, bounds=(0.0, np.inf), diff_step=0.05, max_nfev=60)
-    x = np.maximum(fit.x, 0.0)
+    fit = least_squares(residuals, x0=START[fitted], bounds=(0.0, np.inf), diff_step=0.05, max_nfev=60)
+    x = np.zeros(2)
+    x[fitted] = np.maximum(fit.x, 0.0)
     return float(x[0] * SCALE[0]), float(x[1] * SCALE[1])
 
 

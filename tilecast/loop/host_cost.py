@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 25  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 26  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -64,6 +64,8 @@ FORMAT = 25  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # walk, fitted by simulating its probes, is fitted again
 # 25: each scheduler's probes taken in several interleaved sessions, its fits made on the median one
 # (tilecast.loop.probe_rounds)
+# 26: dmdasd runs with a declared priority range (tilecast.graph.priorities.declared_range): its decisions read one
+# sum per worker, so its probes are measured and its decision cost fitted again, per other worker alone
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tilecast.graph.priorities import reads_queued_tasks
 from tilecast.kernels.native_build import NativeUnavailable, build_extension
 from tilecast.simulator.queue_costs import SEARCHING, priority_stages, walk_far_of
 
@@ -157,7 +158,9 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.worker_kind = p([kind_index[w.kind] for w in machine.workers], np.int32)
     s.worker_node = p([w.node for w in machine.workers], np.int32)
     s.overhead = float(machine.task_overhead)
-    s.decision_scan, s.decision_lock = float(machine.decision_scan), float(machine.decision_lock)
+    # a decision reads queued tasks only where no priority range is declared (deque_model.py, as the Python loop)
+    s.decision_scan = float(machine.decision_scan) if reads_queued_tasks(sched) else 0.0
+    s.decision_lock = float(machine.decision_lock)
     s.push_walk = float(machine.push_walk) if sched in SEARCHING else 0.0  # as simulate.simulate
     s.walk_far, s.walk_knee = walk_far_of(machine, sched)
     gap_before, release = gap_charges if gap_charges is not None else (None, None)

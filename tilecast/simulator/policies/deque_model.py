@@ -37,7 +37,13 @@ Every rule below is StarPU 1.3.10's, from src/sched_policies/deque_modeling_poli
   (``starpu_worker_lock``) and asks its history model for the length of
   each queued task ahead of the new one; the decision reports both counts to
   the engine (:meth:`tilecast.simulator.engine.Engine.decide`), which charges
-  them at the costs fitted by :mod:`tilecast.loop.decision_cost`.
+  them at the costs fitted by :mod:`tilecast.loop.decision_cost`. Where the
+  context declares a priority range (tilecast declares one for dmdasd:
+  :func:`tilecast.graph.priorities.declared_range`), StarPU reads the same
+  length as one running sum per worker and priority level
+  (``exp_len_per_priority``, ``compute_all_performance_predictions``):
+  the decision reads no queued task, and its fitted cost per other worker
+  (``Machine.decision_lock``) stands for the sums' upkeep.
 
 - Inserting into a sorted queue walks the list from its head past every
   queued task of at least the new one's priority (``_starpu_fifo_push_sorted_task``,
@@ -57,6 +63,7 @@ import heapq
 from bisect import bisect_right, insort
 from collections import deque
 
+from tilecast.graph.priorities import reads_queued_tasks
 from tilecast.simulator.policies.base import Policy
 
 
@@ -79,6 +86,7 @@ class DequeModel(Policy):
         self.neg = None if self.priority is None else [-float(p) for p in self.priority]
         self.pushed = 0  # sorted queues: equal priorities in push order
         self.scanned = 0  # dmdasd: queued tasks the current decision read
+        self.reads_queues = self.sorted_decision and reads_queued_tasks(self.name)  # no declared range
         self.predicted = [0.0] * engine.n_tasks  # task->predicted
         self.predicted_transfer = [0.0] * engine.n_tasks  # task->predicted_transfer
         rows = engine.duration if self.estimate is None else [list(map(float, r)) for r in self.estimate]
@@ -109,7 +117,8 @@ class DequeModel(Policy):
             return 0.0
         if len(ahead) == len(q):
             return self.exp_len[w]
-        self.scanned += len(ahead)  # StarPU reads each one's predicted length (starpu_task_expected_length)
+        if self.reads_queues:  # StarPU reads each one's predicted length (starpu_task_expected_length)
+            self.scanned += len(ahead)
         total = 0.0
         pred = self.predicted
         for t in ahead:
