@@ -75,6 +75,23 @@ def test_with_a_declared_range_a_decision_reads_no_queued_task(local, probes):
     assert scan == 0.0 and fitted == pytest.approx(lock, rel=0.25)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_with_a_declared_range_decisions_do_not_wait_for_each_other(native, monkeypatch):
+    """Reading one sum per worker takes no other worker's lock: a decision is the deciding thread's time only,
+    so on two workers the decisions' cost adds less than when they run one at a time (the reading path, no
+    range declared), and no task waits for another thread's decision."""
+    monkeypatch.setattr(Engine, "native_loop", native)
+    g = random_graph(np.random.default_rng(7), 3000, 600)
+    d = np.random.default_rng(8).integers(5, 40, size=(1, g.n_tasks)) * 1e-6
+    m = cpu_machine(n_workers=2, overhead_us=0.0)
+    costly = m.with_decision_cost(0.0, 6e-6)
+    base = simulate(g, m, "dmdasd", durations=d).makespan
+    own = simulate(g, costly, "dmdasd", durations=d).makespan - base
+    monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
+    serial = simulate(g, costly, "dmdasd", durations=d).makespan - simulate(g, m, "dmdasd", durations=d).makespan
+    assert 0.0 < own < 0.8 * serial
+
+
 def test_runs_refine_the_host_cost_but_keep_the_decisions(local):
     probe = HostCost.fit(2, [[100, 1200, 0.02, 0.001], [1000, 2300, 0.045, 0.002], [3000, 13000, 0.29, 0.004]],
                          overheads=[[60000, 30e-6]])

@@ -57,7 +57,7 @@ def test_dmdasd_runs_with_the_declared_priority_range(monkeypatch):
     monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
     with StarPUSession("dmdasd", 1) as s:
         assert s.priority_range == PRIORITY_RANGE["dmdasd"] == priority_range("dmdasd")
-    for bad in ("many", "1", "-4"):
+    for bad in ("many", "1", "-4", str(2**40)):
         monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", bad)
         with pytest.raises(FieldError, match="TILECAST_PRIORITY_LEVELS"):
             priority_range("dmdasd")

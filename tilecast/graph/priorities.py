@@ -33,7 +33,7 @@ Declared ranges
     push and pop over the levels up to the task's) and reads one sum per
     worker, without the lock. tilecast declares :data:`DECLARED_LEVELS`
     levels for dmdasd (:func:`declared_range`): its steps of small tasks ran
-    2-2.6x faster so (docs/scheduling.md, "dmdasd with a declared priority
+    1.5-3x faster so (docs/scheduling.md, "dmdasd with a declared priority
     range"), and its priorities are ranked into those levels for the
     simulator and the executor alike.
 
@@ -53,7 +53,6 @@ import os
 import numpy as np
 
 from tilecast.errors import FieldError
-
 from tilecast.graph.deps import successors
 
 #: scheduling policies whose simulation orders tasks by priority, and to which the executor passes them
@@ -72,8 +71,10 @@ PRIORITY_RANGE = {"prio": (INT_MIN, INT_MAX), "dmdas": (INT_MIN, INT_MAX), "dmda
 
 #: priority levels tilecast declares to StarPU for dmdasd (see "Declared ranges" above): each push and pop
 #: updates the sums of the levels up to its task's, so that few levels cost little (steps of 8,714 tasks
-#: ran as fast with 16 to 256 levels, 2.3-2.6x slower with 8,192, as slow as with none); 0 declares none
+#: ran about as fast with 16 to 256 levels, about 2x slower with 8,192, as slow as with none); 0 declares none
 DECLARED_LEVELS = 64
+#: the most levels that may be declared (StarPU allocates two arrays of that many entries per worker)
+MAX_LEVELS = 2**20
 #: the policies for which tilecast declares a range: those whose decisions read the sums
 DECLARING = ("dmdasd",)
 #: environment variable that overrides :data:`DECLARED_LEVELS` (0: declare none, as StarPU runs by default)
@@ -90,8 +91,8 @@ def declared_levels() -> int:
         n = int(raw)
     except ValueError:
         raise FieldError(f"{LEVELS_ENV}={raw!r}: expected a whole number of priority levels (0: none)") from None
-    if n < 0 or n == 1:
-        raise FieldError(f"{LEVELS_ENV}={raw!r}: expected 0 (declare none) or at least 2 levels")
+    if n < 0 or n == 1 or n > MAX_LEVELS:
+        raise FieldError(f"{LEVELS_ENV}={raw!r}: expected 0 (declare none) or 2 to {MAX_LEVELS} levels")
     return n
 
 

@@ -162,24 +162,26 @@ class Engine:
         self._started = policy.started if type(policy).started is not Policy.started else None
         self._finished = policy.finished if type(policy).finished is not Policy.finished else None
 
-    def decide(self, locked: int, scanned: int, by: int = -1) -> None:
+    def decide(self, locked: int, scanned: int, by: int = -1, serial: bool = True) -> None:
         """A scheduling decision that locked ``locked`` other workers' queues and read ``scanned`` queued
-        tasks: it holds the scheduler from when the previous decision ends (or now). Made by worker ``by``
-        (releasing the successors of the task it ended; -1: the submitting thread), it also runs in that
-        worker's thread after what the thread had to do before (its release, the insertions before it):
-        the two add up, as in StarPU, where one thread does them one after the other
+        tasks: with ``serial`` it holds the scheduler from when the previous decision ends (or now). Made by
+        worker ``by`` (releasing the successors of the task it ended; -1: the submitting thread), it also
+        runs in that worker's thread after what the thread had to do before (its release, the insertions
+        before it): the two add up, as in StarPU, where one thread does them one after the other
         (``_starpu_handle_job_termination``, src/core/jobs.c, pushes each successor through the policy's
-        ``push_task``)."""
+        ``push_task``). Without ``serial`` (a decision that reads one sum per worker, under no lock: a
+        declared priority range) it is that thread's time only."""
         cost = locked * self.decision_lock + scanned * self.decision_scan
         if cost > 0.0:
             now = self.env._now
-            start = now if now >= self.sched_free else self.sched_free
+            start = now if (now >= self.sched_free or not serial) else self.sched_free
             if by >= 0:
                 h = self.hold[by]
                 if h > start:
                     start = h
                 self.hold[by] = start + cost
-            self.sched_free = start + cost
+            if serial:
+                self.sched_free = start + cost
 
     def walk(self, by: int, walked: int) -> None:
         """Worker ``by`` inserted a task into a sorted queue past ``walked`` queued tasks (or searched ``walked``

@@ -158,9 +158,11 @@ def run(graph, machine, sched: str, durations: np.ndarray, estimate, priority, c
     s.worker_kind = p([kind_index[w.kind] for w in machine.workers], np.int32)
     s.worker_node = p([w.node for w in machine.workers], np.int32)
     s.overhead = float(machine.task_overhead)
-    # a decision reads queued tasks only where no priority range is declared (deque_model.py, as the Python loop)
-    s.decision_scan = float(machine.decision_scan) if reads_queued_tasks(sched) else 0.0
-    s.decision_lock = float(machine.decision_lock)
+    # a decision reads queued tasks, under their locks and one at a time, only where no priority range is declared
+    # (deque_model.py, as the Python loop)
+    reads = reads_queued_tasks(sched)
+    s.decision_scan = float(machine.decision_scan) if reads else 0.0
+    s.decision_lock, s.decision_serial = float(machine.decision_lock), int(reads)
     s.push_walk = float(machine.push_walk) if sched in SEARCHING else 0.0  # as simulate.simulate
     s.walk_far, s.walk_knee = walk_far_of(machine, sched)
     gap_before, release = gap_charges if gap_charges is not None else (None, None)

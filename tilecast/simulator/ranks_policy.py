@@ -65,8 +65,8 @@ class RankView:
                 self.e.wake(w)
                 return
 
-    def decide(self, locked: int, scanned: int, by: int = -1) -> None:
-        self.e.decide(locked, scanned, self.gw[by] if by >= 0 else -1)
+    def decide(self, locked: int, scanned: int, by: int = -1, serial: bool = True) -> None:
+        self.e.decide(locked, scanned, self.gw[by] if by >= 0 else -1, serial)
 
     def walk(self, by: int, walked: int) -> None:
         """:meth:`Engine.walk` by this rank's worker ``by`` (its global id), or by a thread that is none."""

@@ -706,12 +706,12 @@ static void dm_push(tcsim_t *s, priv_t *p, int64_t task, int by) {  /* DequeMode
                                   * deciding worker's thread after its earlier work, before the insertion */
         double cost = (double)(n - (by >= 0 ? 1 : 0)) * s->decision_lock + (double)p->scanned * s->decision_scan;
         if (cost > 0.0) {
-            double from = now >= p->sched_free ? now : p->sched_free;
+            double from = s->decision_serial ? (now >= p->sched_free ? now : p->sched_free) : now;
             if (by >= 0) {
                 if (p->hold[by] > from) from = p->hold[by];
                 p->hold[by] = from + cost;
             }
-            p->sched_free = from + cost;
+            if (s->decision_serial) p->sched_free = from + cost;
         }
     }
     if (p->use_sq && s->push_walk > 0.0) {  /* Engine.walk: _starpu_fifo_push_sorted_task's walk */

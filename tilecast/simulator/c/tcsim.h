@@ -16,6 +16,8 @@ typedef struct {
     double overhead;
     double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
                                            * locked; decisions are serial (Engine.decide) */
+    int32_t decision_serial;      /* 1: decisions hold the scheduler, one at a time (queues read under their locks);
+                                   * 0: a decision is the deciding thread's time only (a declared priority range) */
     double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the
                                    * pushing worker before its next task (Engine.walk) */
     double walk_far, walk_knee;   /* dmdas, dmdasd: s per step beyond the first walk_knee steps of an insertion

@@ -42,8 +42,11 @@ Every rule below is StarPU 1.3.10's, from src/sched_policies/deque_modeling_poli
   :func:`tilecast.graph.priorities.declared_range`), StarPU reads the same
   length as one running sum per worker and priority level
   (``exp_len_per_priority``, ``compute_all_performance_predictions``):
-  the decision reads no queued task, and its fitted cost per other worker
-  (``Machine.decision_lock``) stands for the sums' upkeep.
+  the decision reads no queued task and takes no other worker's lock, so it
+  is the deciding thread's time alone, not one at a time; its fitted cost per
+  other worker (``Machine.decision_lock``) stands for the sums' upkeep (each
+  push and start adds to or takes from the sums of the levels up to its
+  task's, arrays the other worker's thread writes too).
 
 - Inserting into a sorted queue walks the list from its head past every
   queued task of at least the new one's priority (``_starpu_fifo_push_sorted_task``,
@@ -178,7 +181,7 @@ class DequeModel(Policy):
             memory.prefetch(task, node, now)
         if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own; the decision
             # comes before the insertion (compute_all_performance_predictions, then push_task_on_best_worker)
-            eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned, by)
+            eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned, by, self.reads_queues)
         if self.sorted_queues:
             self.pushed += 1
             key = self.neg[task] if self.neg else 0.0
