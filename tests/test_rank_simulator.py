@@ -164,7 +164,7 @@ def test_a_ranks_policy_charges_its_own_workers():
     charged = []
     engine = SimpleNamespace(n_tasks=0, worker_kind=[0, 0, 0, 0], duration=None, duration_array=None, env=None,
                              missing=[], walk=lambda by, k: charged.append(("walk", by, k)),
-                             decide=lambda locked, scanned, by=-1: charged.append(("decide", by, scanned)))
+                             decide=lambda locked, scanned, by=-1, serial=True: charged.append(("decide", by, scanned)))
     view = RankView(engine, [2, 3])
     view.walk(1, 7)
     view.walk(-1, 4)
