@@ -53,7 +53,7 @@ def test_each_worker_count_keeps_its_own_reading_cost(local, probes, reading):
     assert got[2][0] > 1.4 * got[1][0]
 
 
-def test_with_a_declared_range_a_decision_reads_no_queued_task(local, probes):
+def test_with_a_declared_range_a_decision_reads_no_queued_task(local, probes, monkeypatch):
     """tilecast declares dmdasd's priority range: the cost per queued task read changes nothing, in the
     Python loop and in C alike, and the fit recovers the cost per other worker with none per read."""
     from tilecast.graph.priorities import declared_range
@@ -63,11 +63,9 @@ def test_with_a_declared_range_a_decision_reads_no_queued_task(local, probes):
     measured = [simulate(g, local.with_decision_cost(0.0, lock), "dmdasd").makespan for g in probes]
     dearer = [simulate(g, local.with_decision_cost(5e-7, lock), "dmdasd").makespan for g in probes]
     assert dearer == measured
-    Engine.native_loop = False
-    try:
-        python = [simulate(g, local.with_decision_cost(5e-7, lock), "dmdasd").makespan for g in probes]
-    finally:
-        Engine.native_loop = True
+    monkeypatch.setattr(Engine, "native_loop", False)
+    python = [simulate(g, local.with_decision_cost(5e-7, lock), "dmdasd").makespan for g in probes]
+    monkeypatch.setattr(Engine, "native_loop", True)
     assert python == pytest.approx(measured, rel=1e-9)
     free = [simulate(g, local, "dmdasd").makespan for g in probes]
     assert min(m / f for m, f in zip(measured, free)) > 1.1  # the cost per other worker matters on these probes

@@ -15,7 +15,7 @@ typedef struct {
     const int32_t *worker_kind, *worker_node;
     double overhead;
     double decision_scan, decision_lock;  /* a decision's cost (dmdasd): per queued task read, per other worker
-                                           * locked; decisions are serial (Engine.decide) */
+                                           * (Engine.decide) */
     int32_t decision_serial;      /* 1: decisions hold the scheduler, one at a time (queues read under their locks);
                                    * 0: a decision is the deciding thread's time only (a declared priority range) */
     double push_walk;             /* dmdas, dmdasd: s per queued task a sorted insertion walks past, paid by the

@@ -179,8 +179,9 @@ class DequeModel(Policy):
         q = self.queues[w]
         if memory is not None and (q or eng.busy[w]):  # an idle worker fetches at once anyway
             memory.prefetch(task, node, now)
-        if self.sorted_decision:  # it locked every worker's queue but the deciding worker's own; the decision
-            # comes before the insertion (compute_all_performance_predictions, then push_task_on_best_worker)
+        if self.sorted_decision:  # reading the queues, it locked every worker's queue but the deciding worker's
+            # own (with a declared range: none); the decision comes before the insertion
+            # (compute_all_performance_predictions, then push_task_on_best_worker)
             eng.decide(eng.n_workers - (1 if by >= 0 else 0), self.scanned, by, self.reads_queues)
         if self.sorted_queues:
             self.pushed += 1
