@@ -125,9 +125,7 @@ def run_counted(lib: Path | None, directory: Path, args, sched: str) -> dict:
     figures."""
     out = directory / f"count_{sched}.json"
     out.unlink(missing_ok=True)
-    # the readings are studied where StarPU makes them: no priority range declared (tilecast declares one for
-    # dmdasd by default, whose decisions then read one sum per worker: tilecast.graph.priorities.declared_range)
-    env = dict(os.environ, TILECAST_PRIORITY_LEVELS="0")
+    env = dict(os.environ)  # TILECAST_PRIORITY_LEVELS=0 from main(): StarPU reads the queues
     if lib is not None:
         pre = env.get("LD_PRELOAD", "")  # kept after the counter, as tilecast.executor.mpi_call_times does
         env.update(LD_PRELOAD=f"{lib}{':' + pre if pre else ''}", TILECAST_COUNT_OUT=str(out))
@@ -193,7 +191,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="runs of each policy, alternated (default 2)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default 900)")
     args = ap.parse_args(argv)
-    os.environ["TILECAST_PRIORITY_LEVELS"] = "0"  # the simulator's readings too (run_counted's runs read)
+    # the readings are studied where StarPU makes them: no priority range declared, in the runs and the simulator
+    # alike (tilecast declares one for dmdasd by default, whose decisions then read one sum per worker:
+    # tilecast.graph.priorities.declared_range)
+    os.environ["TILECAST_PRIORITY_LEVELS"] = "0"
     for flag in ("batch", "seq", "workers", "rounds"):
         if getattr(args, flag) < 1:
             ap.error(f"--{flag}: at least 1, got {getattr(args, flag)}")
