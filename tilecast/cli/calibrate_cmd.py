@@ -160,6 +160,8 @@ def quiet_line(q: dict) -> str:
     if q.get("reference_s"):
         line += (f"; reference step {q['reference_s'] * 1e3:.1f} ms around the passes (fastest seen "
                  f"{q['reference_best_s'] * 1e3:.1f} ms)")
+    if q.get("lane_figures_again"):
+        line += f"; {q['lane_figures_again']} hot or near figures that stood out from their neighbours timed again"
     if q["passes_disturbed"]:
         line += "; the machine stayed slow: the kernel times may be too long"
     return line

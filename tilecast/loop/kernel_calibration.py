@@ -274,7 +274,9 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     per core (sysfs's, or less where a stream on every core at once shows less:
     :mod:`tilecast.perfmodel.llc_probe`), are stored beside them (``cal.cache_bytes``, ``cal.llc_bytes``). With several workers, a
     sample of the cases is also timed hot on one worker and on all, side by
-    side (:func:`worker_pair_passes`, ``cal.worker_samples``).
+    side (:func:`worker_pair_passes`, ``cal.worker_samples``). A hot or near figure that stands out from the
+    same kernel's shapes of about its size (a spell inside that lane's one pass) is timed again and the lesser
+    of the two kept (:meth:`StarPUTiming.plan_again`; how many in ``cal.quiet["lane_figures_again"]``).
 
     Returns (calibration, the cases StarPU could not run)."""
     from tilecast.executor.runtime_timer import runnable
@@ -307,6 +309,8 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
     for p in timing.plan():
         p.take(guard)
     timing.step = None  # a later retake advances no bar
+    for p in timing.plan_again():  # hot and near figures that stand out from their neighbours' (lane_outliers)
+        p.take(guard)
     timing.apply(cal)
     judged = [guard.verdict(p.info) for p in timing.passes]
     summary = guard.summary()
@@ -315,7 +319,8 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
                  "passes_disturbed": sum(v["disturbed"] for v in judged) + before.get("passes_disturbed", 0),
                  "passes_retaken": sum(p.info["retakes"] for p in timing.passes) + before.get("passes_retaken", 0),
                  "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"],
-                 "reference_s": timing.reference_s}
+                 "reference_s": timing.reference_s,
+                 "lane_figures_again": sum(len(idx) for _, idx, _ in timing.again) + before.get("lane_figures_again", 0)}
     if record is not None:
         record.append(timing)
     return cal, [c for c in cases if not runnable(*c)]
@@ -329,11 +334,12 @@ class StarPUTiming:
         self.cases, self.repeats, self.workers, self.sample = cases, repeats, workers, sample
         self.step = None  # progress callback of the passes (time_in_runtime's)
         self.cold, self.hot, self.near, self.ones, self.alls = [], [], [], [], []
+        self.again: list = []  # (lane, case indices, pass): lane figures timed again (plan_again)
         self._sample_rows: dict = {}  # case index -> the worker sample row last written
 
     @property
     def passes(self) -> list:
-        return self.cold + self.hot + self.near + self.ones + self.alls
+        return self.cold + self.hot + self.near + self.ones + self.alls + [p for *_, p in self.again]
 
     @property
     def reference_s(self) -> float | None:
@@ -374,12 +380,39 @@ class StarPUTiming:
             worker_pair_passes(planned, w, [cases[i] for i in self.sample], reps[self.sample])
         return order
 
-    def apply(self, cal: Calibration) -> None:
-        """Set ``cal``'s points, hot and near lane times and worker samples of these cases from the passes'
-        results (replacing those an earlier apply set)."""
+    def _lanes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(cold median, its MAD, hot, near) of every case from the passes taken, each lane's figures timed
+        again (:meth:`plan_again`) at the lesser of their two times."""
         med, mad = _median_mad([p.result for p in self.cold])
         hot, _ = _median_mad([p.result for p in self.hot])
         near, _ = _median_mad([p.result for p in self.near]) if self.near else (np.full(len(med), np.nan), None)
+        lanes = {"hot": hot, "near": near}
+        for lane, idx, p in self.again:
+            if p.result is not None:
+                lanes[lane][idx] = np.fmin(lanes[lane][idx], np.asarray(p.result, dtype=np.float64))
+        return med, mad, hot, near
+
+    def plan_again(self) -> list:
+        """Passes that time again, in their lane, the cases whose hot or near figure stands out from the same
+        kernel's neighbours (:func:`tilecast.perfmodel.lane_outliers.outlying`); :meth:`apply` keeps the
+        lesser of the two figures. Called once the planned passes are taken; none when nothing stands out."""
+        from tilecast.perfmodel.lane_outliers import outlying
+
+        cold, _, hot, near = self._lanes()
+        made = []
+        for lane, times, sched in (("hot", hot, HOT_SCHED), ("near", near, COLD_SCHED)):
+            idx = np.asarray(outlying(self.cases, cold, times), dtype=np.int64)
+            if len(idx):
+                p = self._pass(f"{lane} again ({len(idx)} shapes)", self.workers, [self.cases[i] for i in idx],
+                               self.repeats[idx], sched, near=lane == "near")
+                self.again.append((lane, idx, p))
+                made.append(p)
+        return made
+
+    def apply(self, cal: Calibration) -> None:
+        """Set ``cal``'s points, hot and near lane times and worker samples of these cases from the passes'
+        results (replacing those an earlier apply set)."""
+        med, mad, hot, near = self._lanes()
         at = _starpu_points(cal)
         for (name, row), m, d, h, c in zip(self.cases, med, mad, hot, near):
             if np.isfinite(m):

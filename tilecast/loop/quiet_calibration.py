@@ -79,7 +79,8 @@ def retake_calibration(record: list, guard: QuietGuard, machine, cal, host: dict
                  "passes_retaken": report["passes_retaken_at_once"] + counts["retaken"],
                  "passes_retaken_late": counts["retaken"], "reference_best_s": guard.best_s,
                  "waited_s": guard.waited_s, "reference_s": report["reference_s"],
-                 "judged_by": "the fastest reference of the accuracy run"}
+                 "judged_by": "the fastest reference of the accuracy run",
+                 "lane_figures_again": (cal.quiet or {}).get("lane_figures_again", 0)}
     now = (cal.in_step_hot, cal.in_step_factor, cal.in_step_byte_s, cal.in_step_source, cal.in_step_hot_span_s)
     if counts["retaken"] or now != before:
         cal.save()

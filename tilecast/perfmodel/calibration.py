@@ -85,7 +85,7 @@ class Calibration:
     lane_workers: int = 0  # busy workers while shapes were timed as StarPU tasks (0: none were)
     worker_samples: dict = field(default_factory=dict)  # kernel -> [[bytes, s on one worker, s on lane_workers]]
     # how quiet the machine was while shapes were timed as StarPU tasks (tilecast.loop.kernel_calibration):
-    # passes, passes_disturbed, passes_retaken, reference_best_s, waited_s
+    # passes, passes_disturbed, passes_retaken, reference_best_s, waited_s, lane_figures_again
     quiet: dict = field(default_factory=dict)
     # the C kernels' code the shapes were timed with (tilecast.kernels.native.kernels_fingerprint)
     kernels: str = field(default_factory=lambda: _kernels_fingerprint())
