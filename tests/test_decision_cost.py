@@ -223,3 +223,35 @@ def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch, read
     assert min(alone) > 0.0
     together = simulate(g, both, "dmdasd", durations=d).makespan - base
     assert sum(alone) * 0.98 <= together <= sum(alone) * (1 + 1e-9)
+
+
+def test_the_decisions_follow_the_pairs_ratio_on_the_longest_probe(local, probes):
+    """dmdasd's probe sessions made with a dear decision (one unlucky session of the small probes), the alternated
+    pairs' ratio to dmdas on the longest probe that of a cheap one: the fit takes the cheap one. Without the
+    ratio, the sessions' own makespans: the dear one."""
+    dear, cheap = 6e-6, 1e-6
+    companion = HostCost.fit(2, [[100, 1000, mk, 1e-3] for mk in [simulate(g, local, "dmdas").makespan
+                                                                   for g in probes]], overheads=[[1e5, 8e-6]])
+    companion.probe_points = len(probes)
+
+    def probe_fit():
+        made = [simulate(g, local.with_decision_cost(0.0, dear), "dmdasd").makespan for g in probes]
+        fit = HostCost.fit(2, [[100, 1000, mk, 1e-3] for mk in made], overheads=[[1e5, 8e-6]])
+        fit.probe_points = len(probes)
+        return fit
+
+    i = max(range(len(probes)), key=lambda k: probes[k].n_tasks)
+    ratio = (simulate(probes[i], local.with_decision_cost(0.0, cheap), "dmdasd").makespan
+             / simulate(probes[i], local, "dmdas").makespan)
+    sessions = probe_fit()
+    host_cost.fit_decisions(sessions, local, None, companion, "dmdasd", probes)
+    assert sessions.decision_lock_s == pytest.approx(dear, rel=0.25)
+    paired = probe_fit()
+    host_cost.fit_decisions(paired, local, None, companion, "dmdasd", probes, longest_ratio=ratio)
+    assert paired.decision_lock_s == pytest.approx(cheap, rel=0.25) and paired.decision_scan_s == 0.0
+
+
+def test_the_probe_sessions_pair_dmdasd_with_dmdas():
+    sessions = host_cost.ProbeSessions({}, [], [(2, "dmdas"), (2, "dmdasd")])
+    assert sessions.by_key[host_cost.pairs_key(2, "dmdasd")].what == "dmdasd beside dmdas, alternated (2 workers)"
+    assert sessions.by_key[host_cost.pairs_key(2, "dmdas")].what == "dmdas beside dmda, alternated (2 workers)"

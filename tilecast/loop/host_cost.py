@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 26  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 27  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -66,6 +66,8 @@ FORMAT = 26  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (tilecast.loop.probe_rounds)
 # 26: dmdasd runs with a declared priority range (tilecast.graph.priorities.declared_range): its decisions read one
 # sum per worker, so its probes are measured and its decision cost fitted again, per other worker alone
+# 27: dmdasd's decision cost fitted on its ratio to dmdas on the longest probe in alternated sessions
+# (tilecast.loop.walk_pairs), not on the probes' own sessions
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -460,10 +462,21 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
 
 
 def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str,
-                  graphs: list) -> None:
+                  graphs: list, longest_ratio: float | None = None) -> None:
     """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
-    probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``."""
+    probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``.
+
+    ``longest_ratio``: the policy's makespan of the longest probe over its companion's (dmdasd over dmdas),
+    measured in alternated sessions (:mod:`tilecast.loop.walk_pairs`): then the decisions are fitted on that
+    probe alone, so that its simulated makespan stands to the companion's simulated one as measured. With a
+    declared priority range a decision's cost is a few array updates; on the probes' own sessions (one per
+    policy, its figure the median of three) the two small probes, 8-20 ms steps whose sessions differ by 10-20%,
+    set it: 2.58 us a decision on two workers in one calibration of the 2-core AMD EPYC guest (accuracy run 93),
+    where dmdasd's longest probe ran as fast as dmdas's (82.4 against 83.2 ms), and gpt2-4x128's dmdasd at tile
+    32 on two workers came out +14.5% (+0.4% with no decision cost; three pairs of sessions of that step measured
+    dmdasd and dmdas within 3% of each other)."""
     from tilecast.loop.decision_cost import fit_decision_cost
+    from tilecast.loop.walk_in_step import longest_probe
 
     if companion is not None and companion.task_overhead_s is not None:
         probe.take_gap_model(companion)
@@ -471,6 +484,17 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
         probe.take_walk(companion)
     m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
+    if longest_ratio is not None and companion is not None and graphs:
+        from tilecast.loop.decision_cost import DECIDING, _probe_target
+
+        i = longest_probe(graphs)
+        theirs = companion.points[:companion.probe_points]
+        if i < len(theirs):
+            _, target = _probe_target(m, calibration, [graphs[i]], [longest_ratio * theirs[i][2]],
+                                      (DECIDING[sched], [theirs[i][2]]))
+            probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, [graphs[i]],
+                                                                             list(target), sched)
+            return
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
 
@@ -569,12 +593,13 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
     if progress:
         from tqdm import tqdm
 
+        from tilecast.loop.decision_cost import DECIDING
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
         from tilecast.loop.walk_pairs import PAIRS, REPEATS
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
-        sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
+        sorted_runs += sum(s in SORTED_WALK or s in DECIDING for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
         sched_runs = len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + sched_runs + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
@@ -614,7 +639,7 @@ class ProbeSessions:
     per worker count and scheduler), and the fits made from them (:meth:`fit`, again after a retake)."""
 
     def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
-        from tilecast.loop.decision_cost import WALKING
+        from tilecast.loop.decision_cost import DECIDING, WALKING
         from tilecast.loop.gap_bytes import measure_step_gaps
         from tilecast.loop.interference import GuardedPass
         from tilecast.loop.queue_probe import measure_sorted
@@ -628,10 +653,11 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
-            if sched in SORTED_WALK:
+            beside = WALKING.get(sched) if sched in SORTED_WALK else DECIDING.get(sched)
+            if beside is not None:
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
-                    f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
-                    lambda w=w, sched=sched: measure_walk_pairs(w, sched, WALKING[sched], progress=self._tick))
+                    f"{sched} beside {beside}, alternated ({w} worker{'s' if w > 1 else ''})",
+                    lambda w=w, sched=sched, beside=beside: measure_walk_pairs(w, sched, beside, progress=self._tick))
         for r in range(1, ROUNDS):  # each scheduler's later sessions, interleaved (tilecast.loop.probe_rounds)
             for w, sched in self.sched_todo:
                 self.by_key[round_key(probe_key(w, sched), r)] = self._sched_pass(w, sched, r)
@@ -696,8 +722,9 @@ class ProbeSessions:
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
             if sched in DECIDING:
+                pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
-                              [g for g, _ in traced])
+                              [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
         return fits, cal
