@@ -484,17 +484,13 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
         probe.take_walk(companion)
     m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
-    if longest_ratio is not None and companion is not None and graphs:
+    if longest_ratio is not None and graphs:
         from tilecast.loop.decision_cost import DECIDING, _probe_target
 
-        i = longest_probe(graphs)
-        theirs = companion.points[:companion.probe_points]
-        if i < len(theirs):
-            _, target = _probe_target(m, calibration, [graphs[i]], [longest_ratio * theirs[i][2]],
-                                      (DECIDING[sched], [theirs[i][2]]))
-            probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, [graphs[i]],
-                                                                             list(target), sched)
-            return
+        longest = [graphs[longest_probe(graphs)]]
+        # the target: the ratio times the companion's simulated makespan (its measured one, 1 here, cancels)
+        _, target = _probe_target(m, calibration, longest, [longest_ratio], (DECIDING[sched], [1.0]))
+        graphs, makespans = longest, list(target)
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
 

@@ -320,7 +320,8 @@ def time_in_starpu(machine, cal: Calibration | None, cases, repeats, workers: in
                  "passes_retaken": sum(p.info["retakes"] for p in timing.passes) + before.get("passes_retaken", 0),
                  "reference_best_s": summary["reference_best_s"], "waited_s": summary["waited_s"],
                  "reference_s": timing.reference_s,
-                 "lane_figures_again": sum(len(idx) for _, idx, _ in timing.again) + before.get("lane_figures_again", 0)}
+                 "lane_figures_again": (sum(len(idx) for _, idx, _ in timing.again)
+                                        + before.get("lane_figures_again", 0))}
     if record is not None:
         record.append(timing)
     return cal, [c for c in cases if not runnable(*c)]
