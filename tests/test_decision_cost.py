@@ -249,9 +249,27 @@ def test_the_decisions_follow_the_pairs_ratio_on_the_longest_probe(local, probes
     paired = probe_fit()
     host_cost.fit_decisions(paired, local, None, companion, "dmdasd", probes, longest_ratio=ratio)
     assert paired.decision_lock_s == pytest.approx(cheap, rel=0.25) and paired.decision_scan_s == 0.0
+    # the pairs' interval clear of the ratio with no decision cost: the same fit
+    narrow = probe_fit()
+    host_cost.fit_decisions(narrow, local, None, companion, "dmdasd", probes, ratio, (ratio * 0.999, ratio * 1.001))
+    assert narrow.decision_lock_s == pytest.approx(paired.decision_lock_s, rel=1e-6)
+    # an interval that reaches down to that ratio: the pairs cannot tell the cost from none, none is charged
+    free = (simulate(probes[i], local.with_decision_cost(0.0, 0.0), "dmdasd").makespan
+            / simulate(probes[i], local, "dmdas").makespan)
+    assert free < ratio * 0.999
+    wide = probe_fit()
+    host_cost.fit_decisions(wide, local, None, companion, "dmdasd", probes, ratio, (free * 0.999, ratio * 1.2))
+    assert (wide.decision_lock_s, wide.decision_scan_s, wide.decides) == (0.0, 0.0, False)
 
 
 def test_the_probe_sessions_pair_dmdasd_with_dmdas():
-    sessions = host_cost.ProbeSessions({}, [], [(2, "dmdas"), (2, "dmdasd")])
+    """dmdasd beside dmdas on two workers, with more pairs than dmdas beside dmda; not on one worker, where a
+    decision has no other worker to charge; no pairs for the policies that fit neither."""
+    sessions = host_cost.ProbeSessions({}, [], [(1, "dmdas"), (1, "dmdasd"), (2, "dmdas"), (2, "dmdasd"),
+                                                 (2, "prio"), (2, "eager")])
     assert sessions.by_key[host_cost.pairs_key(2, "dmdasd")].what == "dmdasd beside dmdas, alternated (2 workers)"
     assert sessions.by_key[host_cost.pairs_key(2, "dmdas")].what == "dmdas beside dmda, alternated (2 workers)"
+    assert sessions.by_key[host_cost.pairs_key(1, "dmdas")].what == "dmdas beside dmda, alternated (1 worker)"
+    assert host_cost.pairs_key(1, "dmdasd") not in sessions.by_key
+    assert not {host_cost.pairs_key(2, s) for s in ("prio", "eager")} & set(sessions.by_key)
+    assert host_cost.pairs_of(2, "dmdasd") > host_cost.pairs_of(2, "dmdas") > 0 == host_cost.pairs_of(1, "dmdasd")

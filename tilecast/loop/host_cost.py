@@ -462,7 +462,8 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
 
 
 def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str,
-                  graphs: list, longest_ratio: float | None = None) -> None:
+                  graphs: list, longest_ratio: float | None = None,
+                  longest_interval: tuple[float, float] | None = None) -> None:
     """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
     probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``.
 
@@ -474,7 +475,13 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     set it: 2.58 us a decision on two workers in one calibration of the 2-core AMD EPYC guest (accuracy run 93),
     where dmdasd's longest probe ran as fast as dmdas's (82.4 against 83.2 ms), and gpt2-4x128's dmdasd at tile
     32 on two workers came out +14.5% (+0.4% with no decision cost; three pairs of sessions of that step measured
-    dmdasd and dmdas within 3% of each other)."""
+    dmdasd and dmdas within 3% of each other).
+
+    ``longest_interval``: the pairs' interval for that ratio (:func:`tilecast.loop.walk_pairs.ratio_interval`).
+    Where it reaches down to the ratio simulated with no decision cost, the pairs cannot tell the cost from none
+    and none is charged: what the declared range's upkeep costs (a few additions per push and start) is too
+    little to show on the probe, and one pair's ratio spread 0.77-1.49 where 0.5 us a decision moves the
+    simulated one by 7%."""
     from tilecast.loop.decision_cost import fit_decision_cost
     from tilecast.loop.walk_in_step import longest_probe
 
@@ -489,7 +496,14 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
 
         longest = [graphs[longest_probe(graphs)]]
         # the target: the ratio times the companion's simulated makespan (its measured one, 1 here, cancels)
-        _, target = _probe_target(m, calibration, longest, [longest_ratio], (DECIDING[sched], [1.0]))
+        durations, target = _probe_target(m, calibration, longest, [longest_ratio], (DECIDING[sched], [1.0]))
+        if longest_interval is not None:
+            from tilecast.simulator.simulate import simulate
+
+            free = simulate(longest[0], m.with_decision_cost(0.0, 0.0), sched, durations=durations[0]).makespan
+            if free / (target[0] / longest_ratio) >= longest_interval[0]:
+                probe.decision_scan_s, probe.decision_lock_s = 0.0, 0.0
+                return
         graphs, makespans = longest, list(target)
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
@@ -589,13 +603,12 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
     if progress:
         from tqdm import tqdm
 
-        from tilecast.loop.decision_cost import DECIDING
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
-        from tilecast.loop.walk_pairs import PAIRS, REPEATS
+        from tilecast.loop.walk_pairs import REPEATS
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
-        sorted_runs += sum(s in SORTED_WALK or s in DECIDING for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
+        sorted_runs += sum(pairs_of(w, s) for w, s in sched_todo) * 2 * (REPEATS + 1)
         sched_runs = len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + sched_runs + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
@@ -629,6 +642,19 @@ def pairs_key(workers: int, sched: str) -> str:
     return f"pairs:{workers}:{sched}"
 
 
+def pairs_of(workers: int, sched: str) -> int:
+    """How many alternated pairs of sessions ProbeSessions takes of ``sched`` beside its companion on ``workers``
+    (tilecast.loop.walk_pairs): dmdas beside dmda for its walk; dmdasd beside dmdas for its decisions, on more
+    than one worker only, as a decision's cost is charged per other worker (``Machine.decision_lock``); 0 for
+    the other policies."""
+    from tilecast.loop.decision_cost import DECIDING
+    from tilecast.loop.walk_pairs import DECIDING_PAIRS, PAIRS
+
+    if sched in DECIDING:
+        return DECIDING_PAIRS if workers > 1 else 0
+    return PAIRS if sched in SORTED_WALK else 0
+
+
 class ProbeSessions:
     """The probe sessions of one :func:`ensure_host_costs` (each a
     :class:`tilecast.loop.interference.GuardedPass`: one StarPU session of probe steps per worker count, and
@@ -649,11 +675,13 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
-            beside = WALKING.get(sched) if sched in SORTED_WALK else DECIDING.get(sched)
-            if beside is not None:
+            n = pairs_of(w, sched)
+            if n:
+                beside = WALKING[sched] if sched in SORTED_WALK else DECIDING[sched]
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
                     f"{sched} beside {beside}, alternated ({w} worker{'s' if w > 1 else ''})",
-                    lambda w=w, sched=sched, beside=beside: measure_walk_pairs(w, sched, beside, progress=self._tick))
+                    lambda w=w, sched=sched, beside=beside, n=n: measure_walk_pairs(w, sched, beside, pairs=n,
+                                                                                   progress=self._tick))
         for r in range(1, ROUNDS):  # each scheduler's later sessions, interleaved (tilecast.loop.probe_rounds)
             for w, sched in self.sched_todo:
                 self.by_key[round_key(probe_key(w, sched), r)] = self._sched_pass(w, sched, r)
@@ -686,7 +714,7 @@ class ProbeSessions:
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
         from tilecast.loop.queue_probe import walk_curve
-        from tilecast.loop.walk_pairs import pair_ratio
+        from tilecast.loop.walk_pairs import pair_ratio, ratio_interval
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -720,7 +748,8 @@ class ProbeSessions:
             if sched in DECIDING:
                 pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
-                              [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
+                              [g for g, _ in traced], pair_ratio(pairs) if pairs else None,
+                              ratio_interval(pairs) if pairs else None)
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
         return fits, cal
