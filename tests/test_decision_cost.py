@@ -225,51 +225,38 @@ def test_a_worker_pays_its_decisions_after_its_release(native, monkeypatch, read
     assert sum(alone) * 0.98 <= together <= sum(alone) * (1 + 1e-9)
 
 
-def test_the_decisions_follow_the_pairs_ratio_on_the_longest_probe(local, probes):
-    """dmdasd's probe sessions made with a dear decision (one unlucky session of the small probes), the alternated
-    pairs' ratio to dmdas on the longest probe that of a cheap one: the fit takes the cheap one. Without the
-    ratio, the sessions' own makespans: the dear one."""
-    dear, cheap = 6e-6, 1e-6
+def test_with_a_declared_range_calibration_charges_no_decision(local, probes, monkeypatch):
+    """dmdasd's probe sessions made with a dear decision: with tilecast's declared priority range the fit charges
+    none (a decision reads one sum per worker, its upkeep a few additions) and takes dmdas's per-task cost and
+    walk; with no range declared (decisions read the queued tasks) it fits the costs on those sessions."""
+    dear = 6e-6
     companion = HostCost.fit(2, [[100, 1000, mk, 1e-3] for mk in [simulate(g, local, "dmdas").makespan
                                                                    for g in probes]], overheads=[[1e5, 8e-6]])
     companion.probe_points = len(probes)
+    companion.push_walk_s = 3e-8
 
     def probe_fit():
         made = [simulate(g, local.with_decision_cost(0.0, dear), "dmdasd").makespan for g in probes]
-        fit = HostCost.fit(2, [[100, 1000, mk, 1e-3] for mk in made], overheads=[[1e5, 8e-6]])
+        fit = HostCost.fit(2, [[100, 1000, mk, 1e-3] for mk in made], overheads=[[1e5, 9e-6]])
         fit.probe_points = len(probes)
+        fit.decision_lock_s = 1e-6  # a stored figure is not kept
         return fit
 
-    i = max(range(len(probes)), key=lambda k: probes[k].n_tasks)
-    ratio = (simulate(probes[i], local.with_decision_cost(0.0, cheap), "dmdasd").makespan
-             / simulate(probes[i], local, "dmdas").makespan)
-    sessions = probe_fit()
-    host_cost.fit_decisions(sessions, local, None, companion, "dmdasd", probes)
-    assert sessions.decision_lock_s == pytest.approx(dear, rel=0.25)
-    paired = probe_fit()
-    host_cost.fit_decisions(paired, local, None, companion, "dmdasd", probes, longest_ratio=ratio)
-    assert paired.decision_lock_s == pytest.approx(cheap, rel=0.25) and paired.decision_scan_s == 0.0
-    # the pairs' interval clear of the ratio with no decision cost: the same fit
-    narrow = probe_fit()
-    host_cost.fit_decisions(narrow, local, None, companion, "dmdasd", probes, ratio, (ratio * 0.999, ratio * 1.001))
-    assert narrow.decision_lock_s == pytest.approx(paired.decision_lock_s, rel=1e-6)
-    # an interval that reaches down to that ratio: the pairs cannot tell the cost from none, none is charged
-    free = (simulate(probes[i], local.with_decision_cost(0.0, 0.0), "dmdasd").makespan
-            / simulate(probes[i], local, "dmdas").makespan)
-    assert free < ratio * 0.999
-    wide = probe_fit()
-    host_cost.fit_decisions(wide, local, None, companion, "dmdasd", probes, ratio, (free * 0.999, ratio * 1.2))
-    assert (wide.decision_lock_s, wide.decision_scan_s, wide.decides) == (0.0, 0.0, False)
+    declared = probe_fit()
+    host_cost.fit_decisions(declared, local, None, companion, "dmdasd", probes)
+    assert (declared.decision_scan_s, declared.decision_lock_s, declared.decides) == (0.0, 0.0, False)
+    assert (declared.task_overhead_s, declared.push_walk_s) == (companion.task_overhead_s, 3e-8)
+    monkeypatch.setenv("TILECAST_PRIORITY_LEVELS", "0")
+    reading = probe_fit()
+    host_cost.fit_decisions(reading, local, None, companion, "dmdasd", probes)
+    assert reading.decides
 
 
-def test_the_probe_sessions_pair_dmdasd_with_dmdas():
-    """dmdasd beside dmdas on two workers, with more pairs than dmdas beside dmda; not on one worker, where a
-    decision has no other worker to charge; no pairs for the policies that fit neither."""
+def test_the_probe_sessions_pair_dmdas_alone():
+    """dmdas beside dmda in alternated sessions, on each worker count; no pairs for dmdasd (nothing of its
+    decisions is fitted with a declared range) nor for the other policies."""
     sessions = host_cost.ProbeSessions({}, [], [(1, "dmdas"), (1, "dmdasd"), (2, "dmdas"), (2, "dmdasd"),
                                                  (2, "prio"), (2, "eager")])
-    assert sessions.by_key[host_cost.pairs_key(2, "dmdasd")].what == "dmdasd beside dmdas, alternated (2 workers)"
     assert sessions.by_key[host_cost.pairs_key(2, "dmdas")].what == "dmdas beside dmda, alternated (2 workers)"
     assert sessions.by_key[host_cost.pairs_key(1, "dmdas")].what == "dmdas beside dmda, alternated (1 worker)"
-    assert host_cost.pairs_key(1, "dmdasd") not in sessions.by_key
-    assert not {host_cost.pairs_key(2, s) for s in ("prio", "eager")} & set(sessions.by_key)
-    assert host_cost.pairs_of(2, "dmdasd") > host_cost.pairs_of(2, "dmdas") > 0 == host_cost.pairs_of(1, "dmdasd")
+    assert not {host_cost.pairs_key(w, s) for w in (1, 2) for s in ("dmdasd", "prio", "eager")} & set(sessions.by_key)

@@ -5,24 +5,12 @@ import pytest
 from test_walk_in_step import _makespans, _probe_fit, two  # noqa: F401 (a fixture)
 
 from tilecast.loop import host_cost
-from tilecast.loop.walk_pairs import measure_walk_pairs, pair_ratio, ratio_interval
+from tilecast.loop.walk_pairs import measure_walk_pairs, pair_ratio
 
 
 def test_the_ratio_is_the_median_of_the_pairs():
     assert pair_ratio([(1.2, 1.0), (2.2, 2.0), (5.0, 2.0)]) == pytest.approx(1.2)
     assert pair_ratio([]) is None
-
-
-def test_the_ratio_interval_is_the_order_statistics_that_hold_the_median():
-    """Eight pairs: the 2nd smallest and 2nd largest ratio (1 - 2 P(Bin(8, 1/2) <= 1) = 0.93; the 3rd would hold
-    the median with 0.71); four pairs: the whole range (0.875 at most); none: None."""
-    ratios = [1.3, 0.8, 1.0, 1.05, 0.95, 1.1, 0.9, 1.2]
-    assert ratio_interval([(r * 2.0, 2.0) for r in ratios]) == pytest.approx((0.9, 1.2))
-    assert ratio_interval([(r, 1.0) for r in ratios[:4]]) == pytest.approx((0.8, 1.3))
-    assert ratio_interval([(1.0, 1.0), (1.1, 0.0)]) == (1.0, 1.0)  # a pair with no companion time is left out
-    assert ratio_interval([]) is None
-    lo, hi = ratio_interval([(r, 1.0) for r in ratios], coverage=0.5)
-    assert 0.9 < lo <= hi < 1.2
 
 
 def test_the_sessions_alternate_on_the_longest_probe(monkeypatch):

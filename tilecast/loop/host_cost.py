@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 27  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 28  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -68,6 +68,8 @@ FORMAT = 27  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # sum per worker, so its probes are measured and its decision cost fitted again, per other worker alone
 # 27: dmdasd's decision cost fitted on its ratio to dmdas on the longest probe in alternated sessions
 # (tilecast.loop.walk_pairs), not on the probes' own sessions
+# 28: with a declared priority range dmdasd's decisions cost nothing beyond dmdas's (tilecast.loop.host_cost.
+# fit_decisions): no decision cost fitted, no pairs measured
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -462,49 +464,35 @@ def measure_walls(workers: int, probes=PROBES, repeats: int = 5, sched: str = PR
 
 
 def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | None, sched: str,
-                  graphs: list, longest_ratio: float | None = None,
-                  longest_interval: tuple[float, float] | None = None) -> None:
+                  graphs: list) -> None:
     """Set a deciding policy's probe fit's per-task cost (its companion policy's, measured on the same
-    probes; else the machine's) and fit its decision costs on the measured makespans of the probe ``graphs``.
+    probes; else the machine's) and its decision costs: with a declared priority range
+    (:func:`tilecast.graph.priorities.reads_queued_tasks` false, tilecast's default) none; else fitted on the
+    measured makespans of the probe ``graphs``.
 
-    ``longest_ratio``: the policy's makespan of the longest probe over its companion's (dmdasd over dmdas),
-    measured in alternated sessions (:mod:`tilecast.loop.walk_pairs`): then the decisions are fitted on that
-    probe alone, so that its simulated makespan stands to the companion's simulated one as measured. With a
-    declared priority range a decision's cost is a few array updates; on the probes' own sessions (one per
-    policy, its figure the median of three) the two small probes, 8-20 ms steps whose sessions differ by 10-20%,
-    set it: 2.58 us a decision on two workers in one calibration of the 2-core AMD EPYC guest (accuracy run 93),
-    where dmdasd's longest probe ran as fast as dmdas's (82.4 against 83.2 ms), and gpt2-4x128's dmdasd at tile
-    32 on two workers came out +14.5% (+0.4% with no decision cost; three pairs of sessions of that step measured
-    dmdasd and dmdas within 3% of each other).
-
-    ``longest_interval``: the pairs' interval for that ratio (:func:`tilecast.loop.walk_pairs.ratio_interval`).
-    Where it reaches down to the ratio simulated with no decision cost, the pairs cannot tell the cost from none
-    and none is charged: what the declared range's upkeep costs (a few additions per push and start) is too
-    little to show on the probe, and one pair's ratio spread 0.77-1.49 where 0.5 us a decision moves the
-    simulated one by 7%."""
+    Why none: with a range declared, a dmdasd decision reads one running sum per worker where dmdas reads the
+    queue's expected length, and each push, pop and start adds to or takes from at most 64 sums
+    (``push_task_on_best_worker``, ``_starpu_fifo_task_started``, ``_starpu_fifo_pop_first_ready_task``,
+    StarPU 1.3.10): a few additions. A cost per decision fitted on the probes instead took up how far the
+    simulator's dmdasd and dmdas decisions differ from the real ones on the probe: fitted on the probes' own
+    sessions (host-cost formats 26 and 27) or on dmdasd's ratio to dmdas in alternated sessions of the longest
+    probe (27), 1.5-3.2 us a decision on two workers in five calibrations of the 2-core AMD EPYC guest (accuracy
+    runs 91-95), where the simulated ratio with no cost was 0.96 in one calibration and 1.01 in another and
+    single pairs' measured ratios spread 0.77-1.49; gpt2-4x128's dmdasd at tile 32 on two workers came out
+    +14.5% to +29.6% with the fitted cost and +0.4% to +20.0% with none, the Llama's at tile 96 -4.2% to +10.7%
+    and -7.9% to +8.0% (docs/scheduling.md)."""
+    from tilecast.graph.priorities import reads_queued_tasks
     from tilecast.loop.decision_cost import fit_decision_cost
-    from tilecast.loop.walk_in_step import longest_probe
 
     if companion is not None and companion.task_overhead_s is not None:
         probe.take_gap_model(companion)
     if companion is not None:  # its sorted insertions (dmdasd's queues are dmdas's)
         probe.take_walk(companion)
+    if not reads_queued_tasks(sched):
+        probe.decision_scan_s, probe.decision_lock_s = 0.0, 0.0
+        return
     m = _probe_machine(probe, machine)
     makespans = [p[2] for p in probe.points[:probe.probe_points]]
-    if longest_ratio is not None and graphs:
-        from tilecast.loop.decision_cost import DECIDING, _probe_target
-
-        longest = [graphs[longest_probe(graphs)]]
-        # the target: the ratio times the companion's simulated makespan (its measured one, 1 here, cancels)
-        durations, target = _probe_target(m, calibration, longest, [longest_ratio], (DECIDING[sched], [1.0]))
-        if longest_interval is not None:
-            from tilecast.simulator.simulate import simulate
-
-            free = simulate(longest[0], m.with_decision_cost(0.0, 0.0), sched, durations=durations[0]).makespan
-            if free / (target[0] / longest_ratio) >= longest_interval[0]:
-                probe.decision_scan_s, probe.decision_lock_s = 0.0, 0.0
-                return
-        graphs, makespans = longest, list(target)
     probe.decision_scan_s, probe.decision_lock_s = fit_decision_cost(m, calibration, graphs, makespans, sched)
 
 
@@ -644,14 +632,9 @@ def pairs_key(workers: int, sched: str) -> str:
 
 def pairs_of(workers: int, sched: str) -> int:
     """How many alternated pairs of sessions ProbeSessions takes of ``sched`` beside its companion on ``workers``
-    (tilecast.loop.walk_pairs): dmdas beside dmda for its walk; dmdasd beside dmdas for its decisions, on more
-    than one worker only, as a decision's cost is charged per other worker (``Machine.decision_lock``); 0 for
-    the other policies."""
-    from tilecast.loop.decision_cost import DECIDING
-    from tilecast.loop.walk_pairs import DECIDING_PAIRS, PAIRS
+    (tilecast.loop.walk_pairs): dmdas beside dmda, for its walk; 0 for the other policies."""
+    from tilecast.loop.walk_pairs import PAIRS
 
-    if sched in DECIDING:
-        return DECIDING_PAIRS if workers > 1 else 0
     return PAIRS if sched in SORTED_WALK else 0
 
 
@@ -661,7 +644,7 @@ class ProbeSessions:
     per worker count and scheduler), and the fits made from them (:meth:`fit`, again after a retake)."""
 
     def __init__(self, base: dict, todo: list, sched_todo: list, tick=None):
-        from tilecast.loop.decision_cost import DECIDING, WALKING
+        from tilecast.loop.decision_cost import WALKING
         from tilecast.loop.gap_bytes import measure_step_gaps
         from tilecast.loop.interference import GuardedPass
         from tilecast.loop.queue_probe import measure_sorted
@@ -677,11 +660,10 @@ class ProbeSessions:
                                                       lambda: measure_sorted(progress=self._tick))
             n = pairs_of(w, sched)
             if n:
-                beside = WALKING[sched] if sched in SORTED_WALK else DECIDING[sched]
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
-                    f"{sched} beside {beside}, alternated ({w} worker{'s' if w > 1 else ''})",
-                    lambda w=w, sched=sched, beside=beside, n=n: measure_walk_pairs(w, sched, beside, pairs=n,
-                                                                                   progress=self._tick))
+                    f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
+                    lambda w=w, sched=sched, n=n: measure_walk_pairs(w, sched, WALKING[sched], pairs=n,
+                                                                     progress=self._tick))
         for r in range(1, ROUNDS):  # each scheduler's later sessions, interleaved (tilecast.loop.probe_rounds)
             for w, sched in self.sched_todo:
                 self.by_key[round_key(probe_key(w, sched), r)] = self._sched_pass(w, sched, r)
@@ -714,7 +696,7 @@ class ProbeSessions:
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
         from tilecast.loop.queue_probe import walk_curve
-        from tilecast.loop.walk_pairs import pair_ratio, ratio_interval
+        from tilecast.loop.walk_pairs import pair_ratio
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
 
@@ -746,10 +728,8 @@ class ProbeSessions:
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
             if sched in DECIDING:
-                pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
-                              [g for g, _ in traced], pair_ratio(pairs) if pairs else None,
-                              ratio_interval(pairs) if pairs else None)
+                              [g for g, _ in traced])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
         return fits, cal

@@ -19,10 +19,6 @@ import numpy as np
 #: sessions of each policy (alternated), and timed steps in each after one warm-up
 PAIRS = 4
 REPEATS = 3
-#: pairs for dmdasd beside dmdas: their ratio is near 1 and one pair's is 0.77-1.49 (below), so more of them
-DECIDING_PAIRS = 8
-#: the least coverage of :func:`ratio_interval`
-COVERAGE = 0.9
 
 
 def measure_walk_pairs(workers: int, sched: str, companion: str, pairs: int = PAIRS, repeats: int = REPEATS,
@@ -45,25 +41,3 @@ def pair_ratio(pairs: list) -> float | None:
     """The median over ``pairs`` of the sorted policy's makespan over its companion's; None without pairs."""
     ratios = [a / b for a, b in pairs if a > 0 and b > 0]
     return float(np.median(ratios)) if ratios else None
-
-
-def ratio_interval(pairs: list, coverage: float = COVERAGE) -> tuple[float, float] | None:
-    """(low, high): a distribution-free interval for the median of the pairs' ratios (the sorted policy's makespan
-    over its companion's) that holds it with probability at least ``coverage``: the k-th smallest and k-th largest
-    ratio, k the largest rank whose binomial coverage, 1 - 2 P(Bin(n, 1/2) < k), is at least ``coverage``; the
-    whole range where no k reaches it. None without pairs.
-
-    Why: on two workers of the 2-core AMD EPYC guest (Zen 4), dmdasd beside dmdas on the longest probe gave
-    single pairs' ratios of 0.77 to 1.49, and four sets of four pairs medians of 1.00 to 1.04, while a decision
-    cost of 0.5 us already moves the simulated ratio from 1.01 to 1.08: a cost fitted on the median alone followed
-    the pairs' noise (2.58 and 2.51 us in two calibrations, the ratio of 1.2 that implies measured by neither)."""
-    from scipy.stats import binom
-
-    ratios = np.sort([a / b for a, b in pairs if a > 0 and b > 0])
-    n = len(ratios)
-    if n == 0:
-        return None
-    k = 1
-    while k + 1 <= n // 2 and 1.0 - 2.0 * binom.cdf(k, n, 0.5) >= coverage:
-        k += 1
-    return float(ratios[k - 1]), float(ratios[n - k])
