@@ -475,8 +475,8 @@ def fit_decisions(probe: HostCost, machine, calibration, companion: HostCost | N
     (``push_task_on_best_worker``, ``_starpu_fifo_task_started``, ``_starpu_fifo_pop_first_ready_task``,
     StarPU 1.3.10): a few additions. A cost per decision fitted on the probes instead took up how far the
     simulator's dmdasd and dmdas decisions differ from the real ones on the probe: fitted on the probes' own
-    sessions (host-cost formats 26 and 27) or on dmdasd's ratio to dmdas in alternated sessions of the longest
-    probe (27), 1.5-3.2 us a decision on two workers in five calibrations of the 2-core AMD EPYC guest (accuracy
+    sessions (host-cost format 26) or on dmdasd's ratio to dmdas in alternated sessions of the longest probe
+    (27), 1.9-3.2 us a decision on two workers in five calibrations of the 2-core AMD EPYC guest (accuracy
     runs 91-95), where the simulated ratio with no cost was 0.96 in one calibration and 1.01 in another and
     single pairs' measured ratios spread 0.77-1.49; gpt2-4x128's dmdasd at tile 32 on two workers came out
     +14.5% to +29.6% with the fitted cost and +0.4% to +20.0% with none, the Llama's at tile 96 -4.2% to +10.7%
