@@ -593,10 +593,10 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
         from tilecast.loop.queue_probe import SORTED_SIZES
-        from tilecast.loop.walk_pairs import REPEATS
+        from tilecast.loop.walk_pairs import PAIRS, REPEATS
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
-        sorted_runs += sum(pairs_of(w, s) for w, s in sched_todo) * 2 * (REPEATS + 1)
+        sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
         sched_runs = len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + sched_runs + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
@@ -630,14 +630,6 @@ def pairs_key(workers: int, sched: str) -> str:
     return f"pairs:{workers}:{sched}"
 
 
-def pairs_of(workers: int, sched: str) -> int:
-    """How many alternated pairs of sessions ProbeSessions takes of ``sched`` beside its companion on ``workers``
-    (tilecast.loop.walk_pairs): dmdas beside dmda, for its walk; 0 for the other policies."""
-    from tilecast.loop.walk_pairs import PAIRS
-
-    return PAIRS if sched in SORTED_WALK else 0
-
-
 class ProbeSessions:
     """The probe sessions of one :func:`ensure_host_costs` (each a
     :class:`tilecast.loop.interference.GuardedPass`: one StarPU session of probe steps per worker count, and
@@ -658,12 +650,10 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
-            n = pairs_of(w, sched)
-            if n:
+            if sched in SORTED_WALK:  # its walk's pairs beside its companion (dmdasd's decisions fit none)
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
                     f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
-                    lambda w=w, sched=sched, n=n: measure_walk_pairs(w, sched, WALKING[sched], pairs=n,
-                                                                     progress=self._tick))
+                    lambda w=w, sched=sched: measure_walk_pairs(w, sched, WALKING[sched], progress=self._tick))
         for r in range(1, ROUNDS):  # each scheduler's later sessions, interleaved (tilecast.loop.probe_rounds)
             for w, sched in self.sched_todo:
                 self.by_key[round_key(probe_key(w, sched), r)] = self._sched_pass(w, sched, r)
