@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 28  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 29  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -70,6 +70,7 @@ FORMAT = 28  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # (tilecast.loop.walk_pairs), not on the probes' own sessions
 # 28: with a declared priority range dmdasd's decisions cost nothing beyond dmdas's (tilecast.loop.host_cost.
 # fit_decisions): no decision cost fitted, no pairs measured
+# 29: dmdas's walk fitted on ten alternated pairs, not four (tilecast.loop.walk_pairs.PAIRS)
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.

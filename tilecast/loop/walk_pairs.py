@@ -10,6 +10,13 @@ two-worker `dmdas` and `dmdasd` rows followed it (the Llama's `dmdas` at tile 64
 policies' sessions alternate, ``pairs`` times each, and the ratio is the median of the pairs'
 (:func:`pair_ratio`), so that the machine's state while one policy ran is also the other's: four pairs of 3
 steps each gave 1.09-1.18 (median 1.14) on two workers and 1.06-1.17 (1.11) on one, in 9 and 5 s.
+
+Four pairs were too few. On the AMD EPYC Zen 4 guest single pairs spread 0.82-1.31 on one worker and 1.01-1.78 on
+two (one calibration, three sets of eight), and the one-worker walk, whose simulated ratio moves 0.19 per 10 ns,
+came out 15.3 and 13.1 ns from four pairs in two calibrations (the homes of accuracy runs 97 and 98) against
+5.3-8.2 ns in four others; gpt2-4x128's dmdas-family rows at tile 32 followed it (+16.5%, +11.5% on one worker).
+Three sets of eight pairs in run 98's home had medians 1.119-1.139 on one worker (6.3-7.3 ns) and 1.171-1.201 on
+two, in 9-11 s a set: :data:`PAIRS` is ten.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 #: sessions of each policy (alternated), and timed steps in each after one warm-up
-PAIRS = 4
+PAIRS = 10
 REPEATS = 3
 
 
