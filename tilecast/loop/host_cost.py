@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 29  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 30  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -71,6 +71,8 @@ FORMAT = 29  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 28: with a declared priority range dmdasd's decisions cost nothing beyond dmdas's (tilecast.loop.host_cost.
 # fit_decisions): no decision cost fitted, no pairs measured
 # 29: dmdas's walk fitted on ten alternated pairs, not four (tilecast.loop.walk_pairs.PAIRS)
+# 30: the policies whose pushes and pops cost the same take the mean of their probes' costs between tasks
+# (POOLED, pool_gap_models), each policy's own kept as own_gap
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -140,6 +142,9 @@ class HostCost:
     # between tasks beyond their simulation (tilecast.loop.execute.learn_delay_excess): charged on top of
     # task_overhead_s to that graph alone, as it is a residual of the graph's own learned durations
     graph_excess: dict = field(default_factory=dict)
+    # a policy of POOLED: its own probes' cost between tasks, [task_overhead_s, the five gap costs], before
+    # pool_gap_models set the pool's mean in their place (empty: not pooled)
+    own_gap: list = field(default_factory=list)
 
     def task_overhead_for(self, graph_id: str | None) -> float | None:
         """The constant cost per task charged to a step of ``graph_id``: ``task_overhead_s`` and what that
@@ -621,6 +626,33 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 #: fitted one): dmdas (dmdasd takes dmdas's walk)
 SORTED_WALK = ("dmdas",)
 
+#: the policies whose push and pop cost the same at a given worker count in StarPU 1.3.10
+#: (tilecast.simulator.queue_costs.RULES: O(1), O(workers) for random's draw, prio's tree levels charged apart);
+#: dm and dmda compute every worker's expected end on each push and are not among them
+POOLED = ("eager", "prio", "random", "ws", "lws")
+
+
+def pool_gap_models(base: "HostCost | None", members: list) -> None:
+    """Give each of ``members`` (probe fits of :data:`POOLED` policies at one worker count) the mean of their
+    costs between tasks and ``base``'s (eager's, fitted on every probe), keeping its own as ``own_gap``.
+
+    Each policy's model is fitted on three probe steps in a few sessions. In one calibration of the AMD EPYC
+    guest the five policies' constants came out 358-1,672 ns a task on one worker; one policy's (ws) came out
+    797-1,672 ns over six calibrations: as far apart between sessions as between policies. The models are
+    linear in their coefficients, so their mean charges each task the mean of their charges."""
+    fitted = [m for m in ([base] if base is not None else []) + list(members)
+              if m.task_overhead_s is not None and m.has_gap_model]
+    if len(fitted) < 2 or not any(m is not base for m in fitted):
+        return
+    own = np.array([[m.task_overhead_s, *m.gap_costs[:5]] for m in fitted])
+    mean = own.mean(axis=0)
+    for m in members:
+        if m.task_overhead_s is None or not m.has_gap_model:
+            continue
+        m.own_gap = [m.task_overhead_s, *m.gap_costs[:5]]
+        m.task_overhead_s = float(mean[0])
+        m.set_gap_costs(mean[1:])
+
 
 SORTED_KEY = "sorted"  # the sorted-insertion measurement among ProbeSessions' passes (one worker, for every count)
 STEP_GAPS_KEY = "step gaps"  # the step probe's traced steps (tilecast.loop.gap_bytes), for every count and policy
@@ -700,6 +732,7 @@ class ProbeSessions:
             for graph, trace in traced:
                 cal = calibration_from_trace(graph, trace, machine, base=cal, source=PROBE_TRACE)
         self._fit_end_bytes(fits, machine, cal)
+        probes, graphs = {}, {}
         for w, sched in self.sched_todo:  # a scheduler's own cost per task and per step, on the same probes
             points, overheads, traced, submit = self.sched_result(w, sched)
             probe = fit_beside(fits.get(w), w, points, overheads)
@@ -712,15 +745,19 @@ class ProbeSessions:
                 probe.gap_end_byte_s, probe.gap_byte_cap = fits[w].gap_end_byte_s, fits[w].gap_byte_cap
             probe.probe_points = len(points)
             probe.submit_task_s = submit
+            probes[w, sched], graphs[w, sched] = probe, [g for g, _ in traced]
+        for w in sorted({w for w, _ in probes}):  # before the walks, which are fitted on the costs between tasks
+            pool_gap_models(fits.get(w), [p for (pw, s), p in probes.items() if pw == w and s in POOLED])
+        for (w, sched), probe in probes.items():
             if SORTED_KEY in self.by_key and sched in SORTED_WALK:
                 probe.walk_step_s, probe.walk_far_s, probe.walk_knee = walk_curve(self.by_key[SORTED_KEY].result)
             if sched in WALKING:
                 pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
-                          [g for g, _ in traced], pair_ratio(pairs) if pairs else None)
+                          graphs[w, sched], pair_ratio(pairs) if pairs else None)
             if sched in DECIDING:
                 fit_decisions(probe, machine.with_workers(w), cal, fits.get(probe_key(w, DECIDING[sched])), sched,
-                              [g for g, _ in traced])
+                              graphs[w, sched])
             fits[probe_key(w, sched)] = probe
             fits.setdefault(fit_key(w, sched), probe)  # runs may have taught this scheduler's fit already
         return fits, cal
