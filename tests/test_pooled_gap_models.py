@@ -16,17 +16,30 @@ def _fit(overhead: float, gaps) -> HostCost:
     return h
 
 
-def test_members_take_the_mean_with_eagers_and_keep_their_own():
+def test_eager_and_the_members_take_their_mean_and_keep_their_own():
     eager = _fit(1e-6, (100e-9, 0.0, 50e-9, 300e-9, 600e-9))
     ws = _fit(2e-6, (40e-9, 20e-9, 50e-9, 600e-9, 300e-9))
     lws = _fit(0.3e-6, (160e-9, 40e-9, 50e-9, 0.0, 0.0))
     pool_gap_models(eager, [ws, lws])
-    for m in (ws, lws):
+    for m in (eager, ws, lws):
         assert m.task_overhead_s == pytest.approx(1.1e-6)
         assert m.gap_costs[:5] == pytest.approx((100e-9, 20e-9, 50e-9, 300e-9, 300e-9))
     assert ws.own_gap == pytest.approx([2e-6, 40e-9, 20e-9, 50e-9, 600e-9, 300e-9])
     assert lws.own_gap[0] == pytest.approx(0.3e-6)
-    assert eager.task_overhead_s == 1e-6 and eager.own_gap == []  # the base keeps its own fit
+    assert eager.own_gap == pytest.approx([1e-6, 100e-9, 0.0, 50e-9, 300e-9, 600e-9])
+
+
+def test_pooling_again_counts_each_fit_by_its_own():
+    """A later calibration that measures one policy again pools with the others' own models, not with the mean
+    they were given."""
+    eager = _fit(1e-6, (100e-9, 0.0, 0.0, 0.0, 0.0))
+    ws = _fit(2e-6, (100e-9, 0.0, 0.0, 0.0, 0.0))
+    pool_gap_models(eager, [ws])
+    assert eager.task_overhead_s == pytest.approx(1.5e-6)
+    lws = _fit(3e-6, (100e-9, 0.0, 0.0, 0.0, 0.0))
+    pool_gap_models(eager, [ws, lws])
+    assert eager.task_overhead_s == pytest.approx(2e-6) and ws.task_overhead_s == pytest.approx(2e-6)
+    assert eager.own_gap[0] == pytest.approx(1e-6) and ws.own_gap[0] == pytest.approx(2e-6)
 
 
 def test_the_mean_charges_what_the_members_charge_on_average():
@@ -55,8 +68,8 @@ def test_nothing_to_pool_leaves_a_fit_alone():
 
 
 def test_calibration_pools_the_same_cost_policies_and_not_dm(monkeypatch):
-    """ProbeSessions.fit: ws and lws take the mean of theirs and eager's; dm (a fitness loop over the workers on
-    every push) keeps its own."""
+    """ProbeSessions.fit: eager, ws and lws take the mean of theirs; dm (a fitness loop over the workers on every
+    push) keeps its own."""
     own = {"ws": 2e-6, "lws": 0.5e-6, "dm": 5e-6}
 
     def fake_gap_model(self, traced):
@@ -79,4 +92,4 @@ def test_calibration_pools_the_same_cost_policies_and_not_dm(monkeypatch):
     assert fits[probe_key(2, "ws")].own_gap[0] == pytest.approx(2e-6)
     assert fits[probe_key(2, "dm")].task_overhead_s == pytest.approx(5e-6)
     assert fits[probe_key(2, "dm")].own_gap == []
-    assert fits[2].task_overhead_s == pytest.approx(0.9e-6)
+    assert fits[2].task_overhead_s == pytest.approx(mean) and fits[2].own_gap[0] == pytest.approx(0.9e-6)

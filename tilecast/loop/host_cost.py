@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 30  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 31  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -73,6 +73,7 @@ FORMAT = 30  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 29: dmdas's walk fitted on ten alternated pairs, not four (tilecast.loop.walk_pairs.PAIRS)
 # 30: the policies whose pushes and pops cost the same take the mean of their probes' costs between tasks
 # (POOLED, pool_gap_models), each policy's own kept as own_gap
+# 31: eager's fit takes that mean too
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -143,7 +144,7 @@ class HostCost:
     # task_overhead_s to that graph alone, as it is a residual of the graph's own learned durations
     graph_excess: dict = field(default_factory=dict)
     # a policy of POOLED: its own probes' cost between tasks, [task_overhead_s, the five gap costs], before
-    # pool_gap_models set the pool's mean in their place (empty: not pooled)
+    # pool_gap_models set the pool's mean in their place (empty: not pooled; eager's fit is pooled too)
     own_gap: list = field(default_factory=list)
 
     def task_overhead_for(self, graph_id: str | None) -> float | None:
@@ -633,23 +634,24 @@ POOLED = ("eager", "prio", "random", "ws", "lws")
 
 
 def pool_gap_models(base: "HostCost | None", members: list) -> None:
-    """Give each of ``members`` (probe fits of :data:`POOLED` policies at one worker count) the mean of their
-    costs between tasks and ``base``'s (eager's, fitted on every probe), keeping its own as ``own_gap``.
+    """Give ``base`` (eager's fit, on every probe) and each of ``members`` (probe fits of the other
+    :data:`POOLED` policies at the same worker count) the mean of their costs between tasks, each keeping its
+    own as ``own_gap`` (a fit pooled before is counted by its own).
 
     Each policy's model is fitted on three probe steps in a few sessions. In one calibration of the AMD EPYC
     guest the five policies' constants came out 358-1,672 ns a task on one worker; one policy's (ws) came out
     797-1,672 ns over six calibrations: as far apart between sessions as between policies. The models are
     linear in their coefficients, so their mean charges each task the mean of their charges."""
+    def own(m):
+        return list(m.own_gap) if m.own_gap else [m.task_overhead_s, *m.gap_costs[:5]]
+
     fitted = [m for m in ([base] if base is not None else []) + list(members)
               if m.task_overhead_s is not None and m.has_gap_model]
     if len(fitted) < 2 or not any(m is not base for m in fitted):
         return
-    own = np.array([[m.task_overhead_s, *m.gap_costs[:5]] for m in fitted])
-    mean = own.mean(axis=0)
-    for m in members:
-        if m.task_overhead_s is None or not m.has_gap_model:
-            continue
-        m.own_gap = [m.task_overhead_s, *m.gap_costs[:5]]
+    mean = np.array([own(m) for m in fitted]).mean(axis=0)
+    for m in fitted:
+        m.own_gap = own(m)
         m.task_overhead_s = float(mean[0])
         m.set_gap_costs(mean[1:])
 
