@@ -76,8 +76,10 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
     ``offload_dir``, and ``offload_io``: ``"buffered"`` or ``"direct"``, O_DIRECT): every configuration simulated
     under StarPU's memory limit, those it cannot run skipped.
     ``execute`` K: run the K best (and ``others`` from the rest) on StarPU, local machine only, under the
-    limit if any; ``recalibrate``: learn from those runs and store the models; ``quiet_check``: retake the
-    runs made in a slow spell of the machine; ``report``: a folder for the comparison report of the best run."""
+    limit if any (without one, those measured within 5% of the fastest are measured again, in turns:
+    :mod:`tilecast.loop.contenders`); ``recalibrate``: learn from those runs and store the models;
+    ``quiet_check``: retake the runs made in a slow spell of the machine; ``report``: a folder for the
+    comparison report of the best run."""
     from dataclasses import replace
 
     from tilecast.graph.recompute import RECOMPUTE, check_recompute
@@ -157,7 +159,7 @@ def tune(model="gpt2-tiny", batch: int = 4, seq: int = 64, machine="local", sche
         chosen = pick_for_execution(res.ranking, execute, others)
         guard = QuietGuard(workers=max(p.config.workers for p in chosen)) if quiet_check else None
         ex = run_configs(chosen, res.ranking, m, res.calibration, res.host_costs, steps=steps, warmup=warmup,
-                         recalibrate=recalibrate, progress=progress, guard=guard)
+                         recalibrate=recalibrate, progress=progress, guard=guard, groups=[cfg.name] * len(chosen))
         out.executed, out.execution = ex.rows(), ex
         s["executed"] = out.executed
         if ex.quiet:

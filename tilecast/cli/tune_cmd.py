@@ -40,8 +40,10 @@ def add_parser(sub):
                     "same with batch and sequence whole), scheduler and worker count on a calibrated machine "
                     "model (the local machine is calibrated on first use and cached), and print the "
                     "configurations ranked by predicted step time. --execute K runs the K best and a few "
-                    "from the rest of the ranking on StarPU (median of several steps after warm-up) and "
-                    "prints predicted and measured step times side by side.")
+                    "from the rest of the ranking on StarPU (median of several steps after warm-up; those "
+                    "measured within 5% of the fastest are run again as many times, in turns, so that the "
+                    "choice between them is not one session's luck) and prints predicted and measured step "
+                    "times side by side.")
     add_model_args(p, model="gpt2-tiny", batch=4, seq=64, tile=None)
     add_recompute_arg(p)
     p.set_defaults(recompute=None)  # with --memory-limit and no --recompute, every setting is searched

@@ -1,7 +1,9 @@
 """The accuracy suite: how well tilecast forecasts configurations that never ran, measured on this machine.
 
 Every configuration of the suite (:mod:`tilecast.loop.accuracy_suite`) is
-measured once on StarPU and predicted three ways, from three sets of models:
+measured on StarPU (those within a few percent of their model shape's
+fastest measured again side by side, :mod:`tilecast.loop.contenders`) and
+predicted three ways, from three sets of models:
 
 - **first use** (the headline and the exit status): the models as
   ``tilecast calibrate`` alone leaves them (kernel shapes timed as StarPU
@@ -194,7 +196,7 @@ def run_suite(name: str = "full", steps: int = 4, warmup: int = 1, recalibrate: 
         guard.max_wait_s = guard.waited_s + (MAX_WAIT_S[name] if max_wait_s is None else max_wait_s)
         before = (len(guard.probes), guard.waited_s, guard.retaken)
     ex = execute(first, first, machine, cal0, host0, steps=steps, warmup=warmup, recalibrate=True,
-                 progress=progress, guard=guard, long_rounds=LONG_ROUNDS)
+                 progress=progress, guard=guard, long_rounds=LONG_ROUNDS, groups=[shape_of(c) for c in configs])
     if guard is not None:  # the measurement's own counts (the standard stays the run's fastest reference)
         ex.quiet.update(reference_probes=ex.quiet["reference_probes"] - before[0],
                         waited_s=ex.quiet["waited_s"] - before[1],

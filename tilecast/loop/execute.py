@@ -146,7 +146,7 @@ def session_order(plans: list) -> list:
 
 def execute(predictions, ranking, machine, calibration, host_costs, steps: int = 5, warmup: int = 2,
             recalibrate: bool = False, progress: bool = True, min_timed_s: float = MIN_TIMED_S,
-            guard=None, long_rounds: int = 1) -> Execution:
+            guard=None, long_rounds: int = 1, groups: list | None = None) -> Execution:
     """Measure every prediction of ``predictions`` (members of ``ranking``) on StarPU.
 
     Each runs ``warmup`` steps then :func:`steps_for` timed steps (``min_timed_s=0``:
@@ -158,6 +158,10 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     With a ``guard`` (:class:`tilecast.loop.interference.QuietGuard`) every
     session runs between two reference probes and is retaken when they show
     the machine disturbed; each row then says how its sessions fared.
+
+    With ``groups`` (a key per prediction: the configurations a choice is
+    made between), those measured within a few percent of their group's
+    fastest are measured again, in turns (:mod:`tilecast.loop.contenders`).
 
     Each is simulated again with its trace kept (for the comparison). With
     ``recalibrate`` the kernel models learn from every measured trace
@@ -172,7 +176,7 @@ def execute(predictions, ranking, machine, calibration, host_costs, steps: int =
     for p in predictions:
         n = steps_for(p.step_s, steps, min_timed_s) if min_timed_s > 0 else steps
         plans.append(split_steps(n, rounds_for(p.step_s, n, long_rounds)))
-    done, probes = _measure_sessions(predictions, plans, warmup, guard, progress)
+    done, probes = _measure_sessions(predictions, plans, warmup, guard, progress, groups)
     learned = []  # per configuration, the measurement the models learn from: its quiet sessions
     for i, p in enumerate(predictions):
         cfg = p.config
@@ -289,9 +293,12 @@ def quiet_rounds(rounds: list, sessions: list | None) -> list:
     return [r for r, s in zip(rounds, sessions) if not s["disturbed"]] or rounds
 
 
-def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
+def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool, groups: list | None = None):
     """Every session of every configuration, in :func:`session_order`; per configuration, its sessions'
     :func:`measure_round` results and (with a ``guard``) their reference probes.
+
+    With ``groups``, the contenders of each group (:func:`tilecast.loop.contenders.contenders`) then get as many
+    sessions again as they had, in turns; ``plans`` grows by them.
 
     With a guard, each session's wait for quiet gets a share of the waiting
     budget (:meth:`~tilecast.loop.interference.QuietGuard.share_budget`), and a
@@ -322,6 +329,13 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
         if guard is not None:
             guard.share_budget(len(order) - j)
         run(i, k, f"{j + 1}/{len(order)}")
+    if groups is not None:
+        again = _second_look(predictions, plans, done, probes, warmup, groups, progress)
+        for j, (i, k) in enumerate(again):
+            if guard is not None:
+                guard.share_budget(len(again) - j)
+            run(i, k, f"again side by side {j + 1}/{len(again)}")
+        order += again
     if guard is not None:
         late = [(i, k) for i, k in order
                 if guard.verdict(probes[i][k])["disturbed"] and probes[i][k]["retakes"] < guard.max_retakes]
@@ -332,3 +346,23 @@ def _measure_sessions(predictions, plans, warmup: int, guard, progress: bool):
             guard.retaken += 1
             run(i, k, f"again {j + 1}/{len(late)}")
     return done, probes
+
+
+def _second_look(predictions, plans, done, probes, warmup: int, groups: list, progress: bool) -> list:
+    """The sessions to add for the contenders of each group (their plans, results and probes extended with
+    room for them), in :func:`tilecast.loop.contenders.contender_order`."""
+    from tilecast.loop.contenders import contender_order, contenders
+
+    medians = [float(np.median([t for r in d for t in r[0][warmup:]])) for d in done]
+    picked = contenders(medians, groups)
+    extra = {}
+    for g in picked:
+        for i in g:
+            extra[i] = (len(plans[i]), len(plans[i]))
+            plans[i] += list(plans[i])
+            done[i] += [None] * extra[i][1]
+            probes[i] += [None] * extra[i][1]
+    if progress and picked:
+        names = "; ".join(", ".join(predictions[i].config.label() for i in g) for g in picked)
+        print(f"measuring again side by side, as within a few percent of the fastest: {names}", file=sys.stderr)
+    return contender_order(picked, extra)
