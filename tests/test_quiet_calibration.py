@@ -209,9 +209,11 @@ def test_the_accuracy_suite_calibrates_and_measures_under_one_standard(monkeypat
     monkeypatch.setattr(pr, "predict", lambda c, machine, c0, h0, graph=None, **k: predict_from(c, c0))
     monkeypatch.setattr(ex_mod, "learn_from_measurements", lambda configs, learned, machine, c0, h0: (c0, h0))
 
-    def fake_execute(first, ranking, machine, c0, h0, steps, warmup, recalibrate, progress, guard, long_rounds):
+    def fake_execute(first, ranking, machine, c0, h0, steps, warmup, recalibrate, progress, guard, long_rounds,
+                     groups):
         guards.append(guard)
         assert long_rounds == accuracy.LONG_ROUNDS  # long steps over two sessions
+        assert groups == [c.model.name for c in accuracy.suite_configs("quick", [1], ["eager"])]  # by model shape
         m.speed = 1.0  # the machine in its fast state from now on
         checked = []
         for p in first:
