@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilecast.loop.measure import measure_round, measurement_of, split_steps
+from tilecast.loop.measure import Measurement, measure_round, measurement_of, split_steps
 from tilecast.loop.predict import predict, relative_error
 
 
@@ -353,7 +353,7 @@ def _second_look(predictions, plans, done, probes, warmup: int, groups: list, pr
     room for them), in :func:`tilecast.loop.contenders.contender_order`."""
     from tilecast.loop.contenders import contender_order, contenders
 
-    medians = [float(np.median([t for r in d for t in r[0][warmup:]])) for d in done]
+    medians = [Measurement([r[0] for r in d], warmup, None, None, None).median_s for d in done]
     picked = contenders(medians, groups)
     extra = {}
     for g in picked:
