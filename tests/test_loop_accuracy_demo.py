@@ -178,6 +178,7 @@ def test_demo_writes_the_report(loop_home, tmp_path, capsys):  # noqa: F811
     text = capsys.readouterr().out
     assert str(out / "report.html") in text
     assert "step time predicted" in text.splitlines()[1] and "makespan" in text
+    assert text.splitlines()[2].startswith("BLAS: ")  # which OpenBLAS core timed the runs
     summary = json.load(open(out / "summary.json"))
     assert list(summary)[0] == "step" and summary["step"]["error"] is not None
     for name in ("report.html", "gantt.png", "kernel_errors.png", "summary.json", "ranking.csv", "executed.json"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tilecast.cli.common import add_json_arg, add_model_args, add_out_arg, add_steps_arg, check_model, print_json
+from tilecast.cli.common import (add_json_arg, add_model_args, add_out_arg, add_steps_arg, blas_summary, check_model,
+                                 print_json)
 from tilecast.cli.starpu_errors import with_starpu_errors
 from tilecast.loop.candidates import short_label
 
@@ -39,8 +40,9 @@ def run(args) -> int:
     with library_errors():
         out = tc.demo(args.out, cfg, args.batch, args.seq, execute=args.execute, steps=args.steps, progress=True)
     res, s = out.result, out.summary
+    blas, blas_line = blas_summary()
     if args.json:
-        print_json(s)
+        print_json({**s, "blas": blas})
         return 0
     best = res.execution.checked[0]
     c = best.prediction.config
@@ -49,6 +51,7 @@ def run(args) -> int:
     print(f"best predicted: tiling {short_label(c.tiling)}, {c.sched}, {c.workers} workers: step time "
           f"predicted {best.prediction.step_s * 1e3:.1f} ms, measured {best.measurement.median_s * 1e3:.1f} ms "
           f"({100 * best.error:+.1f}%), {c.tokens / best.measurement.median_s:.0f} tokens/s")
+    print(blas_line)
     print()
     from tilecast.cli.tables import print_executed
 

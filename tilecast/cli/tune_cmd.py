@@ -15,6 +15,7 @@ from tilecast.cli.common import (
     add_worker_counts_arg,
     add_workers_arg,
     as_flags,
+    blas_summary,
     human,
     library_errors,
     memory_args,
@@ -141,6 +142,8 @@ def run(args) -> int:
                       offload_io=limit.offload_io if limit else "buffered", quiet_check=args.quiet_check,
                       report=args.out)
     out, result = res.summary, res.result
+    if res.execution is not None or res.limited:  # steps ran on StarPU: say which BLAS core timed them
+        out["blas"], blas_line = blas_summary()
     if args.json:
         print_json(out)
         return 0
@@ -150,6 +153,7 @@ def run(args) -> int:
 
         print()
         print_limited(res.limited)
+        print(blas_line)
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
     if res.execution is not None:
@@ -157,6 +161,7 @@ def run(args) -> int:
         from tilecast.cli.tables import print_executed
 
         print_executed(res.execution)
+        print(blas_line)
         if "report" in out:
             print(f"\nreport of the best configuration: {out['report']['html']}")
         if args.recalibrate:
@@ -177,13 +182,16 @@ def print_ranking(out, result, top) -> None:
             f" (recompute {s['recompute']})" if s.get("recompute", "none") != "none" else "")
         print(f"  skipped tiling {s['tiling']}{where}: {as_flags(s['reason'])}")
     print()
-    print(f"{'#':>3} {'tiling':<30} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
+    shown = result.ranking[:top]
+    labels = [short_label(p.config.tiling) + (f" recompute {p.config.recompute}" if "," in out["recompute"] else "")
+              for p in shown]
+    width = max([30] + [len(label) for label in labels])
+    print(f"{'#':>3} {'tiling':<{width}} {'sched':<7}{'wk':>3}{'step ms':>10}{'tokens/s':>11}{'peak mem':>11}"
           f"{'tasks':>8}")
-    for i, p in enumerate(result.ranking[:top]):
+    for i, (p, label) in enumerate(zip(shown, labels)):
         c = p.config
         mem = sum(v for k, v in p.peak_memory_bytes.items() if k != "disk")
-        label = short_label(c.tiling) + (f" recompute {c.recompute}" if "," in out["recompute"] else "")
-        print(f"{i + 1:>3} {label:<30} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
+        print(f"{i + 1:>3} {label:<{width}} {c.sched:<7}{c.workers:>3}{p.step_s * 1e3:>10.2f}"
               f"{p.tokens_per_s:>11.0f}{human(mem, 'B'):>11}{p.tasks:>8}" + ("" if p.fits else "  over capacity"))
     if len(result.ranking) > top:
         print(f"... {len(result.ranking) - top} more (--top N, --json)")

@@ -16,6 +16,8 @@ that share a key/value head (grouped-query attention).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tilecast.graph import Tiling
 from tilecast.graph.tiling import DIMS
 
@@ -77,8 +79,13 @@ def worker_counts(max_workers: int) -> list[int]:
 
 
 def short_label(tiling: Tiling) -> str:
-    """``64`` for a uniform tiling, else the named sizes (``embd=64,inner=64,vocab=64``)."""
-    sizes = set(tiling.sizes.values())
-    if len(tiling.sizes) == len(DIMS) and len(sizes) == 1:
-        return str(sizes.pop())
+    """``64`` for a uniform tiling; ``512,head=2`` where every dimension is named and most share one size (the
+    form ``--tile`` reads back); else the named sizes (``embd=64,inner=64,vocab=64``)."""
+    sizes = tiling.sizes
+    if len(sizes) == len(DIMS):
+        common, count = Counter(sizes.values()).most_common(1)[0]
+        if count == len(DIMS):
+            return str(common)
+        if 2 * count > len(DIMS):
+            return ",".join([str(common)] + [f"{d}={sizes[d]}" for d in DIMS if sizes[d] != common])
     return tiling.describe()
