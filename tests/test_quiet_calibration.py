@@ -263,12 +263,13 @@ def test_probe_sessions_disturbed_by_the_runs_standard_are_refitted(monkeypatch,
                           in_step_byte_s=0.0, in_step_hot_span_s=0.0, in_step_source="")
     _, host, report = retake_calibration([sessions], g, None, cal, host, budget_s=1e6)
     prio = [round_key(hc.probe_key(1, "prio"), r) for r in range(ROUNDS)]  # its sessions (tilecast.loop.probe_rounds)
-    assert report["retaken"] == 2 + ROUNDS and report["still_disturbed"] == 0
-    assert host == {2: "stored", 1: ("fit", 1.0), **{k: ("fit", 1.0) for k in prio},
+    assert report["retaken"] == 3 + ROUNDS and report["still_disturbed"] == 0
+    assert host == {2: "stored", 1: ("fit", 1.0), **{k: ("fit", 1.0) for k in prio}, hc.tree_key(1): ("fit", 1.0),
                     hc.STEP_GAPS_KEY: ("fit", 1.0)} and saved[-1] == host
-    assert report["retaken_what"] == ["executor probes (1 worker)"] + [
-        f"executor probes (prio, 1 worker, session {r + 1} of {ROUNDS})" for r in range(ROUNDS)] + [
-        "the step probe's gaps (eager, 1 worker)"]
+    sessions_of_prio = [f"executor probes (prio, 1 worker, session {r + 1} of {ROUNDS})" for r in range(ROUNDS)]
+    assert report["retaken_what"] == ["executor probes (1 worker)", sessions_of_prio[0],
+                                      "prio's tree on queues of known length (1 worker)", *sessions_of_prio[1:],
+                                      "the step probe's gaps (eager, 1 worker)"]
 
 
 def test_first_use_takes_the_mean_of_the_probe_while_calibrating_and_the_one_after(monkeypatch, tmp_path):

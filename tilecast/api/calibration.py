@@ -246,6 +246,9 @@ def _probe_costs(machine, workers: int, progress: bool) -> dict:
                        "gap_end_buffer_us": h.gap_end_buffer_s * 1e6, "gap_successor_us": h.gap_successor_s * 1e6,
                        "gap_ready_us": h.gap_ready_s * 1e6, "gap_handoff_us": h.gap_handoff_s * 1e6,
                        "gap_end_us_per_mib": h.gap_end_byte_s * 2**20 * 1e6, "gap_byte_cap_bytes": h.gap_byte_cap}
+        tree_fit = fits.get(f"probe:{w}:prio")
+        if tree_fit is not None and tree_fit.walk_step_s > 0:  # prio's tree, measured (host_cost.set_measured_tree)
+            out[str(w)]["prio_tree_level_ns"] = tree_fit.push_walk_s * 1e9
         sorted_fit = fits.get(f"{w}:dmdas")
         if sorted_fit is not None and sorted_fit.walk_far_s > 0:  # dmdas's insertions (queue_costs.list_walk_s)
             out[str(w)].update(sorted_walk_ns=sorted_fit.push_walk_s * 1e9,

@@ -129,6 +129,9 @@ def run(args) -> int:
         if c.get("gap_end_us_per_mib", 0.0) > 0:
             print(f"  after a task of many bytes: {c['gap_end_us_per_mib']:.2f} us per MiB it accessed, up to "
                   f"{c['gap_byte_cap_bytes'] / 2**20:.1f} MiB (the step probe's gaps beyond the model above)")
+        if "prio_tree_level_ns" in c:
+            print(f"  prio's priority tree: {c['prio_tree_level_ns']:.1f} ns a level searched by each push and pop "
+                  "(measured on queues of known length)")
         if "sorted_walk_far_ns" in c and c["sorted_walk_ns"] > 0:
             queue = c.get("sorted_walk_queue_ns", 0.0)
             source = ("measured on a queue of known length in random order" if c["sorted_walk_ns"] <= 1.01 * queue

@@ -32,7 +32,7 @@ from tilecast.atomic_file import atomic_write
 from tilecast.home import home
 from tilecast.loop.probe_rounds import ROUNDS, median_round, round_key
 
-FORMAT = 31  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
+FORMAT = 32  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the submitting thread's cost per task;
 # 7: the sorted queues' insertion cost (push_walk_s), dmda's probes measured beside dmdas's;
 # 8: the cost between tasks per buffer and per successor (gap_*_s), task_overhead_s its constant;
 # 9: prio's cost per level of its priority tree (push_walk_s), fitted beside eager;
@@ -74,6 +74,8 @@ FORMAT = 31  # 6: dmdasd's decision costs (tilecast.loop.decision_cost), the sub
 # 30: the policies whose pushes and pops cost the same take the mean of their probes' costs between tasks
 # (POOLED, pool_gap_models), each policy's own kept as own_gap
 # 31: eager's fit takes that mean too
+# 32: prio's cost per level of its priority tree measured on StarPU on queues of known length
+# (tilecast.loop.queue_probe.measure), per worker count, and charged as measured instead of fitted on its probes
 # The executor's code the fits describe (executor_files: every Python and C file of tilecast/executor, the
 # StarPU glue included, of tilecast/reference, whose tile store and step state the executor moves batches and
 # states through, and the trace schema): a change to any of them invalidates stored fits.
@@ -599,12 +601,14 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
         from tqdm import tqdm
 
         from tilecast.loop.gap_bytes import SESSIONS as STEP_GAP_SESSIONS
+        from tilecast.loop.queue_probe import SIZES as TREE_SIZES
         from tilecast.loop.queue_probe import SORTED_SIZES
         from tilecast.loop.walk_pairs import PAIRS, REPEATS
 
         sorted_runs = any(s in SORTED_WALK for _, s in sched_todo) * len(SORTED_SIZES) * 10  # 5 x 2 runs a size
         sorted_runs += sum(s in SORTED_WALK for _, s in sched_todo) * PAIRS * 2 * (REPEATS + 1)
         sched_runs = len(sched_todo) * len(SCHED_PROBES) * (SCHED_REPEATS + 1) * ROUNDS
+        sched_runs += sum(s in TREE_MEASURED for _, s in sched_todo) * len(TREE_SIZES) * 10  # 5 x 2 runs a size
         bar = tqdm(total=len(todo) * len(PROBES) * 16 + sched_runs + sorted_runs + bool(todo) * STEP_GAP_SESSIONS,
                    desc="measuring the executor's per-step cost", unit="step", file=sys.stderr, leave=False)
     sessions = ProbeSessions(fits, todo, sched_todo, (lambda: bar.update(1)) if bar else None)
@@ -626,6 +630,31 @@ def ensure_host_costs(machine, worker_counts, progress: bool = True, scheds=(), 
 #: policies whose sorted insertion's cost a step is also measured on a queue of known length (and bounds the
 #: fitted one): dmdas (dmdasd takes dmdas's walk)
 SORTED_WALK = ("dmdas",)
+
+#: policies whose search through their queue is measured on StarPU on queues of known length and charged as
+#: measured (tilecast.loop.queue_probe.measure: prio's tree levels), not fitted on their probes
+TREE_MEASURED = ("prio",)
+
+
+def tree_key(workers: int) -> str:
+    """ProbeSessions' pass of prio's tree on queues of known length on ``workers`` workers."""
+    return f"tree:{workers}"
+
+
+def set_measured_tree(probe: HostCost, companion: "HostCost | None", level_s: float) -> None:
+    """Charge ``probe``'s policy (prio) its tree's search at ``level_s`` seconds a level, as measured on StarPU
+    on queues of known length, and between tasks what its companion (eager, the same central queue without
+    the tree) charges.
+
+    Fitted on prio's probe steps instead, by simulating them beside eager's, the cost of a level took in
+    whatever else set the two policies' probes apart in their sessions: 508 ns a level on two workers in one
+    calibration of a 2-core Intel Xeon guest whose slow spells disturbed 49 of its 76 passes, where the
+    queues of known length measured 67.5 ns (28 on one worker) minutes later; the suite's prio steps on two
+    workers were then forecast 28-30% long (docs/accuracy.md, run 109)."""
+    if companion is not None and companion.task_overhead_s is not None:
+        probe.take_gap_model(companion)
+    probe.push_walk_s = probe.walk_step_s = max(float(level_s), 0.0)
+
 
 #: the policies whose push and pop cost the same at a given worker count in StarPU 1.3.10
 #: (tilecast.simulator.queue_costs.RULES: O(1), O(workers) for random's draw, prio's tree levels charged apart);
@@ -674,6 +703,7 @@ class ProbeSessions:
         from tilecast.loop.decision_cost import WALKING
         from tilecast.loop.gap_bytes import measure_step_gaps
         from tilecast.loop.interference import GuardedPass
+        from tilecast.loop.queue_probe import measure as measure_tree
         from tilecast.loop.queue_probe import measure_sorted
         from tilecast.loop.walk_pairs import measure_walk_pairs
 
@@ -685,6 +715,10 @@ class ProbeSessions:
             if sched in SORTED_WALK and SORTED_KEY not in self.by_key:
                 self.by_key[SORTED_KEY] = GuardedPass(f"sorted insertions ({sched}, 1 worker)",
                                                       lambda: measure_sorted(progress=self._tick))
+            if sched in TREE_MEASURED:
+                self.by_key[tree_key(w)] = GuardedPass(
+                    f"prio's tree on queues of known length ({w} worker{'s' if w > 1 else ''})",
+                    lambda w=w: measure_tree(w, progress=self._tick))
             if sched in SORTED_WALK:  # its walk's pairs beside its companion (dmdasd's decisions fit none)
                 self.by_key[pairs_key(w, sched)] = GuardedPass(
                     f"{sched} beside {WALKING[sched]}, alternated ({w} worker{'s' if w > 1 else ''})",
@@ -720,7 +754,7 @@ class ProbeSessions:
         """(fits, kernel calibration) from the sessions' results: the stored fits with the measured ones set, and
         ``cal`` taught by the probes' traces."""
         from tilecast.loop.decision_cost import DECIDING, WALKING
-        from tilecast.loop.queue_probe import walk_curve
+        from tilecast.loop.queue_probe import level_cost, walk_curve
         from tilecast.loop.walk_pairs import pair_ratio
         from tilecast.perfmodel.calibration import PROBE_TRACE
         from tilecast.perfmodel.from_trace import calibration_from_trace
@@ -753,7 +787,10 @@ class ProbeSessions:
         for (w, sched), probe in probes.items():
             if SORTED_KEY in self.by_key and sched in SORTED_WALK:
                 probe.walk_step_s, probe.walk_far_s, probe.walk_knee = walk_curve(self.by_key[SORTED_KEY].result)
-            if sched in WALKING:
+            if sched in TREE_MEASURED and tree_key(w) in self.by_key:
+                set_measured_tree(probe, sched_probe_fit(fits, w, WALKING[sched]),
+                                  level_cost(self.by_key[tree_key(w)].result))
+            elif sched in WALKING:
                 pairs = self.by_key[pairs_key(w, sched)].result if pairs_key(w, sched) in self.by_key else None
                 fit_walks(probe, machine.with_workers(w), cal, sched_probe_fit(fits, w, WALKING[sched]), sched,
                           graphs[w, sched], pair_ratio(pairs) if pairs else None)
