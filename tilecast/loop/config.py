@@ -26,8 +26,12 @@ class StepConfig:
         return self.batch * self.seq
 
     def label(self) -> str:
+        """``gpt2-5h 6x100 tile 80 lws w2``: the tiling as tune's tables show it (``--tile`` reads it back)."""
+        from tilecast.loop.candidates import short_label
+
         rc = "" if self.recompute == "none" else f" recompute {self.recompute}"
-        return f"{self.model.name} {self.batch}x{self.seq} tile {self.tiling}{rc} {self.sched} w{self.workers}"
+        return (f"{self.model.name} {self.batch}x{self.seq} tile {short_label(self.tiling)}{rc} {self.sched} "
+                f"w{self.workers}")
 
     def to_dict(self) -> dict:
         return {"model": self.model.name, "batch": self.batch, "seq": self.seq, "tiling": self.tiling.describe(),
