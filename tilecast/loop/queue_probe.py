@@ -13,8 +13,9 @@ change how the tasks' structures are reached in memory: ``shuffled``
 measures that apart). Everything else (the kernels, the runtime's cost per
 task, the central queue's lock) is the same in both runs, so the difference of
 their makespans over the difference of levels searched is the cost of a
-level, measured once per machine at the sizes the suite's steps queue
-(thousands of ready tasks). The pushes happen during the paused submission,
+level, measured at calibration for each worker count at the sizes the
+suite's steps queue (thousands of ready tasks) and charged as measured
+(:func:`tilecast.loop.host_cost.set_measured_tree`). The pushes happen during the paused submission,
 outside the makespan: a push's search costs as much as a pop's (both are a
 red-black tree lookup; ``prio_list_add``, ``prio_list_erase``,
 src/common/prio_list.h).

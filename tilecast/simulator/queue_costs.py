@@ -12,11 +12,15 @@ push and its pop walk through in StarPU 1.3.10 (Debian's
 The charges that depend on state are all "steps of a search through a
 queue", paid by the thread that walks, before that worker's next task
 (:meth:`tilecast.simulator.engine.Engine.walk`), at ``Machine.push_walk``
-seconds a step, fitted per policy and worker count at calibration beside the
-same policy without the search (:mod:`tilecast.loop.decision_cost`):
+seconds a step, per policy and worker count:
 
-- dmdas, dmdasd: a task walked past in a worker's sorted list;
-- prio: a level of the red-black tree of priority stages.
+- dmdas, dmdasd: a task walked past in a worker's sorted list, fitted at
+  calibration beside the same policy without the search
+  (:mod:`tilecast.loop.decision_cost`), bounded by its cost measured on a
+  queue of known length;
+- prio: a level of the red-black tree of priority stages, measured on
+  StarPU on queues of known length (:func:`tilecast.loop.queue_probe.measure`,
+  :func:`tilecast.loop.host_cost.set_measured_tree`).
 """
 
 from __future__ import annotations
