@@ -26,11 +26,13 @@ def test_tune_execute_compare_recalibrate(loop_home, tmp_path, capsys):  # noqa:
     assert {r["tiling"] for r in ex} == {r["tiling"] for r in doc["ranking"]}
     for r in ex:
         # at least --steps timed steps after --warmup (short steps are timed more often, over several
-        # StarPU sessions, each with its warm-up)
+        # StarPU sessions, each with its warm-up); a configuration within 5% of the fastest measured is measured
+        # again in as many sessions (the second look, tilecast.loop.contenders): whether it is depends on the run
         n = steps_for(r["pred_step_s"], 2)
         rounds = r["real_rounds_s"]
-        assert len(rounds) == rounds_for(r["pred_step_s"], n) and r["warmup_steps"] == 1
-        assert sum(len(x) - 1 for x in rounds) == n and r["real_steps_s"] == [t for x in rounds for t in x]
+        looks = len(rounds) // rounds_for(r["pred_step_s"], n)
+        assert looks in (1, 2) and len(rounds) == looks * rounds_for(r["pred_step_s"], n) and r["warmup_steps"] == 1
+        assert sum(len(x) - 1 for x in rounds) == looks * n and r["real_steps_s"] == [t for x in rounds for t in x]
         assert r["real_step_s"] == pytest.approx(float(np.median([t for x in rounds for t in x[1:]])))
         assert r["error"] == pytest.approx((r["pred_step_s"] - r["real_step_s"]) / r["real_step_s"])
         assert r["error_recalibrated"] == pytest.approx(
