@@ -276,6 +276,7 @@ JSON_RUNS = {
     "tune --execute": [["tune", *TINY[:6], "--tiles", "32;64", "--scheds", "eager", "--worker-counts", "1",
                         "--execute", "1", "--steps", "1", "--warmup", "1", "--recalibrate", "--quiet-check",
                         "--out", "{tmp}/tune"]],
+    "calibrate --check": [["calibrate", "--check"]],
     "accuracy": [["accuracy", "--suite", "quick", "--steps", "1", "--warmup", "1", "--worker-counts", "1",
                   "--scheds", "eager", "--no-quiet-check", "--recalibrate"]],
     "whatif": [["whatif", *LAYOUT, "--gpus", "64", "--tp", "8"],
@@ -326,6 +327,10 @@ def simulated_trace(tmp_path_factory):
     return path
 
 
+# commands a section's runs need before them, their output not checked: --check reads the home's stored calibration
+SETUP = {"calibrate --check": [["calibrate", *TINY, "--tiles", "32", "--repeats", "2", "--per-kernel", "2",
+                                "--no-probe"]]}
+
 # runs that store what they learn into the home's calibration: they run in a copy of it, which they may change
 WRITES_CALIBRATION = {"tune --execute", "accuracy"}
 
@@ -341,6 +346,8 @@ def test_json_keys_are_the_documented_ones(section, tmp_path, capsys, simulated_
         shutil.copytree(loop_home, tmp_path / "home")
         monkeypatch.setenv("TILECAST_HOME", str(tmp_path / "home"))
     printed, objects = {}, []
+    for argv in SETUP.get(section, []):
+        _json(capsys, argv)
     for i, argv in enumerate(JSON_RUNS[section]):
         (tmp_path / str(i)).mkdir()
         argv = [a.format(tmp=tmp_path / str(i), trace=simulated_trace) for a in argv]

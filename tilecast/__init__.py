@@ -4,7 +4,7 @@ The Python API (docs/api.md): ``import tilecast as tc`` then ``tc.model``,
 ``tc.graph``, ``tc.simulate``, ``tc.simulate_policies``, ``tc.tune``, ``tc.run``,
 ``tc.train``, ``tc.compare``, ``tc.verify``, ``tc.accuracy``, ``tc.demo``,
 ``tc.whatif``, ``tc.whatif_search``, ``tc.whatif_inference``, ``tc.validate``,
-``tc.validate_inference``, ``tc.calibrate``, ``tc.calibrate_network``,
+``tc.validate_inference``, ``tc.calibrate``, ``tc.calibrate_network``, ``tc.check_speed``,
 ``tc.whatif_sweep``, ``tc.whatif_inference_search`` and the ``--ranks``
 calls ``tc.run_ranks``, ``tc.train_ranks``, ``tc.simulate_ranks``,
 ``tc.tune_ranks``, and ``tc.gantt``, ``tc.kernel_times``, ``tc.recalibrate``, ``tc.memory``,
@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
                 "validate_inference", "whatif_search",
-                "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network",
+                "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network", "check_speed",
                 "whatif_sweep", "whatif_inference_search", "run_ranks", "train_ranks", "simulate_ranks",
                 "tune_ranks", "gantt", "kernel_times", "recalibrate", "memory", "load_cluster")
 

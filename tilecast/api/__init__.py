@@ -13,7 +13,7 @@ view in notebooks. Bad input raises ``ValueError`` (:class:`tilecast.errors.Fiel
 own) whose message starts with the argument at fault; the commands map it to their flag. The calls live
 in this package's modules by concept: ``base`` (what results share, ``model``), ``cluster_calls``
 (``whatif*``, ``load_cluster``), ``validation``, ``policies`` (``simulate_policies``), ``tuning``, ``training``, ``checks``
-(``verify``, ``accuracy``, ``demo``), ``calibration`` (``calibrate``, ``calibrate_network``), ``ranks``
+(``verify``, ``accuracy``, ``demo``), ``calibration`` (``calibrate``, ``calibrate_network``, ``check_speed``), ``ranks``
 (``run_ranks``, ``train_ranks``, ``simulate_ranks``, ``tune_ranks``), ``sweeps`` (``whatif_sweep``),
 ``serving_search`` (``whatif_inference_search``), ``schedules`` (``gantt``, ``kernel_times``),
 ``recalibration`` (``recalibrate``), ``memory_sizes`` (``memory``);
@@ -33,14 +33,15 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult",
            "simulate_policies", "PoliciesResult", "verify", "VerifyResult", "accuracy", "AccuracyResult",
            "demo", "DemoResult", "train", "TrainResult", "calibrate", "CalibrateResult", "calibrate_network",
-           "NetworkResult", "whatif_sweep", "WhatifSweepResult", "whatif_inference_search", "InferenceSearchResult", "load_cluster",
+           "NetworkResult", "check_speed", "SpeedCheckResult", "whatif_sweep", "WhatifSweepResult", "whatif_inference_search", "InferenceSearchResult", "load_cluster",
            "run_ranks", "RanksRunResult", "train_ranks",
            "RanksTrainResult", "simulate_ranks", "RanksSimulateResult", "tune_ranks", "RanksTuneResult",
            "gantt", "kernel_times", "recalibrate", "RecalibrateResult", "memory", "MemoryResult"]
 
 
 from tilecast.api.base import ModelResult, _config, _positive, _Result, _shape, _tiling, model  # noqa: F401
-from tilecast.api.calibration import CalibrateResult, NetworkResult, calibrate, calibrate_network  # noqa: F401
+from tilecast.api.calibration import (CalibrateResult, NetworkResult, SpeedCheckResult, calibrate,  # noqa: F401
+                                      calibrate_network, check_speed)
 from tilecast.api.checks import AccuracyResult, DemoResult, VerifyResult, accuracy, demo, verify  # noqa: F401
 from tilecast.api.cluster_calls import (InferenceWhatifResult, WhatifResult, WhatifSearchResult,  # noqa: F401
                                         load_cluster, whatif, whatif_inference, whatif_search)

@@ -460,3 +460,56 @@ def calibrate_network(ranks: int = 2, workers: int = 1, sizes=None, round_trips:
                "probe": found, "file": path, "source": net.source}
     return NetworkResult(machine.name, net.ranks, net.workers_per_rank, net.transport, net.latency_s, net.message_s,
                          net.bandwidth_Bps, path, found, summary, net)
+
+
+@dataclass
+class SpeedCheckResult(_Result):
+    """The quiet check's reference step timed now against the one the stored calibration was timed beside
+    (``calibrate --check``): ``ratio`` above 1, the machine runs slower than calibrated, and forecasts from that
+    calibration are short by about as much; ``within``: the difference is within ``threshold``. ``to_frame()``
+    has one row per reference step timed now."""
+
+    machine: str
+    reference_calibrated_s: float
+    reference_now_s: float
+    ratio: float
+    within: bool
+    threshold: float
+    workers: int
+    reference_probes_s: list = field(default_factory=list)
+    line: str = field(repr=False, default="")
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame({"reference_now_s": self.reference_probes_s,
+                             "reference_calibrated_s": self.reference_calibrated_s})
+
+    def _headline(self) -> str:
+        return self.line
+
+
+def check_speed(probes: int = 5, threshold: float = 0.12) -> SpeedCheckResult:
+    """Time the quiet check's reference step ``probes`` times now (about 0.3 s each) on the workers calibration
+    timed it on and compare the median with the reference step the machine's stored calibration was timed beside
+    (``tilecast calibrate --check``; :mod:`tilecast.loop.speed_check`). FieldError where no calibration with a
+    reference step is stored."""
+    from tilecast.loop.kernel_calibration import starpu_workers
+    from tilecast.loop.speed_check import calibrated_reference
+    from tilecast.loop.speed_check import check_speed as check
+    from tilecast.perfmodel import load_machine
+    from tilecast.perfmodel.calibration import find_calibration
+
+    _at_least("probes", probes, 1)
+    if not (isinstance(threshold, (int, float)) and threshold > 0):
+        raise FieldError(f"threshold: a positive fraction, got {threshold!r}")
+    machine = load_machine("local")
+    cal = find_calibration(machine)
+    calibrated_reference(cal)  # told before StarPU starts
+    workers = starpu_workers(machine)
+    if not workers:
+        raise FieldError("calibration: StarPU does not run here, so the reference step cannot be timed")
+    c = check(cal, workers, probes, float(threshold))
+    d = c.to_dict()
+    return SpeedCheckResult(machine.name, d["reference_calibrated_s"], d["reference_now_s"], d["ratio"],
+                            d["within"], d["threshold"], d["workers"], d["reference_probes_s"], c.line())

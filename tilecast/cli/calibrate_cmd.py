@@ -59,6 +59,12 @@ def add_parser(sub):
     p.add_argument("--disk-only", action="store_true",
                    help="time the disk node only (see --offload-dir: the file system and StarPU's probe steps), "
                         "not the kernels")
+    p.add_argument("--check", action="store_true",
+                   help="time nothing to store: run the quiet check's reference step (a small gpt2-tiny step on "
+                        "StarPU) 5 times now, about 2 s, and compare its median with the reference step the stored "
+                        "calibration was timed beside; exit 1 when they differ by more than 12%%, since forecasts "
+                        "from that calibration then carry the difference (calibrate again, or wait for the "
+                        "machine's usual speed)")
     add_json_arg(p)
     return p
 
@@ -71,6 +77,8 @@ def run(args) -> int:
     import tilecast as tc
     from tilecast.kernels.native_build import NativeUnavailable
 
+    if args.check:
+        return run_check(args)
     if args.ranks is not None:
         return run_rank_calibration(args)
     if args.offload_io == "direct" and (args.no_probe or (args.offload_dir is None and not args.disk_only)):
@@ -154,6 +162,25 @@ def run(args) -> int:
                   f"{100 * r['max_rel_err']:>9.1f}%{100 * r['base_median_rel_err']:>10.1f}%{f['fixed_us']:>10.2f}"
                   f"{f['gflops']:>10.3g}{f['GBps']:>10.3g}")
     return 0
+
+
+CHECK_ALONE = {"ranks": "--ranks", "output": "--output", "offload_dir": "--offload-dir", "disk_only": "--disk-only"}
+
+
+def run_check(args) -> int:
+    """``calibrate --check``: the machine's speed now against its stored calibration's; exit 1 beyond 12%."""
+    import tilecast as tc
+
+    clash = [flag for name, flag in CHECK_ALONE.items() if getattr(args, name) not in (None, False)]
+    if clash:
+        raise UsageError(f"--check: times nothing to store, so it takes no {', '.join(clash)}")
+    with library_errors():
+        res = tc.check_speed()
+    if args.json:
+        print_json({"machine": res.machine, **{k: v for k, v in res.to_dict().items() if k not in ("machine", "line")}})
+    else:
+        print(res.line)
+    return 0 if res.within else 1
 
 
 def quiet_line(q: dict) -> str:
