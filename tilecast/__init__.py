@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 
 ENTRY_POINTS = ("model", "graph", "simulate", "tune", "run", "compare", "whatif", "validate", "whatif_inference",
                 "validate_inference", "whatif_search",
-                "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network", "check_speed",
-                "whatif_sweep", "whatif_inference_search", "run_ranks", "train_ranks", "simulate_ranks",
+                "simulate_policies", "verify", "accuracy", "demo", "train", "calibrate", "calibrate_network",
+                "check_speed", "whatif_sweep", "whatif_inference_search", "run_ranks", "train_ranks", "simulate_ranks",
                 "tune_ranks", "gantt", "kernel_times", "recalibrate", "memory", "load_cluster")
 
 

@@ -33,7 +33,8 @@ __all__ = ["model", "graph", "simulate", "tune", "run", "compare", "whatif", "va
            "validate_inference", "InferenceValidateResult", "whatif_search", "WhatifSearchResult",
            "simulate_policies", "PoliciesResult", "verify", "VerifyResult", "accuracy", "AccuracyResult",
            "demo", "DemoResult", "train", "TrainResult", "calibrate", "CalibrateResult", "calibrate_network",
-           "NetworkResult", "check_speed", "SpeedCheckResult", "whatif_sweep", "WhatifSweepResult", "whatif_inference_search", "InferenceSearchResult", "load_cluster",
+           "NetworkResult", "check_speed", "SpeedCheckResult", "whatif_sweep", "WhatifSweepResult",
+           "whatif_inference_search", "InferenceSearchResult", "load_cluster",
            "run_ranks", "RanksRunResult", "train_ranks",
            "RanksTrainResult", "simulate_ranks", "RanksSimulateResult", "tune_ranks", "RanksTuneResult",
            "gantt", "kernel_times", "recalibrate", "RecalibrateResult", "memory", "MemoryResult"]

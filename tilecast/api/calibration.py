@@ -465,8 +465,8 @@ def calibrate_network(ranks: int = 2, workers: int = 1, sizes=None, round_trips:
 @dataclass
 class SpeedCheckResult(_Result):
     """The quiet check's reference step timed now against the one the stored calibration was timed beside
-    (``calibrate --check``): ``ratio`` above 1, the machine runs slower than calibrated, and forecasts from that
-    calibration are short by about as much; ``within``: the difference is within ``threshold``. ``to_frame()``
+    (``calibrate --check``): ``ratio`` above 1, the machine runs slower than calibrated, and steps may take about
+    ``ratio`` times their forecasts from that calibration; ``within``: the difference is within ``threshold``. ``to_frame()``
     has one row per reference step timed now."""
 
     machine: str

@@ -177,7 +177,7 @@ def run_check(args) -> int:
     with library_errors():
         res = tc.check_speed()
     if args.json:
-        print_json({"machine": res.machine, **{k: v for k, v in res.to_dict().items() if k not in ("machine", "line")}})
+        print_json(res.to_dict())
     else:
         print(res.line)
     return 0 if res.within else 1

@@ -12,9 +12,12 @@ Calibration keeps the reference step it was timed beside
 (``Calibration.quiet["reference_s"]``: the median reference around its
 passes, :func:`tilecast.loop.interference.reference_of`). :func:`check_speed`
 times the same reference step now, on as many workers, a few times (about
-a second in all) and compares the medians: past the threshold (the quiet
+2 s in all) and compares the medians: past the threshold (the quiet
 check's, 12%) the forecasts of this calibration carry the difference, and
-the user is told to calibrate again or to wait for the machine.
+the user is told to calibrate again or to wait for the machine. The
+reference is a small step: the guest's states do not slow every kernel
+alike, and a check within the threshold has seen large GEMMs run 0.80-0.85x
+their calibrated figures (docs/predicting.md).
 """
 
 from __future__ import annotations
