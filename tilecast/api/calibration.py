@@ -489,27 +489,25 @@ class SpeedCheckResult(_Result):
         return self.line
 
 
-def check_speed(probes: int = 5, threshold: float = 0.12) -> SpeedCheckResult:
-    """Time the quiet check's reference step ``probes`` times now (about 0.3 s each) on the workers calibration
-    timed it on and compare the median with the reference step the machine's stored calibration was timed beside
-    (``tilecast calibrate --check``; :mod:`tilecast.loop.speed_check`). FieldError where no calibration with a
-    reference step is stored."""
+def check_speed(probes: int | None = None, threshold: float | None = None) -> SpeedCheckResult:
+    """Time the quiet check's reference step ``probes`` times now (default 5, about 0.3 s each) on the workers
+    calibration timed it on and compare the median with the reference step the machine's stored calibration was
+    timed beside (``tilecast calibrate --check``; :mod:`tilecast.loop.speed_check`); ``within``: the two within
+    ``threshold`` (default the quiet check's, 0.12). FieldError where no calibration with a reference step is
+    stored, or on a bad ``probes`` or ``threshold``."""
     from tilecast.loop.kernel_calibration import starpu_workers
-    from tilecast.loop.speed_check import calibrated_reference
+    from tilecast.loop.speed_check import PROBES, THRESHOLD, calibrated_reference
     from tilecast.loop.speed_check import check_speed as check
     from tilecast.perfmodel import load_machine
     from tilecast.perfmodel.calibration import find_calibration
 
-    _at_least("probes", probes, 1)
-    if not (isinstance(threshold, (int, float)) and threshold > 0):
-        raise FieldError(f"threshold: a positive fraction, got {threshold!r}")
     machine = load_machine("local")
     cal = find_calibration(machine)
     calibrated_reference(cal)  # told before StarPU starts
     workers = starpu_workers(machine)
     if not workers:
         raise FieldError("calibration: StarPU does not run here, so the reference step cannot be timed")
-    c = check(cal, workers, probes, float(threshold))
+    c = check(cal, workers, PROBES if probes is None else probes, THRESHOLD if threshold is None else threshold)
     d = c.to_dict()
     return SpeedCheckResult(machine.name, d["reference_calibrated_s"], d["reference_now_s"], d["ratio"],
                             d["within"], d["threshold"], d["workers"], d["reference_probes_s"], c.line())

@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilecast.errors import FieldError
+from tilecast.loop.interference import QuietGuard
 
 PROBES = 5  # reference steps timed now (each the fastest of its session's three steps)
-THRESHOLD = 0.12  # as QuietGuard's and interference.reference_note's
+THRESHOLD = QuietGuard.threshold  # the quiet check's: how far a reference may be from the standard
 
 
 @dataclass
@@ -84,10 +85,10 @@ def check_speed(cal, workers: int, probes: int = PROBES, threshold: float = THRE
 
     from tilecast.loop.interference import reference_step
 
-    if probes < 1:
-        raise FieldError(f"probes must be at least 1, got {probes}")
-    if not threshold > 0:
-        raise FieldError(f"threshold must be positive, got {threshold}")
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
+        raise FieldError(f"probes must be a whole number at least 1, got {probes!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
+        raise FieldError(f"threshold must be a positive fraction, got {threshold!r}")
     calibrated = calibrated_reference(cal)
     take = probe if probe is not None else (lambda: reference_step(workers))
     times = [float(take()) for _ in range(probes)]
