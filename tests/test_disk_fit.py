@@ -242,10 +242,11 @@ def test_calibrate_runs_a_probe_at_the_configurations_tile_size_when_its_tiles_a
     probed = []
 
     def fake_fit(machine_, disk, directory, probes, workers, progress=None, offload_io="buffered"):
-        return replace(disk, worker_costs={"reads": 1e-5}), []
+        return replace(disk, worker_costs={"reads": 1e-5, "per_task": 1e-6 * workers}), []
 
-    def fake_tile(machine_, disk, directory, probe, counts, progress=None, offload_io="buffered"):
+    def fake_tile(machine_, disk, directory, probe, counts, progress=None, offload_io="buffered", per_task=None):
         probed.append((probe, list(counts)))
+        assert per_task == {str(w): 1e-6 * w for w in counts}  # the standard probes' cost per task, kept
         progress(0, len(counts), counts[0], "tile probe")
         return {"tile_bytes": 262144, "by_workers": {str(w): {"reads": 1e-4 * w} for w in counts}}, [
             {"probe": "tile probe", "measured_step_s": 1.0, "base_step_s": 0.5, "predicted_step_s": 1.0, "error": 0.0,
@@ -261,6 +262,29 @@ def test_calibrate_runs_a_probe_at_the_configurations_tile_size_when_its_tiles_a
     assert probed == [(disk_fit.tile_probe(262144), [1, 2])] and [r["workers"] for r in rows] == [1, 2]
     assert load_disk(path).costs_for(1, 262144) == {"reads": 1e-4}
     assert "probe at the configuration's tile size 1/2 on 1 worker (tile probe)" in capsys.readouterr().err
+
+
+def test_a_given_cost_per_task_is_kept_and_the_events_fitted_around_it():
+    """In a probe whose every task allocates, a cost per task and a cost per tile allocated stand for one another
+    (only their sum is fitted); with the cost per task given, the allocation's is what remains."""
+    from types import SimpleNamespace
+
+    from tilecast.loop.disk_fit import PROBE_EVENTS, probe_weights
+
+    rng = np.random.default_rng(1)
+    n = 400
+    events = {k: np.zeros(n, int) for k in EVENTS}
+    events["allocs"][:] = 1
+    events["reads"] = rng.integers(0, 2, n)
+    sim = rng.uniform(0, 1e-4, n)
+    real = sim + 20e-6 + 150e-6 * events["allocs"] + 250e-6 * events["reads"]
+    run = SimpleNamespace(events=events, sim_delays=sim, real_delays=[real, real])
+    got = probe_weights([run], PROBE_EVENTS, per_task=20e-6)
+    assert got["per_task"] == 20e-6
+    assert got["allocs"] == pytest.approx(150e-6, abs=1e-9) and got["reads"] == pytest.approx(250e-6, abs=1e-9)
+    joint = probe_weights([run], PROBE_EVENTS)
+    assert joint["per_task"] + joint["allocs"] == pytest.approx(170e-6, abs=1e-9)
+    assert joint["reads"] == pytest.approx(250e-6, abs=1e-9)
 
 
 def test_the_costs_at_a_tile_size_are_fitted_on_that_probe_alone(tmp_path, monkeypatch):

@@ -153,8 +153,9 @@ def _disk_probe_costs(machine, disk, offload_dir: str, counts, probe, progress: 
                 print(f"disk node: probe at the configuration's tile size {i + 1}/{n} on {w} "
                       f"worker{'s' if w > 1 else ''}{direct} ({label})", file=sys.stderr)
 
+        per_task = {w: d.worker_costs.get("per_task", 0.0) for w, d in by_workers.items()}
         out["tile_costs"], t_rows = calibrate_tile_costs(machine, disk, offload_dir, probe, counts, told_tile,
-                                                         offload_io)
+                                                         offload_io, per_task)
         rows += t_rows
     return out, rows
 

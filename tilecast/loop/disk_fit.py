@@ -70,14 +70,11 @@ def fit_event_costs(real_delays, sim_delays, events: dict) -> dict:
     the measured less the simulated delays on the events' counts, with a constant per task (StarPU's cost
     between tasks that the simulator missed, ``per_task``); ``real_delays`` may hold several steps (a list of
     arrays, each against the same simulated step)."""
-    from scipy.optimize import nnls
+    from types import SimpleNamespace
 
     reals = [np.asarray(r, float) for r in (real_delays if isinstance(real_delays, list) else [real_delays])]
-    sim = np.asarray(sim_delays, float)
-    a = np.concatenate([_design(events, len(sim))] * len(reals))
-    b = np.concatenate([r - sim for r in reals])
-    x, _ = nnls(a, b)
-    return _costs(x)
+    return probe_weights([SimpleNamespace(events=events, sim_delays=np.asarray(sim_delays, float), real_delays=reals)],
+                         EVENTS)
 
 
 def delay_table(real_delays, sim_delays, events: dict) -> list[dict]:
@@ -197,25 +194,35 @@ def run_probe(machine, disk, directory: str, probe, workers: int, sched: str = "
                     task_delays(sim.start, sim.end, sim.worker, pred_ptr, pred), sim.task_events, p.step_s)
 
 
-def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS) -> tuple[dict, list[dict]]:
-    """StarPU's costs in the worker (``DiskNode.worker_costs``) fitted on probe runs: the weights of the events
-    (``keys``) as :func:`fit_event_costs` does, over every task of every probe, then one factor on them all that makes the
-    forecast steps best match the measured ones (least squares on relative errors: some of a task's delay is
-    hidden behind the other worker's work, which the per-task fit cannot see). Returns (costs, one row per
-    probe: ``probe``, ``measured_step_s``, ``base_step_s`` (forecast without StarPU's costs),
-    ``predicted_step_s`` (with them), ``error``)."""
-    from dataclasses import replace
-
+def probe_weights(runs, keys=PROBE_EVENTS, per_task: float | None = None) -> dict:
+    """Seconds per task and per event (``keys``) by non-negative least squares of the probe runs' measured less
+    simulated delays, over every task of every run. With ``per_task`` given, the cost per task is that figure and
+    only the events' are fitted: in a probe whose every task allocates, a cost per task and a cost per tile
+    allocated stand for one another (the fit put 159 us on either, home by home), and a step that allocates for
+    fewer of its tasks pays for the wrong one (docs/memory.md, 2026-12-07)."""
     from scipy.optimize import nnls
 
     cols, rhs = [], []
     for r in runs:
         a = _design(r.events, len(r.sim_delays), keys)
         for d in r.real_delays:
-            cols.append(a)
-            rhs.append(d - r.sim_delays)
+            cols.append(a if per_task is None else a[:, 1:])
+            rhs.append(d - r.sim_delays - (0.0 if per_task is None else per_task))
     x, _ = nnls(np.concatenate(cols), np.concatenate(rhs))
-    costs = _costs(x, keys)
+    return _costs(x if per_task is None else np.concatenate([[per_task], x]), keys)
+
+
+def fit_probe_costs(machine, disk, runs: list[ProbeRun], keys=PROBE_EVENTS,
+                    per_task: float | None = None) -> tuple[dict, list[dict]]:
+    """StarPU's costs in the worker (``DiskNode.worker_costs``) fitted on probe runs: the weights of the events
+    (``keys``) as :func:`probe_weights` fits them (the cost per task too, unless ``per_task`` gives it), then one
+    factor on them all that makes the forecast steps best match the measured ones (least squares on relative
+    errors: some of a task's delay is hidden behind the other worker's work, which the per-task fit cannot see).
+    Returns (costs, one row per probe: ``probe``, ``measured_step_s``, ``base_step_s`` (forecast without
+    StarPU's costs), ``predicted_step_s`` (with them), ``error``)."""
+    from dataclasses import replace
+
+    costs = probe_weights(runs, keys, per_task)
     with_costs = replace(disk, runtime_latency=0.0, worker_costs=costs)
     p1 = np.array([_forecast(machine, r.config, r.limit_bytes, with_costs, None).step_s for r in runs])
     p0 = np.array([r.base_step_s for r in runs])
@@ -267,10 +274,13 @@ def calibrate_worker_costs(machine, disk, directory: str, probes=PROBES, workers
 
 
 def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=None,
-                         offload_io: str = "buffered") -> tuple[dict, list[dict]]:
+                         offload_io: str = "buffered", per_task: dict | None = None) -> tuple[dict, list[dict]]:
     """(``DiskNode.tile_costs``, rows of :func:`fit_probe_costs`): StarPU's costs in the worker fitted on the one
     ``probe`` (:func:`tile_probe`) alone, run in ``directory`` on each worker count of ``counts``. ``disk``: the file
-    system's figures; ``offload_io``: as :func:`calibrate_worker_costs`."""
+    system's figures; ``offload_io``: as :func:`calibrate_worker_costs`; ``per_task``: by worker count (``"1"``,
+    ``"2"``), the cost per task the events' costs are fitted around (those fitted on :data:`PROBES`, whose tasks
+    do not all allocate), scaled with them to the probe's step; a count it lacks has its cost per task fitted with
+    them."""
     from tilecast.perfmodel.disk_node import typical_tile_bytes
 
     base = _base(disk, offload_io)
@@ -280,9 +290,9 @@ def calibrate_tile_costs(machine, disk, directory: str, probe, counts, progress=
             progress(i, len(counts), w, probe_label(probe))
         run = run_probe(machine, base, directory, probe, w, offload_io=offload_io)
         tile_bytes = typical_tile_bytes(run.config.build().tile_nbytes)
-        costs, w_rows = fit_probe_costs(machine, base, [run])
+        costs, w_rows = fit_probe_costs(machine, base, [run], per_task=(per_task or {}).get(str(w)))
         by_workers[str(w)] = costs
         rows += [{**r, "workers": w} for r in w_rows]
     return {"tile_bytes": tile_bytes, "by_workers": by_workers,
             "source": f"fitted by tilecast calibrate on the probe step {probe_label(probe)} alone, dmda, "
-                      f"{offload_io}"}, rows
+                      f"{offload_io}" + ("; the cost per task the standard probes'" if per_task else "")}, rows
