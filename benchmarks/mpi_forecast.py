@@ -30,7 +30,9 @@ message_cpu=False``), and the forecast with the main thread given half its rank'
 (``even``, ``pred_step_even_share_s``: ``submit_share=False``) instead of the probe's measured part, and the
 forecast without the worker's per-task round of the progress loop and with ``message_s / 2`` of CPU per message
 (``no tc``, ``pred_step_before_task_costs_s``, ``error_before_task_costs``: ``task_costs=False``) instead of the
-probe's measured ``progress_task_s`` and ``message_cpu_s``. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+probe's measured ``progress_task_s`` and ``message_cpu_s``, and the forecast with a rank's main thread and worker
+sharing the worker's slots at their parts of its speed throughout (``no tn``, ``pred_step_no_turns_s``,
+``error_no_turns``: ``submit_turns=False``) instead of in turns of a time slice. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
 (StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
 ``thread_cpu`` (with ``--threads``): per run and rank, each thread group's seconds on a core and waiting for one over a step
 (:func:`tilecast.executor.mpi_threads.thread_groups`, the scheduler's ``schedstat`` counts);
@@ -103,7 +105,8 @@ def main() -> None:
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
           f"{'flat':>7}{'even':>7}"
           f"{'no tc':>7}{'meas ms':>9}"
-          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'moved B':>10}{'pred B':>10}{'msgs':>6}")
+          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'no tn %':>8}{'moved B':>10}{'pred B':>10}"
+          f"{'msgs':>6}")
     rows = []
     for dist in args.distributions.split(","):
         for tile in args.tiles.split(";"):
@@ -145,6 +148,10 @@ def main() -> None:
             # them (none, and message_s / 2): the model before 2026-12-01's task costs
             ft = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress, background=bg, task_costs=False)
+            # the main thread and its worker sharing the worker's slots at their parts of its speed throughout,
+            # not in turns of a slice: the rule before 2026-12-07
+            fn = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                                host_costs, net, 1, progress=args.progress, background=bg, submit_turns=False)
             f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                                 host_costs, net, 1, progress=args.progress)
             # the model before the main threads' submission and the ping-pong's per-protocol costs were
@@ -179,10 +186,11 @@ def main() -> None:
             err = (f.step_s - med) / med if runs else float("nan")
             err_before = (fb.step_s - med) / med if runs else float("nan")
             err_costs = (ft.step_s - med) / med if runs else float("nan")
+            err_turns = (fn.step_s - med) / med if runs else float("nan")
             row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
                        pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
                        pred_step_pipeline_turns_s=fp.step_s, pred_step_before_task_costs_s=ft.step_s,
-                       error_before_task_costs=err_costs,
+                       error_before_task_costs=err_costs, pred_step_no_turns_s=fn.step_s, error_no_turns=err_turns,
                        submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
                        progress_drives_worker=drives,
                        threads=f.summary.get("threads"), step_s=med, runs_s=runs,
@@ -203,7 +211,7 @@ def main() -> None:
             rows.append(row)
             spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
             print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
-                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}"
+                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}{100 * err_turns:>8.1f}"
                   f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")

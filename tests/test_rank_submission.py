@@ -16,14 +16,14 @@ SHM = "Open MPI 4.1.4, one host (test, shared memory)"
 def test_main_threads_share_their_ranks_slots():
     # 2 ranks of 1 thread (the progress thread runs worker 0) and 2 other threads on 2 cores, slices of 1 ms:
     # a period of 2 ms, rank 0's thread on in [0, 1), [2, 3) ... While rank 0's main thread submits, it and
-    # that thread share those slots half and half
+    # that thread share those slots half and half, each at half speed throughout (the rule without turns)
     sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=2, slice_s=1e-3)
     assert sh.on_time(0, 0.0, 10e-3) == pytest.approx(5e-3) and sh.on_time(0, 0.5e-3, 2.5e-3) == pytest.approx(1e-3)
     # 10 tasks of 0.25 ms of CPU each: 2.5 ms of CPU at half of 1 ms in 2 ms, all submitted at 9 ms
-    rel = release_times(sh, 10, 0.25e-3)
+    rel = release_times(sh, 10, 0.25e-3, turns=False)
     assert rel.shape == (2, 10) and rel[0, 0] == pytest.approx(0.5e-3) and rel[0, -1] == pytest.approx(9e-3)
     assert np.all(np.diff(rel[0]) > 0)
-    two = Submitting(sh, rel[:, -1])
+    two = Submitting(sh, rel[:, -1], turns=False)
     th = sh.worker_thread(0, 0)
     # a kernel of 2 ms from 0: 0.5 ms in each of its slots until 9 ms, so 4 slots: [6, 7) ends it
     assert two.finish(th, 0.0, 2e-3) == pytest.approx(7e-3)
@@ -35,6 +35,34 @@ def test_main_threads_share_their_ranks_slots():
     free = CoreSharing(cores=8, ranks=2, workers_per_rank=1, progress_drives_worker=True)
     assert release_times(free, 4, 1e-3)[1, -1] == pytest.approx(4e-3)
     assert Submitting(free, [4e-3, 4e-3]).finish(0, 0.0, 1e-3) == pytest.approx(1e-3)
+
+
+def test_main_thread_and_worker_take_turns_of_a_slice():
+    # the same 2 ranks and slots: rank 0's thread on in [0, 1), [2, 3) ..., rank 1's in [1, 2), [3, 4) ...
+    # While a rank submits, its main thread and worker take its slots in turns (half each: one slice each),
+    # rank 0's main thread first, rank 1's pattern shifted by half a period of the turns, its worker first
+    sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=2, slice_s=1e-3)
+    rel = release_times(sh, 10, 0.25e-3)
+    # rank 0's main thread: [0, 1), [4, 5), [8, 8.5) ms for its 2.5 ms; rank 1's: [3, 4), [7, 8), [11, 11.5)
+    assert rel[0, 0] == pytest.approx(0.25e-3) and rel[0, -1] == pytest.approx(8.5e-3)
+    assert rel[1, 0] == pytest.approx(3.25e-3) and rel[1, -1] == pytest.approx(11.5e-3)
+    two = Submitting(sh, rel[:, -1])
+    w0, w1 = sh.worker_thread(0, 0), sh.worker_thread(1, 0)
+    # rank 0's worker has [2, 3) and [6, 7) until its main thread is done at 8.5 ms, then all its slots
+    assert two.finish(w0, 0.0, 0.5e-3) == pytest.approx(2.5e-3)
+    assert two.finish(w0, 0.0, 1.5e-3) == pytest.approx(6.5e-3)
+    assert two.finish(w0, 0.0, 2.25e-3) == pytest.approx(8.75e-3)
+    # it polls (StarPU-MPI's progress) only in its turns: a message for it waits for the next one
+    assert two.next_on(w0, 0.0) == pytest.approx(2e-3) and two.next_on(w0, 3.5e-3) == pytest.approx(6e-3)
+    assert two.next_on(w0, 8e-3) == pytest.approx(8.5e-3)  # its next turn would be after the submission's end
+    # rank 1's worker: its first slot [1, 2) is its own
+    assert two.next_on(w1, 0.0) == pytest.approx(1e-3) and two.finish(w1, 0.0, 1.5e-3) == pytest.approx(5.5e-3)
+    assert two.finish(w0, 20e-3, 1e-3) == sh.finish(w0, 20e-3, 1e-3)  # after the submission: as before
+    # the measured part: at 0.75 a period of the turns is 4 slots, 3 of them the main thread's, then the worker's
+    # slice: rank 0's main thread's 2.5 ms end in its 3rd slot, at 4.5 ms; its worker first runs in the 4th, [6, 7)
+    rel = release_times(sh, 10, 0.25e-3, share=0.75)
+    assert rel[0, -1] == pytest.approx(4.5e-3) and Submitting(sh, [9e-3, 9e-3], share=0.75).next_on(w0, 0.0) == \
+        pytest.approx(6e-3)
 
 
 def test_submission_delays_and_slows_the_step():

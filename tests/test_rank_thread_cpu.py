@@ -71,12 +71,13 @@ def test_the_main_thread_takes_its_measured_part_of_the_slots():
     # 2 ranks of 1 thread on 2 cores with 2 other threads, slices of 1 ms: rank 0's worker on in [0, 1), [2, 3) ...
     sh = CoreSharing(cores=2, ranks=2, workers_per_rank=1, progress_drives_worker=True, background=2, slice_s=1e-3)
     th = sh.worker_thread(0, 0)
+    # at that part of the slots' speed throughout (the rule without turns, test_rank_submission.py has the turns):
     # 10 tasks of 0.1 ms of CPU: 1 ms of CPU at a quarter of the slots (1 ms in 2 ms) takes 4 slots: done at 7 ms
-    rel = release_times(sh, 10, 0.1e-3, share=0.25)
+    rel = release_times(sh, 10, 0.1e-3, share=0.25, turns=False)
     assert rel[0, -1] == pytest.approx(7e-3) and rel[0, 0] == pytest.approx(0.4e-3)
     # the even split, as before: 2 slots, done at 3 ms
-    assert release_times(sh, 10, 0.1e-3)[0, -1] == pytest.approx(3e-3)
-    sub = Submitting(sh, rel[:, -1], share=0.25)
+    assert release_times(sh, 10, 0.1e-3, turns=False)[0, -1] == pytest.approx(3e-3)
+    sub = Submitting(sh, rel[:, -1], share=0.25, turns=False)
     # a kernel of 1.5 ms from 0: three quarters of each slot until 7 ms, 0.75 ms per slot: [2, 3) ends it
     assert sub.finish(th, 0.0, 1.5e-3) == pytest.approx(3e-3)
     # one of 3.5 ms: 3 ms in the 4 slots before 7 ms, the last 0.5 ms at full speed in [8, 9)

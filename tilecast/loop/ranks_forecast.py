@@ -72,6 +72,16 @@ def rank_machine_costs(machine, host_costs, workers_per_rank: int, sched: str):
     return m
 
 
+def kernel_workers(machine, ranks: int, workers_per_rank: int) -> int:
+    """How many workers are busy on the machine while the ranks run a step, for the kernels' durations: every
+    rank's, up to the machine's. ``run --ranks`` starts its ranks on one machine, and their workers spin or run
+    kernels through the whole step; calibration timed each shape with one worker busy and with all
+    (:meth:`tilecast.perfmodel.calibration.Calibration.worker_factor`: on the 2-core Intel Xeon guest most
+    kernels but the GEMM ran 5-45% faster alone), so a rank's worker runs at the speed of as many busy as the
+    ranks hold together, not of its own rank's count."""
+    return max(1, min(ranks * workers_per_rank, len(machine.workers)))
+
+
 def core_sharing(machine, ranks: int, workers_per_rank: int, progress: str = "auto", background: float = 0.0,
                  slice_s: float | None = None):
     """The :class:`tilecast.simulator.ranks_threads.CoreSharing` of ``run --ranks`` on ``machine`` (None when
@@ -95,7 +105,8 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                    built=None, keep_result: bool = False, progress: str = "auto", background: float = 0.0,
                    nic: str = "node", slice_s: float | None = None, main_threads: bool = True,
                    pipeline_turns: bool = False, submit_roles: bool = True, message_cpu: bool = True,
-                   submit_share: bool = True, task_costs: bool = True) -> RankForecast:
+                   submit_share: bool = True, task_costs: bool = True, submit_turns: bool = True,
+                   machine_workers: bool = True) -> RankForecast:
     """Predict one step of ``cfg`` on ``ranks`` ranks. ValueError (naming ``ranks`` or ``distribution``)
     when the distribution cannot use that many ranks. ``progress``, ``background`` (other runnable threads
     on the machine), ``slice_s``: :func:`core_sharing`; ``nic``: ``node`` or ``pair``
@@ -111,10 +122,14 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     turn.
     The ping-pong's per-protocol costs (``Network.protocol_s``) apply either way. ``submit_share``: a main thread
     has the part of its rank's slots the probe measured (``Network.submit_share``) while it submits (False, or
-    none measured: half, the earlier rule). ``task_costs``: where the progress thread runs worker 0, that
+    none measured: half, the earlier rule), in turns of a time slice with its worker (``submit_turns``; False: at
+    that part of the slots' speed throughout, the earlier rule; :mod:`tilecast.simulator.ranks_submission`).
+    ``task_costs``: where the progress thread runs worker 0, that
     worker's round of the progress loop per task and the thread's CPU per message as the probe's traces measured
     them (``Network.progress_task_s``, ``Network.message_cpu_s``: :mod:`tilecast.loop.ranks_task_cost`); False,
-    or none measured: no round, and ``message_s / 2`` per message (the earlier rule)."""
+    or none measured: no round, and ``message_s / 2`` per message (the earlier rule). ``machine_workers``: the
+    kernels' durations as calibration timed them with as many workers busy on the machine as the ranks hold
+    together (:func:`kernel_workers`; False: with a rank's own ``workers_per_rank`` busy, the earlier rule)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.models import build_step
     from tilecast.perfmodel.kernel_model import DurationModel
@@ -125,7 +140,9 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
     graph, dist = prepare(built, ranks, distribution)
     m = rank_machine_costs(machine, host_costs, workers_per_rank, sched)
     sharing = core_sharing(machine, ranks, workers_per_rank, progress, background, slice_s)
-    durations = DurationModel(m, calibration).durations(graph)
+    busy = kernel_workers(machine, ranks, workers_per_rank) if machine_workers else workers_per_rank
+    durations = DurationModel(machine.with_workers(busy) if busy != workers_per_rank else m,
+                              calibration).durations(graph)
     if not pipeline_turns:
         from dataclasses import replace
 
@@ -137,7 +154,8 @@ def forecast_ranks(cfg, batch: int, seq: int, tiling, sched: str, ranks: int, di
                          else network.submit_task_s, submit_cpu_task_s=cpu, submit_roles=roles,
                          message_cpu_s=message_cpu_of(network, task_costs) if message_cpu else 0.0,
                          submit_share=network.submit_share if submit_share and network.submit_share else EVEN_SHARE,
-                         progress_task_s=(network.progress_task_s or 0.0) if task_costs else 0.0)
+                         progress_task_s=(network.progress_task_s or 0.0) if task_costs else 0.0,
+                         submit_turns=submit_turns)
     share = sharing.core_share if sharing is not None else 1.0
     s = res.summary
     return RankForecast(model=cfg.name, batch=batch, seq=seq, tiling=str(tiling), sched=sched, ranks=ranks,

@@ -114,7 +114,8 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
                    priority: np.ndarray | None = None, seed: int = 0, sharing=None,
                    nic: str = "pair", submit_task_s: float = 0.0, submit_cpu_task_s: float = 0.0,
                    submit_roles: dict | None = None, message_cpu_s: float = 0.0,
-                   submit_share: float = 0.5, progress_task_s: float = 0.0) -> RankSimResult:
+                   submit_share: float = 0.5, progress_task_s: float = 0.0,
+                   submit_turns: bool = True) -> RankSimResult:
     """Simulate ``graph`` (as the ranks run it) under ``distribution`` on ``distribution.ranks`` copies of
     ``workers_per_rank`` workers of ``machine`` joined by ``network``.
 
@@ -127,7 +128,8 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
     sharing the cores until they have submitted the step (:mod:`tilecast.simulator.ranks_submission`);
     submit_roles (with ``sharing``): that CPU time per task by the rank's role in it instead
     (:mod:`tilecast.simulator.submit_roles`: whether it runs the task, the messages it posts for it).
-    submit_share: the main thread's part of its rank's first worker thread's slots while it submits
+    submit_share: the main thread's part of its rank's first worker thread's slots while it submits, taken in
+    turns of a slice (``submit_turns``) or at that part of the slots' speed throughout
     (:mod:`tilecast.simulator.ranks_submission`).
     message_cpu_s (with ``sharing`` where the progress thread runs worker 0): that thread's CPU per message on
     each side, which delays the worker's next task (:class:`tilecast.simulator.ranks_threads.ThreadedRankEngine`).
@@ -208,13 +210,13 @@ def simulate_ranks(graph, distribution, machine: Machine, network: Network, sche
             from tilecast.simulator.submit_roles import role_counts, task_seconds
 
             cost = task_seconds(submit_roles, role_counts(p.task_rank, tr, ranks, graph))
-        rel = release_times(sharing, graph.n_tasks, cost, submit_share)
+        rel = release_times(sharing, graph.n_tasks, cost, submit_share, submit_turns)
         by_rank = np.empty(n_aug, dtype=np.int64)
         turn = np.empty(n_aug, dtype=np.int64)
         by_rank[is_task], turn[is_task] = p.task_rank[task_ids], task_ids
         by_rank[~is_task], turn[~is_task] = tr.src[msg_ids], tr.task[msg_ids]  # the sender's main thread posts it
         release = rel[by_rank, turn].tolist()
-        sharing = Submitting(sharing, rel[:, -1] if graph.n_tasks else np.zeros(ranks), submit_share)
+        sharing = Submitting(sharing, rel[:, -1] if graph.n_tasks else np.zeros(ranks), submit_share, submit_turns)
     elif submit_task_s > 0:
         if not np.isfinite(submit_task_s):
             raise ValueError(f"submit_task_s must be a finite number >= 0, got {submit_task_s!r}")
