@@ -24,9 +24,9 @@ woke to submit) and the worker one slice in every ``slice / (1 - share)`` of the
 drives StarPU-MPI's progress neither runs tasks nor polls between its turns: a message posted during the
 submission waits for the turn of its sender's worker, then of its receiver's. Measured on the 2-core Intel
 Xeon (``data`` at tile 32, submissions of 35-40 ms): the worker ran in one burst of 2-6 ms some 20-30 ms into
-its rank's submission, and no receive of the step completed before the submissions ended. The earlier rule,
-processor sharing within the slot (each thread at its part of the slot's speed, the worker polling whenever
-the slot is on), is kept as ``turns=False``.
+its rank's submission, and no task that reads a received tile started before the submissions ended. The
+earlier rule, processor sharing within the slot (each thread at its part of the slot's speed, the worker
+polling whenever the slot is on), is kept as ``turns=False``.
 :func:`release_times` gives, per task index, when each rank's main thread has submitted it, from its CPU time
 per task (``submit_cpu_task_s``, measured with ``time.thread_time`` around the submission of a probe step,
 :mod:`tilecast.loop.ranks_probe`), or from its CPU time per task by its role in each task
