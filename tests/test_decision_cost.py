@@ -106,7 +106,7 @@ def test_runs_refine_the_host_cost_but_keep_the_decisions(local):
     assert back.decides and back.decision_lock_s == pytest.approx(1.2e-5)
 
 
-def test_predict_charges_the_decisions_of_dmdasd_only(local):
+def test_predict_charges_the_decisions_of_dmdasd_only(local, reading):
     from tilecast.graph import Tiling
     from tilecast.graph.model_config import load_model
     from tilecast.loop.config import StepConfig
@@ -117,7 +117,9 @@ def test_predict_charges_the_decisions_of_dmdasd_only(local):
     cfg = dict(model=load_model("gpt2-tiny"), batch=2, seq=32, tiling=Tiling.parse("32"), workers=2)
     decided = predict(StepConfig(sched="dmdasd", **cfg), local, None, fits)
     plain = predict(StepConfig(sched="dmdasd", **cfg), local, None, {2: probe})
-    # decisions run one at a time, each locking the other worker's queue, each before its task starts
+    # without a declared priority range (``reading``) decisions run one at a time, each locking the other worker's
+    # queue, each before its task starts (with one, each is its own thread's time only, and the bound below held
+    # or not by the roofline this machine measured: 13.32 ms against 13.54 on a faster measurement)
     assert decided.makespan_s >= decided.tasks * 2e-5 * 0.999 and decided.makespan_s > plain.makespan_s
     # the simulator charges no other policy for its decisions
     fits["2:dmdas"] = fits["2:dmdasd"]
