@@ -87,24 +87,23 @@ def release_times(sharing: CoreSharing, n_tasks: int, cpu_per_task_s, share: flo
 
 def rank_turns(sharing: CoreSharing, share: float, rank: int) -> "Turns":
     """Rank ``rank``'s :class:`Turns`: the ranks' patterns spread evenly over a period."""
-    period = sharing.slice_s / (1.0 - check_share(share))
-    return Turns(sharing.slice_s, share, rank * period / sharing.ranks)
+    return Turns(sharing.slice_s, share, phase=rank / sharing.ranks)
 
 
 class Turns:
     """The turns of a rank's main thread and its worker thread on the worker's slots while the main thread
     submits, in the slots' own time ``u`` (the seconds the worker's thread has been on a core since the
     submission began): periods of ``slice_s / (1 - share)``, the main thread's turn first and the worker's
-    last slice of each period its own, the pattern shifted by ``offset_s`` (the ranks' cores do not run in
-    step). Over a period each gets its part (``share``, ``1 - share``); with the even split, one slice each,
-    in turn."""
+    last slice of each period its own, the pattern shifted by ``phase`` of a period (the ranks' cores do not
+    run in step). Over a period each gets its part (``share``, ``1 - share``); with the even split, one slice
+    each, in turn."""
 
-    def __init__(self, slice_s: float, share: float, offset_s: float = 0.0):
+    def __init__(self, slice_s: float, share: float, phase: float = 0.0):
         self.slice = float(slice_s)
         self.share = check_share(share)
         self.period = self.slice / (1.0 - self.share)
         self.main = self.period - self.slice  # the main thread's turn at the start of each period
-        self.offset = float(offset_s) % self.period
+        self.offset = (float(phase) % 1.0) * self.period
 
     def _worker(self, x):  # the worker's time in [0, x) of the unshifted pattern (x may be negative)
         n = np.floor(x / self.period)
