@@ -4,16 +4,17 @@ For every distribution x tiling, the rank simulator's forecast
 (:func:`tilecast.loop.ranks_forecast.forecast_ranks`: the stored kernel calibration and the network
 ``tilecast calibrate --ranks 2`` stored) beside ``--repeats`` runs of ``tilecast run --ranks 2``
 (:func:`tilecast.executor.mpi_launch.run_mpi`, ``--steps`` steps each; a run's step time is the median
-of its steps after the first). Reports the median over the runs and their spread (min-max), the error of
-the forecast against the median, and the bytes moved per step, measured (StarPU-MPI's count) and
-predicted. Run ``tilecast calibrate`` (kernels, with ``--model``/``--tile``/``--tiles`` covering these
+of its steps after the first), in rounds that run every configuration once (``--order rounds``; ``blocks``: a
+configuration's runs one after another, as before 2026-12-08). Reports the median over the runs and their spread
+(min-max), the error of the forecast against the median, and the bytes moved per step, measured (StarPU-MPI's
+count) and predicted. Run ``tilecast calibrate`` (kernels, with ``--model``/``--tile``/``--tiles`` covering these
 tilings) and ``tilecast calibrate --ranks 2`` first.
 
 ``--progress`` is ``run --ranks``'s choice for StarPU-MPI's progress thread (``auto``: it runs worker 0
 where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
 same. ``--main-thread`` is its rule for the main thread (``first``: pinned to its worker's core, the rank's
 other threads below it, :func:`tilecast.executor.mpi_threads.main_thread_first`; ``fair``: as before it).
-Other work on the machine is measured just before each configuration's runs, as the share of a core that
+Other work on the machine is measured for each configuration before the runs begin, as the share of a core that
 as many spinning threads as the ranks keep busy get in a session of their own for 1 s
 (``--count share``, :func:`tilecast.loop.ranks_load.measured_share`; ``run --ranks`` starts its ranks in
 a session of their own, and Linux shares the CPU between sessions before threads), turned into the
@@ -32,7 +33,10 @@ forecast without the worker's per-task round of the progress loop and with ``mes
 (``no tc``, ``pred_step_before_task_costs_s``, ``error_before_task_costs``: ``task_costs=False``) instead of the
 probe's measured ``progress_task_s`` and ``message_cpu_s``, and the forecast with a rank's main thread and worker
 sharing the worker's slots at their parts of its speed throughout (``no tn``, ``pred_step_no_turns_s``,
-``error_no_turns``: ``submit_turns=False``) instead of in turns of a time slice. ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+``error_no_turns``: ``submit_turns=False``) instead of in turns of a time slice, and the forecast with the main
+threads' CPU per task by role fitted without a cost per implicit dependency (``no dp``, ``pred_step_no_deps_s``,
+``error_no_deps``: the probe's ``submit_roles_no_deps``). ``submit_cpu_predicted_s`` is each rank's submission
+CPU as the forecast charges it (beside ``submit_cpu_s``, measured). ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
 (StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
 ``thread_cpu`` (with ``--threads``): per run and rank, each thread group's seconds on a core and waiting for one over a step
 (:func:`tilecast.executor.mpi_threads.thread_groups`, the scheduler's ``schedstat`` counts);
@@ -48,9 +52,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import replace
 
 import numpy as np
+from tqdm import tqdm
 
 from tilecast.executor.mpi_launch import run_mpi
 from tilecast.executor.mpi_threads import progress_drives_worker, runnable_others, runnable_threads, thread_groups
@@ -66,6 +72,56 @@ MODEL = '{"n_layer":4,"n_embd":128,"n_head":4,"vocab_size":512,"n_positions":128
 BATCH, SEQ = 4, 64
 
 
+def submission_cpu(cfg, tiling, dist: str, ranks: int, roles: dict | None) -> list | None:
+    """Each rank's main-thread CPU over the step as the forecast charges it (the network's ``submit_roles``)."""
+    if not roles:
+        return None
+    from tilecast.graph.distribution import prepare
+    from tilecast.graph.models import build_step
+    from tilecast.graph.owner_computes import plan
+    from tilecast.simulator.submit_roles import role_counts, task_seconds
+
+    g, d = prepare(build_step(cfg, BATCH, SEQ, tiling), ranks, dist)
+    p = plan(g, d.owner, ranks)
+    return task_seconds(roles, role_counts(p.task_rank, p.transfers, ranks, g)).sum(axis=1).tolist()
+
+
+def other_work(ours: int, cores: int) -> dict:
+    """Other work on the machine now, counted three ways (module docstring, ``--count``)."""
+    load = background_now(ours, cores)
+    load["threads_procs_running"] = runnable_others()
+    load["share"] = measured_share(ours)
+    load["background_share"] = background_from_share(load["share"], ours, cores)
+    return load
+
+
+def measure(cfg, configs: list, args) -> dict:
+    """Per configuration, ``--repeats`` runs' figures: in rounds (``--order rounds``: every configuration once a
+    round, so that a slow or fast spell of the machine falls on all of them alike) or one configuration's runs
+    after another (``blocks``, the earlier order)."""
+    measured = {c: dict(runs=[], moved=None, busy=[], submit=[], submit_cpu=[], drives=None, threads=[], last=None)
+                for c in configs}
+    n = 0 if args.predict_only else args.repeats
+    order = ([c for _ in range(n) for c in configs] if args.order == "rounds"
+             else [c for c in configs for _ in range(n)])
+    for dist, tile in tqdm(order, desc="runs", unit="run", disable=not order, file=sys.stderr):
+        m = measured[dist, tile]
+        r = run_mpi(cfg, BATCH, SEQ, Tiling.parse(tile), args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
+                    progress=args.progress, read_threads=args.threads, main_first=args.main_thread == "first")
+        m["drives"], m["moved"], m["last"] = r.progress_drives_worker, r.bytes_moved[-1], r
+        m["runs"].append(r.median_step_s)
+        ok = r.task_rank >= 0
+        m["busy"].append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
+                                     minlength=args.ranks).tolist())
+        m["submit"].append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
+        if r.threads is not None:
+            m["threads"].append(thread_groups(r.threads))
+        if r.submit_cpu_s is not None:
+            c = r.submit_cpu_s
+            m["submit_cpu"].append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
+    return measured
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -75,6 +131,9 @@ def main() -> None:
     ap.add_argument("--distributions", default="data,layer")
     ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
     ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--order", choices=("rounds", "blocks"), default="rounds",
+                    help="rounds: each round runs every configuration once (a spell of the machine falls on all "
+                         "alike); blocks: one configuration's runs, then the next's (the order before 2026-12-08)")
     ap.add_argument("--traces", metavar="DIR",
                     help="write, per configuration, the forecast's trace and the last run's merged trace "
                          "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
@@ -105,120 +164,114 @@ def main() -> None:
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
           f"{'flat':>7}{'even':>7}"
           f"{'no tc':>7}{'meas ms':>9}"
-          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'no tn %':>8}{'moved B':>10}{'pred B':>10}"
+          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'no tn %':>8}{'no dp %':>8}{'moved B':>10}"
+          f"{'pred B':>10}"
           f"{'msgs':>6}")
     rows = []
-    for dist in args.distributions.split(","):
-        for tile in args.tiles.split(";"):
-            tiling = Tiling.parse(tile)
-            cores = int(machine.meta["hardware"]["cores"])
-            ours = args.ranks * runnable_threads(1, args.progress == "auto"
-                                                 and progress_drives_worker(args.ranks, 1, cores))
-            load = background_now(ours, cores)
-            load["threads_procs_running"] = runnable_others()
-            load["share"] = measured_share(ours)
-            load["background_share"] = background_from_share(load["share"], ours, cores)
-            bg = {"share": load["background_share"], "groups": load["background"],
-                  "threads": load["threads_procs_running"]}[args.count]
-            f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                               host_costs, net, 1, progress=args.progress, background=bg, keep_result=True)
-            # the kernels' time per rank as the runs measure it (StarPU's profiling: start to end of each task),
-            # without the runtime's cost between tasks that busy_s adds
-            kernel_pred = np.bincount(f.result.task_rank, weights=f.result.end - f.result.start,
-                                      minlength=args.ranks).tolist()
-            # the submission at one CPU time per task (the probe's mean) and without the progress thread's
-            # CPU per message: the rules this model added on 2026-12-01
-            ff = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress, background=bg, submit_roles=False,
-                                message_cpu=False)
-            stem = os.path.join(args.traces, f"{dist}-{tile.replace(',', '_').replace('=', '')}") if args.traces else ""
-            if args.traces:
-                from tilecast.graph.distribution import prepare
-                from tilecast.graph.models import build_step
-                from tilecast.simulator.ranks import ranks_trace
-                from tilecast import trace as tracefile
+    configs = [(dist, tile) for dist in args.distributions.split(",") for tile in args.tiles.split(";")]
+    cores = int(machine.meta["hardware"]["cores"])
+    ours = args.ranks * runnable_threads(1, args.progress == "auto" and progress_drives_worker(args.ranks, 1, cores))
+    loads = {c: other_work(ours, cores) for c in configs}  # before the runs, as their forecasts take it
+    measured = measure(cfg, configs, args)
+    for dist, tile in configs:
+        tiling = Tiling.parse(tile)
+        load = loads[dist, tile]
+        bg = {"share": load["background_share"], "groups": load["background"],
+              "threads": load["threads_procs_running"]}[args.count]
+        f = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                           host_costs, net, 1, progress=args.progress, background=bg, keep_result=True)
+        # the kernels' time per rank as the runs measure it (StarPU's profiling: start to end of each task),
+        # without the runtime's cost between tasks that busy_s adds
+        kernel_pred = np.bincount(f.result.task_rank, weights=f.result.end - f.result.start,
+                                  minlength=args.ranks).tolist()
+        # the submission at one CPU time per task (the probe's mean) and without the progress thread's
+        # CPU per message: the rules this model added on 2026-12-01
+        ff = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress, background=bg, submit_roles=False,
+                            message_cpu=False)
+        stem = os.path.join(args.traces, f"{dist}-{tile.replace(',', '_').replace('=', '')}") if args.traces else ""
+        if args.traces:
+            from tilecast.graph.distribution import prepare
+            from tilecast.graph.models import build_step
+            from tilecast.simulator.ranks import ranks_trace
+            from tilecast import trace as tracefile
 
-                os.makedirs(args.traces, exist_ok=True)
-                g, _ = prepare(build_step(cfg, BATCH, SEQ, tiling), args.ranks, dist)
-                tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
-            # the main thread's half of its rank's slots while it submits, the rule before the probe measured it
-            fe = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress, background=bg, submit_share=False)
-            # the worker's per-task round of the progress loop and per-message CPU as before the probe measured
-            # them (none, and message_s / 2): the model before 2026-12-01's task costs
-            ft = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress, background=bg, task_costs=False)
-            # the main thread and its worker sharing the worker's slots at their parts of its speed throughout,
-            # not in turns of a slice: the rule before 2026-12-07
-            fn = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress, background=bg, submit_turns=False)
-            f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress)
-            # the model before the main threads' submission and the ping-pong's per-protocol costs were
-            # modelled; and the model with the pipelined rendezvous' turns (pipeline_turns)
-            fb = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, replace(net, protocol_s=None), 1, progress=args.progress, background=bg,
-                                main_threads=False)
-            fp = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
-                                host_costs, net, 1, progress=args.progress, background=bg, pipeline_turns=True)
-            runs, moved, busy, submit, submit_cpu, drives, threads = [], None, [], [], [], None, []
-            for _ in range(0 if args.predict_only else args.repeats):
-                r = run_mpi(cfg, BATCH, SEQ, tiling, args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
-                            progress=args.progress, read_threads=args.threads,
-                            main_first=args.main_thread == "first")
-                drives = r.progress_drives_worker
-                runs.append(r.median_step_s)
-                moved = r.bytes_moved[-1]
-                ok = r.task_rank >= 0
-                busy.append(np.bincount(r.task_rank[ok], weights=(r.end_s - r.start_s)[ok],
-                                        minlength=args.ranks).tolist())
-                submit.append(np.median(r.submit_s[:, 1:] if r.submit_s.shape[1] > 1 else r.submit_s, axis=1).tolist())
-                if r.threads is not None:
-                    threads.append(thread_groups(r.threads))
-                if r.submit_cpu_s is not None:
-                    c = r.submit_cpu_s
-                    submit_cpu.append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
-            if args.traces and runs:
-                from tilecast.executor.mpi_trace import merged_trace, save_merged
+            os.makedirs(args.traces, exist_ok=True)
+            g, _ = prepare(build_step(cfg, BATCH, SEQ, tiling), args.ranks, dist)
+            tracefile.save(ranks_trace(f.result, g), stem + "-pred.parquet", g)
+        # the main thread's half of its rank's slots while it submits, the rule before the probe measured it
+        fe = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress, background=bg, submit_share=False)
+        # the worker's per-task round of the progress loop and per-message CPU as before the probe measured
+        # them (none, and message_s / 2): the model before 2026-12-01's task costs
+        ft = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress, background=bg, task_costs=False)
+        # the main thread and its worker sharing the worker's slots at their parts of its speed throughout,
+        # not in turns of a slice: the rule before 2026-12-07
+        fn = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress, background=bg, submit_turns=False)
+        f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress)
+        # the main threads' CPU by role without a cost per implicit dependency: the rule before 2026-12-08
+        flat_roles = (net.probe or {}).get("submit_roles_no_deps")
+        fd = (forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                             host_costs, replace(net, submit_roles=flat_roles), 1, progress=args.progress,
+                             background=bg) if flat_roles else None)
+        submit_cpu_pred = submission_cpu(cfg, tiling, dist, args.ranks, net.submit_roles)
+        # the model before the main threads' submission and the ping-pong's per-protocol costs were
+        # modelled; and the model with the pipelined rendezvous' turns (pipeline_turns)
+        fb = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, replace(net, protocol_s=None), 1, progress=args.progress, background=bg,
+                            main_threads=False)
+        fp = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
+                            host_costs, net, 1, progress=args.progress, background=bg, pipeline_turns=True)
+        m = measured[dist, tile]
+        runs, moved, busy, submit, submit_cpu, drives, threads = (m[k] for k in (
+            "runs", "moved", "busy", "submit", "submit_cpu", "drives", "threads"))
+        if args.traces and runs:
+            from tilecast.executor.mpi_trace import merged_trace, save_merged
 
-                save_merged(merged_trace(r), stem + "-real.parquet", r)
-            med = float(np.median(runs)) if runs else float("nan")
-            err = (f.step_s - med) / med if runs else float("nan")
-            err_before = (fb.step_s - med) / med if runs else float("nan")
-            err_costs = (ft.step_s - med) / med if runs else float("nan")
-            err_turns = (fn.step_s - med) / med if runs else float("nan")
-            row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
-                       pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
-                       pred_step_pipeline_turns_s=fp.step_s, pred_step_before_task_costs_s=ft.step_s,
-                       error_before_task_costs=err_costs, pred_step_no_turns_s=fn.step_s, error_no_turns=err_turns,
-                       submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
-                       progress_drives_worker=drives,
-                       threads=f.summary.get("threads"), step_s=med, runs_s=runs,
-                       error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
-                       tasks=f.tasks, core_share=f.core_share,
-                       busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
-                       kernel_predicted_s=kernel_pred, pred_step_flat_s=ff.step_s, pred_step_even_share_s=fe.step_s,
-                       load_average=os.getloadavg()[0],
-                       submit_s=submit, submit_cpu_s=submit_cpu, thread_cpu=threads)
-            if threads:
-                # the ranks' threads' CPU over cores x wall, and what each rank's worker thread waited beyond its
-                # own main thread's CPU (the core taken by the other rank's threads or by other work), medians
-                row["cpu_over_cores_wall"] = float(np.median(
-                    [sum(g[k][0] for g in run for k in g) for run in threads])) / (cores * med)
-                row["worker_wait_beyond_main_s"] = [float(np.median([run[k]["worker"][1] - run[k]["main"][0]
-                                                                     for run in threads]))
-                                                    for k in range(args.ranks)]
-            rows.append(row)
-            spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
-            print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
-                  f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}{100 * err_turns:>8.1f}"
-                  f"{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
+            save_merged(merged_trace(m["last"]), stem + "-real.parquet", m["last"])
+        med = float(np.median(runs)) if runs else float("nan")
+        err = (f.step_s - med) / med if runs else float("nan")
+        err_before = (fb.step_s - med) / med if runs else float("nan")
+        err_costs = (ft.step_s - med) / med if runs else float("nan")
+        err_turns = (fn.step_s - med) / med if runs else float("nan")
+        err_deps = (fd.step_s - med) / med if runs and fd else float("nan")
+        row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
+                   pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
+                   pred_step_pipeline_turns_s=fp.step_s, pred_step_before_task_costs_s=ft.step_s,
+                   error_before_task_costs=err_costs, pred_step_no_turns_s=fn.step_s, error_no_turns=err_turns,
+                   pred_step_no_deps_s=fd.step_s if fd else None, error_no_deps=err_deps,
+                   submit_cpu_predicted_s=submit_cpu_pred,
+                   submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
+                   progress_drives_worker=drives,
+                   threads=f.summary.get("threads"), step_s=med, runs_s=runs,
+                   error=err, bytes_moved=moved, bytes_moved_predicted=f.bytes_moved, messages=f.messages,
+                   tasks=f.tasks, core_share=f.core_share,
+                   busy_s=busy, busy_predicted_s=[x["busy_s"] for x in f.summary["per_rank"]],
+                   kernel_predicted_s=kernel_pred, pred_step_flat_s=ff.step_s, pred_step_even_share_s=fe.step_s,
+                   load_average=os.getloadavg()[0],
+                   submit_s=submit, submit_cpu_s=submit_cpu, thread_cpu=threads)
+        if threads:
+            # the ranks' threads' CPU over cores x wall, and what each rank's worker thread waited beyond its
+            # own main thread's CPU (the core taken by the other rank's threads or by other work), medians
+            row["cpu_over_cores_wall"] = float(np.median(
+                [sum(g[k][0] for g in run for k in g) for run in threads])) / (cores * med)
+            row["worker_wait_beyond_main_s"] = [float(np.median([run[k]["worker"][1] - run[k]["main"][0]
+                                                                 for run in threads]))
+                                                for k in range(args.ranks)]
+        rows.append(row)
+        spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
+        print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
+              f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}{100 * err_turns:>8.1f}"
+              f"{100 * err_deps:>8.1f}{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
     print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
                       "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
                       "main_thread": args.main_thread,
-                      "count": args.count,
+                      "count": args.count, "order": args.order,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
                                   "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": net.submit_roles,

@@ -55,7 +55,7 @@ UNPRINTED = {
                                       "fit", "fixed_us", "gflops", "GBps")} for key in ("heldout", "heldout_hot")},
     ("calibrate --ranks", "probe"): {
         **{k: "submit_roles is null where too few insertions kept their core (load)"
-           for k in ("exec", "other", "send", "recv", "drop")},
+           for k in ("exec", "other", "send", "recv", "drop", "deps")},
         **{k: "message_cpu_calls is null where a cost per call of the test's small probe fits below zero"
            for k in ("base_s", "per_test_s", "per_send_call_s", "per_recv_call_s", "call_cost_s", "gaps",
                      "send_calls_per_message", "recv_calls_per_message", "send_side_s", "recv_side_s",

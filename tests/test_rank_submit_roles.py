@@ -26,7 +26,8 @@ def test_each_rank_pays_for_its_role_in_each_task():
     p = plan(g, dist.owner, 2)
     counts = role_counts(p.task_rank, p.transfers, 2, g)
     assert counts.shape == (2, k, len(ROLES))
-    assert counts[0].tolist() == [[0, 1, 1, 0, 0]] * k and counts[1].tolist() == [[1, 0, 0, 1, 0]] * k
+    # rank 1's task reads x_i after the receive wrote it: one implicit dependency (y_i is accessed first)
+    assert counts[0].tolist() == [[0, 1, 1, 0, 0, 0]] * k and counts[1].tolist() == [[1, 0, 0, 1, 0, 1]] * k
     cost = task_seconds(ROLE_COSTS, counts)
     assert cost[0] == pytest.approx([1.5e-3] * k) and cost[1] == pytest.approx([3e-3] * k)
 
@@ -34,13 +35,14 @@ def test_each_rank_pays_for_its_role_in_each_task():
 def test_fit_recovers_the_roles_and_leaves_preempted_insertions_out():
     rng = np.random.default_rng(0)
     n = 400
-    counts = np.zeros((2, n, 5))
+    counts = np.zeros((2, n, 6))
     runs = rng.random((2, n)) < 0.5
     counts[..., 0], counts[..., 1] = runs, ~runs
     counts[..., 2] = rng.integers(0, 3, (2, n)) * (rng.random((2, n)) < 0.1)
     counts[..., 3] = rng.integers(0, 3, (2, n)) * (rng.random((2, n)) < 0.1)
     counts[..., 4] = rng.integers(1, 9, (2, n)) * (rng.random((2, n)) < 0.1) * ~runs
-    true = dict(exec=1.2e-6, other=0.2e-6, send=3e-6, recv=5e-6, drop=0.8e-6)
+    counts[..., 5] = rng.integers(0, 20, (2, n)) * runs
+    true = dict(exec=1.2e-6, other=0.2e-6, send=3e-6, recv=5e-6, drop=0.8e-6, deps=0.5e-6)
     seconds = task_seconds(true, counts)
     seconds[0, ::50] += 4e-3  # the thread lost its core in these: left out
     seconds[1, 7] = np.nan  # not timed
@@ -51,7 +53,10 @@ def test_fit_recovers_the_roles_and_leaves_preempted_insertions_out():
     scaled = fit_roles(counts, seconds, cpu_s=[1.1 * total])
     assert all(scaled[r] == pytest.approx(1.1 * true[r], rel=1e-6) for r in ROLES)
     with pytest.raises(ValueError, match="send"):
-        fit_roles(np.where(np.arange(5) == 2, 0.0, counts), seconds)
+        fit_roles(np.where(np.arange(6) == 2, 0.0, counts), seconds)
+    # some of the roles, in their order: the fit without a cost per dependency
+    five = fit_roles(counts[..., :5], task_seconds({**true, "deps": 0.0}, counts), roles=ROLES[:5])
+    assert set(five) == set(ROLES[:5]) and five["recv"] == pytest.approx(true["recv"], rel=1e-6)
 
 
 def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
@@ -73,7 +78,29 @@ def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
     assert drop_counts(g, p.task_rank, p.transfers, 1).tolist() == [0, 0, 0, 2, 0]
     assert not drop_counts(g, p.task_rank, p.transfers, 0).any()  # rank 0 receives nothing
     counts = role_counts(p.task_rank, p.transfers, 2, g)
-    assert counts[1, 3].tolist() == [0, 1, 0, 0, 2] and task_seconds(ROLE_COSTS, counts)[1, 3] == pytest.approx(1e-3)
+    assert counts[1, 3].tolist() == [0, 1, 0, 0, 2, 0] and task_seconds(ROLE_COSTS, counts)[1, 3] == pytest.approx(1e-3)
+    # implicit dependencies where each rank runs the task: rank 1 reads its received x (1), z and y are new, then
+    # y is rewritten (1 more); rank 0's second x += w writes x after the send read it
+    assert counts[1, :, 5].tolist() == [0, 1, 1, 0, 2] and counts[0, :, 5].tolist() == [0, 0, 0, 1, 0]
+
+
+def test_a_write_depends_on_every_read_since_the_last_write():
+    from tilecast.graph import GraphBuilder, Tiling
+    from tilecast.graph.distribution import Distribution
+    from tilecast.simulator.submit_roles import implicit_deps
+
+    # one rank: x += w (x new), y += x and z += x (each reads x once written), x += w again (after two reads),
+    # then y += x (x last written, y written once since)
+    b = GraphBuilder(Tiling.uniform(4))
+    t = {name: b.tensor(name, (4, 4), ("seq", None), "activation") for name in "wxyz"}
+    for a, c in ("wx", "xy", "xz", "wx", "xy"):
+        b.add("axpy", [t[a].tile_ids([0], 0), t[c].tile_ids([0], 0)], dict(n=16, alpha=1.0))
+    g = b.build()
+    owner = np.zeros(g.n_tiles, dtype=np.int32)
+    p = plan(g, Distribution("one", 1, owner).owner, 1)
+    assert implicit_deps(g, p.task_rank, p.transfers, 0).tolist() == [0, 1, 1, 2, 2]
+    # nothing runs on another rank: no dependency counted there
+    assert not implicit_deps(g, p.task_rank, p.transfers, 1).any()
 
 
 def test_release_times_follow_each_ranks_costs():

@@ -83,7 +83,9 @@ def run_rank_calibration(args) -> int:
             r = net.submit_roles
             print(f"  CPU per task by role        {r['exec'] * 1e6:.2f} us run here, {r['other'] * 1e6:.2f} us run "
                   f"elsewhere, {r['send'] * 1e6:.2f} us per send, {r['recv'] * 1e6:.2f} us per receive posted, "
-                  f"{r.get('drop', 0.0) * 1e6:.2f} us per reader of a received copy dropped (each insertion timed)")
+                  f"{r.get('drop', 0.0) * 1e6:.2f} us per reader of a received copy dropped, "
+                  f"{r.get('deps', 0.0) * 1e6:.2f} us per implicit dependency of a task run here (each insertion "
+                  f"timed)")
         if net.submit_share:
             print(f"  main thread's share          {net.submit_share:.2f} of its rank's CPU while it submits "
                   f"(the scheduler's per-thread counts; 0.50 is an even split)")

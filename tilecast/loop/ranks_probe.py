@@ -48,13 +48,14 @@ def fit_message_cost(measured_s: float, predict, low: float = 0.0, high: float =
     return 0.5 * (low + high)
 
 
-def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | None:
+def submit_roles_of(results, built, ranks: int, distribution: str, deps: bool = True) -> dict | None:
     """The main threads' CPU time per task by role (:func:`tilecast.simulator.submit_roles.fit_roles`) from the
     insertion times of the runs' last steps, scaled to those steps' CPU time; None when no run timed them or too
-    few of a role's insertions kept their core (the forecast then charges ``submit_cpu_task_s`` per task)."""
+    few of a role's insertions kept their core (the forecast then charges ``submit_cpu_task_s`` per task).
+    ``deps=False``: no cost per implicit dependency (the earlier rule, kept in the probe's figures)."""
     from tilecast.graph.distribution import prepare
     from tilecast.graph.owner_computes import plan
-    from tilecast.simulator.submit_roles import fit_roles, role_counts
+    from tilecast.simulator.submit_roles import ROLES, fit_roles, role_counts
 
     timed = [r for r in results if r.submit_at_s is not None]
     if not timed:
@@ -65,8 +66,10 @@ def submit_roles_of(results, built, ranks: int, distribution: str) -> dict | Non
     seconds = np.concatenate([np.diff(r.submit_at_s, axis=1) for r in timed])
     cpu = ([float(r.submit_cpu_s[:, -1].sum()) for r in timed] if all(r.submit_cpu_s is not None for r in timed)
            else None)
+    roles = ROLES if deps else tuple(k for k in ROLES if k != "deps")
+    counts = counts[..., [ROLES.index(k) for k in roles]]
     try:
-        return fit_roles(np.concatenate([counts] * len(timed)), seconds, cpu)
+        return fit_roles(np.concatenate([counts] * len(timed)), seconds, cpu, roles)
     except ValueError:  # too few insertions timed without losing the core: one CPU time per task, as before
         return None
 
@@ -154,6 +157,7 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
            for r in results if r.submit_cpu_s is not None]
     built = build_step(cfg, p["batch"], p["seq"], tiling)
     roles = submit_roles_of(results, built, ranks, p["distribution"])
+    roles_no_deps = submit_roles_of(results, built, ranks, p["distribution"], deps=False)
     # how the rank's slots split between the main thread and the worker thread it shares them with while it
     # submits: the scheduler's per-thread counts over the submission (Linux's fair share is half each)
     from tilecast.executor.mpi_threads import submit_share_of
@@ -182,8 +186,8 @@ def probe_network(net, ranks: int, workers: int, steps: int = 4, repeats: int = 
     probe = {**p, "ranks": ranks, "workers_per_rank": workers, "steps": steps, "runs_s": runs,
              "step_s": measured, "predicted_with_pingpong_s": predict(net.message_s),
              "message_s_pingpong": net.message_s, "message_s_fitted": cost, "submit_task_s": net.submit_task_s,
-             "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles, "submit_share": share,
-             "progress_task_s": net.progress_task_s, "message_cpu_s": net.message_cpu_s,
+             "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": roles, "submit_roles_no_deps": roles_no_deps,
+             "submit_share": share, "progress_task_s": net.progress_task_s, "message_cpu_s": net.message_cpu_s,
              "message_cpu_from": "mpi calls" if calls else ("gap medians" if costs else None),
              "message_cpu_gap_medians_s": costs["message_cpu_s"] if costs else None, "message_cpu_calls": calls,
              "task_gap_mean_s": costs["gap_mean_s"] if costs else None,
