@@ -36,7 +36,12 @@ sharing the worker's slots at their parts of its speed throughout (``no tn``, ``
 ``error_no_turns``: ``submit_turns=False``) instead of in turns of a time slice, and the forecast with the main
 threads' CPU per task by role fitted without a cost per implicit dependency (``no dp``, ``pred_step_no_deps_s``,
 ``error_no_deps``: the probe's ``submit_roles_no_deps``). ``submit_cpu_predicted_s`` is each rank's submission
-CPU as the forecast charges it (beside ``submit_cpu_s``, measured). ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
+CPU as the forecast charges it (beside ``submit_cpu_s``, measured). The machine's speed against its kernels'
+calibration (``tilecast calibrate --check``'s reference step, now over then) is timed before the runs and after
+each round (``speed_checks``, their median ``speed``); ``at spd`` (``pred_step_at_speed_s``, ``error_at_speed``)
+is the forecast times that median: what the forecast would be had the kernels been calibrated at the speed the
+machine ran the configurations at, a check of how much of an error is the guest's drift (the reference step is
+neither of these configurations nor run on StarPU-MPI). ``kernel_predicted_s`` is each rank's predicted kernel time as ``busy_s`` measures it
 (StarPU's profiling, start to end of each task); ``busy_predicted_s`` adds the runtime's cost between tasks.
 ``thread_cpu`` (with ``--threads``): per run and rank, each thread group's seconds on a core and waiting for one over a step
 (:func:`tilecast.executor.mpi_threads.thread_groups`, the scheduler's ``schedstat`` counts);
@@ -95,16 +100,32 @@ def other_work(ours: int, cores: int) -> dict:
     return load
 
 
-def measure(cfg, configs: list, args) -> dict:
+def speed_now() -> dict | None:
+    """``tilecast calibrate --check`` now (the reference step against the one the kernels were calibrated beside):
+    its figures, or None where it cannot be timed."""
+    from tilecast.api.calibration import check_speed
+
+    try:
+        c = check_speed()
+    except ValueError:  # FieldError: no calibration with a reference step, or StarPU does not run here
+        return None
+    return {"ratio": c.ratio, "reference_now_s": c.reference_now_s, "reference_calibrated_s": c.reference_calibrated_s}
+
+
+def measure(cfg, configs: list, args) -> tuple[dict, list]:
     """Per configuration, ``--repeats`` runs' figures: in rounds (``--order rounds``: every configuration once a
     round, so that a slow or fast spell of the machine falls on all of them alike) or one configuration's runs
-    after another (``blocks``, the earlier order)."""
+    after another (``blocks``, the earlier order). Also the machine's speed against its calibration
+    (:func:`speed_now`) before the runs and after each round (``blocks``: after the runs)."""
     measured = {c: dict(runs=[], moved=None, busy=[], submit=[], submit_cpu=[], drives=None, threads=[], last=None)
                 for c in configs}
     n = 0 if args.predict_only else args.repeats
     order = ([c for _ in range(n) for c in configs] if args.order == "rounds"
              else [c for c in configs for _ in range(n)])
-    for dist, tile in tqdm(order, desc="runs", unit="run", disable=not order, file=sys.stderr):
+    speeds = [speed_now()] if order and args.speed_check else []
+    for i, (dist, tile) in enumerate(tqdm(order, desc="runs", unit="run", disable=not order, file=sys.stderr)):
+        if i and args.speed_check and args.order == "rounds" and i % len(configs) == 0:
+            speeds.append(speed_now())
         m = measured[dist, tile]
         r = run_mpi(cfg, BATCH, SEQ, Tiling.parse(tile), args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
                     progress=args.progress, read_threads=args.threads, main_first=args.main_thread == "first")
@@ -119,7 +140,9 @@ def measure(cfg, configs: list, args) -> dict:
         if r.submit_cpu_s is not None:
             c = r.submit_cpu_s
             m["submit_cpu"].append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
-    return measured
+    if order and args.speed_check:
+        speeds.append(speed_now())
+    return measured, speeds
 
 
 def main() -> None:
@@ -131,6 +154,9 @@ def main() -> None:
     ap.add_argument("--distributions", default="data,layer")
     ap.add_argument("--tiles", default="64,batch=1;128,batch=1;32,batch=1")
     ap.add_argument("--predict-only", action="store_true")
+    ap.add_argument("--no-speed-check", dest="speed_check", action="store_false",
+                    help="skip timing the reference step before the runs and after each round (about 2 s each; "
+                         "the 'at spd' column then reads nan)")
     ap.add_argument("--order", choices=("rounds", "blocks"), default="rounds",
                     help="rounds: each round runs every configuration once (a spell of the machine falls on all "
                          "alike); blocks: one configuration's runs, then the next's (the order before 2026-12-08)")
@@ -164,7 +190,8 @@ def main() -> None:
     print(f"{'distribution':<13}{'tiling':<14}{'grp':>4}{'bg':>5}{'pred ms':>9}{'(no bg)':>9}{'before':>9}{'+pipe':>7}"
           f"{'flat':>7}{'even':>7}"
           f"{'no tc':>7}{'meas ms':>9}"
-          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'no tn %':>8}{'no dp %':>8}{'moved B':>10}"
+          f"{'min-max ms':>17}{'err %':>7}{'before %':>9}{'no tc %':>8}{'no tn %':>8}{'no dp %':>8}{'at spd %':>9}"
+          f"{'moved B':>10}"
           f"{'pred B':>10}"
           f"{'msgs':>6}")
     rows = []
@@ -172,7 +199,12 @@ def main() -> None:
     cores = int(machine.meta["hardware"]["cores"])
     ours = args.ranks * runnable_threads(1, args.progress == "auto" and progress_drives_worker(args.ranks, 1, cores))
     loads = {c: other_work(ours, cores) for c in configs}  # before the runs, as their forecasts take it
-    measured = measure(cfg, configs, args)
+    measured, speeds = measure(cfg, configs, args)
+    ratios = [x["ratio"] for x in speeds if x]
+    speed = float(np.median(ratios)) if ratios else float("nan")
+    if ratios:
+        print(f"machine speed against the kernels' calibration (reference step now / then, before the runs and "
+              f"after each round): {', '.join(f'{r:.3f}' for r in ratios)}; median {speed:.3f}")
     for dist, tile in configs:
         tiling = Tiling.parse(tile)
         load = loads[dist, tile]
@@ -238,11 +270,13 @@ def main() -> None:
         err_costs = (ft.step_s - med) / med if runs else float("nan")
         err_turns = (fn.step_s - med) / med if runs else float("nan")
         err_deps = (fd.step_s - med) / med if runs and fd else float("nan")
+        err_speed = (f.step_s * speed - med) / med if runs else float("nan")
         row = dict(distribution=dist, tiling=tile, background_threads=bg, other_work=load, pred_step_s=f.step_s,
                    pred_step_no_background_s=f0.step_s, pred_step_before_s=fb.step_s, error_before=err_before,
                    pred_step_pipeline_turns_s=fp.step_s, pred_step_before_task_costs_s=ft.step_s,
                    error_before_task_costs=err_costs, pred_step_no_turns_s=fn.step_s, error_no_turns=err_turns,
                    pred_step_no_deps_s=fd.step_s if fd else None, error_no_deps=err_deps,
+                   pred_step_at_speed_s=f.step_s * speed, error_at_speed=err_speed,
                    submit_cpu_predicted_s=submit_cpu_pred,
                    submit_end_predicted_s=(f.summary.get("threads") or {}).get("submit_end_s"),
                    progress_drives_worker=drives,
@@ -265,13 +299,13 @@ def main() -> None:
         spread = f"{1e3 * min(runs):.0f}-{1e3 * max(runs):.0f}" if runs else ""
         print(f"{dist:<13}{tile:<14}{load['groups']:>4.0f}{bg:>5.1f}{1e3 * f.step_s:>9.1f}{1e3 * f0.step_s:>9.1f}"
               f"{1e3 * fb.step_s:>9.1f}{1e3 * fp.step_s:>7.0f}{1e3 * ff.step_s:>7.1f}{1e3 * fe.step_s:>7.1f}{1e3 * ft.step_s:>7.1f}{1e3 * med:>9.1f}{spread:>17}{100 * err:>7.1f}{100 * err_before:>9.1f}{100 * err_costs:>8.1f}{100 * err_turns:>8.1f}"
-              f"{100 * err_deps:>8.1f}{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
+              f"{100 * err_deps:>8.1f}{100 * err_speed:>9.1f}{moved if moved is not None else '':>10}{f.bytes_moved:>10}{f.messages:>6}", flush=True)
     load_after = os.getloadavg()[0]
     print(f"load average after: {load_after:.2f}")
     print(json.dumps({"rows": rows, "conditions": conditions, "load_average": [load_before, load_after],
                       "model": MODEL, "batch": BATCH, "seq": SEQ, "sched": args.sched, "progress": args.progress,
                       "main_thread": args.main_thread,
-                      "count": args.count, "order": args.order,
+                      "count": args.count, "order": args.order, "speed_checks": speeds, "speed": speed,
                       "network": {"latency_s": net.latency_s, "message_s": net.message_s,
                                   "bandwidth_Bps": net.bandwidth_Bps, "submit_task_s": net.submit_task_s,
                                   "submit_cpu_task_s": net.submit_cpu_task_s, "submit_roles": net.submit_roles,

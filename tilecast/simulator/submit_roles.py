@@ -27,7 +27,7 @@ cost the same everywhere (StarPU-MPI 1.3.10, ``mpi/src/starpu_mpi_task_insert.c`
   them. Measured on the 2-core Intel Xeon, an ``adamw`` of the probe (some 17-24 dependencies, its parameter
   read by every GEMM of the layer) took 10-20 us to insert where a GEMM (2-3) took 1.1-1.3; fitted on the
   probe alone, 0.5 us a dependency and 0.1 us a task otherwise, which put each rank's submission CPU of steps
-  of tiles 32 to 128 within -19% to +8% of measured (mean 6.9% off), against -17% to +18% (13.5%) with one
+  of tiles 32 to 128 within -19% to +8% of measured (mean 6.9% off), against -17% to +18% (13.7%) with one
   cost per task run.
 
 The costs per role are fitted on a probe step's per-task insertion times (:func:`fit_roles`,
