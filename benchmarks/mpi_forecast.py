@@ -5,7 +5,7 @@ For every distribution x tiling, the rank simulator's forecast
 ``tilecast calibrate --ranks 2`` stored) beside ``--repeats`` runs of ``tilecast run --ranks 2``
 (:func:`tilecast.executor.mpi_launch.run_mpi`, ``--steps`` steps each; a run's step time is the median
 of its steps after the first), in rounds that run every configuration once (``--order rounds``; ``blocks``: a
-configuration's runs one after another, as before 2026-12-08). Reports the median over the runs and their spread
+configuration's runs one after another, the earlier order). Reports the median over the runs and their spread
 (min-max), the error of the forecast against the median, and the bytes moved per step, measured (StarPU-MPI's
 count) and predicted. Run ``tilecast calibrate`` (kernels, with ``--model``/``--tile``/``--tiles`` covering these
 tilings) and ``tilecast calibrate --ranks 2`` first.
@@ -14,7 +14,8 @@ tilings) and ``tilecast calibrate --ranks 2`` first.
 where the threads would outnumber the cores; ``own``: a thread of its own); the forecast models the
 same. ``--main-thread`` is its rule for the main thread (``first``: pinned to its worker's core, the rank's
 other threads below it, :func:`tilecast.executor.mpi_threads.main_thread_first`; ``fair``: as before it).
-Other work on the machine is measured for each configuration before the runs begin, as the share of a core that
+Other work on the machine is measured before each round (its median over the rounds taken for every
+configuration; ``blocks``: before each configuration's runs), as the share of a core that
 as many spinning threads as the ranks keep busy get in a session of their own for 1 s
 (``--count share``, :func:`tilecast.loop.ranks_load.measured_share`; ``run --ranks`` starts its ranks in
 a session of their own, and Linux shares the CPU between sessions before threads), turned into the
@@ -112,20 +113,35 @@ def speed_now() -> dict | None:
     return {"ratio": c.ratio, "reference_now_s": c.reference_now_s, "reference_calibrated_s": c.reference_calibrated_s}
 
 
-def measure(cfg, configs: list, args) -> tuple[dict, list]:
-    """Per configuration, ``--repeats`` runs' figures: in rounds (``--order rounds``: every configuration once a
-    round, so that a slow or fast spell of the machine falls on all of them alike) or one configuration's runs
-    after another (``blocks``, the earlier order). Also the machine's speed against its calibration
-    (:func:`speed_now`) before the runs and after each round (``blocks``: after the runs)."""
+def median_load(loads: list) -> dict:
+    """Each figure of :func:`other_work` at its median over ``loads`` (one moment's other work, a transient, does
+    not stand for a whole pass)."""
+    return {k: float(np.median([x[k] for x in loads])) for k in loads[0]}
+
+
+def measure(cfg, configs: list, args, ours: int, cores: int) -> tuple[dict, dict, list]:
+    """Per configuration, ``--repeats`` runs' figures and the other work on the machine that its forecast takes:
+    in rounds (``--order rounds``: every configuration once a round, so that a slow or fast spell of the machine
+    falls on all of them alike; other work counted before each round, its median for every configuration) or one
+    configuration's runs after another (``blocks``, the earlier order: other work counted before each
+    configuration's runs). Also the machine's speed against its calibration (:func:`speed_now`) before the runs
+    and after each round (``blocks``: after the runs)."""
     measured = {c: dict(runs=[], moved=None, busy=[], submit=[], submit_cpu=[], drives=None, threads=[], last=None)
                 for c in configs}
     n = 0 if args.predict_only else args.repeats
-    order = ([c for _ in range(n) for c in configs] if args.order == "rounds"
-             else [c for c in configs for _ in range(n)])
+    rounds = args.order == "rounds"
+    order = [c for _ in range(n) for c in configs] if rounds else [c for c in configs for _ in range(n)]
     speeds = [speed_now()] if order and args.speed_check else []
+    loads = {c: [] for c in configs}
     for i, (dist, tile) in enumerate(tqdm(order, desc="runs", unit="run", disable=not order, file=sys.stderr)):
-        if i and args.speed_check and args.order == "rounds" and i % len(configs) == 0:
+        if i and args.speed_check and rounds and i % len(configs) == 0:
             speeds.append(speed_now())
+        if rounds and i % len(configs) == 0:
+            now = other_work(ours, cores)
+            for c in configs:
+                loads[c].append(now)
+        elif not rounds and i % n == 0:
+            loads[dist, tile].append(other_work(ours, cores))
         m = measured[dist, tile]
         r = run_mpi(cfg, BATCH, SEQ, Tiling.parse(tile), args.sched, 1, args.steps, args.ranks, dist, timeout_s=900,
                     progress=args.progress, read_threads=args.threads, main_first=args.main_thread == "first")
@@ -142,7 +158,9 @@ def measure(cfg, configs: list, args) -> tuple[dict, list]:
             m["submit_cpu"].append(np.median(c[:, 1:] if c.shape[1] > 1 else c, axis=1).tolist())
     if order and args.speed_check:
         speeds.append(speed_now())
-    return measured, speeds
+    for c in configs:  # --predict-only: other work now
+        loads[c] = median_load(loads[c]) if loads[c] else other_work(ours, cores)
+    return measured, loads, speeds
 
 
 def main() -> None:
@@ -159,7 +177,7 @@ def main() -> None:
                          "the 'at spd' column then reads nan)")
     ap.add_argument("--order", choices=("rounds", "blocks"), default="rounds",
                     help="rounds: each round runs every configuration once (a spell of the machine falls on all "
-                         "alike); blocks: one configuration's runs, then the next's (the order before 2026-12-08)")
+                         "alike); blocks: one configuration's runs, then the next's (the earlier order)")
     ap.add_argument("--traces", metavar="DIR",
                     help="write, per configuration, the forecast's trace and the last run's merged trace "
                          "(DIR/<distribution>-<tiling>-pred.parquet, -real.parquet) for tilecast compare")
@@ -198,8 +216,7 @@ def main() -> None:
     configs = [(dist, tile) for dist in args.distributions.split(",") for tile in args.tiles.split(";")]
     cores = int(machine.meta["hardware"]["cores"])
     ours = args.ranks * runnable_threads(1, args.progress == "auto" and progress_drives_worker(args.ranks, 1, cores))
-    loads = {c: other_work(ours, cores) for c in configs}  # before the runs, as their forecasts take it
-    measured, speeds = measure(cfg, configs, args)
+    measured, loads, speeds = measure(cfg, configs, args, ours, cores)
     ratios = [x["ratio"] for x in speeds if x]
     speed = float(np.median(ratios)) if ratios else float("nan")
     if ratios:
@@ -244,7 +261,7 @@ def main() -> None:
                             host_costs, net, 1, progress=args.progress, background=bg, submit_turns=False)
         f0 = forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                             host_costs, net, 1, progress=args.progress)
-        # the main threads' CPU by role without a cost per implicit dependency: the rule before 2026-12-08
+        # the main threads' CPU by role without a cost per implicit dependency: the earlier rule
         flat_roles = (net.probe or {}).get("submit_roles_no_deps")
         fd = (forecast_ranks(cfg, BATCH, SEQ, tiling, args.sched, args.ranks, dist, machine, calibration,
                              host_costs, replace(net, submit_roles=flat_roles), 1, progress=args.progress,

@@ -72,8 +72,10 @@ def implicit_deps(graph, task_rank: np.ndarray, transfers, rank: int) -> np.ndar
     others). A tile's accesses on ``rank`` in submission order are its tasks' own and those of the messages the
     rank posts (a send reads the tile, a receive writes it; a message is posted while its cause is inserted,
     before it, or after it where a written tile goes back to its owner). A read depends on the tile's last
-    write; a write on the reads since the last write, or on that write where there were none. The step starts
-    with no write (StarPU-MPI's cache is flushed between steps)."""
+    write; a write on the reads since the last write, or on that write where there were none. A task that has
+    ended is no longer a tile's last writer or reader (``_starpu_release_data_enforce_sequential_consistency``),
+    so a step's first access to a tile depends on nothing, and the step's tasks are counted as not ended while
+    it is submitted (its worker runs little before its main thread is done: ``simulator/ranks_submission.py``)."""
     from tilecast.kernels.registry import W
 
     task_rank = np.asarray(task_rank)
@@ -88,6 +90,8 @@ def implicit_deps(graph, task_rank: np.ndarray, transfers, rank: int) -> np.ndar
     tile = np.concatenate([np.asarray(graph.acc_tile, dtype=np.int64)[here], m_tile[src], m_tile[dst]])
     write = np.concatenate([(np.asarray(graph.acc_mode)[here] & W) != 0, np.zeros(src.sum(), bool),
                             np.ones(dst.sum(), bool)])
+    if not len(task):
+        return np.zeros(n)
     own = np.arange(len(task)) < here.sum()
     # position in submission order: a message before its cause's own accesses, or after them if it goes back
     back = np.concatenate([np.zeros(here.sum(), bool), m_back[src], m_back[dst]])
@@ -95,10 +99,8 @@ def implicit_deps(graph, task_rank: np.ndarray, transfers, rank: int) -> np.ndar
     order = np.lexsort((np.arange(len(task)), pos, tile))
     tile, write, task, own = tile[order], write[order], task[order], own[order]
     idx = np.arange(len(tile))
-    first = np.r_[True, tile[1:] != tile[:-1]] if len(tile) else np.zeros(0, bool)
-    group = np.maximum.accumulate(np.where(first, idx, 0)) if len(tile) else idx
-    last_w = np.maximum.accumulate(np.where(write, idx, -1)) if len(tile) else idx
-    prev_w = np.r_[-1, last_w[:-1]] if len(tile) else idx
+    group = np.maximum.accumulate(np.where(np.r_[True, tile[1:] != tile[:-1]], idx, 0))  # its tile's first
+    prev_w = np.r_[-1, np.maximum.accumulate(np.where(write, idx, -1))[:-1]]
     prev_w = np.where(prev_w >= group, prev_w, -1)  # the last write before, in the same tile
     has_w = (prev_w >= 0).astype(np.int64)
     reads = idx - np.where(has_w > 0, prev_w + 1, group)  # every access between it and that write is a read
