@@ -59,21 +59,29 @@ def test_fit_recovers_the_roles_and_leaves_preempted_insertions_out():
     assert set(five) == set(ROLES[:5]) and five["recv"] == pytest.approx(true["recv"], rel=1e-6)
 
 
-def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
+def axpy_chain(on_rank_1: str = ""):
+    """x += w, y += x, z += x, x += w, y += x on one tile each; the tensors named in ``on_rank_1`` owned by rank 1,
+    the others by rank 0: (graph, plan on as many ranks as own a tensor)."""
     from tilecast.graph import GraphBuilder, Tiling
     from tilecast.graph.distribution import Distribution
-    from tilecast.simulator.submit_roles import drop_counts
 
-    # x and w on rank 0, y and z on rank 1: x += w; y += x and z += x on rank 1 (x received once, read twice);
-    # x += w again on rank 0 (rank 1's copy dropped behind its two readers); y += x (received again, never dropped)
     b = GraphBuilder(Tiling.uniform(4))
     t = {name: b.tensor(name, (4, 4), ("seq", None), "activation") for name in "wxyz"}
     for a, c in ("wx", "xy", "xz", "wx", "xy"):
         b.add("axpy", [t[a].tile_ids([0], 0), t[c].tile_ids([0], 0)], dict(n=16, alpha=1.0))
     g = b.build()
     owner = np.zeros(g.n_tiles, dtype=np.int32)
-    owner[[t["y"].first_tile, t["z"].first_tile]] = 1
-    p = plan(g, Distribution("test", 2, owner).owner, 2)
+    owner[[t[name].first_tile for name in on_rank_1]] = 1
+    ranks = 2 if on_rank_1 else 1
+    return g, plan(g, Distribution("test", ranks, owner).owner, ranks)
+
+
+def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
+    from tilecast.simulator.submit_roles import drop_counts
+
+    # x and w on rank 0, y and z on rank 1: x += w; y += x and z += x on rank 1 (x received once, read twice);
+    # x += w again on rank 0 (rank 1's copy dropped behind its two readers); y += x (received again, never dropped)
+    g, p = axpy_chain("yz")
     assert p.task_rank.tolist() == [0, 1, 1, 0, 1] and len(p.transfers) == 2
     assert drop_counts(g, p.task_rank, p.transfers, 1).tolist() == [0, 0, 0, 2, 0]
     assert not drop_counts(g, p.task_rank, p.transfers, 0).any()  # rank 0 receives nothing
@@ -85,19 +93,11 @@ def test_a_rank_drops_its_received_copy_when_its_owner_writes_it():
 
 
 def test_a_write_depends_on_every_read_since_the_last_write():
-    from tilecast.graph import GraphBuilder, Tiling
-    from tilecast.graph.distribution import Distribution
     from tilecast.simulator.submit_roles import implicit_deps
 
     # one rank: x += w (x new), y += x and z += x (each reads x once written), x += w again (after two reads),
     # then y += x (x last written, y written once since)
-    b = GraphBuilder(Tiling.uniform(4))
-    t = {name: b.tensor(name, (4, 4), ("seq", None), "activation") for name in "wxyz"}
-    for a, c in ("wx", "xy", "xz", "wx", "xy"):
-        b.add("axpy", [t[a].tile_ids([0], 0), t[c].tile_ids([0], 0)], dict(n=16, alpha=1.0))
-    g = b.build()
-    owner = np.zeros(g.n_tiles, dtype=np.int32)
-    p = plan(g, Distribution("one", 1, owner).owner, 1)
+    g, p = axpy_chain()
     assert implicit_deps(g, p.task_rank, p.transfers, 0).tolist() == [0, 1, 1, 2, 2]
     # nothing runs on another rank: no dependency counted there
     assert not implicit_deps(g, p.task_rank, p.transfers, 1).any()
